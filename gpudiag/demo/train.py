@@ -1,0 +1,120 @@
+"""Tiny DDP training job (gloo on CPU, NCCL on GPU) with injectable bottlenecks.
+
+Used by the end-to-end tests and the README demo. It has no gpudiag imports:
+it is an ordinary user script. ``--profile-dir`` makes it record its own
+torch.profiler traces (as a user would), for tests that do not use ``gpudiag run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Random regression samples; ``delay_s`` per item simulates slow storage."""
+
+    def __init__(self, n: int, dim: int, delay_s: float) -> None:
+        self.n, self.dim, self.delay_s = n, dim, delay_s
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(n, dim, generator=g)
+        self.y = torch.randn(n, 1, generator=g)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return self.x[i], self.y[i]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--hidden", type=int, default=512)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--slow-data", type=float, default=0.0, help="seconds per sample")
+    p.add_argument("--slow-data-rank", type=int, default=-1, help="only this rank (-1: all)")
+    p.add_argument("--sleep-rank", type=int, default=-1, help="rank that sleeps in forward")
+    p.add_argument("--sleep-s", type=float, default=0.0)
+    p.add_argument("--sleep-every", type=int, default=1, help="sleep every Nth step")
+    p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--profile-dir", default="", help="record torch.profiler traces here")
+    p.add_argument("--profile-wait", type=int, default=2)
+    p.add_argument("--profile-active", type=int, default=5)
+    p.add_argument("--exit-code", type=int, default=0, help="exit with this code at the end")
+    p.add_argument("--raise-at", type=int, default=-1, help="raise on rank 1 at this step")
+    a = p.parse_args()
+
+    distributed = "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    use_cuda = torch.cuda.is_available()
+    if distributed:
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+    rank = dist.get_rank() if distributed else 0
+    device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if use_cuda else "cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+    torch.manual_seed(rank)
+
+    layers: list[nn.Module] = [nn.Linear(a.dim, a.hidden), nn.ReLU()]
+    for _ in range(a.layers - 1):
+        layers += [nn.Linear(a.hidden, a.hidden), nn.ReLU()]
+    layers.append(nn.Linear(a.hidden, 1))
+    model: nn.Module = nn.Sequential(*layers).to(device)
+    if distributed:
+        model = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+
+    slow = a.slow_data if a.slow_data_rank in (-1, rank) else 0.0
+    ds = SyntheticDataset(a.batch * (a.steps + 2), a.dim, slow)
+    loader = DataLoader(ds, batch_size=a.batch, num_workers=a.workers)
+
+    prof = None
+    if a.profile_dir:
+        from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
+        prof = profile(
+            activities=acts,
+            schedule=schedule(
+                wait=a.profile_wait, warmup=1, active=a.profile_active, repeat=1
+            ),
+            on_trace_ready=tensorboard_trace_handler(
+                a.profile_dir, worker_name=f"rank{rank}", use_gzip=True
+            ),
+        )
+        prof.start()
+
+    it = iter(loader)
+    for step in range(a.steps):
+        x, y = next(it)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        if rank == a.sleep_rank and step % a.sleep_every == a.sleep_every - 1:
+            time.sleep(a.sleep_s)
+        if step == a.raise_at and rank == 1:
+            raise RuntimeError(f"injected failure at step {step}")
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if prof is not None:
+            prof.step()
+    if prof is not None:
+        prof.stop()
+    if distributed:
+        dist.destroy_process_group()
+    if a.exit_code:
+        raise SystemExit(a.exit_code)
+
+
+if __name__ == "__main__":
+    main()

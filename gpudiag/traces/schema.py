@@ -1,0 +1,209 @@
+"""The Interval schema (rank, lane, kind, name, start_ns, end_ns, step), RankTimeline, RunTimeline, validation.
+
+Every loader (Kineto, Nsight, telemetry) returns a :class:`RankTimeline`: one table of
+intervals held as parallel numpy arrays, so the analysis can do set arithmetic on whole
+columns at once. Strings are interned: ``name`` and ``lane`` are indices into the
+``names`` and ``lanes`` lists.
+
+Columns (all the same length):
+
+============  ========  ===============================================================
+column        dtype     meaning
+============  ========  ===============================================================
+start_ns      int64     start, integer nanoseconds on the rank's clock
+end_ns        int64     end (≥ start_ns)
+kind          int8      a :class:`Kind`
+lane          int32     index into ``lanes``: ``cpu:<tid>`` or ``gpu:<device>:<stream>``
+name          int32     index into ``names``
+step          int32     step number the interval belongs to, -1 when not assigned
+launch_ns     int64     for GPU work: host time of the launching runtime call, else -1
+nbytes        int64     bytes moved by a copy or collective when known, else -1
+============  ========  ===============================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+I64 = npt.NDArray[np.int64]
+I32 = npt.NDArray[np.int32]
+I8 = npt.NDArray[np.int8]
+
+
+class Kind(IntEnum):
+    """What an interval is. GPU kinds live on ``gpu:`` lanes, host kinds on ``cpu:`` lanes."""
+
+    COMPUTE = 0  # a GPU kernel that is not communication
+    COMM = 1  # a communication kernel (GPU lane) or a collective range (CPU lane)
+    MEMCPY = 2
+    MEMSET = 3
+    RUNTIME = 4  # CUDA/HIP runtime or driver call, or a synchronisation marker
+    DATALOADER = 5  # the training thread fetching a batch (DataLoader __next__, user data range)
+    STEP = 6  # a training-step range (ProfilerStep#N, gpudiag's own step range)
+    ANNOTATION = 7  # any other user or framework range
+    CPU_OP = 8  # an operator on a host thread
+
+
+KIND_NAMES = [k.name.lower() for k in Kind]
+GPU_BUSY_KINDS = (Kind.COMPUTE, Kind.COMM, Kind.MEMCPY, Kind.MEMSET)
+
+
+@dataclass
+class RankMeta:
+    """What a loader learnt about the rank besides its intervals."""
+
+    source: str = ""
+    fmt: str = ""  # "kineto", "nsys"
+    era: str = ""  # detected format era, e.g. "kineto-2024"
+    world_size: int | None = None
+    backend: str | None = None
+    devices: list[str] = field(default_factory=list)  # GPU names
+    main_lane: int = -1  # lane of the training thread, -1 when unknown
+    rank_from: str = ""  # "distributedInfo", "file name", "default", "manifest", ...
+    has_gpu: bool = False
+    notes: list[str] = field(default_factory=list)  # things missing or assumed
+    skipped_events: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RankTimeline:
+    """All intervals of one rank, column-wise."""
+
+    rank: int
+    start_ns: I64
+    end_ns: I64
+    kind: I8
+    lane: I32
+    name: I32
+    step: I32
+    launch_ns: I64
+    nbytes: I64
+    lanes: list[str]
+    names: list[str]
+    meta: RankMeta = field(default_factory=RankMeta)
+
+    def __len__(self) -> int:
+        return int(self.start_ns.shape[0])
+
+    def validate(self) -> RankTimeline:
+        """Check the fixed schema; loaders call this before returning. Raises ValueError."""
+        n = len(self)
+        cols = {
+            "start_ns": (self.start_ns, np.int64),
+            "end_ns": (self.end_ns, np.int64),
+            "kind": (self.kind, np.int8),
+            "lane": (self.lane, np.int32),
+            "name": (self.name, np.int32),
+            "step": (self.step, np.int32),
+            "launch_ns": (self.launch_ns, np.int64),
+            "nbytes": (self.nbytes, np.int64),
+        }
+        for col, (arr, dt) in cols.items():
+            if arr.dtype != dt or arr.shape != (n,):
+                raise ValueError(f"column {col}: expected {np.dtype(dt)}[{n}], got {arr.dtype}{arr.shape}")
+        if n:
+            if np.any(self.end_ns < self.start_ns):
+                raise ValueError("an interval ends before it starts")
+            if self.kind.min() < 0 or self.kind.max() >= len(Kind):
+                raise ValueError("unknown interval kind")
+            if self.lane.min() < 0 or self.lane.max() >= len(self.lanes):
+                raise ValueError("lane index out of range")
+            if self.name.min() < 0 or self.name.max() >= len(self.names):
+                raise ValueError("name index out of range")
+        return self
+
+    def select(self, mask: npt.NDArray[np.bool_]) -> RankTimeline:
+        """The intervals where ``mask`` is true (lanes and names are shared, not copied)."""
+        return RankTimeline(
+            rank=self.rank,
+            start_ns=self.start_ns[mask],
+            end_ns=self.end_ns[mask],
+            kind=self.kind[mask],
+            lane=self.lane[mask],
+            name=self.name[mask],
+            step=self.step[mask],
+            launch_ns=self.launch_ns[mask],
+            nbytes=self.nbytes[mask],
+            lanes=self.lanes,
+            names=self.names,
+            meta=self.meta,
+        )
+
+    def gpu_lane_mask(self) -> npt.NDArray[np.bool_]:
+        """Per lane index: true for ``gpu:`` lanes."""
+        return np.array([ln.startswith("gpu:") for ln in self.lanes], dtype=bool)
+
+    def to_frame(self) -> Any:
+        """The interval table as a pandas DataFrame with string columns (for users and tests)."""
+        import pandas as pd
+
+        kinds = np.array(KIND_NAMES, dtype=object)
+        return pd.DataFrame(
+            {
+                "rank": self.rank,
+                "lane": np.asarray(self.lanes, dtype=object)[self.lane] if len(self) else [],
+                "kind": kinds[self.kind] if len(self) else [],
+                "name": np.asarray(self.names, dtype=object)[self.name] if len(self) else [],
+                "start_ns": self.start_ns,
+                "end_ns": self.end_ns,
+                "step": self.step,
+                "launch_ns": self.launch_ns,
+                "nbytes": self.nbytes,
+            }
+        )
+
+    @classmethod
+    def from_columns(
+        cls,
+        rank: int,
+        *,
+        start_ns: Any,
+        end_ns: Any,
+        kind: Any,
+        lane: Any,
+        name: Any,
+        lanes: list[str],
+        names: list[str],
+        step: Any = None,
+        launch_ns: Any = None,
+        nbytes: Any = None,
+        meta: RankMeta | None = None,
+    ) -> RankTimeline:
+        """Build and validate a timeline, filling optional columns with their defaults."""
+        s = np.asarray(start_ns, dtype=np.int64)
+        n = s.shape[0]
+
+        def col(v: Any, dt: Any, fill: int) -> Any:
+            return np.full(n, fill, dtype=dt) if v is None else np.asarray(v, dtype=dt)
+
+        return cls(
+            rank=rank,
+            start_ns=s,
+            end_ns=np.asarray(end_ns, dtype=np.int64),
+            kind=np.asarray(kind, dtype=np.int8),
+            lane=np.asarray(lane, dtype=np.int32),
+            name=np.asarray(name, dtype=np.int32),
+            step=col(step, np.int32, -1),
+            launch_ns=col(launch_ns, np.int64, -1),
+            nbytes=col(nbytes, np.int64, -1),
+            lanes=lanes,
+            names=names,
+            meta=meta or RankMeta(),
+        ).validate()
+
+
+@dataclass
+class RunTimeline:
+    """Every rank of one run, plus what the run directory adds (manifest, samples, telemetry)."""
+
+    ranks: list[RankTimeline]
+    manifest: Any = None  # gpudiag.rundir.RunManifest | None
+    samples: Any = None  # pandas DataFrame of NVML samples | None
+    telemetry: Any = None  # pandas DataFrame of per-step telemetry | None
+    notes: list[str] = field(default_factory=list)
