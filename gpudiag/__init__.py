@@ -3,7 +3,7 @@
 The public API is small::
 
     import gpudiag
-    diag = gpudiag.analyze("runs/exp1")      # a run directory, trace file(s) or a directory of traces
+    diag = gpudiag.analyze("runs/exp1")       # run directory, trace file(s) or directory
     diag.steps_frame()                         # pandas DataFrame, one row per (rank, step)
     timeline = gpudiag.load_run("traces/")     # the interval model, for your own analysis
 """

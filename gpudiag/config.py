@@ -1,4 +1,4 @@
-"""Thresholds and matching rules: built-in defaults, then ``[tool.gpudiag]`` in pyproject.toml, then the CLI."""
+"""Thresholds and matching rules: defaults → ``[tool.gpudiag]`` in pyproject.toml → the CLI."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from gpudiag.errors import UsageError
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 # A kernel is communication when its name matches this (NVIDIA NCCL ≤2.18 ncclKernel_*,
 # ≥2.19 ncclDevKernel_*, ≥2.27 ncclSymDevKernel_*, and AMD RCCL, which keeps the nccl prefix).
@@ -31,7 +31,7 @@ DEFAULT_STEP_RE = r"^ProfilerStep#(\d+)$"
 
 @dataclass(frozen=True)
 class Thresholds:
-    """Every number and pattern that changes a verdict; each is documented in docs/definitions.md."""
+    """Every number and pattern that changes a verdict (documented in docs/definitions.md)."""
 
     idle_ratio_max: float = 0.30
     data_bound_ratio: float = 0.10

@@ -39,7 +39,7 @@ class EnvironmentProblem(GpudiagError):
 
 
 class InputError(GpudiagError):
-    """An input file or directory cannot be used: unreadable, truncated, unknown format, no ranks."""
+    """An input cannot be used: unreadable, truncated, unknown format, no ranks."""
 
     exit_code = EXIT_INPUT
 

@@ -9,6 +9,8 @@ reads back, possibly on another machine::
       ranks/rank-<R>.steps.jsonl    every step of rank R: append-only telemetry
       nvml/<host>.jsonl             NVML samples of this node's GPUs
       nsys/                         optional Nsight Systems report and export
+      control.json                  requests to the running ranks (``attach --profile-next``)
+      ranks/previous/               earlier on-demand profiler windows, moved aside
 
 Several nodes writing into one shared directory each use ``node-<k>/`` with the same
 layout inside; :func:`node_dirs` finds them all.
@@ -20,6 +22,7 @@ and :func:`os.replace` (manifest, reports), so a reader never sees half a file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -34,6 +37,7 @@ MANIFEST_SCHEMA_VERSION = 1
 RANKS_DIR = "ranks"
 NVML_DIR = "nvml"
 NSYS_DIR = "nsys"
+CONTROL = "control.json"
 
 
 def trace_path(run_dir: Path, rank: int) -> Path:
@@ -49,6 +53,21 @@ def steps_path(run_dir: Path, rank: int) -> Path:
 def nvml_path(run_dir: Path, host: str) -> Path:
     """Where the sampler of ``host`` appends NVML samples."""
     return run_dir / NVML_DIR / f"{host}.jsonl"
+
+
+def control_path(run_dir: Path) -> Path:
+    """Where ``gpudiag attach --profile-next`` leaves requests that the rank hooks poll."""
+    return run_dir / CONTROL
+
+
+def previous_traces_dir(run_dir: Path) -> Path:
+    """Where a rank moves its older trace when an on-demand window replaces it."""
+    return run_dir / RANKS_DIR / "previous"
+
+
+def node_dir(out: Path, node_rank: int) -> Path:
+    """The directory one node of a multi-node run writes into."""
+    return out / f"node-{node_rank}"
 
 
 @dataclass
@@ -164,8 +183,6 @@ def atomic_write(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise

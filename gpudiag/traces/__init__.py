@@ -1,1 +1,1 @@
-"""Trace loaders: every input format becomes the same interval model (:mod:`gpudiag.traces.schema`)."""
+"""Trace loaders: every input format becomes one interval model (:mod:`gpudiag.traces.schema`)."""

@@ -1,4 +1,4 @@
-"""The Interval schema (rank, lane, kind, name, start_ns, end_ns, step), RankTimeline, RunTimeline, validation.
+"""The Interval schema (rank, lane, kind, name, start_ns, end_ns, step), timelines, validation.
 
 Every loader (Kineto, Nsight, telemetry) returns a :class:`RankTimeline`: one table of
 intervals held as parallel numpy arrays, so the analysis can do set arithmetic on whole
@@ -94,7 +94,7 @@ class RankTimeline:
     def validate(self) -> RankTimeline:
         """Check the fixed schema; loaders call this before returning. Raises ValueError."""
         n = len(self)
-        cols = {
+        cols: dict[str, tuple[npt.NDArray[Any], Any]] = {
             "start_ns": (self.start_ns, np.int64),
             "end_ns": (self.end_ns, np.int64),
             "kind": (self.kind, np.int8),
@@ -106,7 +106,9 @@ class RankTimeline:
         }
         for col, (arr, dt) in cols.items():
             if arr.dtype != dt or arr.shape != (n,):
-                raise ValueError(f"column {col}: expected {np.dtype(dt)}[{n}], got {arr.dtype}{arr.shape}")
+                raise ValueError(
+                    f"column {col}: expected {np.dtype(dt)}[{n}], got {arr.dtype}{arr.shape}"
+                )
         if n:
             if np.any(self.end_ns < self.start_ns):
                 raise ValueError("an interval ends before it starts")

@@ -1,0 +1,1 @@
+"""Pure analysis: RunTimeline + Thresholds → Diagnosis, with no I/O."""

@@ -1,0 +1,146 @@
+r"""Per (rank, step): compute / data-wait / comm-wait / other ns → StepBreakdown.
+
+Definitions (docs/definitions.md is the user-facing copy; keep both in step). With K the
+compute set, C the communication set, M the copy set and D the data-fetch set of a rank:
+
+* compute      = |K ∩ P|
+* comm_wait    = |(C \\ K) ∩ P|            communication not hidden behind compute
+* overlapped   = |(C ∩ K) ∩ P|            reported separately, not part of the sum
+* data_wait    = |(D \\ (K ∪ C ∪ M)) ∩ P|  fetching data while the device is idle
+* other        = |P| − the three above     host overhead, launch gaps, copies alone, sync
+
+P is the step's period (:mod:`gpudiag.analysis.steps`), so the four parts sum to it exactly.
+
+GPU traces: K = union of non-communication kernels, C = union of communication kernels,
+M = union of memcpy/memset, D = DataLoader ranges on the training thread.
+
+CPU-only traces (gloo, no GPU): K = operators on the training and autograd threads minus
+collective and data ranges; C = collective ranges on any thread (``gloo:*``, ``c10d::*``,
+…) plus the training thread's *silent sync gaps*: a gap with no event that ends where DDP
+copies a reduced bucket back (``copy_bucket_to_grad``), i.e. ``finalize_backward``
+blocked on the allreduce futures, which gloo does not record as an event. M = ∅.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpudiag.analysis import intervals as iv
+from gpudiag.analysis.steps import StepWindows
+from gpudiag.traces.schema import I64, Kind, RankTimeline
+
+_BUCKET_COPY = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
+
+
+@dataclass
+class StepParts:
+    """Per-step parts of one rank, column-wise (ns)."""
+
+    compute: I64
+    comm_wait: I64
+    data_wait: I64
+    other: I64
+    overlapped: I64
+    mode: str  # "gpu" or "cpu"
+
+
+@dataclass
+class RankSets:
+    """The four interval sets a rank's classification is made of."""
+
+    compute: iv.IntervalSet
+    comm: iv.IntervalSet
+    copy: iv.IntervalSet
+    data: iv.IntervalSet
+    mode: str
+
+
+def _set(tl: RankTimeline, mask: npt.NDArray[np.bool_]) -> iv.IntervalSet:
+    return iv.union(tl.start_ns[mask], tl.end_ns[mask])
+
+
+def rank_sets(tl: RankTimeline) -> RankSets:
+    """Build K, C, M and D for a rank (see the module docstring)."""
+    lane_is_gpu = tl.gpu_lane_mask()
+    gpu = lane_is_gpu[tl.lane] if len(tl) else np.zeros(0, bool)
+    main = tl.meta.main_lane
+    on_main = (tl.lane == main) if main >= 0 else ~gpu
+    data = _set(tl, (tl.kind == Kind.DATALOADER) & on_main)
+    gpu_busy = gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM, Kind.MEMCPY, Kind.MEMSET])
+    if gpu_busy.any():
+        return RankSets(
+            compute=_set(tl, gpu & (tl.kind == Kind.COMPUTE)),
+            comm=_set(tl, gpu & (tl.kind == Kind.COMM)),
+            copy=_set(tl, gpu & np.isin(tl.kind, [Kind.MEMCPY, Kind.MEMSET])),
+            data=data,
+            mode="gpu",
+        )
+    # CPU-only: the training thread and autograd threads do the compute.
+    names = tl.meta.extra.get("thread_names", {})
+    compute_lanes = [
+        i for i, ln in enumerate(tl.lanes)
+        if i == main or any("autograd" in n for n in names.get(ln, []))
+    ]  # fmt: skip
+    ops = _set(tl, (tl.kind == Kind.CPU_OP) & np.isin(tl.lane, compute_lanes))
+    comm = _set(tl, (tl.kind == Kind.COMM) & ~gpu)
+    comm = iv.join(comm, _sync_gaps(tl, on_main))
+    return RankSets(
+        compute=iv.subtract(iv.subtract(ops, comm), data),
+        comm=comm,
+        copy=iv.EMPTY,
+        data=data,
+        mode="cpu",
+    )
+
+
+def _sync_gaps(tl: RankTimeline, on_main: npt.NDArray[np.bool_]) -> iv.IntervalSet:
+    """Gaps on the training thread that end where DDP copies a reduced bucket back."""
+    try:
+        bucket = tl.names.index(_BUCKET_COPY)
+    except ValueError:
+        return iv.EMPTY
+    if not on_main.any():
+        return iv.EMPTY
+    busy = _set(tl, on_main & (tl.kind != Kind.STEP))
+    if busy[0].size == 0:
+        return iv.EMPTY
+    gaps = iv.complement(busy, int(busy[0][0]), int(busy[1][-1]))
+    copies = tl.start_ns[on_main & (tl.name == bucket)]
+    hit = np.isin(gaps[1], copies)
+    return gaps[0][hit], gaps[1][hit]
+
+
+def classify_steps(tl: RankTimeline, win: StepWindows) -> StepParts:
+    """Split every step period of a rank into its parts (vectorised over steps)."""
+    sets = rank_sets(tl)
+    return classify_sets(sets, win.start, win.end)
+
+
+def classify_sets(sets: RankSets, start: I64, end: I64) -> StepParts:
+    """The pure core: interval sets and periods in, parts out."""
+    k, c, m, d = sets.compute, sets.comm, sets.copy, sets.data
+    compute = iv.measure(k, start, end)
+    comm_wait = iv.measure(iv.subtract(c, k), start, end)
+    overlapped = iv.measure(iv.intersect(c, k), start, end)
+    busy = iv.join(iv.join(k, c), m)
+    data_wait = iv.measure(iv.subtract(d, busy), start, end)
+    other = (end - start) - compute - comm_wait - data_wait
+    return StepParts(compute, comm_wait, data_wait, other, overlapped, sets.mode)
+
+
+def dominant_names(
+    tl: RankTimeline, kind: Kind, gpu: bool | None = None, top: int = 3
+) -> list[tuple[str, int]]:
+    """The names of ``kind`` intervals holding the most time (for evidence in messages)."""
+    mask = tl.kind == kind
+    if gpu is not None and len(tl):
+        mask &= tl.gpu_lane_mask()[tl.lane] == gpu
+    if not mask.any():
+        return []
+    w = np.bincount(tl.name[mask], weights=(tl.end_ns[mask] - tl.start_ns[mask]).astype(np.float64),
+                    minlength=len(tl.names))  # fmt: skip
+    order = np.argsort(w)[::-1][:top]
+    return [(tl.names[int(i)], int(w[i])) for i in order if w[i] > 0]

@@ -1,0 +1,267 @@
+"""The pipeline: RunTimeline + Thresholds → Diagnosis.
+
+:func:`analyze_rank` is the per-rank unit of work (steps, classification, evidence); it is
+pure and runs in worker processes when several ranks are read. :func:`build_diagnosis`
+turns per-rank results into the run summary and findings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpudiag import __version__
+from gpudiag.analysis.classify import classify_steps, dominant_names
+from gpudiag.analysis.idle import idle_findings
+from gpudiag.analysis.model import (
+    Diagnosis,
+    Finding,
+    RankSummary,
+    RunSummary,
+    Shares,
+    StepBreakdown,
+)
+from gpudiag.analysis.steps import find_steps
+from gpudiag.config import Thresholds
+from gpudiag.errors import InputError
+from gpudiag.traces.schema import Kind, RankMeta, RankTimeline, RunTimeline
+
+
+@dataclass
+class RankResult:
+    """What one rank contributes to a Diagnosis; small enough to cross processes."""
+
+    rank: int
+    meta: RankMeta
+    mode: str
+    step_source: str
+    steps: list[StepBreakdown]
+    notes: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    truncated_step: int | None = None
+
+
+def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
+    """Steps and their classification for one rank."""
+    win = find_steps(tl, th.step_re)
+    parts = classify_steps(tl, win)
+    n = len(win)
+    keep = np.ones(n, bool)
+    truncated = None
+    if (
+        parts.mode == "gpu"
+        and n > 1
+        and win.gpu_ops[-1] < th.truncated_step_ratio * win.gpu_ops[-2]
+    ):
+        # The profiler stopped while this step's GPU work was still being launched or run.
+        keep[-1] = False
+        truncated = int(win.step[-1])
+    steps = [
+        StepBreakdown(
+            rank=tl.rank,
+            step=int(win.step[i]),
+            start_ns=int(win.start[i]),
+            duration_ns=int(win.end[i] - win.start[i]),
+            compute_ns=int(parts.compute[i]),
+            comm_wait_ns=int(parts.comm_wait[i]),
+            data_wait_ns=int(parts.data_wait[i]),
+            other_ns=int(parts.other[i]),
+            comm_overlapped_ns=int(parts.overlapped[i]),
+            gpu_ops=int(win.gpu_ops[i]) if parts.mode == "gpu" else None,
+        )
+        for i in np.flatnonzero(keep).tolist()
+    ]
+    evidence: dict[str, Any] = {}
+    data = dominant_names(tl, Kind.DATALOADER, top=1)
+    if data:
+        evidence["data_range"] = data[0][0]
+    comm = dominant_names(tl, Kind.COMM, gpu=parts.mode == "gpu", top=3)
+    if comm:
+        evidence["comm_top"] = comm[0][0]
+        evidence["comm_names"] = [c[0] for c in comm]
+    if parts.mode == "gpu":
+        evidence["gpu_ops"] = int(win.gpu_ops.sum())
+    return RankResult(
+        rank=tl.rank,
+        meta=tl.meta,
+        mode=parts.mode,
+        step_source=win.source,
+        steps=steps,
+        notes=list(tl.meta.notes) + win.notes,
+        evidence=evidence,
+        truncated_step=truncated,
+    )
+
+
+def _pct(values: np.ndarray[Any, Any], q: float) -> int:
+    return round(float(np.percentile(values, q))) if values.size else 0
+
+
+def _shares(steps: Sequence[StepBreakdown]) -> tuple[Shares, float, float, float | None]:
+    """Time-weighted shares, overlapped ratio, idle ratio and hidden ratio of some steps."""
+    total = sum(s.duration_ns for s in steps)
+    if total <= 0:
+        return Shares(0.0, 0.0, 0.0, 0.0), 0.0, 0.0, None
+    c = sum(s.compute_ns for s in steps)
+    w = sum(s.comm_wait_ns for s in steps)
+    d = sum(s.data_wait_ns for s in steps)
+    o = sum(s.other_ns for s in steps)
+    ov = sum(s.comm_overlapped_ns for s in steps)
+    hidden = ov / (ov + w) if (ov + w) > 0 else None
+    return Shares(c / total, w / total, d / total, o / total), ov / total, 1.0 - c / total, hidden
+
+
+def summarize_rank(res: RankResult) -> RankSummary:
+    """A rank's summary over its analysed steps."""
+    durs = np.array([s.duration_ns for s in res.steps], dtype=np.int64)
+    shares, ov, idle, hidden = _shares(res.steps)
+    return RankSummary(
+        rank=res.rank,
+        steps=len(res.steps),
+        step_time_ns_median=_pct(durs, 50),
+        step_time_ns_p90=_pct(durs, 90),
+        shares=shares,
+        comm_overlapped_ratio=ov,
+        comm_hidden_ratio=hidden,
+        idle_ratio=idle,
+        mode=res.mode,
+        step_source=res.step_source,
+        source=res.meta.source,
+        devices=sorted(set(res.meta.devices))[:1] if res.meta.devices else [],
+        notes=res.notes,
+        evidence=res.evidence,
+    )
+
+
+def build_diagnosis(
+    results: Sequence[RankResult],
+    th: Thresholds,
+    inputs: Sequence[str] = (),
+    notes: Sequence[str] = (),
+) -> Diagnosis:
+    """Assemble run summary, findings and the Diagnosis from per-rank results."""
+    results = sorted(results, key=lambda r: r.rank)
+    ranks = [summarize_rank(r) for r in results]
+    steps = [s for r in results for s in r.steps]
+    if not steps:
+        raise InputError(
+            ", ".join(inputs) or "input", "no step could be analysed", "is the trace empty?"
+        )
+    durs = np.array([s.duration_ns for s in steps], dtype=np.int64)
+    shares, ov, idle, _ = _shares(steps)
+    modes = {r.mode for r in ranks}
+    world = [r.meta.world_size for r in results if r.meta.world_size]
+    run = RunSummary(
+        ranks=len(ranks),
+        world_size=max(world) if world else None,
+        steps=len({s.step for s in steps}),
+        step_time_ns_median=_pct(durs, 50),
+        step_time_ns_p90=_pct(durs, 90),
+        shares=shares,
+        comm_overlapped_ratio=ov,
+        idle_ratio=idle,
+        mode=modes.pop() if len(modes) == 1 else "mixed",
+    )
+    findings = idle_findings(ranks, steps, th) + _source_findings(results, run)
+    order = {"error": 0, "warning": 1, "info": 2}
+    findings.sort(
+        key=lambda f: (
+            order.get(f.severity, 3),
+            -max(f.metrics.get("per_rank", {0: 0}).values(), default=0),
+        )
+    )
+    return Diagnosis(
+        run=run,
+        ranks=ranks,
+        steps=steps,
+        findings=findings,
+        inputs=list(inputs),
+        thresholds=th.as_dict(),
+        notes=list(notes),
+        gpudiag_version=__version__,
+    )
+
+
+def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Finding]:
+    """What the inputs lacked: step markers, GPU activity, ranks, a complete last step."""
+    out: list[Finding] = []
+    by_source: dict[str, list[int]] = {}
+    for r in results:
+        if r.step_source != "ProfilerStep":
+            by_source.setdefault(r.step_source, []).append(r.rank)
+    for source, ranks in by_source.items():
+        msg = {
+            "optimizer": "no ProfilerStep markers: steps inferred from Optimizer.step ranges",
+            "whole": "no step markers: the whole trace was analysed as one window",
+        }.get(source, f"steps from {source}")
+        out.append(
+            Finding("source_missing", "info", msg, ranks=ranks, metrics={"missing": "steps"})
+        )
+    cpu_with_gpus = [r.rank for r in results if r.mode == "cpu" and r.meta.devices]
+    if cpu_with_gpus:
+        out.append(Finding(
+            "source_missing", "warning",
+            "the trace lists GPUs but holds no GPU activity: classified from CPU threads "
+            "(profile with ProfilerActivity.CUDA to see the GPU)",
+            ranks=cpu_with_gpus, metrics={"missing": "gpu_events"},
+        ))  # fmt: skip
+    truncated = [(r.rank, r.truncated_step) for r in results if r.truncated_step is not None]
+    if truncated:
+        out.append(Finding(
+            "truncated_step", "info",
+            "the last profiled step was cut off (far fewer GPU ops than the step before) "
+            "and is left out of the statistics",
+            ranks=[r for r, _ in truncated],
+            steps=sorted({s for _, s in truncated if s is not None}),
+        ))  # fmt: skip
+    if run.world_size and run.world_size > run.ranks:
+        present = sorted(r.rank for r in results)
+        out.append(Finding(
+            "source_missing", "info",
+            f"{run.ranks} of {run.world_size} ranks have traces ({_span(present)}); "
+            "cross-rank findings cover only those",
+            ranks=present, metrics={"missing": "ranks", "world_size": run.world_size},
+        ))  # fmt: skip
+    return out
+
+
+def _span(ranks: list[int]) -> str:
+    if len(ranks) <= 6:
+        return (
+            "rank " + ", ".join(map(str, ranks))
+            if len(ranks) == 1
+            else "ranks " + ", ".join(map(str, ranks))
+        )
+    return f"ranks {ranks[0]}…{ranks[-1]}"
+
+
+def diagnose(run: RunTimeline, thresholds: Thresholds | None = None) -> Diagnosis:
+    """Diagnose an already loaded RunTimeline (pure)."""
+    th = thresholds or Thresholds()
+    results = [analyze_rank(tl, th) for tl in run.ranks]
+    return build_diagnosis(results, th, [tl.meta.source for tl in run.ranks], run.notes)
+
+
+def _analyze_input(inp: Any, th: Thresholds) -> RankResult:
+    from gpudiag.traces.load import load_rank
+
+    return analyze_rank(load_rank(inp, th), th)
+
+
+def analyze_paths(
+    *paths: str | os.PathLike[str],
+    thresholds: Thresholds | None = None,
+    jobs: int | None = None,
+) -> Diagnosis:
+    """Discover, load and analyse inputs; ranks are loaded and analysed in parallel processes."""
+    from gpudiag.traces.load import check_ranks, discover, parallel_map
+
+    th = thresholds or Thresholds()
+    inputs = discover(paths)
+    results = parallel_map(_analyze_input, inputs.traces, jobs, th)
+    check_ranks(results, [t.path for t in inputs.traces])
+    return build_diagnosis(results, th, [str(t.path) for t in inputs.traces], inputs.notes)

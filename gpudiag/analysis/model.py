@@ -1,0 +1,176 @@
+"""The Diagnosis and the frozen dataclasses it is made of; JSON round-trip with ``schema_version``.
+
+This is the contract between analysis and every renderer, and (as JSON) with users'
+scripts and CI systems. docs/json-schema.md documents it and
+``gpudiag/schema/diagnosis.schema.json`` checks it; bump :data:`SCHEMA_VERSION` on any
+incompatible change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+SHARE_KEYS = ("compute", "comm_wait", "data_wait", "other")
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """One (rank, step): its period and how it splits. The four parts sum to ``duration_ns``."""
+
+    rank: int
+    step: int
+    start_ns: int
+    duration_ns: int
+    compute_ns: int
+    comm_wait_ns: int
+    data_wait_ns: int
+    other_ns: int
+    comm_overlapped_ns: int
+    gpu_ops: int | None = None
+
+    @property
+    def idle_ratio(self) -> float:
+        """1 − compute / step time."""
+        return 1.0 - self.compute_ns / self.duration_ns if self.duration_ns else 0.0
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Fractions of step time; they sum to 1."""
+
+    compute: float
+    comm_wait: float
+    data_wait: float
+    other: float
+
+    def as_dict(self) -> dict[str, float]:
+        """Plain dict for JSON."""
+        return {k: getattr(self, k) for k in SHARE_KEYS}
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """One rank over all its analysed steps (time-weighted)."""
+
+    rank: int
+    steps: int
+    step_time_ns_median: int
+    step_time_ns_p90: int
+    shares: Shares
+    comm_overlapped_ratio: float
+    comm_hidden_ratio: float | None
+    idle_ratio: float
+    mode: str  # "gpu": classified from GPU kernels; "cpu": from host threads (no GPU events)
+    step_source: str  # "ProfilerStep", "optimizer", "whole", "telemetry"
+    source: str
+    devices: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """The whole run: every rank's steps together."""
+
+    ranks: int
+    world_size: int | None
+    steps: int
+    step_time_ns_median: int
+    step_time_ns_p90: int
+    shares: Shares
+    comm_overlapped_ratio: float
+    idle_ratio: float
+    mode: str
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something worth a user's attention, with the numbers that triggered it."""
+
+    kind: str  # idle_ratio, data_bound, comm_bound, host_bound, source_missing, truncated_step, ...
+    severity: str  # "error", "warning", "info"
+    message: str
+    ranks: list[int] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """A remedy, the finding it answers and the evidence for it."""
+
+    id: str
+    title: str
+    detail: str
+    finding: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    estimated_gain_ns: int | None = None
+    estimated_gain_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Everything gpudiag concluded about a run; renderers only format it."""
+
+    run: RunSummary
+    ranks: list[RankSummary]
+    steps: list[StepBreakdown]
+    findings: list[Finding]
+    recommendations: list[Recommendation] = field(default_factory=list)
+    inputs: list[str] = field(default_factory=list)
+    thresholds: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    gpudiag_version: str = ""
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        """The public JSON document (see docs/json-schema.md)."""
+        d = asdict(self)
+        d["run"]["shares"] = self.run.shares.as_dict()
+        for r, rs in zip(d["ranks"], self.ranks, strict=True):
+            r["shares"] = rs.shares.as_dict()
+        order = ["schema_version", "gpudiag_version", "inputs", "run", "ranks", "steps",
+                 "findings", "recommendations", "thresholds", "notes"]  # fmt: skip
+        return {k: d[k] for k in order}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Diagnosis:
+        """Rebuild a Diagnosis from :meth:`to_json` output (e.g. a saved baseline)."""
+        if int(d.get("schema_version", 0)) > SCHEMA_VERSION:
+            raise ValueError(
+                f"diagnosis schema {d.get('schema_version')} is newer than this gpudiag "
+                f"understands ({SCHEMA_VERSION})"
+            )
+        run = dict(d["run"])
+        run["shares"] = Shares(**run["shares"])
+        ranks = []
+        for r in d["ranks"]:
+            r = dict(r)
+            r["shares"] = Shares(**r["shares"])
+            ranks.append(RankSummary(**r))
+        return cls(
+            run=RunSummary(**run),
+            ranks=ranks,
+            steps=[StepBreakdown(**s) for s in d["steps"]],
+            findings=[Finding(**f) for f in d["findings"]],
+            recommendations=[Recommendation(**r) for r in d.get("recommendations", [])],
+            inputs=list(d.get("inputs", [])),
+            thresholds=dict(d.get("thresholds", {})),
+            notes=list(d.get("notes", [])),
+            gpudiag_version=str(d.get("gpudiag_version", "")),
+            schema_version=int(d["schema_version"]),
+        )
+
+    def steps_frame(self) -> Any:
+        """One row per (rank, step) as a pandas DataFrame, with ``idle_ratio`` and the shares."""
+        import pandas as pd
+
+        cols = ["rank", "step", "start_ns", "duration_ns", "compute_ns", "comm_wait_ns",
+                "data_wait_ns", "other_ns", "comm_overlapped_ns", "gpu_ops"]  # fmt: skip
+        df = pd.DataFrame([asdict(s) for s in self.steps], columns=cols)
+        df["gpu_ops"] = df["gpu_ops"].astype("Int64")
+        dur = df["duration_ns"].where(df["duration_ns"] > 0)
+        df["idle_ratio"] = 1.0 - df["compute_ns"] / dur
+        return df

@@ -1,0 +1,157 @@
+"""rich tables for terminals, and golden text at a fixed width."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from gpudiag.analysis.model import Diagnosis, RankSummary, Shares
+
+_SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
+_SEVERITY_MARK = {"error": "✗", "warning": "!", "info": "·"}
+
+
+def fmt_ns(ns: float | None) -> str:
+    """A duration in the unit that reads best."""
+    if ns is None:
+        return "n/a"
+    if ns >= 10e9:
+        return f"{ns / 1e9:.1f} s"
+    if ns >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.1f} ms"
+    if ns >= 1e3:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns:.0f} ns"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.1f}%"
+
+
+def _share_cells(s: Shares) -> list[str]:
+    return [_pct(s.compute), _pct(s.comm_wait), _pct(s.data_wait), _pct(s.other)]
+
+
+def make_console(out: TextIO, width: int | None = None, color: bool | None = None) -> Console:
+    """A console on ``out``; fixed width and no colour give reproducible (golden) text."""
+    if width is None and not (hasattr(out, "isatty") and out.isatty()):
+        width = 120  # files and pipes: wide enough for every column, stable for diffs
+    return Console(
+        file=out,
+        width=width,
+        force_terminal=color,
+        no_color=color is False,
+        highlight=False,
+        soft_wrap=False,
+        emoji=False,
+    )
+
+
+def render(
+    d: Diagnosis,
+    out: TextIO,
+    *,
+    show_steps: bool = False,
+    width: int | None = None,
+    color: bool | None = None,
+    max_ranks: int = 64,
+) -> None:
+    """Print the run summary, the per-rank table, findings and (optionally) every step."""
+    con = make_console(out, width=width, color=color)
+    r = d.run
+    idle_flag = r.idle_ratio > float(d.thresholds.get("idle_ratio_max", 0.30))
+    head = Text()
+    head.append("gpudiag", style="bold")
+    head.append(f" · {r.ranks} rank{'s' if r.ranks != 1 else ''}")
+    if r.world_size and r.world_size != r.ranks:
+        head.append(f" of {r.world_size}")
+    head.append(f" · {r.steps} step{'s' if r.steps != 1 else ''} · {r.mode.upper()} trace")
+    head.append(
+        f" · step time median {fmt_ns(r.step_time_ns_median)}, p90 {fmt_ns(r.step_time_ns_p90)}"
+    )
+    con.print(head)
+    line = Text("run: ")
+    line.append(f"compute {_pct(r.shares.compute)} · comm-wait {_pct(r.shares.comm_wait)} · "
+                f"data-wait {_pct(r.shares.data_wait)} · "
+                f"other {_pct(r.shares.other)} · ")  # fmt: skip
+    line.append(f"idle {_pct(r.idle_ratio)}", style="bold red" if idle_flag else "green")
+    if idle_flag:
+        line.append(" (> threshold)", style="red")
+    line.append(f" · comm overlapped {_pct(r.comm_overlapped_ratio)}")
+    con.print(line)
+    con.print()
+    con.print(_rank_table(d, max_ranks))
+    if show_steps:
+        con.print(_step_table(d))
+    con.print()
+    if d.findings:
+        con.print(Text("Findings", style="bold"))
+        for f in d.findings:
+            t = Text(
+                f" {_SEVERITY_MARK.get(f.severity, '-')} ",
+                style=_SEVERITY_STYLE.get(f.severity, ""),
+            )
+            t.append(f.message)
+            con.print(t)
+    else:
+        con.print(Text("No findings: compute dominates every rank's step time.", style="green"))
+    if d.recommendations:
+        con.print()
+        con.print(Text("Recommendations", style="bold"))
+        for rec in d.recommendations:
+            t = Text(" → ", style="cyan")
+            t.append(rec.title, style="bold")
+            if rec.estimated_gain_ns:
+                t.append(f"  (could recover ~{fmt_ns(rec.estimated_gain_ns)} per step)")
+            con.print(t)
+            con.print(Text(f"   {rec.detail}"))
+    for note in d.notes:
+        con.print(Text(f"note: {note}", style="dim"))
+
+
+def _rank_table(d: Diagnosis, max_ranks: int) -> Table:
+    t = Table(title=None, box=None, header_style="bold", pad_edge=False)
+    for col, just in (("rank", "right"), ("steps", "right"), ("median", "right"), ("p90", "right"),
+                      ("compute", "right"), ("comm-wait", "right"), ("data-wait", "right"),
+                      ("other", "right"), ("overlap", "right"), ("idle", "right")):  # fmt: skip
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    thr = float(d.thresholds.get("idle_ratio_max", 0.30))
+    ranks: list[RankSummary] = d.ranks
+    shown = (
+        ranks if len(ranks) <= max_ranks else sorted(ranks, key=lambda r: -r.idle_ratio)[:max_ranks]
+    )
+    for rs in sorted(shown, key=lambda r: r.rank):
+        idle = Text(_pct(rs.idle_ratio), style="bold red" if rs.idle_ratio > thr else "")
+        t.add_row(str(rs.rank), str(rs.steps), fmt_ns(rs.step_time_ns_median),
+                  fmt_ns(rs.step_time_ns_p90), *_share_cells(rs.shares),
+                  _pct(rs.comm_overlapped_ratio), idle)  # fmt: skip
+    if len(ranks) > max_ranks:
+        t.caption = f"{len(ranks) - max_ranks} more ranks not shown (the {max_ranks} idlest are)"
+    return t
+
+
+def _step_table(d: Diagnosis) -> Table:
+    t = Table(title="steps", box=None, header_style="bold", pad_edge=False, title_justify="left")
+    for col in (
+        "rank",
+        "step",
+        "duration",
+        "compute",
+        "comm-wait",
+        "data-wait",
+        "other",
+        "overlap",
+        "idle",
+    ):
+        t.add_column(col, justify="right")
+    for s in d.steps:
+        dur = s.duration_ns or 1
+        t.add_row(str(s.rank), str(s.step), fmt_ns(s.duration_ns), fmt_ns(s.compute_ns),
+                  fmt_ns(s.comm_wait_ns), fmt_ns(s.data_wait_ns), fmt_ns(s.other_ns),
+                  fmt_ns(s.comm_overlapped_ns), _pct(1 - s.compute_ns / dur))  # fmt: skip
+    return t
