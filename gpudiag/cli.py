@@ -133,3 +133,105 @@ def main(argv: list[str] | None = None) -> None:
 
 
 # ---- capture commands (run, attach, doctor) ----
+
+
+def _progress_printer(quiet: bool) -> Any:
+    """A live rich panel on a terminal, plain lines on stderr every ~10 s otherwise."""
+    if quiet:
+        return None, None
+    if sys.stdout.isatty() and sys.stderr.isatty():
+        from rich.console import Console
+        from rich.live import Live
+        from rich.table import Table
+
+        live = Live(console=Console(stderr=True), refresh_per_second=1, transient=True)
+
+        def show(p: Any) -> None:
+            t = Table(title=f"gpudiag · {p.run_dir} · {p.elapsed_s:.0f}s", box=None)
+            t.add_column("GPU / rank")
+            t.add_column("util / steps", justify="right")
+            for g in p.gpus:
+                u = g.get("util_ratio")
+                t.add_row(f"gpu {g.get('index')}", "n/a" if u is None else f"{u:.0%}")
+            for r, rp in sorted(p.ranks.items()):
+                rate = "" if rp.steps_per_s is None else f" ({rp.steps_per_s:.2f}/s)"
+                t.add_row(f"rank {r}", f"{rp.steps}{rate}")
+            if not live.is_started:
+                live.start()
+            live.update(t)
+
+        return show, live
+    last = [0.0]
+
+    def line(p: Any) -> None:
+        if p.elapsed_s - last[0] < 10.0:
+            return
+        last[0] = p.elapsed_s
+        ranks = " ".join(f"r{r}:{rp.steps}" for r, rp in sorted(p.ranks.items()))
+        utils = " ".join(
+            "n/a" if g.get("util_ratio") is None else f"{g['util_ratio']:.0%}" for g in p.gpus
+        )
+        print(
+            f"gpudiag: {p.elapsed_s:.0f}s steps {ranks or '-'} gpu util {utils or 'n/a'}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return line, None
+
+
+def _analyze_run(out_dir: Path, run_dir: Path) -> None:
+    """Print the diagnosis of a finished run on stdout; failures only mark it incomplete."""
+    from gpudiag.collect.launcher import log, record_incomplete
+
+    try:
+        from gpudiag.analysis.diagnose import analyze_paths
+        from gpudiag.report.console import render
+
+        d = analyze_paths(out_dir, thresholds=thresholds())
+        sys.stdout.flush()
+        render(d, sys.stdout)
+    except Exception as e:
+        msg = f"analysis failed: {type(e).__name__}: {e}"
+        log(f"{msg}; re-run it with `gpudiag analyze {out_dir}`")
+        record_incomplete(run_dir, msg)
+
+
+@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+def run(
+    command: Annotated[list[str], typer.Argument(help="The training command, after `--`.")],
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Run directory (runs/<time>-<id>).")
+    ] = None,
+    profile_steps: Annotated[
+        str, typer.Option("--profile-steps", help="Steps A:B (B exclusive) to profile, or off.")
+    ] = "5:10",
+    nvml_interval: Annotated[
+        float, typer.Option("--nvml-interval", help="Seconds between NVML samples.")
+    ] = 0.1,
+    no_nvml: Annotated[bool, typer.Option("--no-nvml", help="Do not sample NVML.")] = False,
+    node_rank: Annotated[
+        int | None, typer.Option("--node-rank", help="This node's rank (GROUP_RANK/SLURM_NODEID).")
+    ] = None,
+    no_analyze: Annotated[bool, typer.Option("--no-analyze", help="Skip the diagnosis.")] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+) -> None:
+    """Run a training command unchanged and capture NVML, traces and step telemetry."""
+    from gpudiag.collect import hook, launcher
+
+    try:
+        hook.parse_window(profile_steps)
+    except ValueError as e:
+        raise GpudiagError(str(e), "use --profile-steps 5:10 or off", EXIT_USAGE) from e
+    opts = launcher.RunOptions(command, out, profile_steps, not no_nvml, nvml_interval, node_rank)
+    show, live = _progress_printer(quiet)
+    try:
+        res = launcher.run(opts, progress=show)
+    finally:
+        if live is not None and live.is_started:
+            live.stop()
+    launcher.log(f"job exited with {res.exit_code}; run directory {res.out_dir}")
+    if not no_analyze:
+        _analyze_run(res.out_dir, res.run_dir)
+    print(f"run directory: {res.out_dir}", file=sys.stderr)
+    raise typer.Exit(res.exit_code)

@@ -1,0 +1,419 @@
+"""Builds and supervises the child command, forwards signals, records its exit in the manifest.
+
+The child runs in its own session (``start_new_session=True``), so terminal signals reach
+gpudiag only and are forwarded exactly once to the child's process group: SIGINT,
+SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2. A new session, rather than only a new
+process group, keeps a job that reads the terminal from being stopped by SIGTTIN. The
+child inherits stdin, stdout and stderr (no pipes, so it can never block on gpudiag).
+gpudiag's exit code is the child's (128 + N when it died by signal N); failures of the
+capture are logged once to stderr and listed in ``manifest.diagnosis_incomplete``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import gpudiag
+from gpudiag import rundir
+from gpudiag.collect import bootstrap
+from gpudiag.collect.nvml import NvmlSampler, load_nvml
+
+FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+
+
+def log(msg: str) -> None:
+    """Gpudiag's own messages go to stderr, never stdout."""
+    print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class RunOptions:
+    """What ``gpudiag run`` was asked to do."""
+
+    command: list[str]
+    out: Path | None = None
+    profile_steps: str | None = "5:10"
+    nvml: bool = True
+    nvml_interval_s: float = 0.1
+    node_rank: int | None = None
+    nvml_backend: Any = None
+
+
+@dataclass
+class RankProgress:
+    """Steps seen so far for one rank, from its telemetry file."""
+
+    steps: int = 0
+    steps_per_s: float | None = None
+    last_end_ns: int | None = None
+
+
+@dataclass
+class Progress:
+    """A snapshot for the live display."""
+
+    run_dir: Path
+    elapsed_s: float
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    ranks: dict[int, RankProgress] = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    """What the run left behind."""
+
+    out_dir: Path
+    run_dir: Path
+    exit_code: int
+    manifest: rundir.RunManifest
+
+
+def default_out_dir(now: float | None = None) -> Path:
+    """``runs/<YYYYmmdd-HHMMSS>-<short id>``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    return Path("runs") / f"{stamp}-{secrets.token_hex(3)}"
+
+
+def _nnodes(command: Sequence[str], env: dict[str, str]) -> int:
+    for i, a in enumerate(command):
+        val = None
+        if a in ("--nnodes", "--nnodes_"):
+            val = command[i + 1] if i + 1 < len(command) else None
+        elif a.startswith("--nnodes="):
+            val = a.split("=", 1)[1]
+        if val:
+            with contextlib.suppress(ValueError):
+                return int(val.split(":")[-1])
+    with contextlib.suppress(ValueError):
+        return int(env.get("SLURM_NNODES", "1"))
+    return 1
+
+
+def layout(opts: RunOptions, env: dict[str, str]) -> tuple[Path, Path, int]:
+    """(out dir, this node's run dir, node rank): ``node-<K>/`` only for multi-node runs."""
+    out = opts.out or default_out_dir()
+    node_rank = opts.node_rank
+    if node_rank is None:
+        for var in ("GROUP_RANK", "SLURM_NODEID"):
+            if env.get(var, "").isdigit():
+                node_rank = int(env[var])
+                break
+    multi = opts.node_rank is not None or _nnodes(opts.command, env) > 1
+    k = node_rank or 0
+    return out, (rundir.node_dir(out, k) if multi else out), k
+
+
+def python_flags_problem(command: Sequence[str]) -> str | None:
+    """Why the bootstrap cannot run in this command (``python -S/-E/-I``), or None."""
+    if not command or not os.path.basename(command[0]).startswith("python"):
+        return None
+    for a in command[1:]:
+        if not a.startswith("-") or a in ("-m", "-c"):
+            break
+        if a.startswith("-") and not a.startswith("--") and set(a[1:]) & set("SEI"):
+            return f"{command[0]} {a} ignores PYTHONPATH or site: rank hooks not installed"
+    return None
+
+
+def child_env(run_dir: Path, node_rank: int, opts: RunOptions) -> dict[str, str]:
+    """The job's environment plus the variables that switch the rank bootstrap on."""
+    env = dict(os.environ)
+    env.pop(bootstrap.ENV_RANK_PID, None)
+    site = str(bootstrap.site_dir())
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = site + (os.pathsep + old if old else "")
+    env[bootstrap.ENV_RUN_DIR] = str(run_dir.resolve())
+    env[bootstrap.ENV_PROFILE] = opts.profile_steps or "off"
+    env[bootstrap.ENV_NODE_RANK] = str(node_rank)
+    env[bootstrap.ENV_PKG_ROOT] = str(Path(gpudiag.__file__).resolve().parent.parent)
+    return env
+
+
+class StepsTail:
+    """Follows every ``rank-*.steps.jsonl`` of a run directory for the live display."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.offsets: dict[Path, int] = {}
+        self.ranks: dict[int, RankProgress] = {}
+        self.history: dict[int, list[tuple[float, int]]] = {}
+
+    def poll(self) -> dict[int, RankProgress]:
+        """Read the lines appended since the last poll."""
+        now = time.monotonic()
+        for path in sorted((self.run_dir / rundir.RANKS_DIR).glob("rank-*.steps.jsonl")):
+            try:
+                rank = int(path.name.split(".")[0].split("-")[1])
+                with open(path, "rb") as f:
+                    f.seek(self.offsets.get(path, 0))
+                    data = f.read()
+            except (OSError, ValueError, IndexError):
+                continue
+            end = data.rfind(b"\n") + 1  # a partly written line waits for the next poll
+            self.offsets[path] = self.offsets.get(path, 0) + end
+            rp = self.ranks.setdefault(rank, RankProgress())
+            for line in data[:end].splitlines():
+                if b'"type":"step"' in line:
+                    rp.steps += 1
+            hist = self.history.setdefault(rank, [])
+            hist.append((now, rp.steps))
+            while len(hist) > 2 and now - hist[0][0] > 10.0:
+                hist.pop(0)
+            t0, s0 = hist[0]
+            rp.steps_per_s = (rp.steps - s0) / (now - t0) if now - t0 > 0.5 else None
+        return self.ranks
+
+
+@contextlib.contextmanager
+def forward_signals(child: subprocess.Popen[bytes]) -> Iterator[list[int]]:
+    """Forward the job-control signals to the child's process group while the block runs."""
+    received: list[int] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(child.pid, signum)
+
+    old: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in FORWARDED_SIGNALS:
+            sig = getattr(signal, name, None)
+            if sig is not None:
+                old[sig] = signal.signal(sig, handler)
+    try:
+        yield received
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def exit_status(returncode: int) -> int:
+    """The shell convention: the code itself, or 128 + N when killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run(
+    opts: RunOptions,
+    progress: Callable[[Progress], None] | None = None,
+    progress_interval_s: float = 1.0,
+) -> RunResult:
+    """Launch the command, capture while it runs, write the manifest; never raises after launch."""
+    env0 = dict(os.environ)
+    out, run_dir, node_rank = layout(opts, env0)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname()
+    m = rundir.RunManifest(
+        gpudiag_version=gpudiag.__version__,
+        argv=list(opts.command),
+        started_ns=time.time_ns(),
+        hosts=[host],
+        node_rank=node_rank,
+        profile_steps=opts.profile_steps,
+        extra={"gpudiag_argv": list(sys.argv), "run_dir": str(run_dir)},
+    )
+    problem = python_flags_problem(opts.command)
+    if problem:
+        log(problem)
+        m.diagnosis_incomplete.append(problem)
+    sampler = _start_sampler(opts, run_dir, host, m)
+    _safe_write_manifest(run_dir, m)
+    try:
+        child = subprocess.Popen(
+            opts.command, env=child_env(run_dir, node_rank, opts), start_new_session=True
+        )
+    except OSError as e:
+        if sampler is not None:
+            sampler.stop()
+        from gpudiag.errors import GpudiagError
+
+        # What a shell would exit with: 127 not found, 126 not executable.
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        raise GpudiagError(
+            f"cannot start {opts.command[0]!r}: {e}", "check the command after `--`", exit_code=code
+        ) from e
+    tail = StepsTail(run_dir)
+    t0 = time.monotonic()
+    with forward_signals(child) as received:
+        while True:
+            try:
+                rc = child.wait(timeout=progress_interval_s)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            if progress is not None:
+                try:
+                    snap = Progress(run_dir, time.monotonic() - t0, ranks=dict(tail.poll()))
+                    if sampler is not None:
+                        snap.gpus = list(sampler.latest.values())
+                    progress(snap)
+                except Exception as e:
+                    log(f"live display stopped ({e})")
+                    progress = None
+    code = exit_status(rc)
+    m.ended_ns = time.time_ns()
+    m.exit_code = code
+    if received:
+        m.extra["signals_forwarded"] = [signal.Signals(s).name for s in received]
+    if sampler is not None:
+        sampler.stop()
+        m.sources["nvml"].files = [str(sampler.path.relative_to(run_dir))]
+        if sampler.errors:
+            m.diagnosis_incomplete.extend(sampler.errors)
+    try:
+        finish_manifest(run_dir, m)
+    except Exception as e:
+        msg = f"reading rank telemetry failed: {type(e).__name__}: {e}"
+        log(msg)
+        m.diagnosis_incomplete.append(msg)
+    _safe_write_manifest(run_dir, m)
+    return RunResult(out, run_dir, code, m)
+
+
+def _start_sampler(
+    opts: RunOptions, run_dir: Path, host: str, m: rundir.RunManifest
+) -> NvmlSampler | None:
+    if not opts.nvml:
+        m.sources["nvml"] = rundir.SourceStatus(False, "disabled with --no-nvml")
+        return None
+    try:
+        nv = load_nvml(opts.nvml_backend)
+        if nv.nvml is None:
+            log(f"NVML not available ({nv.reason}); GPU-utilisation columns will be empty")
+            m.sources["nvml"] = rundir.SourceStatus(False, nv.reason)
+            return None
+        s = NvmlSampler(
+            nv.nvml,
+            rundir.nvml_path(run_dir, host),
+            host,
+            interval_s=opts.nvml_interval_s,
+            driver_version=nv.driver_version,
+        )
+        if not s.gpus:
+            m.sources["nvml"] = rundir.SourceStatus(False, "NVML reports no GPUs")
+            return None
+        s.start()
+        m.sources["nvml"] = rundir.SourceStatus(True)
+        m.extra["driver_version"] = nv.driver_version
+        return s
+    except Exception as e:
+        msg = f"NVML sampler not started: {type(e).__name__}: {e}"
+        log(msg)
+        m.sources["nvml"] = rundir.SourceStatus(False, msg)
+        m.diagnosis_incomplete.append(msg)
+        return None
+
+
+def _safe_write_manifest(run_dir: Path, m: rundir.RunManifest) -> None:
+    try:
+        rundir.write_manifest(run_dir, m)
+    except Exception as e:
+        log(f"cannot write the manifest in {run_dir}: {e}")
+
+
+def read_rank_records(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]], int]:
+    """(last header, error and profile records, step count) of one telemetry file."""
+    header: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = []
+    steps = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if '"type":"step"' in line:
+                steps += 1
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(rec, dict):
+                continue
+            if rec.get("type") == "header":
+                header, events, steps = rec, [], 0  # a restarted rank starts a new segment
+            elif rec.get("type") in ("error", "profile"):
+                events.append(rec)
+    return header, events, steps
+
+
+def finish_manifest(run_dir: Path, m: rundir.RunManifest) -> None:
+    """Fill ranks, hosts, world size and sources from what the ranks wrote."""
+    ranks_dir = run_dir / rundir.RANKS_DIR
+    files = sorted(ranks_dir.glob("rank-*.steps.jsonl")) if ranks_dir.is_dir() else []
+    errors: list[dict[str, Any]] = []
+    profiled: list[str] = []
+    for path in files:
+        header, events, steps = read_rank_records(path)
+        if header is None:
+            continue
+        r = int(header["rank"])
+        m.ranks.append(
+            rundir.RankInfo(
+                rank=r,
+                local_rank=int(header.get("local_rank", 0)),
+                host=str(header.get("host", "")),
+                pid=header.get("pid"),
+                gpu_uuid=header.get("gpu_uuid"),
+                device=header.get("device"),
+            )
+        )
+        if header.get("host") and header["host"] not in m.hosts:
+            m.hosts.append(str(header["host"]))
+        ws = header.get("world_size")
+        if isinstance(ws, int):
+            m.world_size = max(m.world_size or 0, ws)
+        for ev in events:
+            if ev.get("type") == "error":
+                errors.append({"rank": r, "where": ev.get("where"), "message": ev.get("message")})
+                if ev.get("where") == "gpudiag":
+                    m.diagnosis_incomplete.append(f"rank {r}: {ev.get('message')}")
+            else:
+                profiled.append(str(ev.get("path")))
+        m.extra.setdefault("steps_per_rank", {})[str(r)] = steps
+    m.ranks.sort(key=lambda x: x.rank)
+    if errors:
+        m.extra["rank_errors"] = errors
+    rel = [str(p.relative_to(run_dir)) for p in files]
+    if files:
+        m.sources["telemetry"] = rundir.SourceStatus(True, files=rel)
+    else:
+        why = (
+            "no rank reported a step: no torch.optim step() ran, the job is not Python, or "
+            "python -S/-E/-I skipped the bootstrap"
+        )
+        m.sources["telemetry"] = rundir.SourceStatus(False, why)
+        m.diagnosis_incomplete.append(why)
+    traces = sorted(ranks_dir.glob("rank-*.pt.trace.json.gz")) if ranks_dir.is_dir() else []
+    if traces:
+        m.sources["kineto"] = rundir.SourceStatus(
+            True, files=[str(p.relative_to(run_dir)) for p in traces]
+        )
+    elif not m.profile_steps or m.profile_steps == "off":
+        m.sources["kineto"] = rundir.SourceStatus(False, "profiling off (--profile-steps off)")
+    else:
+        most = max(m.extra.get("steps_per_rank", {}).values(), default=0)
+        m.sources["kineto"] = rundir.SourceStatus(
+            False, f"profile window {m.profile_steps} not reached: ranks ran {most} steps"
+        )
+    m.sources.setdefault("nsys", rundir.SourceStatus(False, "not requested"))
+
+
+def record_incomplete(run_dir: Path, message: str) -> None:
+    """Append one 'diagnosis incomplete' reason to an existing manifest; never raises."""
+    try:
+        m = rundir.read_manifest(run_dir / rundir.MANIFEST)
+        m.diagnosis_incomplete.append(message)
+        rundir.write_manifest(run_dir, m)
+    except Exception as e:
+        log(f"cannot update the manifest: {e}")

@@ -1,0 +1,328 @@
+"""Background sampler with injected clock and NVML backend, writing per-GPU samples.
+
+The sampler runs in the ``gpudiag`` parent process (never in a rank), one thread per
+node. Each tick it reads every selected GPU and appends one JSON line per GPU to
+``nvml/<host>.jsonl``, flushed per line. Every NVML call is wrapped on its own: a call
+that is unsupported or fails gives ``null`` for that field, never 0. The format is
+documented in docs/run-directory.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+FORMAT = "gpudiag.nvml"
+FORMAT_VERSION = 1
+
+Clock = Callable[[], int]
+Wait = Callable[[float], bool]
+
+
+@dataclass
+class GpuIdentity:
+    """One GPU as NVML sees it on this node."""
+
+    index: int
+    uuid: str
+    name: str | None = None
+    memory_total_bytes: int | None = None
+    pci_bus_id: str | None = None
+
+
+@dataclass
+class NvmlOpen:
+    """Result of trying to initialise NVML: the module, or the reason it is unusable."""
+
+    nvml: Any | None
+    reason: str = ""
+    driver_version: str | None = None
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+def load_nvml(nvml: Any | None = None) -> NvmlOpen:
+    """Import and initialise ``pynvml`` (or use ``nvml``), returning why not on failure."""
+    if nvml is None:
+        try:
+            import pynvml
+        except ImportError as e:
+            return NvmlOpen(None, f"nvidia-ml-py not installed ({e}); pip install gpudiag[collect]")
+        nvml = pynvml
+    if not hasattr(nvml, "nvmlInit"):
+        return NvmlOpen(
+            None, "pynvml module is shadowed or broken (no nvmlInit); reinstall nvidia-ml-py"
+        )
+    try:
+        nvml.nvmlInit()
+    except Exception as e:
+        return NvmlOpen(None, _nvml_reason(e))
+    driver = _call(nvml, "nvmlSystemGetDriverVersion")
+    return NvmlOpen(nvml, "", _text(driver) if driver is not None else None)
+
+
+def _nvml_reason(e: BaseException) -> str:
+    msg = str(e) or type(e).__name__
+    if "LibraryNotFound" in type(e).__name__ or "not found" in msg.lower():
+        return f"libnvidia-ml.so.1 not found ({msg})"
+    return f"NVML init failed ({msg})"
+
+
+def _call(nvml: Any, name: str, *args: Any) -> Any:
+    fn = getattr(nvml, name, None)
+    if fn is None:
+        return None
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+def list_gpus(nvml: Any) -> list[tuple[GpuIdentity, Any]]:
+    """Every GPU NVML reports, with its handle; GPUs without a UUID are skipped."""
+    count = _call(nvml, "nvmlDeviceGetCount") or 0
+    out: list[tuple[GpuIdentity, Any]] = []
+    for i in range(int(count)):
+        h = _call(nvml, "nvmlDeviceGetHandleByIndex", i)
+        if h is None:
+            continue
+        uuid = _call(nvml, "nvmlDeviceGetUUID", h)
+        if uuid is None:
+            continue
+        name = _call(nvml, "nvmlDeviceGetName", h)
+        mem = _call(nvml, "nvmlDeviceGetMemoryInfo", h)
+        pci = _call(nvml, "nvmlDeviceGetPciInfo", h)
+        bus = getattr(pci, "busId", None) if pci is not None else None
+        out.append(
+            (
+                GpuIdentity(
+                    index=i,
+                    uuid=_text(uuid),
+                    name=_text(name) if name is not None else None,
+                    memory_total_bytes=int(mem.total) if mem is not None else None,
+                    pci_bus_id=_text(bus) if bus is not None else None,
+                ),
+                h,
+            )
+        )
+    return out
+
+
+def gpu_pids(nvml: Any, handle: Any) -> set[int] | None:
+    """Host PIDs running compute/graphics work on a GPU, or None when NVML cannot tell."""
+    pids: set[int] = set()
+    ok = False
+    for kind in ("Compute", "Graphics"):
+        for suffix in ("_v3", "_v2", ""):
+            procs = _call(nvml, f"nvmlDeviceGet{kind}RunningProcesses{suffix}", handle)
+            if procs is not None:
+                ok = True
+                pids.update(int(p.pid) for p in procs)
+                break
+    return pids if ok else None
+
+
+@dataclass
+class _Rate:
+    """Turns a cumulative counter into a per-second rate between consecutive samples."""
+
+    last: dict[str, tuple[int, float]] = field(default_factory=dict)
+
+    def update(self, key: str, t_ns: int, value: float | None) -> float | None:
+        if value is None:
+            self.last.pop(key, None)
+            return None
+        prev = self.last.get(key)
+        self.last[key] = (t_ns, value)
+        if prev is None or t_ns <= prev[0] or value < prev[1]:
+            return None
+        return (value - prev[1]) / ((t_ns - prev[0]) / 1e9)
+
+
+class NvmlSampler:
+    """Samples the selected GPUs every ``interval_s`` on a background thread.
+
+    ``clock`` returns epoch nanoseconds (``time.time_ns``, the clock Kineto's
+    ``baseTimeNanoseconds`` uses); ``wait(seconds)`` sleeps and returns True when the
+    sampler should stop. Both are injected so tests run with a fake NVML and fake time.
+    """
+
+    def __init__(
+        self,
+        nvml: Any,
+        path: Path,
+        host: str,
+        interval_s: float = 0.1,
+        clock: Clock = time.time_ns,
+        wait: Wait | None = None,
+        gpus: Iterable[str] | None = None,
+        driver_version: str | None = None,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError("interval_s must be > 0")
+        self.nvml = nvml
+        self.path = path
+        self.host = host
+        self.interval_s = interval_s
+        self.clock = clock
+        self._stop = threading.Event()
+        self.wait: Wait = wait if wait is not None else self._stop.wait
+        self.driver_version = driver_version
+        wanted = set(gpus) if gpus is not None else None
+        self.gpus = [(g, h) for g, h in list_gpus(nvml) if wanted is None or g.uuid in wanted]
+        self.latest: dict[str, dict[str, Any]] = {}
+        self.samples_written = 0
+        self.errors: list[str] = []
+        self._rates = _Rate()
+        self._file: IO[str] | None = None
+        self._thread: threading.Thread | None = None
+        self._reason_fn = self._probe_reasons_fn()
+
+    def _probe_reasons_fn(self) -> str | None:
+        for name in (
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            "nvmlDeviceGetCurrentClocksThrottleReasons",
+        ):
+            if hasattr(self.nvml, name):
+                return name
+        return None
+
+    # -- writing -------------------------------------------------------------------
+
+    def _open(self) -> IO[str]:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
+            header = {
+                "type": "header",
+                "format": FORMAT,
+                "version": FORMAT_VERSION,
+                "host": self.host,
+                "pid": os.getpid(),
+                "clock": "time.time_ns",
+                "interval_s": self.interval_s,
+                "driver_version": self.driver_version,
+                "gpus": [g.__dict__ for g, _ in self.gpus],
+            }
+            self._write(header)
+        return self._file
+
+    def _write(self, record: dict[str, Any]) -> None:
+        assert self._file is not None
+        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    # -- sampling ------------------------------------------------------------------
+
+    def read_gpu(self, gpu: GpuIdentity, h: Any, t_ns: int) -> dict[str, Any]:
+        """One sample of one GPU; each field is None when its NVML call fails."""
+        nv = self.nvml
+        util = _call(nv, "nvmlDeviceGetUtilizationRates", h)
+        mem = _call(nv, "nvmlDeviceGetMemoryInfo", h)
+        power_mw = _call(nv, "nvmlDeviceGetPowerUsage", h)
+        sm = _call(nv, "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
+        memclk = _call(nv, "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_MEM", 2))
+        temp = _call(nv, "nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+        reasons = _call(nv, self._reason_fn, h) if self._reason_fn else None
+        rx = _call(nv, "nvmlDeviceGetPcieThroughput", h, getattr(nv, "NVML_PCIE_UTIL_RX_BYTES", 1))
+        tx = _call(nv, "nvmlDeviceGetPcieThroughput", h, getattr(nv, "NVML_PCIE_UTIL_TX_BYTES", 0))
+        energy = _call(nv, "nvmlDeviceGetTotalEnergyConsumption", h)
+        nvl_rx, nvl_tx = self._nvlink_totals(h)
+        key = gpu.uuid
+        return {
+            "type": "sample",
+            "time_ns": t_ns,
+            "gpu_uuid": gpu.uuid,
+            "index": gpu.index,
+            "util_ratio": util.gpu / 100.0 if util is not None else None,
+            "mem_util_ratio": util.memory / 100.0 if util is not None else None,
+            "mem_used_bytes": int(mem.used) if mem is not None else None,
+            "mem_total_bytes": int(mem.total) if mem is not None else None,
+            "power_w": power_mw / 1000.0 if power_mw is not None else None,
+            "energy_j": energy / 1000.0 if energy is not None else None,
+            "sm_clock_mhz": sm,
+            "mem_clock_mhz": memclk,
+            "temp_c": temp,
+            "throttle_reasons": int(reasons) if reasons is not None else None,
+            # NVML reports PCIe throughput in KB/s over a 20 ms window.
+            "pcie_rx_bytes_s": rx * 1024 if rx is not None else None,
+            "pcie_tx_bytes_s": tx * 1024 if tx is not None else None,
+            "nvlink_rx_bytes_s": self._rates.update(key + ":nvrx", t_ns, nvl_rx),
+            "nvlink_tx_bytes_s": self._rates.update(key + ":nvtx", t_ns, nvl_tx),
+        }
+
+    def _nvlink_totals(self, h: Any) -> tuple[float | None, float | None]:
+        """Cumulative NVLink data KiB (rx, tx) from field values, when the GPU has NVLink."""
+        nv = self.nvml
+        f_tx = getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", None)
+        f_rx = getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None)
+        if f_tx is None or f_rx is None:
+            return None, None
+        vals = _call(nv, "nvmlDeviceGetFieldValues", h, [f_rx, f_tx])
+        if not vals or len(vals) != 2:
+            return None, None
+        out: list[float | None] = []
+        for v in vals:
+            if getattr(v, "nvmlReturn", 1) != 0:
+                out.append(None)
+                continue
+            value = getattr(v, "value", None)
+            raw = getattr(value, "ullVal", None) if value is not None else None
+            out.append(float(raw) * 1024 if raw is not None else None)
+        return out[0], out[1]
+
+    def sample_once(self) -> None:
+        """Read every GPU once and append the samples."""
+        self._open()
+        t = self.clock()
+        for gpu, h in self.gpus:
+            rec = self.read_gpu(gpu, h, t)
+            self.latest[gpu.uuid] = rec
+            self._write(rec)
+            self.samples_written += 1
+
+    def run(self) -> None:
+        """The sampling loop: keeps a fixed cadence, stops when ``wait`` says so."""
+        next_t = self.clock()
+        while True:
+            try:
+                self.sample_once()
+            except Exception as e:  # disk full, closed file, a broken backend
+                self._fail(f"NVML sampler stopped: {type(e).__name__}: {e}")
+                return
+            next_t += int(self.interval_s * 1e9)
+            now = self.clock()
+            if next_t < now:  # fell behind (suspended, slow NVML): do not burst to catch up
+                next_t = now
+            if self.wait((next_t - now) / 1e9):
+                return
+
+    def _fail(self, msg: str) -> None:
+        self.errors.append(msg)
+        print(f"gpudiag: {msg}", file=sys.stderr)
+
+    def start(self) -> None:
+        """Start the background thread."""
+        self._thread = threading.Thread(target=self.run, name="gpudiag-nvml", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread and close the file."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError as e:
+                self._fail(f"closing {self.path}: {e}")
+            self._file = None
