@@ -15,8 +15,9 @@ GPU traces: K = union of non-communication kernels, C = union of communication k
 M = union of memcpy/memset, D = DataLoader ranges on the training thread.
 
 CPU-only traces (gloo, no GPU): K = operators on the training and autograd threads minus
-collective and data ranges; C = collective ranges on any thread (``gloo:*``, ``c10d::*``,
-…) plus the training thread's *silent sync gaps*: a gap with no event that ends where DDP
+the collectives that block those threads (``c10d::*`` ops on them, sync gaps) and minus data
+ranges; C = collective ranges on any thread (``gloo:*`` on gloo's threads, ``c10d::*``, …)
+plus the training thread's *silent sync gaps*: a gap with no event that ends where DDP
 copies a reduced bucket back (``copy_bucket_to_grad``), i.e. ``finalize_backward``
 blocked on the allreduce futures, which gloo does not record as an event. M = ∅.
 """
@@ -84,11 +85,13 @@ def rank_sets(tl: RankTimeline) -> RankSets:
         i for i, ln in enumerate(tl.lanes)
         if i == main or any("autograd" in n for n in names.get(ln, []))
     ]  # fmt: skip
-    ops = _set(tl, (tl.kind == Kind.CPU_OP) & np.isin(tl.lane, compute_lanes))
-    comm = _set(tl, (tl.kind == Kind.COMM) & ~gpu)
-    comm = iv.join(comm, _sync_gaps(tl, on_main))
+    on_compute_lane = np.isin(tl.lane, compute_lanes)
+    ops = _set(tl, (tl.kind == Kind.CPU_OP) & on_compute_lane)
+    # A collective on a compute thread blocks it; one on a comm thread may run beside compute.
+    blocked = iv.join(_set(tl, (tl.kind == Kind.COMM) & on_compute_lane), _sync_gaps(tl, on_main))
+    comm = iv.join(_set(tl, (tl.kind == Kind.COMM) & ~gpu), blocked)
     return RankSets(
-        compute=iv.subtract(iv.subtract(ops, comm), data),
+        compute=iv.subtract(iv.subtract(ops, blocked), data),
         comm=comm,
         copy=iv.EMPTY,
         data=data,

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, default_collate
 
 
 class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
@@ -34,11 +35,21 @@ class SyntheticDataset(Dataset[tuple[torch.Tensor, torch.Tensor]]):
             time.sleep(self.delay_s)
         return self.x[i], self.y[i]
 
+    def __getitems__(self, idx: list[int]) -> Any:
+        if self.delay_s:  # slow storage: one read per sample
+            return [self[i] for i in idx]
+        return self.x[idx], self.y[idx]  # fast path: one gather per batch, already collated
+
+
+def collate(batch: Any) -> Any:
+    """Batches gathered by ``__getitems__`` are already stacked; per-sample lists are not."""
+    return batch if isinstance(batch, tuple) else default_collate(batch)
+
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=2048)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=3)
@@ -76,7 +87,7 @@ def main() -> None:
 
     slow = a.slow_data if a.slow_data_rank in (-1, rank) else 0.0
     ds = SyntheticDataset(a.batch * (a.steps + 2), a.dim, slow)
-    loader = DataLoader(ds, batch_size=a.batch, num_workers=a.workers)
+    loader = DataLoader(ds, batch_size=a.batch, num_workers=a.workers, collate_fn=collate)
 
     prof = None
     if a.profile_dir:
@@ -85,9 +96,7 @@ def main() -> None:
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
         prof = profile(
             activities=acts,
-            schedule=schedule(
-                wait=a.profile_wait, warmup=1, active=a.profile_active, repeat=1
-            ),
+            schedule=schedule(wait=a.profile_wait, warmup=1, active=a.profile_active, repeat=1),
             on_trace_ready=tensorboard_trace_handler(
                 a.profile_dir, worker_name=f"rank{rank}", use_gzip=True
             ),
