@@ -234,4 +234,7 @@ def run(
     if not no_analyze:
         _analyze_run(res.out_dir, res.run_dir)
     print(f"run directory: {res.out_dir}", file=sys.stderr)
-    raise typer.Exit(res.exit_code)
+    sys.stdout.flush()
+    # SystemExit, not typer.Exit: main() runs click with standalone_mode=False, which
+    # turns typer.Exit into a return value and would lose the job's exit code.
+    sys.exit(res.exit_code)

@@ -16,6 +16,9 @@ What it measures, per step, always on:
   kernel is enqueued, so this is host-blocked time, not GPU communication time.
   DDP's gradient all-reduce runs inside the C++ reducer during ``backward`` and is NOT
   counted. ``null`` while no process group is initialised.
+- **backward_ns**: wall time inside ``torch.autograd.backward`` (so ``loss.backward()``).
+  Under DDP it includes waiting for the gradient all-reduce, so the rank that arrives
+  last at the all-reduce (the straggler) shows the *shortest* backward.
 
 Outside the profiled window a step costs two clock reads, a dict and one buffered,
 flushed ``write``. Every hook runs in try/except and disables the whole hook on its
@@ -110,6 +113,8 @@ class RankHook:
         self.data_fetches = 0
         self.comm_wait_ns = 0
         self.comm_depth = 0
+        self.backward_ns = 0
+        self.backward_depth = 0
         self.lead_opt: int | None = None
         self.torch: Any = None
         self.nvtx: Any = None
@@ -218,6 +223,7 @@ class RankHook:
                 "data_wait_ns": self.data_wait_ns,
                 "comm_wait_ns": self.comm_wait_ns if dist_on else None,
                 "data_fetches": self.data_fetches,
+                "backward_ns": self.backward_ns,
                 "profiled": self.prof is not None and w is not None and w[0] <= self.step < w[1],
             }
         )
@@ -227,7 +233,7 @@ class RankHook:
             self.step_range = self.nvtx.start_range(f"gpudiag.step#{self.step + 1}")
         self.step += 1
         self.step_start_ns = now
-        self.data_wait_ns = self.comm_wait_ns = self.data_fetches = 0
+        self.data_wait_ns = self.comm_wait_ns = self.data_fetches = self.backward_ns = 0
         self._poll_control()
         self._profiler_tick()
 
@@ -387,6 +393,22 @@ def _wrap_comm(hook: RankHook, orig: Callable[..., Any], is_wait: bool) -> Calla
     return wrapper
 
 
+def _wrap_backward(hook: RankHook, orig: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(orig)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        if not hook.enabled or hook.backward_depth:
+            return orig(*args, **kwargs)
+        hook.backward_depth += 1
+        t0 = time.perf_counter_ns()
+        try:
+            return orig(*args, **kwargs)
+        finally:
+            hook.backward_ns += time.perf_counter_ns() - t0
+            hook.backward_depth -= 1
+
+    return backward
+
+
 def install(torch: ModuleType, hook: RankHook) -> None:
     """Register the optimizer hook and patch DataLoader and collectives (each optional)."""
     global _HOOK
@@ -409,6 +431,12 @@ def install(torch: ModuleType, hook: RankHook) -> None:
         it_cls.__next__ = _wrap_data(hook, it_cls.__next__)  # type: ignore[method-assign]
     except Exception as e:
         hook.record_error("gpudiag", f"DataLoader not instrumented: {e}")
+    try:
+        import torch.autograd
+
+        torch.autograd.backward = _wrap_backward(hook, torch.autograd.backward)
+    except Exception as e:
+        hook.record_error("gpudiag", f"backward not instrumented: {e}")
     try:
         _install_comm(torch, hook)
     except Exception as e:

@@ -1,0 +1,110 @@
+"""NVML sample files (``nvml/<host>.jsonl``) → one pandas DataFrame of per-GPU samples.
+
+Written by ``gpudiag run``'s sampler; the format is in docs/run-directory.md. Fields the
+GPU or driver did not support are ``null`` on disk and NaN here, never 0. A truncated
+last line is ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from gpudiag import rundir
+from gpudiag.errors import InputError
+
+NVML_FORMAT = "gpudiag.nvml"
+KNOWN_VERSIONS = (1,)
+FLOAT_COLUMNS = [
+    "util_ratio",
+    "mem_util_ratio",
+    "mem_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "energy_j",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "temp_c",
+    "pcie_rx_bytes_s",
+    "pcie_tx_bytes_s",
+    "nvlink_rx_bytes_s",
+    "nvlink_tx_bytes_s",
+]
+COLUMNS = ["time_ns", "host", "gpu_uuid", "index", *FLOAT_COLUMNS, "throttle_reasons"]
+_HINT = "the file is not a gpudiag NVML sample file; re-run with `gpudiag run`, or remove it"
+
+
+def read_nvml_file(path: Path) -> tuple[dict[str, Any], pd.DataFrame]:
+    """(header, samples) of one NVML sample file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(path, f"unreadable NVML samples ({e})", _HINT) from e
+    lines = text.split("\n")
+    complete = text.endswith("\n")
+    header: dict[str, Any] | None = None
+    rows: list[dict[str, Any]] = []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError as e:
+            if i == len(lines) - 1 and not complete:
+                break
+            raise InputError(path, f"line {i + 1} is not JSON ({e})", _HINT) from e
+        if not isinstance(rec, dict):
+            raise InputError(path, f"line {i + 1} is not a record", _HINT)
+        if rec.get("type") == "header":
+            if rec.get("format") != NVML_FORMAT or rec.get("version") not in KNOWN_VERSIONS:
+                raise InputError(
+                    path,
+                    f"NVML sample format {rec.get('format')!r} v{rec.get('version')} not supported",
+                    "upgrade gpudiag to read this run",
+                )
+            header = rec
+        elif rec.get("type") == "sample":
+            if header is None:
+                raise InputError(path, "samples before the header record", _HINT)
+            rows.append(rec)
+    if header is None:
+        raise InputError(path, "empty NVML sample file (no header)", _HINT)
+    return header, _frame(header, rows)
+
+
+def _frame(header: dict[str, Any], rows: list[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame.from_records(rows)
+    if "mem_used_bytes" in df:
+        df = df.rename(columns={"mem_used_bytes": "mem_bytes"})
+    df["host"] = str(header.get("host", ""))
+    for c in COLUMNS:
+        if c not in df:
+            df[c] = None
+    df["time_ns"] = df["time_ns"].astype("int64")
+    df["index"] = pd.array(df["index"].tolist(), dtype="Int64")
+    for c in FLOAT_COLUMNS:
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype(np.float64)
+    df["throttle_reasons"] = pd.array(df["throttle_reasons"].tolist(), dtype="Int64")
+    out: pd.DataFrame = df[COLUMNS]
+    return out
+
+
+def load_samples(run_dir: Path) -> pd.DataFrame:
+    """Every node's NVML samples of a run directory, sorted by time; empty if none."""
+    bases = rundir.node_dirs(Path(run_dir)) or [Path(run_dir)]
+    frames = [
+        read_nvml_file(path)[1]
+        for base in bases
+        for path in sorted((base / rundir.NVML_DIR).glob("*.jsonl"))
+    ]
+    if not frames:
+        empty: pd.DataFrame = pd.DataFrame({c: pd.Series(dtype="float64") for c in COLUMNS})
+        return empty
+    df = pd.concat(frames, ignore_index=True)
+    out: pd.DataFrame = df.sort_values(["time_ns", "host", "gpu_uuid"], kind="stable")
+    out = out.reset_index(drop=True)
+    return out
