@@ -10,7 +10,7 @@ reads back, possibly on another machine::
       nvml/<host>.jsonl             NVML samples of this node's GPUs
       nsys/                         optional Nsight Systems report and export
       control.json                  requests to the running ranks (``attach --profile-next``)
-      ranks/previous/               earlier on-demand profiler windows, moved aside
+      ranks/previous/               earlier profiler windows of a rank, moved aside
 
 Several nodes writing into one shared directory each use ``node-<k>/`` with the same
 layout inside; :func:`node_dirs` finds them all.

@@ -122,6 +122,7 @@ class RankHook:
         self.prof: Any = None
         self.prof_window: tuple[int, int] | None = None
         self.windows_saved = 0
+        self.last_saved_window: tuple[int, int] | None = None
         self.last_poll_ns = 0
         self.control_mtime: int | None = None
         self.control_seen: set[str] = set()
@@ -292,18 +293,19 @@ class RankHook:
             # analysis never sees two traces of one rank.
             prev = rundir.previous_traces_dir(self.run_dir)
             prev.mkdir(parents=True, exist_ok=True)
-            os.replace(
-                path, prev / f"rank-{self.rank}.window-{self.windows_saved}.pt.trace.json.gz"
-            )
+            lw = self.last_saved_window
+            tag = f"steps-{lw[0]}-{lw[1]}" if lw else f"old-{time.time_ns()}"
+            os.replace(path, prev / f"rank-{self.rank}.{tag}.pt.trace.json.gz")
         os.replace(tmp, path)
         self.windows_saved += 1
         w = self.prof_window or (self.step, self.step)
+        self.last_saved_window = (w[0], min(w[1], self.step + 1))
         self._write(
             {
                 "type": "profile",
                 "time_ns": time.time_ns(),
-                "start_step": w[0],
-                "end_step": min(w[1], self.step + 1),
+                "start_step": self.last_saved_window[0],
+                "end_step": self.last_saved_window[1],
                 "path": str(path.relative_to(self.run_dir)),
             }
         )
