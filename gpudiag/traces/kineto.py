@@ -2,9 +2,10 @@
 
 Decoding is the expensive part of reading a trace, so the file is decoded once by msgspec
 into typed structs holding only the fields gpudiag uses (unknown keys are skipped in C),
-then turned into numpy columns with C-level iteration (``map``/``attrgetter``,
-``pandas.factorize``); no per-event Python code runs. Format eras are described in
-``docs/formats.md`` and in the shared Kineto reference.
+then turned into numpy columns with C-level iteration (``map``/``attrgetter`` and dict
+interning); no per-event Python code runs. The file is streamed: each block of gunzipped
+text is decoded and reduced to columns before the next one is read. Format eras are
+described in ``docs/formats.md`` and in the shared Kineto reference.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from typing import Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
@@ -172,37 +172,228 @@ def _to_ns(ts_us: np.ndarray[Any, Any], base_ns: int) -> np.ndarray[Any, Any]:
     return out
 
 
-def _lane_ids(
-    pid: list[Any], tid: list[Any], is_gpu: np.ndarray[Any, Any], stream: list[Any]
-) -> tuple[np.ndarray[Any, Any], list[str]]:
-    """Factorise (pid, tid) pairs into lanes named ``cpu:<tid>`` / ``gpu:<dev>:<stream>``."""
-    keys = (
-        pd.Series([f"{p}\x00{t}" for p, t in zip(pid, tid, strict=True)], dtype=object)
-        if pid
-        else pd.Series([], dtype=object)
-    )
-    codes, uniques = pd.factorize(keys)
-    first = np.full(len(uniques), -1, dtype=np.int64)
-    if len(codes):
-        # first event of each lane decides whether it is a GPU lane and its stream label
-        order = np.arange(len(codes))[::-1]
-        first[codes[order]] = order
-    names: list[str] = []
-    for i, key in enumerate(uniques):
-        p, t = str(key).split("\x00", 1)
-        j = int(first[i])
-        if j >= 0 and is_gpu[j]:
-            s = stream[j]
-            if s in (-1, "", None):
-                s = t
-            m = _STREAM_NUM.search(str(s))
-            dev = _STREAM_NUM.search(p)
-            names.append(f"gpu:{dev.group(1) if dev else p}:{m.group(1) if m else s}")
-        else:
-            names.append(f"cpu:{t}")
-    # Two raw lanes can map to one name (legacy "stream 7" vs 7): merge them.
-    uniq_names, lane_of_code = np.unique(np.asarray(names, dtype=object), return_inverse=True)
-    return lane_of_code[codes].astype(np.int32), [str(n) for n in uniq_names]
+class _Interner(dict[Any, int]):
+    """Value → dense id in first-seen order; ``map(interner.__getitem__, values)`` runs in C."""
+
+    def __missing__(self, key: Any) -> int:
+        v = self[key] = len(self)
+        return v
+
+
+class _Columns:
+    """Accumulates the columns of a trace from successive slices of its event list.
+
+    Each slice is reduced at once to compact numpy columns (and its structs dropped by the
+    caller), so memory holds one slice of structs at a time. Ids are assigned in first-seen
+    order over the whole trace, so the result does not depend on how it was sliced.
+    """
+
+    def __init__(self, th: Thresholds) -> None:
+        self.comm_k = re.compile(th.comm_kernel_re)
+        self.comm_h = re.compile(th.comm_host_re)
+        self.data_r = re.compile(th.data_re)
+        self.step_r = re.compile(th.step_re)
+        self.cats = _Interner()
+        self.kind_of_cat = np.zeros(0, np.int8)  # per cat id; -1 unknown, -2 known & dropped
+        self.gpu_cat = np.zeros(0, bool)
+        self.names = _Interner()
+        self.name_flags = np.zeros((0, 4), bool)  # comm kernel, comm host, data, step
+        self.ids = _Interner()  # str(pid) / str(tid) → id
+        self.raw_ids = _Interner()  # raw pid/tid value (int or str) → raw id
+        self.raw_to_id = np.zeros(0, np.int64)
+        self.lanes: dict[int, str] = {}  # lane key → lane name, from the lane's first event
+        self.thread_names: dict[tuple[str, str], list[str]] = {}
+        self.unknown_cats: set[str] = set()
+        self.skipped = 0
+        self.first_cat: str | None = None
+        self.parts: list[list[np.ndarray[Any, Any] | None]] = []
+
+    def _grow(self) -> None:
+        """Extend the per-id lookup tables to ids seen for the first time."""
+        for c in list(self.cats)[len(self.kind_of_cat) :]:
+            k = CATEGORY_KINDS.get(str(c).lower(), -1)
+            if k == -1:
+                self.unknown_cats.add(str(c).lower())
+            kk = -2 if k is None else int(k)
+            self.kind_of_cat = np.append(self.kind_of_cat, np.int8(kk))
+            self.gpu_cat = np.append(self.gpu_cat, str(c).lower() in GPU_CATEGORIES)
+        new = list(self.names)[len(self.name_flags) :]
+        if new:
+            flags = np.array(
+                [[bool(r.search(s)) for r in (self.comm_k, self.comm_h, self.data_r, self.step_r)]
+                 for s in new], dtype=bool,
+            ).reshape(len(new), 4)  # fmt: skip
+            self.name_flags = np.concatenate([self.name_flags, flags])
+        raw_new = list(self.raw_ids)[len(self.raw_to_id) :]
+        if raw_new:
+            ext = np.fromiter((self.ids[str(v)] for v in raw_new), np.int64, len(raw_new))
+            self.raw_to_id = np.concatenate([self.raw_to_id, ext])
+
+    def add(self, events: list[_Event]) -> None:
+        """Reduce one slice of events to columns."""
+        if not events:
+            return
+        n = len(events)
+        ph = np.fromiter(map(_PH_IDS.__getitem__, map(_GET_PH, events)), np.int64, n)
+        for i in np.flatnonzero(ph == _PH_IDS["M"]).tolist():
+            e = events[i]
+            if e.name == "thread_name":
+                self.thread_names.setdefault((str(e.pid), str(e.tid)), []).append(e.args.name)
+        x = np.flatnonzero(ph == _PH_IDS["X"])
+        if len(x) != n:
+            events = [events[i] for i in x.tolist()]
+            n = len(events)
+        if not n:
+            return
+        cat = np.fromiter(map(self.cats.__getitem__, map(_GET_CAT, events)), np.int64, n)
+        self._grow()
+        kind = self.kind_of_cat[cat]
+        self.skipped += int(np.count_nonzero(kind == -1))
+        keep = np.flatnonzero(kind >= 0)
+        if len(keep) != n:
+            events = [events[i] for i in keep.tolist()]
+            kind, cat = kind[keep], cat[keep]
+            n = len(events)
+        if not n:
+            return
+        if self.first_cat is None:
+            self.first_cat = events[0].cat
+        is_gpu = self.gpu_cat[cat]
+        ts = np.fromiter(map(_GET_TS, events), np.float64, n)
+        dur = np.fromiter(map(_GET_DUR, events), np.float64, n)
+        name = np.fromiter(map(self.names.__getitem__, map(_GET_NAME, events)), np.int64, n)
+        pid = np.fromiter(map(self.raw_ids.__getitem__, map(_GET_PID, events)), np.int64, n)
+        tid = np.fromiter(map(self.raw_ids.__getitem__, map(_GET_TID, events)), np.int64, n)
+        self._grow()
+        args = list(map(_GET_ARGS, events))
+        corr = np.fromiter(map(_GET_CORR, args), np.int64, n)
+
+        # lanes: a (str(pid), str(tid)) pair; its first event names it
+        key = (self.raw_to_id[pid] << 32) | self.raw_to_id[tid]
+        ukeys, first = np.unique(key, return_index=True)
+        for k, j in zip(ukeys.tolist(), first.tolist(), strict=True):
+            if k not in self.lanes:
+                e = events[j]
+                self.lanes[k] = _lane_name(str(e.pid), str(e.tid), bool(is_gpu[j]), e.args.stream)
+
+        # kinds refined by name
+        flags = self.name_flags[name]
+        kernel = kind == Kind.COMPUTE
+        kind[kernel & flags[:, 0]] = Kind.COMM
+        host_range = (kind == Kind.CPU_OP) | (kind == Kind.ANNOTATION)
+        kind[host_range & flags[:, 1]] = Kind.COMM
+        kind[host_range & flags[:, 2]] = Kind.DATALOADER
+        kind[host_range & flags[:, 3]] = Kind.STEP
+
+        # bytes for copies and collectives (hundreds of events, not the event count)
+        nbytes = np.full(n, -1, dtype=np.int64)
+        sized = (kind == Kind.MEMCPY) | (kind == Kind.MEMSET) | (kind == Kind.COMM)
+        for i in np.flatnonzero(sized).tolist():
+            nbytes[i] = _nbytes(args[i])
+        self.parts.append([ts, dur, kind, name.astype(np.int32), key, corr, nbytes, is_gpu])
+
+
+def _nbytes(a: _Args) -> int:
+    """Bytes moved by a copy or collective, -1 when unknown."""
+    if a.coll_name and a.coll_name != "wait":
+        nel = a.out_nelems if a.coll_name.lstrip("_").startswith("allgather") else a.in_nelems
+        size = _DTYPE_BYTES.get(a.dtype.lower(), 0)
+        return nel * size if nel >= 0 and size else -1
+    if isinstance(a.nbytes, int) and a.nbytes >= 0:
+        return a.nbytes
+    return -1
+
+
+def _lane_name(p: str, t: str, gpu: bool, s: int | str) -> str:
+    """``cpu:<tid>`` or ``gpu:<dev>:<stream>`` for a lane, from its first event."""
+    if not gpu:
+        return f"cpu:{t}"
+    if s in (-1, ""):
+        s = t
+    m = _STREAM_NUM.search(str(s))
+    dev = _STREAM_NUM.search(p)
+    return f"gpu:{dev.group(1) if dev else p}:{m.group(1) if m else s}"
+
+
+_GET_PH = attrgetter("ph")
+_GET_CAT = attrgetter("cat")
+_GET_NAME = attrgetter("name")
+_GET_PID = attrgetter("pid")
+_GET_TID = attrgetter("tid")
+_GET_TS = attrgetter("ts")
+_GET_DUR = attrgetter("dur")
+_GET_ARGS = attrgetter("args")
+_GET_CORR = attrgetter("correlation")
+_PH_IDS = _Interner({"X": 0, "M": 1})
+_SLICE = 20_000  # events reduced at once on the fallback path
+_BLOCK = 1 << 20  # decompressed bytes per streaming step
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
+_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+
+
+class _Fallback(Exception):
+    """The streaming reader met something it does not handle; decode the whole file."""
+
+
+def _stream(path: Path, cols: _Columns) -> _Trace:
+    """Gunzip and decode the trace block by block, reducing events to columns as they come.
+
+    The event array is cut at ``},{`` boundaries. A cut inside a string or a nested value
+    leaves an unterminated string or unbalanced brackets, so msgspec rejects that block and
+    the caller falls back to decoding the whole file: a wrong cut can never be accepted.
+    The text before the array and after it is decoded as a trace with those events only.
+    """
+    opener: Any = _gzip_impl.open if _is_gzip(path) else open
+    try:
+        with opener(path, "rb") as f:
+            buf = b""
+            head: _Trace | None = None
+            while True:
+                block = f.read(_BLOCK)
+                buf = buf + block if buf else block
+                if head is None:
+                    m = _EVENTS_KEY.search(buf)
+                    if m is None:
+                        if not block or len(buf) > 4 * _BLOCK:
+                            raise _Fallback
+                        continue
+                    head = _DECODER.decode(buf[: m.end()] + b"]}")
+                    buf = buf[m.end() :]
+                if not block:
+                    break
+                cut = _last_boundary(buf)
+                if cut is None:
+                    continue
+                cols.add(_EVENTS_DECODER.decode(b"[" + buf[: cut.start() + 1] + b"]"))
+                buf = buf[cut.end() - 1 :]
+            tail = _DECODER.decode(b'{"traceEvents":[' + buf)
+    except (msgspec.DecodeError, OSError, EOFError, zlib.error) as e:
+        raise _Fallback from e
+    if tail.traceEvents is None:
+        raise _Fallback
+    cols.add(tail.traceEvents)
+    for f_name in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "schemaVersion"):
+        if getattr(tail, f_name) is None:
+            setattr(tail, f_name, getattr(head, f_name))
+    tail.traceEvents = []
+    return tail
+
+
+def _last_boundary(buf: bytes) -> re.Match[bytes] | None:
+    """The last ``},{`` (any whitespace around the comma) in ``buf``."""
+    end = len(buf)
+    while (pos := buf.rfind(b"}", 0, end)) >= 0:
+        m = _BOUNDARY.match(buf, pos)
+        if m:
+            return m
+        end = pos
+    return None
+
+
+def _is_gzip(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(2) == b"\x1f\x8b"
 
 
 def load_kineto(
@@ -214,29 +405,41 @@ def load_kineto(
     """Load one Kineto trace file into a RankTimeline.
 
     ``rank`` overrides what the file says (used when the caller maps files to ranks).
+    The file is streamed (gunzip, decode and reduce block by block), so neither the whole
+    JSON text nor one struct per event is ever held; anything unusual falls back to decoding
+    the whole file, which also produces the precise error messages.
     """
     th = thresholds or Thresholds()
     path = Path(path)
-    trace = decode(path, read_bytes(path))
-    events: list[_Event] = trace.traceEvents or []
-    meta = RankMeta(source=str(path), fmt="kineto")
+    cols = _Columns(th)
+    try:
+        trace = _stream(path, cols)
+    except _Fallback:
+        return build_timeline(path, decode(path, read_bytes(path)), rank=rank, thresholds=th)
+    return _finish(path, trace, cols, rank)
 
-    # ---- metadata records (few): thread names, process labels ----
-    thread_names: dict[tuple[str, str], list[str]] = {}
-    x_events: list[_Event] = []
-    for_ph = list(map(attrgetter("ph"), events))
-    ph_codes, ph_uniques = pd.factorize(pd.Series(for_ph, dtype=object))
-    ph_list = list(ph_uniques)
-    if "M" in ph_list:
-        m_idx = np.flatnonzero(ph_codes == ph_list.index("M"))
-        for i in m_idx.tolist():
-            e = events[i]
-            if e.name == "thread_name":
-                thread_names.setdefault((str(e.pid), str(e.tid)), []).append(e.args.name)
-    if "X" in ph_list:
-        x_idx = np.flatnonzero(ph_codes == ph_list.index("X"))
-        x_events = [events[i] for i in x_idx.tolist()] if len(x_idx) != len(events) else events
-    del events, for_ph, ph_codes
+
+def build_timeline(
+    path: Path,
+    trace: _Trace,
+    *,
+    rank: int | None = None,
+    thresholds: Thresholds | None = None,
+) -> RankTimeline:
+    """Turn a decoded trace into a RankTimeline (``path`` names the source in messages)."""
+    cols = _Columns(thresholds or Thresholds())
+    events: list[_Event] = trace.traceEvents or []
+    trace.traceEvents = []
+    for i in range(0, len(events), _SLICE):
+        cols.add(events[i : i + _SLICE])
+    del events
+    return _finish(path, trace, cols, rank)
+
+
+def _finish(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> RankTimeline:
+    """Rank, metadata, time conversion and launch links from the accumulated columns."""
+    meta = RankMeta(source=str(path), fmt="kineto")
+    thread_names = cols.thread_names
 
     # ---- rank, world, devices ----
     dist = trace.distributedInfo or {}
@@ -263,107 +466,56 @@ def load_kineto(
     if not dist:
         meta.notes.append("no distributedInfo in the trace (torch.distributed not initialised?)")
 
-    n = len(x_events)
-    if n == 0:
+    if not cols.cats:  # cats are interned for "X" events only
         raise InputError(
             path, "the trace holds no events", "was the profiler's active window empty?"
         )
-
-    # ---- columns ----
-    cats = pd.Series(list(map(attrgetter("cat"), x_events)), dtype=object)
-    cat_codes, cat_uniques = pd.factorize(cats.str.lower() if n else cats)
-    kind_of_cat = np.full(len(cat_uniques) + 1, -1, dtype=np.int8)
-    gpu_cat = np.zeros(len(cat_uniques) + 1, dtype=bool)
-    unknown_cats: list[str] = []
-    for i, c in enumerate(cat_uniques):
-        k = CATEGORY_KINDS.get(str(c), -1)
-        if k is None:
-            continue
-        if k == -1:
-            unknown_cats.append(str(c))
-            continue
-        kind_of_cat[i] = int(k)
-        gpu_cat[i] = str(c) in GPU_CATEGORIES
-    kind = kind_of_cat[cat_codes]
-    keep = kind >= 0
-    meta.skipped_events = int(np.count_nonzero(np.isin(cat_codes, [
-        i for i, c in enumerate(cat_uniques) if str(c) in unknown_cats
-    ])))  # fmt: skip
-    if unknown_cats:
+    meta.skipped_events = cols.skipped
+    if cols.unknown_cats:
         meta.notes.append(f"skipped {meta.skipped_events} events of unknown categories "
-                          f"{sorted(unknown_cats)[:5]}")  # fmt: skip
+                          f"{sorted(cols.unknown_cats)[:5]}")  # fmt: skip
 
-    idx = np.flatnonzero(keep)
-    ev = [x_events[i] for i in idx.tolist()] if len(idx) != n else x_events
-    kind = kind[idx]
-    is_gpu = gpu_cat[cat_codes[idx]]
-    del x_events, cats, cat_codes
+    def cat(i: int) -> np.ndarray[Any, Any]:
+        """Column ``i`` of all slices, freeing the slices' copies as it goes (peak memory)."""
+        if not cols.parts:
+            return np.zeros(0, [np.float64, np.float64, np.int8, np.int32, np.int64,
+                                np.int64, np.int64, bool][i])  # fmt: skip
+        out = np.concatenate([p[i] for p in cols.parts if p[i] is not None])
+        for p in cols.parts:
+            p[i] = None
+        return out
 
-    ts = np.fromiter(map(attrgetter("ts"), ev), dtype=np.float64, count=len(ev))
-    dur = np.fromiter(map(attrgetter("dur"), ev), dtype=np.float64, count=len(ev))
+    ts, dur, kind, name_idx, key, corr, nbytes, is_gpu = (cat(i) for i in range(8))
+    cols.parts.clear()
     base = int(trace.baseTimeNanoseconds or 0)
     start = _to_ns(ts, base)
     end = start + np.rint(np.maximum(dur, 0.0) * 1000.0).astype(np.int64)
     del ts, dur
+    names = [str(x) for x in cols.names]
 
-    names_codes, names_uniq = pd.factorize(
-        pd.Series(list(map(attrgetter("name"), ev)), dtype=object)
+    # Two raw lanes can map to one name (legacy "stream 7" vs 7): merge them.
+    lane_keys = np.fromiter(cols.lanes, np.int64, len(cols.lanes))
+    order = np.argsort(lane_keys)
+    uniq_names, lane_of_key = np.unique(
+        np.asarray(list(cols.lanes.values()), dtype=object), return_inverse=True
     )
-    names = [str(x) for x in names_uniq]
-    name_idx = names_codes.astype(np.int32)
-
-    args = list(map(attrgetter("args"), ev))
-    corr = np.fromiter(map(attrgetter("correlation"), args), dtype=np.int64, count=len(ev))
-    streams = list(map(attrgetter("stream"), args))
-    lane, lanes = _lane_ids(
-        list(map(attrgetter("pid"), ev)), list(map(attrgetter("tid"), ev)), is_gpu, streams
-    )
-    del streams
-
-    # ---- kinds refined by name ----
-    comm_k = re.compile(th.comm_kernel_re)
-    comm_h = re.compile(th.comm_host_re)
-    data_r = re.compile(th.data_re)
-    step_r = re.compile(th.step_re)
-    name_is_comm_kernel = np.fromiter((bool(comm_k.search(s)) for s in names), bool, len(names))
-    name_is_comm_host = np.fromiter((bool(comm_h.search(s)) for s in names), bool, len(names))
-    name_is_data = np.fromiter((bool(data_r.search(s)) for s in names), bool, len(names))
-    name_is_step = np.fromiter((bool(step_r.search(s)) for s in names), bool, len(names))
-    kernel = kind == Kind.COMPUTE
-    kind[kernel & name_is_comm_kernel[name_idx]] = Kind.COMM
-    host_range = (kind == Kind.CPU_OP) | (kind == Kind.ANNOTATION)
-    kind[host_range & name_is_comm_host[name_idx]] = Kind.COMM
-    kind[host_range & name_is_data[name_idx]] = Kind.DATALOADER
-    kind[host_range & name_is_step[name_idx]] = Kind.STEP
-
-    # ---- bytes for copies and collectives ----
-    nbytes = np.full(len(ev), -1, dtype=np.int64)
-    copy_or_comm = np.flatnonzero(
-        (kind == Kind.MEMCPY) | (kind == Kind.MEMSET) | (kind == Kind.COMM)
-    )
-    for i in copy_or_comm.tolist():  # copies and collectives only: hundreds, not the event count
-        a = args[i]
-        if a.coll_name and a.coll_name != "wait":
-            nel = a.out_nelems if a.coll_name.lstrip("_").startswith("allgather") else a.in_nelems
-            size = _DTYPE_BYTES.get(a.dtype.lower(), 0)
-            if nel >= 0 and size:
-                nbytes[i] = nel * size
-        elif isinstance(a.nbytes, int) and a.nbytes >= 0:
-            nbytes[i] = a.nbytes
-    del args
+    lanes = [str(x) for x in uniq_names]
+    lane = lane_of_key.reshape(-1)[order][np.searchsorted(lane_keys[order], key)]
+    lane = lane.astype(np.int32)
+    del key
 
     # ---- launch time of GPU work through the correlation id of its runtime call ----
-    launch = np.full(len(ev), -1, dtype=np.int64)
+    launch = np.full(len(kind), -1, dtype=np.int64)
     gpu_idx = np.flatnonzero(is_gpu & (corr >= 0))
     rt_idx = np.flatnonzero((kind == Kind.RUNTIME) & ~is_gpu & (corr >= 0))
     if len(gpu_idx) and len(rt_idx):
         rc = corr[rt_idx]
-        order = np.argsort(rc, kind="stable")
-        rc_sorted = rc[order]
+        rorder = np.argsort(rc, kind="stable")
+        rc_sorted = rc[rorder]
         pos = np.searchsorted(rc_sorted, corr[gpu_idx])
         pos_c = np.minimum(pos, len(rc_sorted) - 1)
         hit = rc_sorted[pos_c] == corr[gpu_idx]
-        launch[gpu_idx[hit]] = start[rt_idx[order[pos_c[hit]]]]
+        launch[gpu_idx[hit]] = start[rt_idx[rorder[pos_c[hit]]]]
     meta.has_gpu = bool(np.any(is_gpu))
     if (
         meta.has_gpu
@@ -374,8 +526,8 @@ def load_kineto(
                           "steps are assigned by time instead")  # fmt: skip
 
     # ---- the training thread ----
-    meta.main_lane = _main_lane(lanes, lane, kind, thread_names, ev)
-    meta.era = _era(trace, ev)
+    meta.main_lane = _main_lane(lanes, lane, kind, thread_names)
+    meta.era = _era(trace, cols.first_cat)
     tl = RankTimeline.from_columns(
         rank,
         start_ns=start,
@@ -400,7 +552,6 @@ def _main_lane(
     lane: np.ndarray[Any, Any],
     kind: np.ndarray[Any, Any],
     thread_names: dict[tuple[str, str], list[str]],
-    ev: list[_Event],
 ) -> int:
     """The training thread: the one with step ranges, else tid == pid, else the busiest."""
     steps = np.flatnonzero(kind == Kind.STEP)
@@ -415,10 +566,10 @@ def _main_lane(
     return -1
 
 
-def _era(trace: _Trace, ev: list[_Event]) -> str:
+def _era(trace: _Trace, first_cat: str | None) -> str:
     """A label for the layout generation, reported so users know which rules applied."""
     if trace.baseTimeNanoseconds is not None:
         return "kineto-2024+"
-    if ev and ev[0].cat[:1].isupper():
+    if first_cat and first_cat[:1].isupper():
         return "kineto-2021"
     return "kineto-2022"
