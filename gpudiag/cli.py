@@ -238,3 +238,80 @@ def run(
     # SystemExit, not typer.Exit: main() runs click with standalone_mode=False, which
     # turns typer.Exit into a return value and would lose the job's exit code.
     sys.exit(res.exit_code)
+
+
+@app.command()
+def attach(
+    pid: Annotated[int | None, typer.Option("--pid", help="A running job's PID.")] = None,
+    run_dir: Annotated[
+        Path | None, typer.Option("--run", help="Run directory of a live `gpudiag run`.")
+    ] = None,
+    profile_next: Annotated[
+        int | None, typer.Option("--profile-next", help="With --run: profile the next N steps.")
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Where to write the samples.")] = None,
+    nvml_interval: Annotated[float, typer.Option("--nvml-interval")] = 0.1,
+) -> None:
+    """Sample the GPUs of a running job, or ask a `gpudiag run` job to profile now."""
+    from gpudiag import rundir
+    from gpudiag.collect import attach as att
+    from gpudiag.collect.launcher import default_out_dir, log
+
+    if profile_next is not None:
+        if run_dir is None or profile_next <= 0:
+            raise GpudiagError("--profile-next N needs --run RUN_DIR and N > 0", "", EXIT_USAGE)
+        dirs = [d for d in (rundir.node_dirs(run_dir) or [run_dir]) if att.live_run(d)]
+        if not dirs:
+            raise GpudiagError(
+                f"{run_dir}: no live `gpudiag run` job writes here",
+                "pass the run directory printed by `gpudiag run`",
+                EXIT_USAGE,
+            )
+        for d in dirs:
+            log(f"requested {profile_next} profiled steps: {att.request_profile(d, profile_next)}")
+        return
+    if pid is None:
+        raise GpudiagError("give --pid PID (or --run RUN_DIR --profile-next N)", "", EXIT_USAGE)
+    target = out or run_dir or default_out_dir()
+    log(f"sampling the GPUs of PID {pid} into {target} until it ends (Ctrl-C stops)")
+    res = att.attach(pid, target, interval_s=nvml_interval)
+    if res.reason:
+        log(res.reason)
+    print(f"run directory: {res.run_dir}", file=sys.stderr)
+
+
+@app.command()
+def doctor(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    """Show what this host can capture (NVML, GPUs, torch, CUDA, NCCL, nsys) and why not."""
+    import json
+
+    from gpudiag.collect.probe import probe
+
+    caps = probe()
+    if as_json:
+        print(json.dumps(caps.as_dict(), indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("capability", "status", "detail", box=None)
+
+    def row(name: str, ok: bool, detail: str) -> None:
+        t.add_row(name, "[green]ok[/]" if ok else "[red]no[/]", detail)
+
+    row(
+        "NVML",
+        caps.nvml,
+        f"driver {caps.driver_version}" if caps.driver_version else caps.nvml_reason,
+    )
+    for g in caps.gpus:
+        row(f"  gpu {g['index']}", True, f"{g['name']} {g['uuid']}")
+    row("torch", caps.torch_version is not None, caps.torch_version or caps.torch_reason)
+    row("CUDA (torch)", caps.cuda_available, caps.torch_cuda or caps.torch_reason)
+    row("NCCL", caps.nccl_version is not None, caps.nccl_version or "n/a")
+    row("torch.distributed", bool(caps.distributed_backends), ", ".join(caps.distributed_backends))
+    row("nsys", caps.nsys_version is not None, caps.nsys_version or caps.nsys_reason)
+    row("nvtx", caps.nvtx, "installed" if caps.nvtx else "pip install gpudiag[collect]")
+    Console().print(t)
