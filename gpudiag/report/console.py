@@ -78,11 +78,12 @@ def render(
     line = Text("run: ")
     line.append(f"compute {_pct(r.shares.compute)} · comm-wait {_pct(r.shares.comm_wait)} · "
                 f"data-wait {_pct(r.shares.data_wait)} · "
-                f"other {_pct(r.shares.other)} · ")  # fmt: skip
+                f"other {_pct(r.shares.other)}\n     ")  # fmt: skip
     line.append(f"idle {_pct(r.idle_ratio)}", style="bold red" if idle_flag else "green")
     if idle_flag:
-        line.append(" (> threshold)", style="red")
-    line.append(f" · comm overlapped {_pct(r.comm_overlapped_ratio)}")
+        thr = float(d.thresholds.get("idle_ratio_max", 0.30))
+        line.append(f" (above {thr:.0%})", style="red")
+    line.append(f" · comm overlapped by compute {_pct(r.comm_overlapped_ratio)}")
     con.print(line)
     con.print()
     con.print(_rank_table(d, max_ranks))

@@ -1,0 +1,33 @@
+"""Shared fixtures: the real traces in ../shared/traces, golden-file updating, CLI runner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_TRACES = ROOT.parent / "shared" / "traces"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden", action="store_true", help="rewrite tests/golden/* from current output"
+    )
+
+
+@pytest.fixture(scope="session")
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"real traces not found at {SHARED_TRACES} (CI provides ../shared)")
+    return SHARED_TRACES
+
+
+@pytest.fixture(scope="session")
+def kineto_sets(shared_traces: Path) -> Path:
+    return shared_traces / "kineto"

@@ -1,0 +1,76 @@
+"""Real 2-rank CPU DDP runs (gloo + torch.profiler) in three variants whose verdicts are known.
+
+Each job is the shipped demo (gpudiag/demo/train.py) under torchrun, recording its own
+profiler traces; gpudiag then analyses them like any user's traces.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_runner import ROOT, run_cli
+
+pytest.importorskip("torch")
+pytestmark = pytest.mark.slow
+
+VARIANTS = {
+    "balanced": [],
+    "slow_data": ["--slow-data", "0.00005", "--batch", "1024"],
+    "comm_heavy": ["--batch", "16", "--hidden", "2048", "--layers", "4"],
+}
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> dict[str, Path]:
+    out = {}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    for name, extra in VARIANTS.items():
+        d = tmp_path_factory.mktemp(name)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               "-m", "gpudiag.demo.train", "--steps", "9", "--profile-dir", str(d), *extra]  # fmt: skip
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out[name] = d
+    return out
+
+
+def analyse(path: Path) -> dict:
+    r = run_cli("analyze", str(path), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def kinds(doc: dict) -> set[str]:
+    return {f["kind"] for f in doc["findings"]}
+
+
+def test_balanced_run_is_compute_bound_without_flags(traces):
+    doc = analyse(traces["balanced"])
+    assert doc["run"]["mode"] == "cpu" and doc["run"]["ranks"] == 2
+    assert doc["run"]["shares"]["compute"] > 0.7
+    assert doc["run"]["idle_ratio"] < 0.3
+    assert not kinds(doc) & {"idle_ratio", "data_bound", "comm_bound"}
+
+
+def test_slow_dataset_is_data_bound_and_flagged(traces):
+    doc = analyse(traces["slow_data"])
+    shares = doc["run"]["shares"]
+    assert shares["data_wait"] > 0.5
+    assert shares["data_wait"] == max(shares.values())
+    data = next(f for f in doc["findings"] if f["kind"] == "data_bound")
+    assert data["ranks"] == [0, 1] and "DataLoader.__next__" in data["message"]
+    assert "idle_ratio" in kinds(doc)
+
+
+def test_many_parameters_little_compute_is_comm_bound_and_flagged(traces):
+    doc = analyse(traces["comm_heavy"])
+    shares = doc["run"]["shares"]
+    assert shares["comm_wait"] > 0.3
+    assert shares["comm_wait"] > max(shares["data_wait"], shares["other"])
+    comm = next(f for f in doc["findings"] if f["kind"] == "comm_bound")
+    assert comm["ranks"] == [0, 1] and "gloo:all_reduce" in comm["message"]
+    assert "idle_ratio" in kinds(doc)
+    assert "data_bound" not in kinds(doc)
