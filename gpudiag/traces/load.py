@@ -7,6 +7,7 @@ only small per-rank results cross process boundaries.
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -165,9 +166,15 @@ def parallel_map(
     workers = min(len(items), jobs or os.cpu_count() or 1)
     if workers <= 1:
         return [fn(item, *args) for item in items]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as ex:
-        futures = [ex.submit(fn, item, *args) for item in items]
-        return [f.result() for f in futures]
+    # Objects that exist before the fork are moved out of the collector's reach, so a
+    # collection in a worker does not write to (and copy) every page it shares with us.
+    gc.freeze()
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as ex:
+            futures = [ex.submit(fn, item, *args) for item in items]
+            return [f.result() for f in futures]
+    finally:
+        gc.unfreeze()
 
 
 def load_run(
