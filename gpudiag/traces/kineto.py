@@ -10,12 +10,15 @@ described in ``docs/formats.md`` and in the shared Kineto reference.
 
 from __future__ import annotations
 
+import functools
 import gzip
+import operator
 import re
 import zlib
+from collections.abc import Iterable
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
@@ -61,6 +64,39 @@ class _Event(msgspec.Struct, frozen=True, gc=False):
     args: _Args = _NO_ARGS
 
 
+class _XEvent(msgspec.Struct, frozen=True, gc=False, tag_field="ph", tag="X"):
+    """An ``X`` (complete) event on the streaming path, where ``ph`` selects the type."""
+
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args = _NO_ARGS
+
+
+class _MEvent(_XEvent, frozen=True, gc=False, tag="M"):
+    """A metadata event (thread and process names)."""
+
+
+# Every other Chrome-trace phase decodes to an empty struct: its values are parsed but no
+# objects are made for them (flow events alone are a third of a Kineto trace). A phase not
+# listed here, or an event without ``ph``, fails the block and the file is decoded whole.
+_SKIPPED_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D",
+                   "V", "v", "R", "c", "(", ")")  # fmt: skip
+_SKIP_TYPES = tuple(
+    msgspec.defstruct(f"_Skip{i}", [], tag_field="ph", tag=ph, frozen=True, gc=False)
+    for i, ph in enumerate(_SKIPPED_PHASES)
+)
+_TYPE_PH: dict[type, str] = {_XEvent: "X", _MEvent: "M"}
+_TYPE_PH.update(zip(_SKIP_TYPES, _SKIPPED_PHASES, strict=True))
+if TYPE_CHECKING:
+    _AnyEvent = _XEvent
+else:
+    _AnyEvent = functools.reduce(operator.or_, (_XEvent, _MEvent, *_SKIP_TYPES))
+
+
 class _Trace(msgspec.Struct, gc=False):
     traceEvents: list[_Event] | None = None
     distributedInfo: dict[str, Any] | None = None
@@ -70,6 +106,19 @@ class _Trace(msgspec.Struct, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(_Trace)
+
+
+class _TailTrace(msgspec.Struct, gc=False):
+    """The end of a streamed trace: its last events and the keys after the event array."""
+
+    traceEvents: list[_AnyEvent] | None = None
+    distributedInfo: dict[str, Any] | None = None
+    deviceProperties: list[dict[str, Any]] | None = None
+    baseTimeNanoseconds: int | None = None
+    schemaVersion: int | None = None
+
+
+_TAIL_DECODER = msgspec.json.Decoder(_TailTrace)
 
 # Category (lower-cased) → kind. Legacy (2021) capitalised names lower-case to the same keys.
 # ``None`` means "known, dropped". Anything else is counted in meta.skipped_events.
@@ -229,12 +278,12 @@ class _Columns:
             ext = np.fromiter((self.ids[str(v)] for v in raw_new), np.int64, len(raw_new))
             self.raw_to_id = np.concatenate([self.raw_to_id, ext])
 
-    def add(self, events: list[_Event]) -> None:
-        """Reduce one slice of events to columns."""
+    def add(self, events: list[Any], phs: Iterable[str]) -> None:
+        """Reduce one slice of events (with an iterator over their ``ph``) to columns."""
         if not events:
             return
         n = len(events)
-        ph = np.fromiter(map(_PH_IDS.__getitem__, map(_GET_PH, events)), np.int64, n)
+        ph = np.fromiter(map(_PH_IDS.__getitem__, phs), np.int64, n)
         for i in np.flatnonzero(ph == _PH_IDS["M"]).tolist():
             e = events[i]
             if e.name == "thread_name":
@@ -329,7 +378,11 @@ _SLICE = 20_000  # events reduced at once on the fallback path
 _BLOCK = 1 << 20  # decompressed bytes per streaming step
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
-_EVENTS_DECODER = msgspec.json.Decoder(list[_Event])
+_EVENTS_DECODER = msgspec.json.Decoder(list[_AnyEvent])
+
+
+def _phs_of_types(events: list[Any]) -> Iterable[str]:
+    return map(_TYPE_PH.__getitem__, map(type, events))
 
 
 class _Fallback(Exception):
@@ -365,19 +418,21 @@ def _stream(path: Path, cols: _Columns) -> _Trace:
                 cut = _last_boundary(buf)
                 if cut is None:
                     continue
-                cols.add(_EVENTS_DECODER.decode(b"[" + buf[: cut.start() + 1] + b"]"))
+                evs = _EVENTS_DECODER.decode(b"[" + buf[: cut.start() + 1] + b"]")
+                cols.add(evs, _phs_of_types(evs))
+                del evs
                 buf = buf[cut.end() - 1 :]
-            tail = _DECODER.decode(b'{"traceEvents":[' + buf)
+            tail = _TAIL_DECODER.decode(b'{"traceEvents":[' + buf)
     except (msgspec.DecodeError, OSError, EOFError, zlib.error) as e:
         raise _Fallback from e
     if tail.traceEvents is None:
         raise _Fallback
-    cols.add(tail.traceEvents)
+    cols.add(tail.traceEvents, _phs_of_types(tail.traceEvents))
+    trace = _Trace(traceEvents=[])
     for f_name in ("distributedInfo", "deviceProperties", "baseTimeNanoseconds", "schemaVersion"):
-        if getattr(tail, f_name) is None:
-            setattr(tail, f_name, getattr(head, f_name))
-    tail.traceEvents = []
-    return tail
+        v = getattr(tail, f_name)
+        setattr(trace, f_name, getattr(head, f_name) if v is None else v)
+    return trace
 
 
 def _last_boundary(buf: bytes) -> re.Match[bytes] | None:
@@ -431,7 +486,8 @@ def build_timeline(
     events: list[_Event] = trace.traceEvents or []
     trace.traceEvents = []
     for i in range(0, len(events), _SLICE):
-        cols.add(events[i : i + _SLICE])
+        part = events[i : i + _SLICE]
+        cols.add(part, map(_GET_PH, part))
     del events
     return _finish(path, trace, cols, rank)
 
