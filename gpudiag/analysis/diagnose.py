@@ -24,8 +24,10 @@ from gpudiag.analysis.model import (
     RunSummary,
     Shares,
     StepBreakdown,
+    WholeRun,
 )
 from gpudiag.analysis.steps import find_steps
+from gpudiag.analysis.wholerun import whole_run
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
 from gpudiag.traces.schema import Kind, RankMeta, RankTimeline, RunTimeline
@@ -142,6 +144,8 @@ def build_diagnosis(
     th: Thresholds,
     inputs: Sequence[str] = (),
     notes: Sequence[str] = (),
+    whole_run: WholeRun | None = None,
+    extra_findings: Sequence[Finding] = (),
 ) -> Diagnosis:
     """Assemble run summary, findings and the Diagnosis from per-rank results."""
     results = sorted(results, key=lambda r: r.rank)
@@ -167,6 +171,7 @@ def build_diagnosis(
         mode=modes.pop() if len(modes) == 1 else "mixed",
     )
     findings = idle_findings(ranks, steps, th) + _source_findings(results, run)
+    findings += list(extra_findings)
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(
         key=lambda f: (
@@ -183,6 +188,7 @@ def build_diagnosis(
         thresholds=th.as_dict(),
         notes=list(notes),
         gpudiag_version=__version__,
+        whole_run=whole_run,
     )
 
 
@@ -264,4 +270,46 @@ def analyze_paths(
     inputs = discover(paths)
     results = parallel_map(_analyze_input, inputs.traces, jobs, th)
     check_ranks(results, [t.path for t in inputs.traces])
-    return build_diagnosis(results, th, [str(t.path) for t in inputs.traces], inputs.notes)
+    whole, extra = _whole_run_of(inputs.run_dirs, inputs.manifests)
+    return build_diagnosis(
+        results, th, [str(t.path) for t in inputs.traces], inputs.notes,
+        whole_run=whole, extra_findings=extra,
+    )  # fmt: skip
+
+
+def _whole_run_of(run_dirs: Sequence[Any], manifests: Sequence[Any]) -> tuple[Any, list[Finding]]:
+    """Telemetry and NVML samples of the run directories among the inputs."""
+    if not run_dirs:
+        return None, []
+    import pandas as pd
+
+    from gpudiag.traces.samples import load_samples
+    from gpudiag.traces.telemetry import load_steps, steps_files
+
+    tele = [load_steps(d) for d in run_dirs if steps_files(d)]
+    samples = [load_samples(d) for d in run_dirs]
+    manifest = _merge_manifests(manifests)
+    return whole_run(
+        pd.concat(tele, ignore_index=True) if tele else None,
+        pd.concat(samples, ignore_index=True) if samples else None,
+        manifest,
+    )
+
+
+def _merge_manifests(manifests: Sequence[Any]) -> Any:
+    """One manifest for a multi-node run: ranks and sources of every node together."""
+    if len(manifests) <= 1:
+        return manifests[0] if manifests else None
+    import copy
+
+    m = copy.deepcopy(manifests[0])
+    for other in manifests[1:]:
+        m.ranks = m.ranks + list(other.ranks)
+        for name, src in other.sources.items():
+            mine = m.sources.get(name)
+            if mine is None or (not mine.captured and src.captured):
+                m.sources[name] = src
+        m.diagnosis_incomplete = m.diagnosis_incomplete + list(other.diagnosis_incomplete)
+        if other.exit_code not in (None, 0):
+            m.exit_code = other.exit_code
+    return m

@@ -40,6 +40,11 @@ def pretty_range(name: str) -> str:
     return name if len(name) <= 60 else name[:57] + "..."
 
 
+def _per_rank(values: dict[int, float]) -> dict[str, float]:
+    """Per-rank values keyed as JSON keys are: strings."""
+    return {str(r): v for r, v in sorted(values.items())}
+
+
 def _ranks_text(values: dict[int, float]) -> str:
     items = sorted(values.items(), key=lambda kv: -kv[1])
     if len(items) == 1:
@@ -76,7 +81,7 @@ def idle_findings(
                      f"(idle ratio above the {th.idle_ratio_max:.0%} threshold)"),
             ranks=sorted(idle),
             steps=_steps_over(steps, set(idle), lambda s: s.idle_ratio, th.idle_ratio_max),
-            metrics={"per_rank": idle, "threshold": th.idle_ratio_max},
+            metrics={"per_rank": _per_rank(idle), "threshold": th.idle_ratio_max},
         ))  # fmt: skip
 
     data = {r.rank: r.shares.data_wait for r in ranks if r.shares.data_wait >= th.data_bound_ratio}
@@ -96,7 +101,7 @@ def idle_findings(
             ranks=sorted(data),
             steps=_steps_over(steps, set(data), lambda s: s.data_wait_ns / s.duration_ns,
                               th.data_bound_ratio),
-            metrics={"per_rank": data, "threshold": th.data_bound_ratio,
+            metrics={"per_rank": _per_rank(data), "threshold": th.data_bound_ratio,
                      "data_range": data_names[0] if data_names else None},
         ))  # fmt: skip
 
@@ -117,8 +122,8 @@ def idle_findings(
             ranks=sorted(comm),
             steps=_steps_over(steps, set(comm), lambda s: s.comm_wait_ns / s.duration_ns,
                               th.comm_bound_ratio),
-            metrics={"per_rank": comm, "threshold": th.comm_bound_ratio,
-                     "comm_hidden_ratio": hidden},
+            metrics={"per_rank": _per_rank(comm), "threshold": th.comm_bound_ratio,
+                     "comm_hidden_ratio": {str(r): v for r, v in hidden.items()}},
         ))  # fmt: skip
 
     host = {r.rank: r.shares.other for r in ranks if r.shares.other >= th.host_bound_ratio}
@@ -134,6 +139,6 @@ def idle_findings(
             ranks=sorted(host),
             steps=_steps_over(steps, set(host), lambda s: s.other_ns / s.duration_ns,
                               th.host_bound_ratio),
-            metrics={"per_rank": host, "threshold": th.host_bound_ratio},
+            metrics={"per_rank": _per_rank(host), "threshold": th.host_bound_ratio},
         ))  # fmt: skip
     return out

@@ -111,6 +111,64 @@ class Recommendation:
 
 
 @dataclass(frozen=True)
+class RunStep:
+    """One step of one rank from ``gpudiag run``'s always-on telemetry.
+
+    Every step, not only the profiled ones. Waits are ``None`` where not measured.
+    """
+
+    rank: int
+    step: int
+    start_ns: int
+    duration_ns: int
+    data_wait_ns: int | None
+    comm_wait_ns: int | None
+    backward_ns: int | None
+    profiled: bool
+
+
+@dataclass(frozen=True)
+class WholeRunRank:
+    """One rank over every step of the run (telemetry)."""
+
+    rank: int
+    steps: int
+    step_time_ns_median: int
+    step_time_ns_p90: int
+    step_time_ns_max: int
+    data_wait_ratio: float | None
+    comm_wait_ratio: float | None
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class GpuStats:
+    """NVML samples of one GPU over the run's steps; ``None`` where NVML could not say."""
+
+    gpu_uuid: str
+    rank: int | None
+    host: str
+    samples: int
+    util_ratio: float | None
+    mem_util_ratio: float | None
+    power_w: float | None
+    sm_clock_mhz: float | None
+    temp_c_max: float | None
+    slowdown_ratio: float | None  # share of samples with a hardware/thermal/power slowdown
+    slowdown_reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class WholeRun:
+    """What a run directory adds to the profiled window: every step, and the GPUs' samples."""
+
+    ranks: list[WholeRunRank]
+    steps: list[RunStep]
+    gpus: list[GpuStats] = field(default_factory=list)
+    job_exit_code: int | None = None
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """Everything gpudiag concluded about a run; renderers only format it."""
 
@@ -124,6 +182,7 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
     gpudiag_version: str = ""
     schema_version: int = SCHEMA_VERSION
+    whole_run: WholeRun | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -132,7 +191,7 @@ class Diagnosis:
         for r, rs in zip(d["ranks"], self.ranks, strict=True):
             r["shares"] = rs.shares.as_dict()
         order = ["schema_version", "gpudiag_version", "inputs", "run", "ranks", "steps",
-                 "findings", "recommendations", "thresholds", "notes"]  # fmt: skip
+                 "findings", "recommendations", "whole_run", "thresholds", "notes"]  # fmt: skip
         return {k: d[k] for k in order}
 
     @classmethod
@@ -161,6 +220,7 @@ class Diagnosis:
             notes=list(d.get("notes", [])),
             gpudiag_version=str(d.get("gpudiag_version", "")),
             schema_version=int(d["schema_version"]),
+            whole_run=_whole_run_from_json(d.get("whole_run")),
         )
 
     def steps_frame(self) -> Any:
@@ -174,3 +234,14 @@ class Diagnosis:
         dur = df["duration_ns"].where(df["duration_ns"] > 0)
         df["idle_ratio"] = 1.0 - df["compute_ns"] / dur
         return df
+
+
+def _whole_run_from_json(d: dict[str, Any] | None) -> WholeRun | None:
+    if not d:
+        return None
+    return WholeRun(
+        ranks=[WholeRunRank(**r) for r in d.get("ranks", [])],
+        steps=[RunStep(**s) for s in d.get("steps", [])],
+        gpus=[GpuStats(**g) for g in d.get("gpus", [])],
+        job_exit_code=d.get("job_exit_code"),
+    )

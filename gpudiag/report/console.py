@@ -89,6 +89,11 @@ def render(
     con.print(_rank_table(d, max_ranks))
     if show_steps:
         con.print(_step_table(d))
+    if d.whole_run is not None:
+        con.print()
+        con.print(_whole_run_table(d))
+        if d.whole_run.gpus:
+            con.print(_gpu_table(d))
     con.print()
     if d.findings:
         con.print(Text("Findings", style="bold"))
@@ -155,4 +160,39 @@ def _step_table(d: Diagnosis) -> Table:
         t.add_row(str(s.rank), str(s.step), fmt_ns(s.duration_ns), fmt_ns(s.compute_ns),
                   fmt_ns(s.comm_wait_ns), fmt_ns(s.data_wait_ns), fmt_ns(s.other_ns),
                   fmt_ns(s.comm_overlapped_ns), _pct(1 - s.compute_ns / dur))  # fmt: skip
+    return t
+
+
+def _whole_run_table(d: Diagnosis) -> Table:
+    w = d.whole_run
+    assert w is not None
+    t = Table(title="every step (telemetry)", box=None, header_style="bold", pad_edge=False,
+              title_justify="left")  # fmt: skip
+    for col in ("rank", "steps", "median", "p90", "max", "data-wait"):
+        t.add_column(col, justify="right")
+    for r in w.ranks:
+        t.add_row(str(r.rank), str(r.steps), fmt_ns(r.step_time_ns_median),
+                  fmt_ns(r.step_time_ns_p90), fmt_ns(r.step_time_ns_max),
+                  _pct(r.data_wait_ratio))  # fmt: skip
+    return t
+
+
+def _gpu_table(d: Diagnosis) -> Table:
+    w = d.whole_run
+    assert w is not None
+    t = Table(title="GPUs (NVML, over the steps)", box=None, header_style="bold",
+              pad_edge=False, title_justify="left")  # fmt: skip
+    for col in ("rank", "gpu", "util", "mem util", "power", "SM clock", "max temp", "slowdown"):
+        t.add_column(col, justify="right")
+
+    def num(v: float | None, unit: str, digits: int = 0) -> str:
+        return "n/a" if v is None else f"{v:.{digits}f} {unit}"
+
+    for g in w.gpus:
+        slow = _pct(g.slowdown_ratio)
+        if g.slowdown_reasons:
+            slow += " " + ",".join(g.slowdown_reasons)
+        t.add_row("-" if g.rank is None else str(g.rank), g.gpu_uuid[:12], _pct(g.util_ratio),
+                  _pct(g.mem_util_ratio), num(g.power_w, "W"), num(g.sm_clock_mhz, "MHz"),
+                  num(g.temp_c_max, "°C"), slow)  # fmt: skip
     return t

@@ -90,8 +90,16 @@ def _discover_dir(d: Path, found: Inputs) -> None:
             for f in sorted((node / rundir.RANKS_DIR).glob("*")):
                 if f.is_file() and _fmt_of(f) == "kineto":
                     _add_file(f, found, explicit=False)
-        if not found.traces:
-            found.notes.append(f"{d}: run directory without profiler traces")
+        if not any(t.path.is_relative_to(d) for t in found.traces):
+            m = found.manifests[-1] if found.manifests else None
+            window = f" --profile-steps {m.profile_steps}" if m and m.profile_steps else ""
+            raise InputError(
+                d,
+                "run directory without profiler traces (did the job stop before its "
+                f"profiled window{window}?)",
+                "re-run with --profile-steps A:B inside the job's step count; the step "
+                "telemetry in ranks/*.steps.jsonl is kept",
+            )
         return
     files = sorted(
         f for f in d.rglob("*")
