@@ -89,8 +89,15 @@ def analyze(
     jobs: Annotated[
         int | None, typer.Option("--jobs", "-j", help="Worker processes (CPUs).")
     ] = None,
+    nsys: Annotated[
+        Path | None, typer.Option("--nsys", help="nsys binary to export .nsys-rep reports with.")
+    ] = None,
 ) -> None:
-    """Diagnose PyTorch Profiler traces or a gpudiag run directory."""
+    """Diagnose PyTorch Profiler traces, Nsight Systems reports or a gpudiag run directory."""
+    if nsys is not None:
+        import os
+
+        os.environ["GPUDIAG_NSYS"] = str(nsys)  # read by traces/nsys.py (then PATH)
     from gpudiag.analysis.diagnose import analyze_paths
     from gpudiag.report import pick_format
 

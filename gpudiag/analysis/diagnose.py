@@ -252,10 +252,15 @@ def diagnose(run: RunTimeline, thresholds: Thresholds | None = None) -> Diagnosi
     return build_diagnosis(results, th, [tl.meta.source for tl in run.ranks], run.notes)
 
 
-def _analyze_input(inp: Any, th: Thresholds) -> RankResult:
-    from gpudiag.traces.load import load_rank
+def _analyze_input(inp: Any, th: Thresholds) -> list[RankResult]:
+    from gpudiag.traces.load import load_ranks
 
-    return analyze_rank(load_rank(inp, th), th)
+    # One input may hold several ranks (an Nsight report of a node); a loader may name its
+    # own step pattern in meta.extra["step_re"] (nsys: gpudiag's NVTX step ranges too).
+    return [
+        analyze_rank(tl, th.replace(step_re=tl.meta.extra.get("step_re")))
+        for tl in load_ranks(inp, th)
+    ]
 
 
 def analyze_paths(
@@ -268,8 +273,11 @@ def analyze_paths(
 
     th = thresholds or Thresholds()
     inputs = discover(paths)
-    results = parallel_map(_analyze_input, inputs.traces, jobs, th)
-    check_ranks(results, [t.path for t in inputs.traces])
+    per_input = parallel_map(_analyze_input, inputs.traces, jobs, th)
+    results = [r for rs in per_input for r in rs]
+    check_ranks(
+        results, [t.path for t, rs in zip(inputs.traces, per_input, strict=True) for _ in rs]
+    )
     whole, extra = _whole_run_of(inputs.run_dirs, inputs.manifests)
     return build_diagnosis(
         results, th, [str(t.path) for t in inputs.traces], inputs.notes,

@@ -32,8 +32,9 @@ class TraceInput:
     """One trace file and the rank it is expected to hold (None: ask the file)."""
 
     path: Path
-    fmt: str  # "kineto"
+    fmt: str  # "kineto" or "nsys"
     rank: int | None = None
+    origin: Path | None = None  # the .nsys-rep/.qdrep that ``path`` was exported from
 
 
 @dataclass
@@ -123,11 +124,16 @@ def _add_file(f: Path, found: Inputs, explicit: bool) -> None:
         found.traces.append(TraceInput(f, "kineto"))
         return
     if fmt == "nsys":
-        raise InputError(
-            f,
-            "Nsight Systems reports are not supported by this gpudiag version yet",
-            "export the job with the PyTorch Profiler instead, or run it under `gpudiag run`",
-        )
+        from gpudiag.traces import nsys
+
+        origin = None
+        if f.name.lower().endswith(nsys.REPORT_SUFFIXES):
+            if not explicit and f.with_suffix(".sqlite").is_file():
+                return  # the export beside it is read instead
+            f, origin = nsys.resolve_report(f), f
+        if all(t.path != f for t in found.traces):
+            found.traces.append(TraceInput(f, "nsys", origin=origin))
+        return
     if explicit:
         raise InputError(
             f,
@@ -139,6 +145,15 @@ def _add_file(f: Path, found: Inputs, explicit: bool) -> None:
 def load_rank(inp: TraceInput, thresholds: Thresholds) -> RankTimeline:
     """Load one trace file with the loader for its format."""
     return load_kineto(inp.path, rank=inp.rank, thresholds=thresholds)
+
+
+def load_ranks(inp: TraceInput, thresholds: Thresholds) -> list[RankTimeline]:
+    """Load one input; an Nsight export holds one rank per profiled process."""
+    if inp.fmt == "nsys":
+        from gpudiag.traces.nsys import load_nsys
+
+        return load_nsys(inp.path, thresholds=thresholds, source=str(inp.origin or inp.path))
+    return [load_rank(inp, thresholds)]
 
 
 def check_ranks(timelines: Sequence[Any], sources: Sequence[Path]) -> None:
@@ -193,8 +208,11 @@ def load_run(
     """Load every rank under ``paths`` into one RunTimeline (ranks in parallel processes)."""
     th = thresholds or Thresholds()
     inputs = discover(paths)
-    ranks = parallel_map(load_rank, inputs.traces, jobs, th)
-    check_ranks(ranks, [t.path for t in inputs.traces])
+    per_input = parallel_map(load_ranks, inputs.traces, jobs, th)
+    ranks = [tl for tls in per_input for tl in tls]
+    check_ranks(
+        ranks, [t.path for t, tls in zip(inputs.traces, per_input, strict=True) for _ in tls]
+    )
     ranks.sort(key=lambda t: t.rank)
     return RunTimeline(
         ranks=ranks,
@@ -203,4 +221,6 @@ def load_run(
     )
 
 
-__all__ = ["Inputs", "TraceInput", "discover", "load_rank", "load_run", "rank_from_filename"]
+__all__ = [
+    "Inputs", "TraceInput", "discover", "load_rank", "load_ranks", "load_run", "rank_from_filename",
+]  # fmt: skip
