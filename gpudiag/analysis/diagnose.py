@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from gpudiag import __version__
+from gpudiag.analysis.advice import rank_spread, recommend, what_if
 from gpudiag.analysis.classify import classify_steps, dominant_names
 from gpudiag.analysis.idle import idle_findings
 from gpudiag.analysis.model import (
@@ -27,6 +28,7 @@ from gpudiag.analysis.model import (
     WholeRun,
 )
 from gpudiag.analysis.steps import find_steps
+from gpudiag.analysis.stragglers import find_stragglers
 from gpudiag.analysis.wholerun import whole_run
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
@@ -87,6 +89,8 @@ def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
         evidence["comm_names"] = [c[0] for c in comm]
     if parts.mode == "gpu":
         evidence["gpu_ops"] = int(win.gpu_ops.sum())
+    if tl.meta.backend:
+        evidence["backend"] = tl.meta.backend
     return RankResult(
         rank=tl.rank,
         meta=tl.meta,
@@ -172,6 +176,7 @@ def build_diagnosis(
     )
     findings = idle_findings(ranks, steps, th) + _source_findings(results, run)
     findings += list(extra_findings)
+    findings += find_stragglers(steps, whole_run, whole_run.gpus if whole_run else ())
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(
         key=lambda f: (
@@ -184,6 +189,9 @@ def build_diagnosis(
         ranks=ranks,
         steps=steps,
         findings=findings,
+        recommendations=recommend(run, ranks, steps, findings),
+        spread=rank_spread(ranks),
+        what_if=what_if(steps, findings),
         inputs=list(inputs),
         thresholds=th.as_dict(),
         notes=list(notes),

@@ -95,6 +95,11 @@ class Finding:
     ranks: list[int] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
+    # stragglers only: why the rank is slow, whether it is slow in most steps, and the
+    # total time the other ranks spent waiting for it
+    cause: str | None = None  # "data" | "compute" | "host" | "hardware" | "unknown"
+    persistent: bool | None = None
+    wait_caused_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +188,8 @@ class Diagnosis:
     gpudiag_version: str = ""
     schema_version: int = SCHEMA_VERSION
     whole_run: WholeRun | None = None
+    spread: dict[str, Any] = field(default_factory=dict)
+    what_if: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -191,7 +198,8 @@ class Diagnosis:
         for r, rs in zip(d["ranks"], self.ranks, strict=True):
             r["shares"] = rs.shares.as_dict()
         order = ["schema_version", "gpudiag_version", "inputs", "run", "ranks", "steps",
-                 "findings", "recommendations", "whole_run", "thresholds", "notes"]  # fmt: skip
+                 "findings", "recommendations", "spread", "what_if", "whole_run",
+                 "thresholds", "notes"]  # fmt: skip
         return {k: d[k] for k in order}
 
     @classmethod
@@ -221,6 +229,8 @@ class Diagnosis:
             gpudiag_version=str(d.get("gpudiag_version", "")),
             schema_version=int(d["schema_version"]),
             whole_run=_whole_run_from_json(d.get("whole_run")),
+            spread=dict(d.get("spread", {})),
+            what_if=dict(d.get("what_if", {})),
         )
 
     def steps_frame(self) -> Any:

@@ -16,12 +16,14 @@ A value NVML did not provide stays ``None``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from gpudiag.analysis.model import Finding, GpuStats, RunStep, WholeRun, WholeRunRank
+
+if TYPE_CHECKING:  # pandas is imported only when a run directory is analysed
+    import pandas as pd
 
 SLOWDOWN_BITS = {0x8: "HwSlowdown", 0x20: "SwThermalSlowdown", 0x40: "HwThermalSlowdown",
                  0x80: "HwPowerBrakeSlowdown"}  # fmt: skip
@@ -29,12 +31,17 @@ OTHER_BITS = {0x4: "SwPowerCap", 0x2: "ApplicationsClocksSetting", 0x10: "SyncBo
 SLOWDOWN_MASK = sum(SLOWDOWN_BITS)
 
 
+def _missing(v: Any) -> bool:
+    """None, NaN, or pandas' NA (without importing pandas)."""
+    return v is None or (isinstance(v, float) and v != v) or type(v).__name__ == "NAType"
+
+
 def _opt_int(v: Any) -> int | None:
-    return None if v is None or pd.isna(v) else int(v)
+    return None if _missing(v) else int(v)
 
 
 def _opt_float(v: Any) -> float | None:
-    return None if v is None or pd.isna(v) else float(v)
+    return None if _missing(v) else float(v)
 
 
 def steady(df: pd.DataFrame) -> pd.DataFrame:

@@ -49,7 +49,7 @@ def collate(batch: Any) -> Any:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--batch", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=4096)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=3)
@@ -64,6 +64,7 @@ def main() -> None:
     p.add_argument("--profile-active", type=int, default=5)
     p.add_argument("--exit-code", type=int, default=0, help="exit with this code at the end")
     p.add_argument("--raise-at", type=int, default=-1, help="raise on rank 1 at this step")
+    p.add_argument("--time-file", default="", help="rank 0 writes its step times (s) here")
     a = p.parse_args()
 
     distributed = "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -104,7 +105,9 @@ def main() -> None:
         prof.start()
 
     it = iter(loader)
+    times: list[float] = []
     for step in range(a.steps):
+        t_step = time.perf_counter()
         x, y = next(it)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         if rank == a.sleep_rank and step % a.sleep_every == a.sleep_every - 1:
@@ -117,6 +120,10 @@ def main() -> None:
         opt.step()
         if prof is not None:
             prof.step()
+        times.append(time.perf_counter() - t_step)
+    if a.time_file and rank == 0:
+        with open(a.time_file, "w") as f:
+            f.write("\n".join(f"{t:.9f}" for t in times) + "\n")
     if prof is not None:
         prof.stop()
     if distributed:

@@ -87,6 +87,8 @@ def render(
     con.print(line)
     con.print()
     con.print(_rank_table(d, max_ranks))
+    for text in _spread_and_what_if(d):
+        con.print(Text(text, style="dim"))
     if show_steps:
         con.print(_step_table(d))
     if d.whole_run is not None:
@@ -196,3 +198,36 @@ def _gpu_table(d: Diagnosis) -> Table:
                   _pct(g.mem_util_ratio), num(g.power_w, "W"), num(g.sm_clock_mhz, "MHz"),
                   num(g.temp_c_max, "°C"), slow)  # fmt: skip
     return t
+
+
+def _spread_and_what_if(d: Diagnosis) -> list[str]:
+    """One line of min/max across ranks, one of what-if step times."""
+    lines = []
+    sp = d.spread
+    if sp:
+        parts = []
+        for key, label, fmt in (
+            ("step_time_ns_median", "step", fmt_ns),
+            ("compute_ratio", "compute", _pct),
+            ("comm_wait_ratio", "comm-wait", _pct),
+            ("data_wait_ratio", "data-wait", _pct),
+        ):
+            v = sp.get(key)
+            if v:
+                parts.append(
+                    f"{label} {fmt(v['min'])} (r{v['min_rank']})–{fmt(v['max'])} (r{v['max_rank']})"
+                )
+        lines.append("across ranks: " + " · ".join(parts))
+    w = d.what_if
+    if w and w.get("step_time_ns"):
+        cur = w["step_time_ns"]
+
+        def delta(v: int | None) -> str:
+            return "n/a" if v is None else f"{fmt_ns(v)} ({(v - cur) / cur:+.0%})"
+
+        text = (f"what if: comm fully overlapped → {delta(w.get('if_comm_overlapped_ns'))} · "
+                f"no data wait → {delta(w.get('if_no_data_wait_ns'))}")  # fmt: skip
+        if w.get("if_straggler_at_median_speed_ns") is not None:
+            text += f" · straggler at median speed → {delta(w['if_straggler_at_median_speed_ns'])}"
+        lines.append(f"{text}  (step now {fmt_ns(cur)})")
+    return lines

@@ -1,0 +1,292 @@
+"""Compares ranks within each step and flags slow ones, metric spelled out → Finding.
+
+A synchronous collective cannot finish before the last rank reaches it, so a slow rank
+makes every other rank wait, and raw communication time measures *the others'*
+slowness: the straggler is the rank with the **least** waiting. gpudiag therefore compares
+the work each rank does before it must synchronise:
+
+    busy[r, s] = step time − communication wait        (profiled window: compute + data + other)
+    busy[r, s] = step time − time in backward          (telemetry: backward holds DDP's wait)
+
+and, per step, the excess of a rank over the median of the *other* ranks
+(``excess[r, s] = busy[r, s] − median_{r' ≠ r} busy[r', s]``, a leave-one-out reference
+that also works with two ranks).
+
+* (r, s) is **slow** when ``excess ≥ straggler_excess_ratio`` (0.10) × the step's median
+  duration, and the rank waited less than the others in that step (the confirmation of
+  reference §1: a straggler has the smallest wait).
+* A rank is a **persistent** straggler when it is slow in at least
+  ``straggler_persistent_ratio`` (50%) of the steps compared, with at least 2 steps; its
+  relative score ``min_r' median_s busy / median_s busy[r]`` is reported (NVRx style;
+  below 0.75 is a strong straggler).
+* Otherwise slow steps whose excess is at least ``straggler_spike_ratio`` (0.25) of the
+  median step, and above the run's own jitter (3.5 robust standard deviations of all
+  excesses), are **intermittent** stalls: a GC, a checkpoint, a data hiccup. They must
+  happen at least twice, unless one lasts a whole step. When they recur at a fixed period
+  (every N-th step) the message says so.
+* The **cause** comes from the straggler's own parts in its slow steps against the others'
+  median: the largest excess among data-wait (→ ``data``), compute (→ ``compute``, or
+  ``hardware`` when NVML shows that rank's GPU slowed down by the driver or clocked ≥ 10%
+  below the others), and the rest (→ ``host``: Python, launch overhead, sleeps).
+* The **cost**: ``wait_caused_ns`` = Σ over its slow steps and the other ranks of
+  ``min(busy[r] − busy[r'], wait[r'])`` (the others' waiting attributed to it), and the
+  median step time if it ran at the others' speed.
+
+Nothing is named with one rank, or when every rank is within the thresholds; the
+telemetry (every step) is preferred to the few profiled steps when both exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from gpudiag.analysis.model import Finding, GpuStats, StepBreakdown, WholeRun
+
+F64 = npt.NDArray[np.float64]
+
+EXCESS_RATIO = 0.10
+PERSISTENT_RATIO = 0.5
+SPIKE_RATIO = 0.25
+CLOCK_DEFICIT = 0.10
+
+
+@dataclass
+class StepMatrix:
+    """Per (rank, step) values aligned on steps every rank has: rows = ranks, cols = steps."""
+
+    ranks: list[int]
+    steps: list[int]
+    duration: F64
+    busy: F64
+    wait: F64  # time the rank waited for the others (nan when unknown)
+    compute: F64  # nan when unknown (telemetry)
+    data: F64
+    source: str  # "trace" or "telemetry"
+
+
+def _matrix(ranks: list[int], steps: list[int], rows: Mapping[tuple[int, int], tuple[float, ...]],
+            source: str) -> StepMatrix:  # fmt: skip
+    arr = np.full((6, len(ranks), len(steps)), np.nan)
+    for i, r in enumerate(ranks):
+        for j, s in enumerate(steps):
+            arr[:, i, j] = rows[(r, s)]
+    return StepMatrix(ranks, steps, arr[0], arr[1], arr[2], arr[3], arr[4], source)
+
+
+def trace_matrix(steps: Sequence[StepBreakdown]) -> StepMatrix | None:
+    """The profiled window's steps that every rank has."""
+    ranks = sorted({s.rank for s in steps})
+    if len(ranks) < 2:
+        return None
+    common = sorted(set.intersection(*[{s.step for s in steps if s.rank == r} for r in ranks]))
+    if not common:
+        return None
+    keep = set(common)
+    rows = {
+        (s.rank, s.step): (s.duration_ns, s.duration_ns - s.comm_wait_ns, s.comm_wait_ns,
+                           s.compute_ns, s.data_wait_ns, s.other_ns)
+        for s in steps if s.step in keep
+    }  # fmt: skip
+    return _matrix(ranks, common, rows, "trace")
+
+
+def telemetry_matrix(whole: WholeRun | None) -> StepMatrix | None:
+    """Every step of the run from telemetry, when backward (or comm wait) was measured."""
+    if whole is None:
+        return None
+    ranks = sorted({s.rank for s in whole.steps})
+    if len(ranks) < 2:
+        return None
+    per_rank = [{s.step for s in whole.steps if s.rank == r} for r in ranks]
+    common = sorted(set.intersection(*per_rank))
+    if len(common) > 2:
+        common = common[1:]  # the first step is warm-up (see wholerun.py)
+    rows: dict[tuple[int, int], tuple[float, ...]] = {}
+    for s in whole.steps:
+        if s.step not in common:
+            continue
+        wait = s.backward_ns if s.backward_ns is not None else s.comm_wait_ns
+        if wait is None:
+            return None
+        data = float(s.data_wait_ns) if s.data_wait_ns is not None else np.nan
+        rows[(s.rank, s.step)] = (s.duration_ns, s.duration_ns - wait, wait, np.nan, data, np.nan)
+    if len(rows) != len(ranks) * len(common) or not common:
+        return None
+    return _matrix(ranks, common, rows, "telemetry")
+
+
+def excess(busy: F64) -> F64:
+    """busy[r, s] − median of the other ranks' busy in step s (leave-one-out)."""
+    n = busy.shape[0]
+    out = np.empty_like(busy)
+    for i in range(n):  # over ranks only; each a vectorised op over steps
+        others = np.delete(busy, i, axis=0)
+        out[i] = busy[i] - np.median(others, axis=0)
+    return out
+
+
+def find_stragglers(
+    trace_steps: Sequence[StepBreakdown],
+    whole: WholeRun | None,
+    gpus: Sequence[GpuStats] = (),
+    excess_ratio: float = EXCESS_RATIO,
+    persistent_ratio: float = PERSISTENT_RATIO,
+    spike_ratio: float = SPIKE_RATIO,
+) -> list[Finding]:
+    """Straggler findings of a run (telemetry preferred; the trace window gives causes)."""
+    tele = telemetry_matrix(whole)
+    trace = trace_matrix(trace_steps)
+    m = tele or trace
+    if m is None:
+        return []
+    ex = excess(m.busy)
+    med_dur = np.median(m.duration, axis=0)  # per step
+    others_wait = np.array(
+        [np.median(np.delete(m.wait, i, axis=0), axis=0) for i in range(len(m.ranks))]
+    )
+    slow = (ex >= excess_ratio * med_dur) & (m.wait <= others_wait)
+    findings: list[Finding] = []
+    for i in range(len(m.ranks)):
+        flagged = np.flatnonzero(slow[i])
+        if flagged.size == 0:
+            continue
+        persistent = flagged.size >= 2 and flagged.size >= persistent_ratio * len(m.steps)
+        if not persistent:
+            # A spike must stand out from the step and from the run's own jitter, and
+            # recur, unless it is as long as a whole step.
+            jitter = 3.5 * 1.4826 * float(np.median(np.abs(ex - np.median(ex))))
+            limit = np.maximum(spike_ratio * med_dur[flagged], jitter)
+            flagged = flagged[ex[i, flagged] >= limit]
+            if flagged.size < 2 and not (ex[i, flagged] >= med_dur[flagged]).any():
+                continue
+        findings.append(_finding(m, trace, i, flagged, persistent, ex, med_dur, gpus))
+    return findings
+
+
+def _cause(m: StepMatrix, trace: StepMatrix | None, rank: int, flagged_steps: list[int],
+           persistent: bool, gpus: Sequence[GpuStats]) -> tuple[str, dict[str, float]]:  # fmt: skip
+    """Which part of the straggler's busy time exceeds the others' (ns per slow step)."""
+    src, cols = m, [m.steps.index(s) for s in flagged_steps]
+    if m.source == "telemetry" and trace is not None and rank in trace.ranks:
+        # the profiled window splits compute from host: use its slow steps if it saw any
+        seen = [trace.steps.index(s) for s in flagged_steps if s in trace.steps]
+        if seen or persistent:
+            src, cols = trace, seen or list(range(len(trace.steps)))
+    i = src.ranks.index(rank)
+
+    def delta(a: F64) -> float:
+        others = np.median(np.delete(a, i, axis=0), axis=0)
+        return float(np.nanmean((a[i] - others)[cols])) if cols else float("nan")
+
+    busy = delta(src.busy)
+    data = delta(src.data)
+    if src.source == "trace":
+        parts = {
+            "data": data,
+            "compute": delta(src.compute),
+            "host": busy - data - delta(src.compute),
+        }
+    else:
+        parts = {"data": data, "other": busy - data}
+    parts = {k: v for k, v in parts.items() if not np.isnan(v)}
+    if not parts or max(parts.values()) <= 0:
+        return "unknown", parts
+    cause = max(parts, key=lambda k: parts[k])
+    if cause == "other":
+        cause = "unknown"  # telemetry alone cannot tell compute from host
+    if cause in ("compute", "unknown") and _hardware(rank, gpus):
+        cause = "hardware"
+    return cause, parts
+
+
+def _hardware(rank: int, gpus: Sequence[GpuStats]) -> bool:
+    """The rank's GPU was slowed down by the driver, or clocked well below the others."""
+    mine = [g for g in gpus if g.rank == rank]
+    if not mine:
+        return False
+    g = mine[0]
+    if g.slowdown_ratio is not None and g.slowdown_ratio >= 0.1:
+        return True
+    clocks = [o.sm_clock_mhz for o in gpus if o.rank not in (None, rank) and o.sm_clock_mhz]
+    return bool(
+        g.sm_clock_mhz
+        and clocks
+        and g.sm_clock_mhz < (1 - CLOCK_DEFICIT) * float(np.median(clocks))
+    )
+
+
+def _period(steps: list[int]) -> int | None:
+    """N when the steps recur every N-th step (at least 3 occurrences)."""
+    if len(steps) < 3:
+        return None
+    gaps = np.diff(steps)
+    return int(gaps[0]) if gaps[0] > 1 and (gaps == gaps[0]).all() else None
+
+
+def _finding(
+    m: StepMatrix,
+    trace: StepMatrix | None,
+    i: int,
+    flagged: npt.NDArray[np.intp],
+    persistent: bool,
+    ex: F64,
+    med_dur: F64,
+    gpus: Sequence[GpuStats],
+) -> Finding:
+    rank = m.ranks[i]
+    steps = [m.steps[j] for j in flagged.tolist()]
+    # the others' waiting attributed to this rank: min(busy gap, their wait), summed
+    gap = m.busy[i, flagged][None, :] - np.delete(m.busy[:, flagged], i, axis=0)
+    their_wait = np.delete(m.wait[:, flagged], i, axis=0)
+    caused = int(np.nansum(np.minimum(np.clip(gap, 0, None), their_wait)))
+    med_busy = np.median(m.busy, axis=1)
+    score = float(med_busy.min() / med_busy[i]) if med_busy[i] > 0 else 1.0
+    median_excess = float(np.median(ex[i, flagged]))
+    step_median = float(np.median(m.duration))
+    cause, parts = _cause(m, trace, rank, steps, persistent, gpus)
+    words = {"data": "waiting for its data", "compute": "computing longer",
+             "host": "in host-side work outside compute and data (Python, launches, sleeps)",
+             "hardware": "on a GPU the driver slowed down or clocked low",
+             "unknown": "for a reason the telemetry cannot split"}  # fmt: skip
+    if persistent:
+        what = (f"rank {rank} is a persistent straggler: slower than the other ranks in "
+                f"{len(steps)} of {len(m.steps)} steps by {median_excess / 1e6:.1f} ms "
+                f"({median_excess / step_median:.0%} of a step)")  # fmt: skip
+    else:
+        n = _period(steps)
+        when = (
+            f"every {n}th step"
+            if n
+            else f"in step{'s' if len(steps) > 1 else ''} " + ", ".join(map(str, steps[:8]))
+        )
+        what = (f"rank {rank} stalls {when} ({len(steps)} of {len(m.steps)} steps), "
+                f"{median_excess / 1e6:.1f} ms behind the others each time")  # fmt: skip
+    msg = (f"{what}, {words[cause]}; the other ranks waited {caused / 1e6:.1f} ms in total "
+           "for it")  # fmt: skip
+    return Finding(
+        kind="straggler",
+        severity="error" if persistent else "warning",
+        message=msg,
+        ranks=[rank],
+        steps=[] if persistent else steps,
+        metrics={
+            "source": m.source,
+            "score": score,
+            "median_excess_ns": round(median_excess),
+            "median_excess_ratio": median_excess / step_median if step_median else 0.0,
+            "slow_steps": len(steps),
+            "steps_compared": len(m.steps),
+            "excess_by_part_ns": {k: round(v) for k, v in parts.items()},
+            "step_time_ns_median": round(step_median),
+            "step_time_ns_if_median_speed": round(
+                step_median - (median_excess if persistent else 0.0)
+            ),
+        },
+        cause=cause,
+        persistent=persistent,
+        wait_caused_ns=caused,
+    )
