@@ -322,3 +322,118 @@ def doctor(
     row("nsys", caps.nsys_version is not None, caps.nsys_version or caps.nsys_reason)
     row("nvtx", caps.nvtx, "installed" if caps.nvtx else "pip install gpudiag[collect]")
     Console().print(t)
+
+
+# ---- gate, report, diff ----
+
+
+def _gate_renderer(res: Any, fmt: str) -> Any:
+    from gpudiag.report import ci, gate_console
+
+    def go(out: TextIO) -> None:
+        if fmt == "json":
+            import json
+
+            out.write(json.dumps(res.to_json(), indent=2, allow_nan=False) + "\n")
+        elif fmt == "markdown":
+            out.write(ci.gate_markdown(res))
+        else:
+            gate_console.render_gate(res, out)
+
+    return go
+
+
+@app.command()
+def gate(
+    path: Annotated[Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.")],
+    baseline: Annotated[
+        Path | None, typer.Option("--baseline", help="Saved diagnosis to compare against.")
+    ] = None,
+    save_baseline: Annotated[
+        Path | None, typer.Option("--save-baseline", help="Save PATH's diagnosis here.")
+    ] = None,
+    max_idle_ratio: Annotated[float | None, typer.Option(help="Per rank (0.30).")] = None,
+    max_comm_wait: Annotated[float | None, typer.Option(help="Max comm-wait share.")] = None,
+    max_data_wait: Annotated[float | None, typer.Option(help="Max data-wait share.")] = None,
+    max_regression: Annotated[
+        float | None, typer.Option(help="Max median step-time regression, percent (10).")
+    ] = None,
+    alpha: Annotated[float | None, typer.Option(help="Significance level (0.01).")] = None,
+    min_samples: Annotated[int | None, typer.Option(help="Min steps per side (8).")] = None,
+    warmup_steps: Annotated[int | None, typer.Option(help="Skip steps below this (2).")] = None,
+    stragglers: Annotated[str | None, typer.Option(help="fail, warn or off.")] = None,
+    inconclusive_ok: Annotated[
+        bool | None, typer.Option("--inconclusive-ok", help="Exit 0, not 5, if undecided.")
+    ] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML.")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="Write Markdown.")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown.")] = "table",
+) -> None:
+    """CI performance gate: idle/wait limits, stragglers, regression against a baseline."""
+    from gpudiag.analysis.gate import evaluate, gate_config
+    from gpudiag.analysis.saved import diagnosis_of
+    from gpudiag.errors import GateFailed, GateInconclusive
+    from gpudiag.report import ci, json_report
+
+    if fmt not in ("table", "json", "markdown"):
+        raise GpudiagError(f"unknown format {fmt!r}", "choose table, json or markdown", EXIT_USAGE)
+    th = thresholds()
+    cfg = gate_config(
+        th.extra.get("gate"), max_idle_ratio=max_idle_ratio, max_comm_wait_ratio=max_comm_wait,
+        max_data_wait_ratio=max_data_wait, alpha=alpha, min_samples=min_samples,
+        max_regression_ratio=None if max_regression is None else max_regression / 100.0,
+        warmup_steps=warmup_steps, stragglers=stragglers, inconclusive_ok=inconclusive_ok,
+    )  # fmt: skip
+    d = diagnosis_of(path, th)
+    if save_baseline is not None:
+        emit(lambda f: json_report.render(d, f), save_baseline)
+    base = diagnosis_of(baseline, th) if baseline is not None else None
+    res = evaluate(d, cfg, base, str(path), None if baseline is None else str(baseline))
+    emit(_gate_renderer(res, fmt), None)
+    ci.write_outputs(res, junit, markdown)
+    if res.status == "failed":
+        raise GateFailed("gate failed", "the failing checks are listed above")
+    if res.status == "inconclusive":
+        raise GateInconclusive("gate inconclusive", "see the inconclusive checks above; "
+                               "--inconclusive-ok accepts too few samples")  # fmt: skip
+
+
+@app.command()
+def diff(
+    a: Annotated[Path, typer.Argument(help="Run A (run dir, traces or diagnosis JSON).")],
+    b: Annotated[Path, typer.Argument(help="Run B, compared with A.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, json.")] = "table",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here.")] = None,
+) -> None:
+    """What changed between two runs: step time, shares, idle ratio, per rank."""
+    from dataclasses import asdict
+
+    from gpudiag.analysis.diff import diff as run_diff
+    from gpudiag.analysis.saved import diagnosis_of
+    from gpudiag.report import gate_console, markdown
+
+    renderers: dict[str, Any] = {
+        "table": gate_console.render_diff,
+        "markdown": markdown.render_diff,
+        "json": lambda r, out: out.write(__import__("json").dumps(asdict(r), indent=2) + "\n"),
+    }
+    if fmt not in renderers:
+        raise GpudiagError(f"unknown format {fmt!r}", "choose table, markdown or json", EXIT_USAGE)
+    th = thresholds()
+    res = run_diff(diagnosis_of(a, th), diagnosis_of(b, th), str(a), str(b))
+    emit(lambda out: renderers[fmt](res, out), output)
+
+
+@app.command()
+def report(
+    path: Annotated[Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path(
+        "gpudiag-report.html"
+    ),
+) -> None:
+    """Write one self-contained HTML report (charts inline, works offline)."""
+    from gpudiag.analysis.saved import diagnosis_of
+    from gpudiag.report.html_report import render
+
+    d = diagnosis_of(path, thresholds())
+    emit(lambda out: render(d, out), output)

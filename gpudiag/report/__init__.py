@@ -30,8 +30,19 @@ def _csv(d: Diagnosis, out: TextIO, **kw: Any) -> None:
     render(d, out)
 
 
-RENDERERS: dict[str, Renderer] = {"table": _console, "json": _json, "csv": _csv}
-EXTENSIONS = {".json": "json", ".csv": "csv", ".txt": "table"}
+def _markdown(d: Diagnosis, out: TextIO, **kw: Any) -> None:
+    from gpudiag.report.markdown import render
+
+    render(d, out)
+
+
+RENDERERS: dict[str, Renderer] = {
+    "table": _console,
+    "json": _json,
+    "csv": _csv,
+    "markdown": _markdown,
+}
+EXTENSIONS = {".json": "json", ".csv": "csv", ".txt": "table", ".md": "markdown"}
 
 
 def pick_format(fmt: str | None, output: Path | None) -> str:

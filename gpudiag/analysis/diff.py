@@ -1,0 +1,115 @@
+"""What changed between two Diagnoses (A → B): step time, shares, idle ratio, per rank.
+
+Pure. Step times are compared as relative changes (B / A − 1); shares and ratios as
+differences in percentage points (B − A). ``direction`` says whether the change is
+``worse`` or ``better`` for the run's speed, or ``same`` when it is below 2% relative
+(times) or 1 point (ratios) — small enough to be noise on most machines; the renderers
+only colour with it. Communication is compared by the names of the dominant collectives
+(``RankSummary.evidence["comm_names"]``); the Diagnosis holds no byte counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpudiag.analysis.gate import fingerprint
+from gpudiag.analysis.model import Diagnosis, RankSummary, RunSummary
+
+TIME_NOISE_RATIO = 0.02
+RATIO_NOISE = 0.01
+
+
+@dataclass(frozen=True)
+class DiffRow:
+    """One metric of one scope (``run`` or ``rank N``) in A and B."""
+
+    scope: str
+    rank: int | None
+    metric: str
+    unit: str  # "ns" or "ratio"
+    a: float | None
+    b: float | None
+    change: float | None  # relative for ns, absolute difference for ratios
+    direction: str  # worse, better, same, n/a
+    lower_is_better: bool = True
+
+
+@dataclass(frozen=True)
+class RunDiff:
+    """Every compared row, plus what appeared or vanished (collectives, findings)."""
+
+    a: str
+    b: str
+    rows: list[DiffRow]
+    comm: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# (metric, unit, lower is better)
+_METRICS: list[tuple[str, str, bool]] = [
+    ("step_time_median", "ns", True),
+    ("step_time_p90", "ns", True),
+    ("compute_share", "ratio", False),
+    ("comm_wait_share", "ratio", True),
+    ("data_wait_share", "ratio", True),
+    ("other_share", "ratio", True),
+    ("idle_ratio", "ratio", True),
+]
+
+
+def _values(s: RunSummary | RankSummary) -> dict[str, float]:
+    return {
+        "step_time_median": float(s.step_time_ns_median),
+        "step_time_p90": float(s.step_time_ns_p90),
+        "compute_share": s.shares.compute,
+        "comm_wait_share": s.shares.comm_wait,
+        "data_wait_share": s.shares.data_wait,
+        "other_share": s.shares.other,
+        "idle_ratio": s.idle_ratio,
+    }
+
+
+def _row(scope: str, rank: int | None, metric: str, unit: str, lower: bool,
+         a: float | None, b: float | None) -> DiffRow:  # fmt: skip
+    if a is None or b is None:
+        return DiffRow(scope, rank, metric, unit, a, b, None, "n/a", lower)
+    if unit == "ns":
+        change = b / a - 1.0 if a > 0 else None
+        noise = TIME_NOISE_RATIO
+    else:
+        change = b - a
+        noise = RATIO_NOISE
+    if change is None or abs(change) < noise:
+        direction = "same"
+    else:
+        direction = "worse" if (change > 0) == lower else "better"
+    return DiffRow(scope, rank, metric, unit, a, b, change, direction, lower)
+
+
+def diff(a: Diagnosis, b: Diagnosis, a_name: str = "A", b_name: str = "B") -> RunDiff:
+    """Compare run summaries, then each rank present in either run."""
+    notes = []
+    fa, fb = fingerprint(a), fingerprint(b)
+    if fa != fb:
+        notes.append(f"different setups: A {fa} vs B {fb}; differences may come from that")
+    rows = [_row("run", None, m, u, lo, _values(a.run)[m], _values(b.run)[m])
+            for m, u, lo in _METRICS]  # fmt: skip
+    ra = {r.rank: r for r in a.ranks}
+    rb = {r.rank: r for r in b.ranks}
+    for rank in sorted(set(ra) | set(rb)):
+        va = _values(ra[rank]) if rank in ra else {}
+        vb = _values(rb[rank]) if rank in rb else {}
+        rows += [_row(f"rank {rank}", rank, m, u, lo, va.get(m), vb.get(m))
+                 for m, u, lo in _METRICS]  # fmt: skip
+    comm = []
+    for rank in sorted(set(ra) & set(rb)):
+        na = list(ra[rank].evidence.get("comm_names", []))
+        nb = list(rb[rank].evidence.get("comm_names", []))
+        if na != nb:
+            comm.append(f"rank {rank}: dominant collectives {na or ['none']} → {nb or ['none']}")
+    ka = {(f.kind, tuple(f.ranks)): f for f in a.findings}
+    kb = {(f.kind, tuple(f.ranks)): f for f in b.findings}
+    findings = [f"new in B: {kb[k].message}" for k in kb if k not in ka]
+    findings += [f"gone in B: {ka[k].message}" for k in ka if k not in kb]
+    return RunDiff(a_name, b_name, rows, comm, findings, notes)

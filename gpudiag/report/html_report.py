@@ -1,0 +1,252 @@
+"""One self-contained HTML file (template + embedded JSON, no CDN).
+
+Charts are inline SVG drawn here in Python, so the page needs no script to render and works
+offline; the Diagnosis is embedded as ``<script type="application/json" id="diagnosis">``
+(with ``</`` escaped) for anyone who wants the numbers. Every string that comes from a trace
+(kernel, range and file names, messages quoting them) is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from html import escape
+from typing import Any, TextIO
+
+from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, StepBreakdown
+
+COLORS = {"compute": "#2e7d32", "comm_wait": "#1565c0", "data_wait": "#ef6c00", "other": "#9e9e9e"}
+LABELS = {"compute": "compute", "comm_wait": "comm-wait", "data_wait": "data-wait",
+          "other": "other"}  # fmt: skip
+MAX_RANKS = 32  # charts per rank beyond this would make an unreadable page
+MAX_STEPS = 300  # per rank, the first ones
+
+_CSS = """
+body{font:14px/1.4 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#222;
+max-width:1200px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:6px 0}td,th{padding:3px 10px;text-align:right;
+border-bottom:1px solid #eee}th{background:#f5f5f5}td.l,th.l{text-align:left}
+.bad{color:#c62828;font-weight:600}.muted{color:#777}.legend span{display:inline-block;
+margin-right:14px}.sw{display:inline-block;width:11px;height:11px;margin-right:4px;
+vertical-align:-1px}.sev-error{color:#c62828}.sev-warning{color:#b26a00}.sev-info{color:#666}
+svg{display:block;margin:2px 0 10px}svg text{font:11px system-ui,sans-serif;fill:#444}
+.chart-title{font-weight:600;margin-top:8px}
+"""
+
+
+def _e(x: object) -> str:
+    return escape(str(x), quote=True)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.1f}%"
+
+
+def _ms(ns: float | None) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:.1f} ms"
+
+
+def _parts(s: StepBreakdown) -> list[tuple[str, int]]:
+    return [("compute", s.compute_ns), ("comm_wait", s.comm_wait_ns),
+            ("data_wait", s.data_wait_ns), ("other", s.other_ns)]  # fmt: skip
+
+
+def _legend() -> str:
+    items = "".join(
+        f'<span><i class="sw" style="background:{COLORS[k]}"></i>{LABELS[k]}</span>'
+        for k in SHARE_KEYS
+    )
+    return f'<div class="legend">{items}</div>'
+
+
+def _stacked_bars(rank: int, steps: list[StepBreakdown], max_ns: int) -> str:
+    """One vertical bar per step, stacked compute / comm-wait / data-wait / other."""
+    h, w_axis = 140, 60
+    bw = max(3, min(24, 900 // max(1, len(steps))))
+    width = max(w_axis + bw * len(steps) + 10, 220)
+    out = [f'<svg class="bars" data-rank="{rank}" width="{width}" height="{h + 20}" '
+           f'role="img" aria-label="rank {rank} step breakdown">']  # fmt: skip
+    out.append(f'<text x="0" y="12">{_ms(max_ns)}</text><text x="0" y="{h}">0</text>')
+    for i, s in enumerate(steps):
+        x = w_axis + i * bw
+        y = float(h)
+        for key, ns in _parts(s):
+            bh = h * ns / max_ns if max_ns else 0.0
+            if bh <= 0:
+                continue
+            y -= bh
+            tip = f"rank {rank} step {s.step}: {LABELS[key]} {_ms(ns)} of {_ms(s.duration_ns)}"
+            out.append(f'<rect x="{x}" y="{y:.2f}" width="{bw - 1}" height="{bh:.2f}" '
+                       f'fill="{COLORS[key]}"><title>{_e(tip)}</title></rect>')  # fmt: skip
+    first, last = steps[0].step, steps[-1].step
+    label = f"step {first}" if first == last else f"steps {first}–{last}"
+    out.append(f'<text x="{w_axis}" y="{h + 15}">{label}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _timeline(by_rank: dict[int, list[StepBreakdown]]) -> str:
+    """Steps placed at their start time, one row per rank, each split by its four parts."""
+    starts = [s.start_ns for ss in by_rank.values() for s in ss]
+    ends = [s.start_ns + s.duration_ns for ss in by_rank.values() for s in ss]
+    t0, t1 = min(starts), max(ends)
+    span = max(1, t1 - t0)
+    row_h, left, plot_w = 18, 60, 1000
+    height = row_h * len(by_rank) + 24
+    out = [f'<svg class="timeline" width="{left + plot_w + 10}" height="{height}" role="img" '
+           'aria-label="steps on a timeline per rank">']  # fmt: skip
+    for row, (rank, steps) in enumerate(sorted(by_rank.items())):
+        y = row * row_h + 2
+        out.append(f'<text x="0" y="{y + 12}">rank {rank}</text>')
+        for s in steps:
+            x = left + plot_w * (s.start_ns - t0) / span
+            total = max(1, s.duration_ns)
+            for key, ns in _parts(s):
+                w = plot_w * (s.duration_ns / span) * (ns / total)
+                if w <= 0:
+                    continue
+                tip = f"rank {rank} step {s.step} ({_ms(s.duration_ns)}): {LABELS[key]} {_ms(ns)}"
+                out.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h - 4}" '
+                           f'fill="{COLORS[key]}"><title>{_e(tip)}</title></rect>')  # fmt: skip
+                x += w
+    out.append(f'<text x="{left}" y="{height - 4}">0</text>')
+    out.append(f'<text x="{left + plot_w}" y="{height - 4}" text-anchor="end">'
+               f"{_ms(span)}</text></svg>")  # fmt: skip
+    return "".join(out)
+
+
+def _rank_medians(d: Diagnosis) -> str:
+    """Median step time per rank as horizontal bars: the straggler view."""
+    ranks = sorted(d.ranks, key=lambda r: r.rank)[:MAX_RANKS]
+    top = max((r.step_time_ns_median for r in ranks), default=0) or 1
+    row_h, left, plot_w = 18, 60, 600
+    out = [f'<svg class="medians" width="{left + plot_w + 90}" height="{row_h * len(ranks) + 4}" '
+           'role="img" aria-label="median step time per rank">']  # fmt: skip
+    for i, r in enumerate(ranks):
+        w = plot_w * r.step_time_ns_median / top
+        y = i * row_h + 2
+        out.append(f'<text x="0" y="{y + 12}">rank {r.rank}</text>'
+                   f'<rect x="{left}" y="{y}" width="{w:.2f}" height="{row_h - 4}" fill="#5c6bc0">'
+                   f"<title>rank {r.rank}: median {_ms(r.step_time_ns_median)}</title></rect>"
+                   f'<text x="{left + w + 6:.2f}" y="{y + 12}">'
+                   f"{_ms(r.step_time_ns_median)}</text>")  # fmt: skip
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _table(head: list[str], rows: list[list[str]], left: int = 1) -> str:
+    th = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(head))
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>' for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
+    return f"<table><tr>{th}</tr>{body}</table>"
+
+
+def _gpu_section(d: Diagnosis) -> str:
+    whole = getattr(d, "whole_run", None)
+    gpus = list(getattr(whole, "gpus", None) or [])
+    if not gpus:
+        return ('<p class="muted">No NVML samples in this diagnosis (CPU run, NVML unavailable, '
+                "or traces analysed without a run directory).</p>")  # fmt: skip
+    rows = [[_e(g.gpu_uuid), _e("" if g.rank is None else g.rank), _e(g.samples),
+             _pct(g.util_ratio), _pct(g.mem_util_ratio),
+             "n/a" if g.power_w is None else f"{g.power_w:.0f} W",
+             _pct(g.slowdown_ratio)] for g in gpus]  # fmt: skip
+    return _table(["GPU", "rank", "samples", "util", "mem util", "power", "slowdown"], rows) + (
+        '<p class="muted">Averages over the run; the diagnosis does not keep the samples as a '
+        "time series.</p>"
+    )
+
+
+def _doc_json(d: Diagnosis) -> str:
+    # "</" cannot end the script element early once escaped; "<!--" is neutralised too.
+    text = json.dumps(d.to_json(), allow_nan=False, separators=(",", ":"))
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
+    """Write the whole page."""
+    r = d.run
+    thr = float(d.thresholds.get("idle_ratio_max", 0.30))
+    by_rank: dict[int, list[StepBreakdown]] = defaultdict(list)
+    for s in d.steps:
+        by_rank[s.rank].append(s)
+    shown = dict(sorted(by_rank.items())[:MAX_RANKS])
+    for k in shown:
+        shown[k] = sorted(shown[k], key=lambda s: s.step)[:MAX_STEPS]
+    max_ns = max((s.duration_ns for ss in shown.values() for s in ss), default=0)
+    p: list[str] = [
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width">',
+        f"<title>gpudiag report: {r.ranks} ranks, {r.steps} steps</title>",
+        f"<style>{_CSS}</style></head><body>",
+        f"<h1>gpudiag report</h1><p>{r.ranks} rank(s)"
+        + (f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else "")
+        + f" · {r.steps} steps · {_e(r.mode.upper())} trace · step time median "
+        f"<b>{_ms(r.step_time_ns_median)}</b>, p90 {_ms(r.step_time_ns_p90)} · idle "
+        f'<b class="{"bad" if r.idle_ratio > thr else ""}">{_pct(r.idle_ratio)}</b> '
+        f"(flagged above {thr:.0%}) · gpudiag {_e(d.gpudiag_version)}</p>",
+    ]
+    rows = [[str(x.rank), str(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90),
+             _pct(x.shares.compute), _pct(x.shares.comm_wait), _pct(x.shares.data_wait),
+             _pct(x.shares.other),
+             f'<span class="{"bad" if x.idle_ratio > thr else ""}">{_pct(x.idle_ratio)}</span>',
+             _e(", ".join(x.devices) or "-")] for x in d.ranks[:MAX_RANKS]]  # fmt: skip
+    p.append("<h2>Ranks</h2>" + _table(
+        ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other", "idle",
+         "device"], rows, left=0))  # fmt: skip
+    if len(d.ranks) > MAX_RANKS:
+        p.append(f'<p class="muted">{len(d.ranks) - MAX_RANKS} more ranks not drawn.</p>')
+    p.append("<h2>Where each step's time goes, per rank</h2>" + _legend())
+    for rank, steps in shown.items():
+        p.append(f'<div class="chart-title">rank {rank}</div>')
+        p.append(_stacked_bars(rank, steps, max_ns))
+    if shown:
+        p.append("<h2>Steps on a timeline</h2>" + _legend())
+        p.append('<p class="muted">Each step at its start time; its four parts are drawn in '
+                 "proportion, not at the instants they happened.</p>")  # fmt: skip
+        p.append(_timeline(shown))
+    p.append("<h2>Stragglers</h2>")
+    strag = [f for f in d.findings if f.kind == "straggler"]
+    if strag:
+        p.append(_table(["ranks", "steps", "finding"],
+                        [[_e(", ".join(map(str, f.ranks))), _e(len(f.steps)), _e(f.message)]
+                         for f in strag], left=3))  # fmt: skip
+    else:
+        p.append('<p class="muted">No straggler findings.</p>')
+    p.append('<div class="chart-title">median step time per rank</div>' + _rank_medians(d))
+    p.append("<h2>GPU utilisation (NVML)</h2>" + _gpu_section(d))
+    p.append("<h2>Findings</h2>")
+    if d.findings:
+        p.append("<ul>" + "".join(
+            f'<li class="sev-{_e(f.severity)}"><b>{_e(f.severity)}</b> {_e(f.message)}</li>'
+            for f in d.findings) + "</ul>")  # fmt: skip
+    else:
+        p.append("<p>No findings: compute dominates every rank's step time.</p>")
+    if d.recommendations:
+        p.append("<h2>Recommendations</h2><ul>" + "".join(
+            f"<li><b>{_e(x.title)}</b>: {_e(x.detail)}</li>" for x in d.recommendations
+        ) + "</ul>")  # fmt: skip
+    comm = [[str(x.rank), _e(x.evidence.get("comm_top", "")),
+             _e(", ".join(x.evidence.get("comm_names", []))), _pct(x.shares.comm_wait),
+             _pct(x.comm_overlapped_ratio)]
+            for x in d.ranks[:MAX_RANKS] if x.evidence.get("comm_names")]  # fmt: skip
+    if comm:
+        p.append(
+            "<h2>Collectives</h2>"
+            + _table(
+                ["rank", "dominant", "top collectives", "comm-wait", "overlapped"], comm, left=3
+            )
+        )
+    if d.notes or d.inputs:
+        p.append("<h2>Inputs and notes</h2><ul>"
+                 + "".join(f"<li>{_e(n)}</li>" for n in d.notes)
+                 + "".join(f'<li class="muted">{_e(i)}</li>' for i in d.inputs[:64])
+                 + "</ul>")  # fmt: skip
+    p.append(f'<script type="application/json" id="diagnosis">{_doc_json(d)}</script>')
+    p.append("</body></html>\n")
+    out.write("\n".join(p))

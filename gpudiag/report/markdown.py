@@ -1,0 +1,123 @@
+"""Diagnosis, GateResult and RunDiff → GitHub-flavoured Markdown (job summaries, PR comments)."""
+
+from __future__ import annotations
+
+from typing import TextIO
+
+from gpudiag.analysis.diff import DiffRow, RunDiff
+from gpudiag.analysis.gate import GateResult
+from gpudiag.analysis.model import Diagnosis
+
+_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
+_VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
+MAX_ROWS = 200  # keeps a $GITHUB_STEP_SUMMARY far below its 1 MiB limit
+
+
+def cell(text: object) -> str:
+    """Text safe inside a Markdown table cell (pipes, newlines, HTML)."""
+    s = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return s.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def fmt_ns(ns: float | None) -> str:
+    """A duration in ms (or s) for tables."""
+    if ns is None:
+        return "n/a"
+    return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.1f} ms"
+
+
+def pct(x: float | None) -> str:
+    """A ratio as a percentage."""
+    return "n/a" if x is None else f"{x * 100:.1f}%"
+
+
+def fmt_value(name: str, v: float | None) -> str:
+    """A check's value or limit as text: ratios as percentages, regressions signed."""
+    if v is None:
+        return "-"
+    if name == "step_time_regression":
+        return f"{v:+.1%}"
+    return f"{v:.1%}"
+
+
+def diff_cells(row: DiffRow) -> tuple[str, str, str]:
+    """A, B and the change of a diff row as text."""
+    show = fmt_ns if row.unit == "ns" else pct
+    if row.change is None:
+        change = "n/a"
+    elif row.unit == "ns":
+        change = f"{row.change:+.1%}"
+    else:
+        change = f"{row.change * 100:+.1f} pt"
+    return show(row.a), show(row.b), change
+
+
+def _table(out: TextIO, head: list[str], rows: list[list[str]], align: str) -> None:
+    """``align``: one letter per column, ``l`` or ``r``."""
+    out.write("| " + " | ".join(head) + " |\n")
+    out.write("|" + "|".join("---:" if a == "r" else "---" for a in align) + "|\n")
+    for r in rows[:MAX_ROWS]:
+        out.write("| " + " | ".join(cell(c) for c in r) + " |\n")
+    if len(rows) > MAX_ROWS:
+        out.write(f"\n_{len(rows) - MAX_ROWS} more rows not shown._\n")
+
+
+def render(d: Diagnosis, out: TextIO, **_: object) -> None:
+    """A Diagnosis: run summary, per-rank table, findings and recommendations."""
+    r = d.run
+    out.write(f"## gpudiag: {r.ranks} ranks · {r.steps} steps · {r.mode.upper()}\n\n")
+    out.write(f"Step time median **{fmt_ns(r.step_time_ns_median)}**, p90 "
+              f"{fmt_ns(r.step_time_ns_p90)} · compute {pct(r.shares.compute)} · comm-wait "
+              f"{pct(r.shares.comm_wait)} · data-wait {pct(r.shares.data_wait)} · other "
+              f"{pct(r.shares.other)} · idle **{pct(r.idle_ratio)}**\n\n")  # fmt: skip
+    rows = [[str(x.rank), str(x.steps), fmt_ns(x.step_time_ns_median), fmt_ns(x.step_time_ns_p90),
+             pct(x.shares.compute), pct(x.shares.comm_wait), pct(x.shares.data_wait),
+             pct(x.shares.other), pct(x.idle_ratio)] for x in d.ranks]  # fmt: skip
+    _table(out, ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
+                 "idle"], rows, "rrrrrrrrr")  # fmt: skip
+    if d.findings:
+        out.write("\n### Findings\n\n")
+        for f in d.findings[:MAX_ROWS]:
+            out.write(f"- **{cell(f.severity)}** {cell(f.message)}\n")
+    if d.recommendations:
+        out.write("\n### Recommendations\n\n")
+        for rec in d.recommendations[:MAX_ROWS]:
+            out.write(f"- **{cell(rec.title)}**: {cell(rec.detail)}\n")
+    out.write("\n")
+
+
+def render_gate(res: GateResult, out: TextIO) -> None:
+    """The gate verdict and a table of its checks."""
+    n = res.counts()
+    out.write(f"## gpudiag gate: {_VERDICT.get(res.status, res.status)}\n\n")
+    out.write(f"{n['pass']} passed, {n['fail']} failed, {n['warn']} warnings, "
+              f"{n['inconclusive']} inconclusive (exit {res.exit_code})")  # fmt: skip
+    out.write(f" · subject `{cell(res.subject)}`" if res.subject else "")
+    out.write(f" · baseline `{cell(res.baseline)}`" if res.baseline else "")
+    out.write("\n\n")
+    bad = [c for c in res.checks if c.status != "pass"]
+    rows = [[_ICON.get(c.status, "") + " " + c.status, c.name,
+             "all" if c.rank is None else str(c.rank), fmt_value(c.name, c.value),
+             fmt_value(c.name, c.limit), "" if c.p_value is None else f"{c.p_value:.2g}",
+             c.message] for c in bad + [c for c in res.checks if c.status == "pass"]]  # fmt: skip
+    _table(out, ["status", "check", "rank", "value", "limit", "p", "detail"], rows, "lllrrrl")
+    out.write("\n")
+
+
+def render_diff(diff: RunDiff, out: TextIO) -> None:
+    """A diff as a table: one row per scope and metric."""
+    out.write(f"## gpudiag diff\n\nA: `{cell(diff.a)}`  \nB: `{cell(diff.b)}`\n\n")
+    for note in diff.notes:
+        out.write(f"> {cell(note)}\n\n")
+    arrow = {"worse": "🔺 ", "better": "🔻 "}
+    rows = []
+    for row in diff.rows:
+        a, b, change = diff_cells(row)
+        rows.append([row.scope, row.metric, a, b, arrow.get(row.direction, "") + change])
+    _table(out, ["scope", "metric", "A", "B", "change"], rows, "llrrr")
+    for title, items in (("Communication", diff.comm), ("Findings", diff.findings)):
+        if items:
+            out.write(f"\n### {title}\n\n")
+            for item in items[:MAX_ROWS]:
+                out.write(f"- {cell(item)}\n")
+    out.write("\n")
