@@ -53,7 +53,21 @@ def chain_sitecustomize(own_dir: str) -> ModuleType | None:
     return mod
 
 
+def _raw_cmdline() -> list[str]:
+    """The interpreter's own command line (``sys.argv`` is not final while site runs)."""
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return []
+
+
 def _is_torchrun_agent(argv: Sequence[str]) -> bool:
+    raw = _raw_cmdline()
+    # `python -m torch.distributed.run ...`: at sitecustomize time sys.argv is only ['-m']
+    for i, a in enumerate(raw[:-1]):
+        if a == "-m" and raw[i + 1] in ("torch.distributed.run", "torch.distributed.launch"):
+            return True
     if not argv:
         return False
     prog = os.path.basename(argv[0])
