@@ -479,12 +479,23 @@ def _runtime_rows(ex: _Export, by_pid: bool) -> I64A:
     )
 
 
+def _op_range(x: str) -> str:
+    """SQL: the range is one operator of ``emit_nvtx`` / ``--pytorch=autograd-nvtx``.
+
+    Those are most of an export's NVTX rows (``aten::mul, seq = 885, op_id = 314359``,
+    ``MulBackward0, seq = 885``) and never steps, data or communication, so they are left
+    in the file: the classification needs none of them. c10d's ``nccl:*, op_id = N`` stay.
+    """
+    return f"{x} GLOB 'aten::*' OR ({x} GLOB '*, seq = *' AND {x} NOT GLOB 'nccl:*')"
+
+
 def _nvtx(ex: _Export, by_pid: bool) -> tuple[I64A, list[str]]:
     """Push/pop and start/end ranges: (pid, tid, start, end, name index, comm domain), names.
 
-    Names are ``COALESCE(text, StringIds)`` with PyTorch's per-op suffixes
-    (``, seq = N``, ``, op_id = N``, ``, sizes = …``) cut off in SQL, so that emit_nvtx op
-    ranges share a name per operator; they are numbered by DENSE_RANK over the sorted
+    Per-operator ranges are skipped (:func:`_op_range`). Names are
+    ``COALESCE(text, StringIds)`` with PyTorch's suffixes (``, seq = N``, ``, op_id = N``,
+    ``, sizes = …``) cut off in SQL, so that ``nccl:all_to_all, op_id = N`` ranges share a
+    name; they are numbered by DENSE_RANK over the sorted
     distinct names, which the second query returns in the same order.
     """
     t = ex.table("NVTX_EVENTS")
@@ -513,7 +524,7 @@ def _nvtx(ex: _Export, by_pid: bool) -> tuple[I64A, list[str]]:
         f"SELECT {pid} AS pid, {_TID.format(col='n.globalTid')} AS tid, n.start AS s, "
         f'n."end" AS e, {nm} AS nm, {comm} AS cd FROM "{t}" AS n {join}'
         'WHERE n.eventType IN (59, 60) AND n."end" IS NOT NULL AND n."end" >= n.start '
-        "AND n.globalTid IS NOT NULL"
+        f"AND n.globalTid IS NOT NULL AND NOT ({_op_range(x)})"
     )
     names = [str(r[0]) for r in ex.rows(f"SELECT DISTINCT nm FROM ({base}) ORDER BY nm")]
     rows = ex.ints(

@@ -110,6 +110,8 @@ def make_export(
                         (s, s + 2 * ms, "enumerate(DataLoader)#_Iter.__next__", gtid))  # fmt: skip
             con.execute("INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,NULL,?,0)",
                         (s + 2 * ms, s + 3 * ms, f"aten::mm, seq = {i}, op_id = {i}", gtid))  # fmt: skip
+            con.execute("INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,NULL,?,0)",
+                        (s + 8 * ms, s + 9 * ms, f"nccl:all_reduce, op_id = {i}", gtid))  # fmt: skip
     con.commit()
     con.close()
     return path
@@ -135,15 +137,15 @@ def test_synthetic_export_gives_exact_step_parts(tmp_path):
 def test_synthetic_export_columns_and_links(tmp_path):
     (tl,) = load_nsys(make_export(tmp_path / "s.sqlite"))
     assert tl.meta.fmt == "nsys" and tl.meta.rank_from == "environment RANK"
-    assert _kinds(tl) == {"COMPUTE": 4, "COMM": 4, "RUNTIME": 8, "DATALOADER": 4, "STEP": 4,
-                          "ANNOTATION": 4}  # fmt: skip
+    # per-operator ranges (aten::mm, seq = …) are skipped; c10d's nccl:* ranges are comm
+    assert _kinds(tl) == {"COMPUTE": 4, "COMM": 8, "RUNTIME": 8, "DATALOADER": 4, "STEP": 4}
     assert tl.lanes == ["gpu:0:7", "cpu:42"]
     assert tl.lanes[tl.meta.main_lane] == "cpu:42"
-    gpu = np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM])
+    gpu = tl.gpu_lane_mask()[tl.lane]
     assert np.all(tl.launch_ns[gpu] >= 0)  # every kernel found its launching call
     assert np.all(tl.launch_ns[gpu] <= tl.start_ns[gpu])
     names = set(tl.names)
-    assert "aten::mm" in names  # per-op suffixes cut off in SQL
+    assert "nccl:all_reduce" in names and "aten::mm" not in names  # suffix cut off in SQL
     assert "cudaLaunchKernel" in names and "cudaLaunchKernel_v7000" not in names
     assert {"gpudiag.step#0", "gpudiag.step#3"} <= names  # textId and inline text
 
