@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 EXIT_OK = 0
 EXIT_GATE_FAILED = 1
 EXIT_USAGE = 2
@@ -24,6 +26,18 @@ class GpudiagError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Errors raised in worker processes cross back pickled; subclasses take other
+        # constructor arguments, so rebuild from the state rather than from ``args``.
+        return (_restore, (type(self), dict(self.__dict__)))
+
+
+def _restore(cls: type[GpudiagError], state: dict[str, Any]) -> GpudiagError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, state.get("message", ""))
+    err.__dict__.update(state)
+    return err
 
 
 class UsageError(GpudiagError):

@@ -12,15 +12,15 @@ and, per step, the excess of a rank over the median of the *other* ranks
 (``excess[r, s] = busy[r, s] − median_{r' ≠ r} busy[r', s]``, a leave-one-out reference
 that also works with two ranks).
 
-* (r, s) is **slow** when ``excess ≥ straggler_excess_ratio`` (0.10) × the step's median
-  duration, and the rank waited less than the others in that step (the confirmation of
+* (r, s) is **slow** when ``excess ≥ straggler_excess_ratio`` (0.10) × the run's median
+  step time, and the rank waited less than the others in that step (the confirmation of
   reference §1: a straggler has the smallest wait).
 * A rank is a **persistent** straggler when it is slow in at least
   ``straggler_persistent_ratio`` (50%) of the steps compared, with at least 2 steps; its
   relative score ``min_r' median_s busy / median_s busy[r]`` is reported (NVRx style;
   below 0.75 is a strong straggler).
 * Otherwise slow steps whose excess is at least ``straggler_spike_ratio`` (0.25) of the
-  median step, and above the run's own jitter (3.5 robust standard deviations of all
+  median step time, and above the run's own jitter (3.5 robust standard deviations of all
   excesses), are **intermittent** stalls: a GC, a checkpoint, a data hiccup. They must
   happen at least twice, unless one lasts a whole step. When they recur at a fixed period
   (every N-th step) the message says so.
@@ -144,7 +144,8 @@ def find_stragglers(
     if m is None:
         return []
     ex = excess(m.busy)
-    med_dur = np.median(m.duration, axis=0)  # per step
+    # thresholds scale with the run's typical step, not with the (possibly stalled) step itself
+    med_dur = np.full(len(m.steps), float(np.median(m.duration)))
     others_wait = np.array(
         [np.median(np.delete(m.wait, i, axis=0), axis=0) for i in range(len(m.ranks))]
     )

@@ -137,3 +137,17 @@ def test_python_api_steps_frame(kineto_sets):
     assert df["duration_ns"].between(18.5e6, 19.1e6).all()
     assert df["compute_ns"].between(6.3e6, 6.5e6).all()
     assert df["comm_wait_ns"].between(11.4e6, 12.0e6).all()
+
+
+def test_bad_file_among_several_fails_cleanly_from_a_worker_process(tmp_path, kineto_sets):
+    import pickle
+
+    from gpudiag.errors import InputError
+
+    e = pickle.loads(pickle.dumps(InputError("x.json", "empty file", "hint")))
+    assert (e.path, e.problem, e.hint, e.exit_code, str(e)) == ("x.json", "empty file", "hint", 4, "x.json: empty file")
+    (tmp_path / "rank-0.json.gz").write_bytes((kineto_sets / "sampled_2rank_a2a/rank-0.json.gz").read_bytes())
+    (tmp_path / "rank-1.json").write_bytes(b"")
+    r = run_cli("analyze", str(tmp_path), "--jobs", "2")
+    assert r.returncode == 4
+    assert "rank-1.json: empty file" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,129 @@
+"""Straggler rules on synthetic runs whose answer is known by construction."""
+
+import pytest
+
+from gpudiag.analysis.advice import recommend, what_if
+from gpudiag.analysis.model import GpuStats, RunStep, StepBreakdown, WholeRun
+from gpudiag.analysis.stragglers import find_stragglers
+
+MS = 1_000_000
+
+
+def sync_steps(ranks=4, steps=8, base=(60, 5, 5), extra=None):
+    """Synchronous steps: every rank ends together; a slow rank makes the others wait.
+
+    base = (compute, data, other) ms per rank; extra[(rank, step)] = (dc, dd, do) added.
+    """
+    extra = extra or {}
+    out = []
+    for s in range(steps):
+        busy = {}
+        parts = {}
+        for r in range(ranks):
+            dc, dd, do = extra.get((r, s), (0, 0, 0))
+            c, d, o = base[0] + dc, base[1] + dd, base[2] + do
+            parts[r] = (c, d, o)
+            busy[r] = c + d + o
+        transfer = 5
+        dur = max(busy.values()) + transfer
+        for r in range(ranks):
+            c, d, o = parts[r]
+            wait = dur - busy[r]
+            out.append(StepBreakdown(r, s, s * 200 * MS, dur * MS, c * MS, wait * MS, d * MS, o * MS, 0))
+    return out
+
+
+def stragglers(steps, whole=None, gpus=()):
+    return [f for f in find_stragglers(steps, whole, gpus) if f.kind == "straggler"]
+
+
+def test_balanced_run_names_no_straggler():
+    jitter = {(r, s): ((r * 7 + s * 3) % 5 - 2, 0, 0) for r in range(4) for s in range(8)}  # ±2 ms
+    assert stragglers(sync_steps(extra=jitter)) == []
+
+
+def test_single_rank_or_identical_ranks_names_none():
+    assert stragglers(sync_steps(ranks=1, extra={(0, s): (30, 0, 0) for s in range(8)})) == []
+    assert stragglers(sync_steps(ranks=2)) == []
+
+
+def test_persistent_compute_straggler_with_cost():
+    steps = sync_steps(extra={(2, s): (20, 0, 0) for s in range(8)})
+    (f,) = stragglers(steps)
+    assert f.ranks == [2] and f.persistent and f.cause == "compute"
+    assert f.steps == []  # persistent: every step
+    # three other ranks wait 20 ms for it in each of 8 steps
+    assert f.wait_caused_ns == 3 * 20 * MS * 8
+    assert f.metrics["median_excess_ns"] == 20 * MS
+    assert f.metrics["score"] == pytest.approx(70 / 90)
+    assert f.severity == "error"
+
+
+def test_data_straggler_and_its_remedy_and_what_if():
+    steps = sync_steps(ranks=2, extra={(1, s): (0, 30, 0) for s in range(8)})
+    (f,) = stragglers(steps)
+    assert (f.ranks, f.cause) == ([1], "data")
+    wi = what_if(steps, [f])
+    assert wi["step_time_ns"] == 105 * MS
+    assert wi["if_straggler_at_median_speed_ns"] == 75 * MS
+    assert wi["if_no_data_wait_ns"] == 70 * MS
+
+
+def test_host_straggler_is_neither_compute_nor_data():
+    (f,) = stragglers(sync_steps(extra={(3, s): (0, 0, 25) for s in range(8)}))
+    assert (f.ranks, f.cause) == ([3], "host")
+
+
+def test_intermittent_stall_every_4th_step():
+    steps = sync_steps(ranks=2, steps=16, extra={(1, s): (0, 0, 50) for s in (3, 7, 11, 15)})
+    (f,) = stragglers(steps)
+    assert f.ranks == [1] and f.persistent is False
+    assert f.steps == [3, 7, 11, 15]
+    assert "every 4th step" in f.message
+    assert f.severity == "warning"
+
+
+def test_a_single_small_spike_is_noise_not_a_straggler():
+    assert stragglers(sync_steps(ranks=2, steps=16, extra={(1, 5): (0, 0, 25)})) == []
+
+
+def test_one_huge_hiccup_is_reported():
+    (f,) = stragglers(sync_steps(ranks=2, steps=16, extra={(0, 9): (0, 0, 200)}))
+    assert f.ranks == [0] and f.steps == [9]
+
+
+def test_hardware_cause_from_nvml_slowdown():
+    steps = sync_steps(extra={(1, s): (25, 0, 0) for s in range(8)})
+    gpus = [GpuStats(f"GPU-{r}", r, "n0", 50, 0.9, 0.5, 300.0, 1980.0 if r != 1 else 1400.0,
+                     80.0, 0.0, []) for r in range(4)]  # fmt: skip
+    (f,) = stragglers(steps, gpus=gpus)
+    assert f.cause == "hardware"
+
+
+def test_whole_run_telemetry_is_used_when_present():
+    # telemetry: rank 1 spends 40 ms longer outside backward in every step; trace window agrees
+    tele = []
+    for s in range(12):
+        for r in range(2):
+            busy = 50 + (40 if r == 1 else 0)
+            dur = 95
+            tele.append(RunStep(r, s, s * 100 * MS, dur * MS, 1 * MS, None, (dur - busy) * MS, False))
+    whole = WholeRun(ranks=[], steps=tele)
+    trace = sync_steps(ranks=2, steps=3, extra={(1, s): (0, 0, 40) for s in range(3)})
+    (f,) = stragglers(trace, whole)
+    assert f.metrics["source"] == "telemetry"
+    assert f.metrics["steps_compared"] == 11  # the warm-up step is left out
+    assert (f.ranks, f.cause, f.persistent) == ([1], "host", True)
+
+
+def test_recommendation_names_the_rank_cause_and_gain():
+    from gpudiag.analysis.diagnose import _shares  # noqa: F401  (shares are internal)
+    from gpudiag.analysis.model import RunSummary, Shares
+
+    steps = sync_steps(extra={(2, s): (20, 0, 0) for s in range(8)})
+    fs = stragglers(steps)
+    run = RunSummary(4, 4, 8, 95 * MS, 95 * MS, Shares(0.6, 0.2, 0.1, 0.1), 0.0, 0.4, "gpu")
+    (rec,) = [r for r in recommend(run, [], steps, fs) if r.finding == "straggler"]
+    assert rec.id == "investigate-rank-2" and "compute" in rec.title
+    assert rec.estimated_gain_ns == 20 * MS
+    assert rec.evidence["wait_caused_ns"] == fs[0].wait_caused_ns
