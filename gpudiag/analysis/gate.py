@@ -332,7 +332,7 @@ def _regression_check(d: Diagnosis, base: Diagnosis, cfg: GateConfig) -> Check:
     elif big:
         status, verdict = WARN, "slower but not significant"
     else:
-        status, verdict = PASS, "within limit" if significant or effect <= 0 else "unchanged"
+        status, verdict = PASS, "not slower" if effect <= 0 else "within limit"
     return Check("step_time_regression", None, status, effect, limit, f"{verdict}: {desc}",
                  p_value=p, effect_ratio=effect, samples=counts)  # fmt: skip
 

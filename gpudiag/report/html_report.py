@@ -1,9 +1,10 @@
-"""One self-contained HTML file (template + embedded JSON, no CDN).
+r"""One self-contained HTML file (template + embedded JSON, no CDN).
 
 Charts are inline SVG drawn here in Python, so the page needs no script to render and works
-offline; the Diagnosis is embedded as ``<script type="application/json" id="diagnosis">``
-(with ``</`` escaped) for anyone who wants the numbers. Every string that comes from a trace
-(kernel, range and file names, messages quoting them) is HTML-escaped.
+offline. The Diagnosis is embedded as ``<script type="application/json" id="diagnosis">``
+for anyone who wants the numbers, every ``<`` written as ``\u003c`` so that ``</`` cannot
+end it. Every string that comes from a trace (kernel, range and file names, messages quoting
+them) is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -163,9 +164,10 @@ def _gpu_section(d: Diagnosis) -> str:
 
 
 def _doc_json(d: Diagnosis) -> str:
-    # "</" cannot end the script element early once escaped; "<!--" is neutralised too.
+    # Every "<" as \u003c: no "</script>" or "<!--" from a trace can end or confuse the
+    # element, and JSON.parse / json.loads read the same string back.
     text = json.dumps(d.to_json(), allow_nan=False, separators=(",", ":"))
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    return text.replace("<", "\\u003c")
 
 
 def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
