@@ -10,7 +10,9 @@ triggered it. Estimated gains are first-order, per step, and stated as upper bou
   i.e. a gain of comm-wait × (1 − 1/k) per micro-batch (k = 4 shown); compression to
   fp16/bf16: half the bytes, so up to half the comm-wait when bandwidth-bound;
 * straggler → the step time recovered if it ran at the other ranks' speed;
-* host-bound → up to the "other" time per step (launch gaps and host overhead).
+* host-bound → up to the "other" time per step (launch gaps and host overhead);
+* pipeline bubble → the schedule bubble saved by 4 micro-batches per stage:
+  ((p−1)/(m+p−1) − (p−1)/(4p+p−1)) × step time.
 
 The what-if figures (``Diagnosis.what_if``) model each profiled step as synchronous:
 ``step ≈ max_r busy_r + min_r wait_r`` — the last rank's own work (busy = step − comm
@@ -31,6 +33,7 @@ import numpy as np
 from gpudiag.analysis.model import Finding, RankSummary, Recommendation, RunSummary, StepBreakdown
 
 ACCUMULATION_K = 4
+MICRO_PER_STAGE = 4
 
 
 def _median_part(steps: Sequence[StepBreakdown], ranks: Sequence[int], attr: str) -> int:
@@ -147,6 +150,19 @@ def recommend(
                 f, straggler_gain, {"rank": r, "cause": cause, "wait_caused_ns": f.wait_caused_ns,
                           "persistent": f.persistent, "steps": f.steps,
                           "median_excess_ns": excess})  # fmt: skip
+        elif f.kind == "pipeline_bubble":
+            pm = f.metrics
+            now, at = float(pm["bubble_ratio"]), float(pm["bubble_ratio_at_target"])
+            ideal = float(pm["ideal_bubble_ratio"])
+            gain = round(max(0.0, ideal - at) * step)
+            add("pipeline-microbatches",
+                f"Use at least {pm['target_micro_batches']} micro-batches per step "
+                f"({MICRO_PER_STAGE}× the {pm['stages']} stages) and a 1F1B schedule",
+                f"With m = {pm['micro_batches']} the schedule alone idles {ideal:.0%} of each "
+                f"stage; with m = {pm['target_micro_batches']} it would idle {at:.0%}. "
+                "Interleaved 1F1B (virtual stages) cuts the bubble further; if the measured "
+                f"bubble ({now:.0%}) stays above the schedule's, balance layers across stages.",
+                f, gain or None, dict(pm))  # fmt: skip
         elif f.kind == "host_bound":
             other = _median_part(steps, fr, "other_ns")
             if run.mode == "gpu":

@@ -7,6 +7,7 @@ turns per-rank results into the run summary and findings.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ import numpy as np
 from gpudiag import __version__
 from gpudiag.analysis.advice import rank_spread, recommend, what_if
 from gpudiag.analysis.classify import classify_steps, dominant_names
+from gpudiag.analysis.collectives import Collectives, analyse, bandwidth_findings, extract
 from gpudiag.analysis.idle import idle_findings
 from gpudiag.analysis.model import (
     Diagnosis,
@@ -27,6 +29,7 @@ from gpudiag.analysis.model import (
     StepBreakdown,
     WholeRun,
 )
+from gpudiag.analysis.pipeline import analyse_pipeline
 from gpudiag.analysis.steps import find_steps
 from gpudiag.analysis.stragglers import find_stragglers
 from gpudiag.analysis.wholerun import whole_run
@@ -47,6 +50,7 @@ class RankResult:
     notes: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
     truncated_step: int | None = None
+    collectives: Collectives | None = None
 
 
 def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
@@ -91,8 +95,10 @@ def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
         evidence["gpu_ops"] = int(win.gpu_ops.sum())
     if tl.meta.backend:
         evidence["backend"] = tl.meta.backend
+    colls = extract(tl, parts.mode)
     return RankResult(
         rank=tl.rank,
+        collectives=colls,
         meta=tl.meta,
         mode=parts.mode,
         step_source=win.source,
@@ -176,7 +182,19 @@ def build_diagnosis(
     )
     findings = idle_findings(ranks, steps, th) + _source_findings(results, run)
     findings += list(extra_findings)
-    findings += find_stragglers(steps, whole_run, whole_run.gpus if whole_run else ())
+    coll = analyse([r.collectives for r in results if r.collectives is not None], run.world_size)
+    sync_by_step = coll.pop("_sync_by_step", {})
+    findings += bandwidth_findings(coll)
+    pipe, pipe_findings = analyse_pipeline(
+        [r.collectives for r in results if r.collectives is not None], ranks, th.idle_ratio_max
+    )
+    if pipe:
+        coll["pipeline"] = pipe
+        findings = _explained_by_pipeline(findings, pipe, ranks)
+    findings += pipe_findings
+    findings += find_stragglers(
+        steps, whole_run, whole_run.gpus if whole_run else (), sync_by_step=sync_by_step
+    )
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(
         key=lambda f: (
@@ -191,6 +209,7 @@ def build_diagnosis(
         findings=findings,
         recommendations=recommend(run, ranks, steps, findings),
         spread=rank_spread(ranks),
+        collectives=coll,
         what_if=what_if(steps, findings),
         inputs=list(inputs),
         thresholds=th.as_dict(),
@@ -198,6 +217,25 @@ def build_diagnosis(
         gpudiag_version=__version__,
         whole_run=whole_run,
     )
+
+
+def _explained_by_pipeline(
+    findings: list[Finding], pipe: dict[str, Any], ranks: Sequence[RankSummary]
+) -> list[Finding]:
+    """Drop "host-bound" for stages whose idle time the pipeline schedule explains."""
+    limit = float(pipe["ideal_bubble_ratio"]) + 0.10
+    explained = {r.rank for r in ranks if r.rank in pipe["stage_ranks"] and r.shares.other <= limit}
+    out = []
+    for f in findings:
+        if f.kind == "host_bound":
+            left = [r for r in f.ranks if r not in explained]
+            if not left:
+                continue
+            if len(left) != len(f.ranks):
+                per = {k: v for k, v in f.metrics.get("per_rank", {}).items() if int(k) in left}
+                f = dataclasses.replace(f, ranks=left, metrics={**f.metrics, "per_rank": per})
+        out.append(f)
+    return out
 
 
 def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Finding]:

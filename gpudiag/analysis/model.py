@@ -190,6 +190,7 @@ class Diagnosis:
     whole_run: WholeRun | None = None
     spread: dict[str, Any] = field(default_factory=dict)
     what_if: dict[str, Any] = field(default_factory=dict)
+    collectives: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -198,8 +199,8 @@ class Diagnosis:
         for r, rs in zip(d["ranks"], self.ranks, strict=True):
             r["shares"] = rs.shares.as_dict()
         order = ["schema_version", "gpudiag_version", "inputs", "run", "ranks", "steps",
-                 "findings", "recommendations", "spread", "what_if", "whole_run",
-                 "thresholds", "notes"]  # fmt: skip
+                 "findings", "recommendations", "spread", "what_if", "collectives",
+                 "whole_run", "thresholds", "notes"]  # fmt: skip
         return {k: d[k] for k in order}
 
     @classmethod
@@ -231,6 +232,7 @@ class Diagnosis:
             whole_run=_whole_run_from_json(d.get("whole_run")),
             spread=dict(d.get("spread", {})),
             what_if=dict(d.get("what_if", {})),
+            collectives=dict(d.get("collectives", {})),
         )
 
     def steps_frame(self) -> Any:

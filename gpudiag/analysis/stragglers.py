@@ -28,9 +28,11 @@ that also works with two ranks).
   median: the largest excess among data-wait (→ ``data``), compute (→ ``compute``, or
   ``hardware`` when NVML shows that rank's GPU slowed down by the driver or clocked ≥ 10%
   below the others), and the rest (→ ``host``: Python, launch overhead, sleeps).
-* The **cost**: ``wait_caused_ns`` = Σ over its slow steps and the other ranks of
-  ``min(busy[r] − busy[r'], wait[r'])`` (the others' waiting attributed to it), and the
-  median step time if it ran at the others' speed.
+* The **cost**: ``wait_caused_ns`` = the other ranks' waiting attributed to it over its
+  slow steps: their synchronisation wait in matched collectives (transfer/sync split of
+  :mod:`gpudiag.analysis.collectives`) when the profiled window is the source, else
+  Σ ``min(busy[r] − busy[r'], wait[r'])``; and the median step time if it ran at the
+  others' speed.
 
 Nothing is named with one rank, or when every rank is within the thresholds; the
 telemetry (every step) is preferred to the few profiled steps when both exist.
@@ -136,6 +138,7 @@ def find_stragglers(
     excess_ratio: float = EXCESS_RATIO,
     persistent_ratio: float = PERSISTENT_RATIO,
     spike_ratio: float = SPIKE_RATIO,
+    sync_by_step: Mapping[tuple[int, int], int] | None = None,
 ) -> list[Finding]:
     """Straggler findings of a run (telemetry preferred; the trace window gives causes)."""
     tele = telemetry_matrix(whole)
@@ -164,7 +167,9 @@ def find_stragglers(
             flagged = flagged[ex[i, flagged] >= limit]
             if flagged.size < 2 and not (ex[i, flagged] >= med_dur[flagged]).any():
                 continue
-        findings.append(_finding(m, trace, i, flagged, persistent, ex, med_dur, gpus))
+        findings.append(
+            _finding(m, trace, i, flagged, persistent, ex, med_dur, gpus, sync_by_step or {})
+        )
     return findings
 
 
@@ -237,6 +242,7 @@ def _finding(
     ex: F64,
     med_dur: F64,
     gpus: Sequence[GpuStats],
+    sync_by_step: Mapping[tuple[int, int], int],
 ) -> Finding:
     rank = m.ranks[i]
     steps = [m.steps[j] for j in flagged.tolist()]
@@ -244,6 +250,11 @@ def _finding(
     gap = m.busy[i, flagged][None, :] - np.delete(m.busy[:, flagged], i, axis=0)
     their_wait = np.delete(m.wait[:, flagged], i, axis=0)
     caused = int(np.nansum(np.minimum(np.clip(gap, 0, None), their_wait)))
+    attribution = "busy-time gap"
+    if m.source == "trace" and sync_by_step:
+        # matched collectives: the others' synchronisation wait in its slow steps
+        caused = sum(sync_by_step.get((r, s), 0) for s in steps for r in m.ranks if r != rank)
+        attribution = "synchronisation wait of matched collectives"
     med_busy = np.median(m.busy, axis=1)
     score = float(med_busy.min() / med_busy[i]) if med_busy[i] > 0 else 1.0
     median_excess = float(np.median(ex[i, flagged]))
@@ -276,6 +287,7 @@ def _finding(
         steps=[] if persistent else steps,
         metrics={
             "source": m.source,
+            "wait_attribution": attribution,
             "score": score,
             "median_excess_ns": round(median_excess),
             "median_excess_ratio": median_excess / step_median if step_median else 0.0,

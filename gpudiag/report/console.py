@@ -91,6 +91,9 @@ def render(
         con.print(Text(text, style="dim"))
     if show_steps:
         con.print(_step_table(d))
+    if d.collectives.get("by_type"):
+        con.print()
+        con.print(_collective_table(d))
     if d.whole_run is not None:
         con.print()
         con.print(_whole_run_table(d))
@@ -231,3 +234,30 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
             text += f" · straggler at median speed → {delta(w['if_straggler_at_median_speed_ns'])}"
         lines.append(f"{text}  (step now {fmt_ns(cur)})")
     return lines
+
+
+def _collective_table(d: Diagnosis) -> Table:
+    c = d.collectives
+    lower = c.get("bandwidth_is_lower_bound", False)
+    title = (f"collectives ({c.get('matched', 0)} matched across ranks by {c.get('method')})"
+             if not lower else "collectives (one rank: durations include waiting; "
+             "bandwidths are lower bounds)")  # fmt: skip
+    t = Table(title=title, box=None, header_style="bold", pad_edge=False, title_justify="left")
+    for col in ("type", "size", "count", "transfer", "algbw", "busbw", "of peak"):
+        t.add_column(col, justify="left" if col in ("type", "size") else "right")
+    ge = "≥" if lower else ""
+
+    def bw(v: float | None) -> str:
+        return "n/a" if v is None else f"{ge}{v:.1f} GB/s"
+
+    for row in c["by_type"]:
+        eff = row.get("efficiency")
+        t.add_row(row["type"], row["size_bucket"], str(row["count"]),
+                  fmt_ns(row["transfer_ns_median"]), bw(row["algbw_gbps"]), bw(row["busbw_gbps"]),
+                  "n/a" if eff is None else f"{ge}{eff:.0%} of {row['peak_gbps']:.0f}")  # fmt: skip
+    per = c.get("per_rank", {})
+    if per:
+        waits = ", ".join(f"r{r} {fmt_ns(v['sync_wait_ns'])}" for r, v in per.items())
+        t.caption = f"synchronisation wait (time waiting for the last rank): {waits}"
+        t.caption_justify = "left"
+    return t

@@ -46,6 +46,8 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     dtype: str = ""
     group_size: int = msgspec.field(default=-1, name="Group size")
     seq: int | str = msgspec.field(default=-1, name="Seq")
+    comms_id: int | str = msgspec.field(default=-1, name="Comms Id")
+    pg_name: str = msgspec.field(default="", name="Process Group Name")
     name: str = ""  # metadata events: thread_name / process_name
     labels: str = ""  # metadata events: process_labels
 
@@ -336,10 +338,27 @@ class _Columns:
 
         # bytes for copies and collectives (hundreds of events, not the event count)
         nbytes = np.full(n, -1, dtype=np.int64)
+        coll_id = np.full(n, -1, dtype=np.int64)
+        coll_name = np.full(n, -1, dtype=np.int32)
         sized = (kind == Kind.MEMCPY) | (kind == Kind.MEMSET) | (kind == Kind.COMM)
         for i in np.flatnonzero(sized).tolist():
-            nbytes[i] = _nbytes(args[i])
-        self.parts.append([ts, dur, kind, name.astype(np.int32), key, corr, nbytes, is_gpu])
+            a = args[i]
+            nbytes[i] = _nbytes(a)
+            if a.coll_name:
+                coll_name[i] = self.names[a.coll_name]
+                coll_id[i] = _coll_key(a)
+        self.parts.append(
+            [ts, dur, kind, name.astype(np.int32), key, corr, nbytes, is_gpu, coll_id, coll_name]
+        )
+
+
+def _coll_key(a: _Args) -> int:
+    """An id equal on every rank for one collective: ``Comms Id``, else (group, ``Seq``)."""
+    if isinstance(a.comms_id, int) and a.comms_id >= 0:
+        return a.comms_id & ((1 << 62) - 1)
+    if a.seq not in (-1, ""):
+        return zlib.crc32(f"{a.pg_name}\0{a.coll_name}\0{a.seq}".encode()) | (1 << 62)
+    return -1
 
 
 def _nbytes(a: _Args) -> int:
@@ -535,13 +554,15 @@ def _finish(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> Rank
         """Column ``i`` of all slices, freeing the slices' copies as it goes (peak memory)."""
         if not cols.parts:
             return np.zeros(0, [np.float64, np.float64, np.int8, np.int32, np.int64,
-                                np.int64, np.int64, bool][i])  # fmt: skip
+                                np.int64, np.int64, bool, np.int64, np.int32][i])  # fmt: skip
         out = np.concatenate([p[i] for p in cols.parts if p[i] is not None])
         for p in cols.parts:
             p[i] = None
         return out
 
-    ts, dur, kind, name_idx, key, corr, nbytes, is_gpu = (cat(i) for i in range(8))
+    ts, dur, kind, name_idx, key, corr, nbytes, is_gpu, coll_id, coll_name = (
+        cat(i) for i in range(10)
+    )
     cols.parts.clear()
     base = int(trace.baseTimeNanoseconds or 0)
     start = _to_ns(ts, base)
@@ -595,6 +616,8 @@ def _finish(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> Rank
         names=names,
         launch_ns=launch,
         nbytes=nbytes,
+        coll_id=coll_id,
+        coll_name=coll_name,
         meta=meta,
     )
     meta.extra["thread_names"] = {

@@ -18,6 +18,10 @@ name          int32     index into ``names``
 step          int32     step number the interval belongs to, -1 when not assigned
 launch_ns     int64     for GPU work: host time of the launching runtime call, else -1
 nbytes        int64     bytes moved by a copy or collective when known, else -1
+coll_id       int64     collectives: an id equal on every rank for the same collective
+                        (``Comms Id``, or group + ``Seq``), else -1
+coll_name     int32     collectives: index into ``names`` of the collective's type as the
+                        trace names it (``allreduce``, ``send`` …), else -1
 ============  ========  ===============================================================
 """
 
@@ -87,6 +91,15 @@ class RankTimeline:
     lanes: list[str]
     names: list[str]
     meta: RankMeta = field(default_factory=RankMeta)
+    coll_id: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    coll_name: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
+
+    def __post_init__(self) -> None:
+        n = int(self.start_ns.shape[0])
+        if self.coll_id.shape[0] != n:
+            self.coll_id = np.full(n, -1, np.int64)
+        if self.coll_name.shape[0] != n:
+            self.coll_name = np.full(n, -1, np.int32)
 
     def __len__(self) -> int:
         return int(self.start_ns.shape[0])
@@ -103,6 +116,8 @@ class RankTimeline:
             "step": (self.step, np.int32),
             "launch_ns": (self.launch_ns, np.int64),
             "nbytes": (self.nbytes, np.int64),
+            "coll_id": (self.coll_id, np.int64),
+            "coll_name": (self.coll_name, np.int32),
         }
         for col, (arr, dt) in cols.items():
             if arr.dtype != dt or arr.shape != (n,):
@@ -135,6 +150,8 @@ class RankTimeline:
             lanes=self.lanes,
             names=self.names,
             meta=self.meta,
+            coll_id=self.coll_id[mask],
+            coll_name=self.coll_name[mask],
         )
 
     def gpu_lane_mask(self) -> npt.NDArray[np.bool_]:
@@ -175,6 +192,8 @@ class RankTimeline:
         step: Any = None,
         launch_ns: Any = None,
         nbytes: Any = None,
+        coll_id: Any = None,
+        coll_name: Any = None,
         meta: RankMeta | None = None,
     ) -> RankTimeline:
         """Build and validate a timeline, filling optional columns with their defaults."""
@@ -197,6 +216,8 @@ class RankTimeline:
             lanes=lanes,
             names=names,
             meta=meta or RankMeta(),
+            coll_id=col(coll_id, np.int64, -1),
+            coll_name=col(coll_name, np.int32, -1),
         ).validate()
 
 

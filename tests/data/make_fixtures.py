@@ -12,6 +12,13 @@ holds a scenario with a known answer. Keep them tiny: a few dozen events each.
   args with ``Seq`` and ``Comms Id``. Two ranks, 3 steps of 10 ms. Rank 0: 8 ms compute,
   1 ms exposed comm. Rank 1: its DataLoader ``__next__`` takes 4 ms with the GPU idle,
   then 4 ms compute, 1 ms exposed comm.
+* ``straggler_comms_id/``: 2024+ layout, two ranks, 4 steps of synchronous data parallelism
+  with collectives matched by ``Comms Id``: rank 1 computes 5 ms longer (8 vs 3 ms), so
+  rank 0's all-reduce kernel spins 5 ms waiting before the 2 ms transfer both share.
+* ``pipeline_4stage/``: four pipeline stages (ranks 0-3), one GPipe step of m = 4
+  micro-batches, forward 1 ms and backward 2 ms per micro-batch and stage, activations and
+  gradients passed with ``send``/``recv`` (``ncclDevKernel_SendRecv``). Each stage computes
+  m·(F+B) = 12 ms of a (m+p−1)·(F+B) = 21 ms step: bubble (p−1)/(m+p−1) = 3/7.
 """
 
 from __future__ import annotations
@@ -123,6 +130,76 @@ def nccl219_data(rank: int) -> dict[str, Any]:
             "traceEvents": ev}  # fmt: skip
 
 
+def _modern(rank: int, world: int, ev: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"schemaVersion": 1, "baseTimeNanoseconds": 1_790_000_000_000_000_000,
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+            "deviceProperties": [{"id": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)],
+            "traceEvents": ev}  # fmt: skip
+
+
+class _Gpu:
+    """Appends a kernel with its launching runtime call (linked by correlation id)."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank, self.pid, self.corr = rank, 2000 + rank, 1
+        self.ev: list[dict[str, Any]] = [
+            {"ph": "M", "name": "thread_name", "pid": self.pid, "tid": self.pid,
+             "args": {"name": "python3"}},
+        ]  # fmt: skip
+
+    def kernel(self, name: str, start: float, dur: float, launch: float, stream: int = 7,
+               **args: Any) -> None:  # fmt: skip
+        self.ev.append(_x("cuda_runtime", "cudaLaunchKernel", self.pid, self.pid, launch, 2.0,
+                          correlation=self.corr))  # fmt: skip
+        self.ev.append(_x("kernel", name, self.rank, stream, start, dur, correlation=self.corr,
+                          device=self.rank, stream=stream, **args))  # fmt: skip
+        self.corr += 1
+
+
+def straggler_comms_id(rank: int) -> dict[str, Any]:
+    g = _Gpu(rank)
+    for s in range(4):
+        t = 1_000.0 + s * 12_000.0
+        g.ev.append(_x("user_annotation", f"ProfilerStep#{s}", g.pid, g.pid, t, 11_900.0))
+        compute = 8_000.0 if rank == 1 else 3_000.0
+        g.kernel("sm90_gemm", t + 100.0, compute, launch=t + 10.0)
+        ready, end = t + 100.0 + compute, t + 100.0 + 8_000.0 + 2_000.0
+        args = {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 4 << 20,
+                "Out msg nelems": 4 << 20, "Group size": 2, "Process Group Name": "0",
+                "Seq": s + 1, "Comms Id": 9_000_000_000 + s}  # fmt: skip
+        g.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", ready, end - ready, launch=t + 20.0,
+                 stream=40, **args)  # fmt: skip
+    return _modern(rank, 2, g.ev)
+
+
+def pipeline_stage(
+    stage: int, p: int = 4, m: int = 4, f: float = 1_000.0, b: float = 2_000.0
+) -> dict[str, Any]:
+    g = _Gpu(stage)
+    t0 = 1_000.0
+    g.ev.append(_x("user_annotation", "ProfilerStep#0", g.pid, g.pid, t0, (m + p - 1) * (f + b)))
+    for j in range(m):  # forward of micro-batch j on this stage
+        start = t0 + (stage + j) * f
+        if stage > 0:
+            g.kernel("ncclDevKernel_SendRecv", start - 20.0, 20.0, launch=t0 + 1.0, stream=40,
+                     **{"Collective name": "recv", "Src Rank": stage - 1})  # fmt: skip
+        g.kernel("fwd_gemm", start, f, launch=t0 + 2.0)
+        if stage < p - 1:
+            g.kernel("ncclDevKernel_SendRecv", start + f, 20.0, launch=t0 + 3.0, stream=40,
+                     **{"Collective name": "send", "Dst Rank": stage + 1})  # fmt: skip
+    back0 = t0 + (p - 1 + m) * f
+    for k in range(m):  # backward, last micro-batch first
+        start = back0 + (p - 1 - stage + k) * b
+        if stage < p - 1:
+            g.kernel("ncclDevKernel_SendRecv", start - 20.0, 20.0, launch=t0 + 4.0, stream=40,
+                     **{"Collective name": "recv", "Src Rank": stage + 1})  # fmt: skip
+        g.kernel("bwd_gemm", start, b, launch=t0 + 5.0)
+        if stage > 0:
+            g.kernel("ncclDevKernel_SendRecv", start + b, 20.0, launch=t0 + 6.0, stream=40,
+                     **{"Collective name": "send", "Dst Rank": stage - 1})  # fmt: skip
+    return _modern(stage, p, g.ev)
+
+
 def write(path: Path, doc: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(doc, separators=(",", ":")).encode()
@@ -136,6 +213,9 @@ def main() -> None:
     write(HERE / "legacy_2021" / "trainer_worker0.pt.trace.json", legacy_2021())
     for r in range(2):
         write(HERE / "nccl219_data" / f"host_{1000 + r}.pt.trace.json.gz", nccl219_data(r))
+        write(HERE / "straggler_comms_id" / f"rank-{r}.json.gz", straggler_comms_id(r))
+    for stage in range(4):
+        write(HERE / "pipeline_4stage" / f"rank-{stage}.json.gz", pipeline_stage(stage))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ SHARED_SETS = [
     "edge_mi300x_infer_1step", "edge_mi300x_triton_tiny", "edge_no_distinfo",
     "mi300x_ddp8_r0_rccl", "rtx2080ti_dataloader_nostep", "sampled_2rank_a2a", "v100x2_r1",
 ]  # fmt: skip
-LOCAL_SETS = ["legacy_2021", "nccl219_data"]
+LOCAL_SETS = ["legacy_2021", "nccl219_data", "straggler_comms_id", "pipeline_4stage"]
 
 
 def _normalise(doc: dict, root: Path) -> dict:
