@@ -5,7 +5,10 @@ triggered it. Estimated gains are first-order, per step, and stated as upper bou
 
 * data-wait → the worst flagged rank's median data-wait per step (a synchronous step
   waits for the slowest rank's batch);
-* exposed communication → overlap: up to the median comm-wait per step; gradient
+* exposed communication → only its transfer part counts: comm-wait minus the
+  synchronisation wait of matched collectives (waiting for a slower rank is the
+  straggler's cost, not the network's); remedies are omitted when under a tenth of the
+  wait is transfer. Overlap: up to that exposed transfer per step; gradient
   accumulation over k micro-batches with ``no_sync``: communication per optimizer step ÷ k,
   i.e. a gain of comm-wait × (1 − 1/k) per micro-batch (k = 4 shown); compression to
   fp16/bf16: half the bytes, so up to half the comm-wait when bandwidth-bound;
@@ -25,7 +28,7 @@ the other ranks. The current step time is the median of the longest rank's step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,6 +49,18 @@ def _median_part(steps: Sequence[StepBreakdown], ranks: Sequence[int], attr: str
     return round(best)
 
 
+def _exposed_transfer(
+    steps: Sequence[StepBreakdown], ranks: Sequence[int], sync: Mapping[tuple[int, int], int]
+) -> int:
+    """The largest per-rank median of comm-wait minus synchronisation wait per step."""
+    best = 0.0
+    for r in ranks:
+        vals = [max(0, s.comm_wait_ns - sync.get((r, s.step), 0)) for s in steps if s.rank == r]
+        if vals:
+            best = max(best, float(np.median(vals)))
+    return round(best)
+
+
 def _ranks_of(f: Finding) -> list[int]:
     return f.ranks or []
 
@@ -55,8 +70,15 @@ def recommend(
     ranks: Sequence[RankSummary],
     steps: Sequence[StepBreakdown],
     findings: Sequence[Finding],
+    sync_by_step: Mapping[tuple[int, int], int] | None = None,
 ) -> list[Recommendation]:
-    """Recommendations for every actionable finding, most time recovered first."""
+    """Recommendations for every actionable finding, most time recovered first.
+
+    ``sync_by_step`` (rank, step) → synchronisation wait from matched collectives: the part
+    of a rank's communication wait spent waiting for a slower rank, which no communication
+    remedy can recover (see :mod:`gpudiag.analysis.collectives`).
+    """
+    sync = sync_by_step or {}
     step = max(run.step_time_ns_median, 1)
     by_rank = {r.rank: r for r in ranks}
     out: list[Recommendation] = []
@@ -92,8 +114,13 @@ def recommend(
                                   "single_process_loader": single})  # fmt: skip
         elif f.kind == "comm_bound":
             wait = _median_part(steps, fr, "comm_wait_ns")
+            exposed = _exposed_transfer(steps, fr, sync) if sync else wait
             hidden = f.metrics.get("comm_hidden_ratio", {})
-            ev = {"comm_wait_ns_per_step": wait, "ranks": fr, "comm_hidden_ratio": hidden}
+            ev = {"comm_wait_ns_per_step": wait, "ranks": fr, "comm_hidden_ratio": hidden,
+                  "transfer_wait_ns_per_step": exposed}  # fmt: skip
+            if sync and exposed < 0.1 * wait:
+                continue  # the wait is for a slower rank: the straggler remedy covers it
+            wait = exposed
             add("comm-overlap", "Hide gradient communication behind backward",
                 "Only part of the communication overlaps compute. With DDP keep "
                 "find_unused_parameters=False, set gradient_as_bucket_view=True and "

@@ -195,6 +195,7 @@ def build_diagnosis(
     findings += find_stragglers(
         steps, whole_run, whole_run.gpus if whole_run else (), sync_by_step=sync_by_step
     )
+    findings = _comm_wait_for_stragglers(findings, steps, sync_by_step)
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(
         key=lambda f: (
@@ -207,7 +208,7 @@ def build_diagnosis(
         ranks=ranks,
         steps=steps,
         findings=findings,
-        recommendations=recommend(run, ranks, steps, findings),
+        recommendations=recommend(run, ranks, steps, findings, sync_by_step),
         spread=rank_spread(ranks),
         collectives=coll,
         what_if=what_if(steps, findings),
@@ -217,6 +218,32 @@ def build_diagnosis(
         gpudiag_version=__version__,
         whole_run=whole_run,
     )
+
+
+def _comm_wait_for_stragglers(
+    findings: list[Finding], steps: Sequence[StepBreakdown], sync: dict[tuple[int, int], int]
+) -> list[Finding]:
+    """Say so when a comm-bound rank mostly waits for a straggler rather than the network."""
+    slow = [f.ranks[0] for f in findings if f.kind == "straggler" and f.ranks]
+    if not slow or not sync:
+        return findings
+    out = []
+    for f in findings:
+        if f.kind == "comm_bound":
+            wait = sum(s.comm_wait_ns for s in steps if s.rank in f.ranks)
+            # sync waits span whole collectives (hidden parts too): cap at the exposed wait
+            waited = min(sum(v for (r, _), v in sync.items() if r in f.ranks), wait)
+            if wait and waited / wait > 0.5:
+                who = ", ".join(map(str, slow))
+                f = dataclasses.replace(
+                    f,
+                    severity="info",
+                    message=f"{f.message}; {waited / wait:.0%} of it is waiting for the "
+                    f"straggler (rank {who}), not transfer",
+                    metrics={**f.metrics, "sync_wait_share": waited / wait},
+                )
+        out.append(f)
+    return out
 
 
 def _explained_by_pipeline(

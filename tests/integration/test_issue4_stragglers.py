@@ -8,7 +8,6 @@ import json
 import sys
 
 import pytest
-
 from cli_runner import run_cli
 
 pytest.importorskip("torch")

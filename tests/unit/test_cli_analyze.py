@@ -145,8 +145,16 @@ def test_bad_file_among_several_fails_cleanly_from_a_worker_process(tmp_path, ki
     from gpudiag.errors import InputError
 
     e = pickle.loads(pickle.dumps(InputError("x.json", "empty file", "hint")))
-    assert (e.path, e.problem, e.hint, e.exit_code, str(e)) == ("x.json", "empty file", "hint", 4, "x.json: empty file")
-    (tmp_path / "rank-0.json.gz").write_bytes((kineto_sets / "sampled_2rank_a2a/rank-0.json.gz").read_bytes())
+    assert (e.path, e.problem, e.hint, e.exit_code, str(e)) == (
+        "x.json",
+        "empty file",
+        "hint",
+        4,
+        "x.json: empty file",
+    )
+    (tmp_path / "rank-0.json.gz").write_bytes(
+        (kineto_sets / "sampled_2rank_a2a/rank-0.json.gz").read_bytes()
+    )
     (tmp_path / "rank-1.json").write_bytes(b"")
     r = run_cli("analyze", str(tmp_path), "--jobs", "2")
     assert r.returncode == 4

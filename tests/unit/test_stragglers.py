@@ -29,7 +29,9 @@ def sync_steps(ranks=4, steps=8, base=(60, 5, 5), extra=None):
         for r in range(ranks):
             c, d, o = parts[r]
             wait = dur - busy[r]
-            out.append(StepBreakdown(r, s, s * 200 * MS, dur * MS, c * MS, wait * MS, d * MS, o * MS, 0))
+            out.append(
+                StepBreakdown(r, s, s * 200 * MS, dur * MS, c * MS, wait * MS, d * MS, o * MS, 0)
+            )
     return out
 
 
@@ -107,7 +109,9 @@ def test_whole_run_telemetry_is_used_when_present():
         for r in range(2):
             busy = 50 + (40 if r == 1 else 0)
             dur = 95
-            tele.append(RunStep(r, s, s * 100 * MS, dur * MS, 1 * MS, None, (dur - busy) * MS, False))
+            tele.append(
+                RunStep(r, s, s * 100 * MS, dur * MS, 1 * MS, None, (dur - busy) * MS, False)
+            )
     whole = WholeRun(ranks=[], steps=tele)
     trace = sync_steps(ranks=2, steps=3, extra={(1, s): (0, 0, 40) for s in range(3)})
     (f,) = stragglers(trace, whole)
