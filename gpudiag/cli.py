@@ -73,7 +73,9 @@ def analyze(
         list[Path], typer.Argument(help="Run directory, trace files, or directories of traces.")
     ],
     steps: Annotated[bool, typer.Option("--steps", help="Also print the per-step table.")] = False,
-    fmt: Annotated[str | None, typer.Option("--format", "-f", help="table, json or csv.")] = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", "-f", help="table, json, csv or markdown.")
+    ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the report here.")
     ] = None,
