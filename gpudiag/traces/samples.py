@@ -7,7 +7,6 @@ last line is ignored.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pandas as pd
 
 from gpudiag import rundir
 from gpudiag.errors import InputError
+from gpudiag.traces.jsonl import records
 
 NVML_FORMAT = "gpudiag.nvml"
 KNOWN_VERSIONS = (1,)
@@ -40,25 +40,9 @@ _HINT = "the file is not a gpudiag NVML sample file; re-run with `gpudiag run`, 
 
 def read_nvml_file(path: Path) -> tuple[dict[str, Any], pd.DataFrame]:
     """(header, samples) of one NVML sample file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(path, f"unreadable NVML samples ({e})", _HINT) from e
-    lines = text.split("\n")
-    complete = text.endswith("\n")
     header: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as e:
-            if i == len(lines) - 1 and not complete:
-                break
-            raise InputError(path, f"line {i + 1} is not JSON ({e})", _HINT) from e
-        if not isinstance(rec, dict):
-            raise InputError(path, f"line {i + 1} is not a record", _HINT)
+    for _, rec in records(path, "NVML sample", _HINT):
         if rec.get("type") == "header":
             if rec.get("format") != NVML_FORMAT or rec.get("version") not in KNOWN_VERSIONS:
                 raise InputError(

@@ -9,7 +9,6 @@ is an :class:`~gpudiag.errors.InputError`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import pandas as pd
 
 from gpudiag import rundir
 from gpudiag.errors import InputError
+from gpudiag.traces.jsonl import records
 
 STEPS_FORMAT = "gpudiag.steps"
 KNOWN_VERSIONS = (1,)
@@ -41,26 +41,10 @@ def read_steps_file(
     path: Path,
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """(header, step records, other records) of the last segment of one telemetry file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise InputError(path, f"unreadable telemetry ({e})", _HINT) from e
-    lines = text.split("\n")
-    complete = text.endswith("\n")
     header: dict[str, Any] | None = None
     steps: list[dict[str, Any]] = []
     other: list[dict[str, Any]] = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError as e:
-            if i == len(lines) - 1 and not complete:
-                break  # truncated last line: the writer was killed mid-record
-            raise InputError(path, f"line {i + 1} is not JSON ({e})", _HINT) from e
-        if not isinstance(rec, dict) or "type" not in rec:
-            raise InputError(path, f"line {i + 1} is not a telemetry record", _HINT)
+    for _, rec in records(path, "telemetry", _HINT):
         kind = rec["type"]
         if kind == "header":
             if rec.get("format") != STEPS_FORMAT:
