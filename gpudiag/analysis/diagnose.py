@@ -196,6 +196,10 @@ def build_diagnosis(
         steps, whole_run, whole_run.gpus if whole_run else (), sync_by_step=sync_by_step
     )
     findings = _comm_wait_for_stragglers(findings, steps, sync_by_step)
+    host_stragglers = {
+        f.ranks[0] for f in findings if f.kind == "straggler" and f.cause == "host" and f.ranks
+    }
+    findings = _drop_host_bound(findings, host_stragglers)
     order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(
         key=lambda f: (
@@ -252,6 +256,18 @@ def _explained_by_pipeline(
     """Drop "host-bound" for stages whose idle time the pipeline schedule explains."""
     limit = float(pipe["ideal_bubble_ratio"]) + 0.10
     explained = {r.rank for r in ranks if r.rank in pipe["stage_ranks"] and r.shares.other <= limit}
+    return _drop_host_bound(findings, explained)
+
+
+def _drop_host_bound(findings: list[Finding], explained: set[int]) -> list[Finding]:
+    """Remove ranks whose "other" time a more specific finding explains from host_bound.
+
+    A host-side straggler (a rank that sleeps, collects garbage or checkpoints) and a
+    pipeline stage's bubble both show as "other": the generic launch-overhead remedy
+    would send the user the wrong way.
+    """
+    if not explained:
+        return findings
     out = []
     for f in findings:
         if f.kind == "host_bound":
