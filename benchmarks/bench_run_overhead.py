@@ -1,6 +1,6 @@
 """Overhead of `gpudiag run` on the demo DDP job, and NVML sampler CPU cost (fake backend).
 
-    python benchmarks/bench_run_overhead.py [--pairs 3] [--steps 120]
+    python benchmarks/bench_run_overhead.py [--pairs 3] [--steps 120] [--batch 4096]
 
 Step times come from the demo itself (rank 0, perf_counter around each iteration,
 first 10 steps skipped). Runs alternate plain / under gpudiag so drift hits both. The
@@ -46,7 +46,7 @@ def bench_hook(n: int = 20000) -> None:
     print(f"rank hook, per step (record + flushed write + control poll): {dt * 1e6:.1f} µs")
 
 
-def bench_run(pairs: int, steps: int, hidden: int) -> None:
+def bench_run(pairs: int, steps: int, hidden: int, batch: int) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     tmp = Path(tempfile.mkdtemp())
     job = [
@@ -58,11 +58,11 @@ def bench_run(pairs: int, steps: int, hidden: int) -> None:
         "--steps",
         str(steps),
         "--hidden",
-        "256",
+        str(hidden),
         "--layers",
         "3",
         "--batch",
-        "64",
+        str(batch),
         "--time-file",
         str(tmp / "t"),
     ]
@@ -151,12 +151,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--steps", type=int, default=120)
-    ap.add_argument("--hidden", type=int, default=1024)
+    ap.add_argument("--hidden", type=int, default=512)
+    ap.add_argument("--batch", type=int, default=4096, help="the demo's compute-bound default")
     ap.add_argument("--sampler-seconds", type=float, default=5.0)
     a = ap.parse_args()
     bench_hook()
     bench_sampler(a.sampler_seconds)
-    bench_run(a.pairs, a.steps, a.hidden)
+    bench_run(a.pairs, a.steps, a.hidden, a.batch)
 
 
 if __name__ == "__main__":
