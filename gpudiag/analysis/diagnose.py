@@ -95,6 +95,8 @@ def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
         evidence["gpu_ops"] = int(win.gpu_ops.sum())
     if tl.meta.backend:
         evidence["backend"] = tl.meta.backend
+    if tl.meta.extra.get("gpu_metrics"):
+        evidence.update(_gpu_metrics_by_step(tl.meta.extra["gpu_metrics"], win, keep))
     colls = extract(tl, parts.mode)
     return RankResult(
         rank=tl.rank,
@@ -107,6 +109,27 @@ def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
         evidence=evidence,
         truncated_step=truncated,
     )
+
+
+def _gpu_metrics_by_step(metrics: dict[str, Any], win: Any, keep: Any) -> dict[str, Any]:
+    """Mean of each sampled GPU counter (Nsight ``GPU_METRICS``) per step and over all steps.
+
+    Samples are evenly spaced, so the mean of the samples inside a period is its
+    time-weighted mean; a step without samples gets ``None``.
+    """
+    starts, ends = win.start[keep], win.end[keep]
+    per_step: dict[str, list[float | None]] = {}
+    overall: dict[str, float | None] = {}
+    for key, (times, values) in metrics.items():
+        t = np.asarray(times, np.int64)
+        v = np.asarray(values, np.float64)
+        csum = np.concatenate(([0.0], np.cumsum(v)))
+        lo, hi = np.searchsorted(t, starts), np.searchsorted(t, ends)
+        n = hi - lo
+        sums = csum[hi] - csum[lo]
+        per_step[key] = [float(x / c) if c else None for x, c in zip(sums, n, strict=True)]
+        overall[key] = float(sums.sum() / n.sum()) if n.sum() else None
+    return {"gpu_metrics": overall, "gpu_metrics_per_step": per_step}
 
 
 def _pct(values: np.ndarray[Any, Any], q: float) -> int:

@@ -221,6 +221,18 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
                     f"{label} {fmt(v['min'])} (r{v['min_rank']})–{fmt(v['max'])} (r{v['max_rank']})"
                 )
         lines.append("across ranks: " + " · ".join(parts))
+    gm = [(r.rank, r.evidence["gpu_metrics"]) for r in d.ranks if r.evidence.get("gpu_metrics")]
+    if gm:
+        labels = {
+            "sm_active": "SM active",
+            "sm_issue": "SM issue",
+            "tensor_active": "tensor active",
+        }
+        per = [
+            f"r{rank} " + ", ".join(f"{labels.get(k, k)} {_pct(v)}" for k, v in sorted(m.items()))
+            for rank, m in gm
+        ]
+        lines.append("GPU metrics over the steps (Nsight): " + " · ".join(per))
     w = d.what_if
     if w and w.get("step_time_ns"):
         cur = w["step_time_ns"]

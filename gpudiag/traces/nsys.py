@@ -722,6 +722,7 @@ def _load(ex: _Export, th: Thresholds, source: str) -> list[RankTimeline]:
     file_rank = rank_from_filename(Path(source))
     capture = ex.install_version() or env.get("NSIGHT_SYSTEMS_VERSION")
     gpu_names = _gpu_names(ex, sorted(set(gpu[:, 2].tolist())))
+    metrics = _gpu_metrics(ex)
     out: list[RankTimeline] = []
     for order, pid in enumerate(pids):
         meta = RankMeta(source=source, fmt="nsys", era=era, notes=list(notes))
@@ -739,6 +740,11 @@ def _load(ex: _Export, th: Thresholds, source: str) -> list[RankTimeline]:
         devs = sorted(set(gpu[gi, 2].tolist()))
         meta.devices = [gpu_names[d] for d in devs if d in gpu_names]
         meta.extra.update({"pid": pid, "cuda_devices": devs, "step_re": step_re})
+        mine = {m: tv for d in devs for m, tv in metrics.get(d, {}).items()}
+        if not mine and len(pids) == 1 and len(metrics) == 1:
+            mine = next(iter(metrics.values()))  # one process, one sampled GPU
+        if mine:
+            meta.extra["gpu_metrics"] = mine
         if capture:
             meta.extra["capture_version"] = capture
         _step_notes(tl, nv_names, nv[ni, 4], explicit_step)
@@ -751,6 +757,48 @@ def _load(ex: _Export, th: Thresholds, source: str) -> list[RankTimeline]:
         if others:
             for tl in out:
                 tl.meta.notes.append(f"{others} other process(es) in the report ran no GPU work")
+    return out
+
+
+# GPU_METRICS counters gpudiag joins to steps: key → metricName prefix (names vary by
+# release and GPU: "SMs Active [Throughput %]", "SM Active", "Tensor Active [...]").
+GPU_METRIC_NAMES = {"sm_active": ("SMs Active", "SM Active"), "sm_issue": ("SM Issue",),
+                    "tensor_active": ("Tensor Active",)}  # fmt: skip
+
+
+def _gpu_metrics(ex: _Export) -> dict[int, dict[str, list[list[float]]]]:
+    """Sampled GPU counters (``--gpu-metrics-devices``) per device: metric → [times, ratios].
+
+    Values are percentages in the export; they become ratios in [0, 1]. The device is the
+    low byte of ``typeId``.
+    """
+    if not (ex.table("GPU_METRICS") and ex.table("TARGET_INFO_GPU_METRICS")):
+        return {}
+    names = ex.rows(
+        f'SELECT DISTINCT metricId, metricName FROM "{ex.table("TARGET_INFO_GPU_METRICS")}"'
+    )
+    ids: dict[int, str] = {}
+    for mid, name in names:
+        for key, prefixes in GPU_METRIC_NAMES.items():
+            if str(name).startswith(prefixes) and key not in ids.values():
+                ids[int(mid)] = key
+    if not ids:
+        return {}
+    rows = ex.ints(
+        f"SELECT timestamp, typeId & 255, metricId, COALESCE(value, -1) FROM "
+        f'"{ex.table("GPU_METRICS")}" WHERE metricId IN ({",".join(map(str, ids))}) '
+        "ORDER BY timestamp",
+        4,
+    )
+    out: dict[int, dict[str, list[list[float]]]] = {}
+    for dev in np.unique(rows[:, 1]).tolist():
+        for mid, key in ids.items():
+            sel = rows[(rows[:, 1] == dev) & (rows[:, 2] == mid) & (rows[:, 3] >= 0)]
+            if len(sel):
+                out.setdefault(int(dev), {})[key] = [
+                    sel[:, 0].tolist(),
+                    (sel[:, 3] / 100.0).tolist(),
+                ]
     return out
 
 
