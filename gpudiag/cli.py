@@ -224,6 +224,12 @@ def run(
     ] = None,
     no_analyze: Annotated[bool, typer.Option("--no-analyze", help="Skip the diagnosis.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+    nsys: Annotated[
+        bool, typer.Option("--nsys", help="Also record with Nsight Systems (nsys profile).")
+    ] = False,
+    nsys_range: Annotated[
+        str, typer.Option("--nsys-range", help="window (the profiled steps, via CUDA) or all.")
+    ] = "window",
 ) -> None:
     """Run a training command unchanged and capture NVML, traces and step telemetry."""
     from gpudiag.collect import hook, launcher
@@ -232,7 +238,10 @@ def run(
         hook.parse_window(profile_steps)
     except ValueError as e:
         raise GpudiagError(str(e), "use --profile-steps 5:10 or off", EXIT_USAGE) from e
+    if nsys_range not in ("window", "all"):
+        raise GpudiagError(f"--nsys-range {nsys_range!r}", "use window or all", EXIT_USAGE)
     opts = launcher.RunOptions(command, out, profile_steps, not no_nvml, nvml_interval, node_rank)
+    opts.nsys, opts.nsys_range = nsys, nsys_range
     show, live = _progress_printer(quiet)
     try:
         res = launcher.run(opts, progress=show)

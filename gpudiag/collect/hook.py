@@ -265,6 +265,7 @@ class RankHook:
             if s >= self.prof_window[1]:
                 prof, self.prof = self.prof, None
                 prof.stop()
+                self._cuda_profiler(False)
             return
         w = self.window
         if w is not None and w[0] - 1 <= s < w[1]:
@@ -282,6 +283,17 @@ class RankHook:
         prof.step_num = self.step  # so ProfilerStep#N carries gpudiag's step number
         prof.start()
         self.prof = prof
+        self._cuda_profiler(True)
+
+    def _cuda_profiler(self, on: bool) -> None:
+        """Open/close `nsys profile --capture-range=cudaProfilerApi` around the window."""
+        if os.environ.get("GPUDIAG_NSYS_RANGE") != "window":
+            return
+        try:
+            if self.torch.cuda.is_available():
+                (self.torch.cuda.profiler.start if on else self.torch.cuda.profiler.stop)()
+        except Exception as e:  # the profiler API must never break the job
+            self.record_error("gpudiag", f"cudaProfiler{'Start' if on else 'Stop'}: {e}")
 
     def _save(self, prof: Any) -> None:
         path = rundir.trace_path(self.run_dir, self.rank)
@@ -345,6 +357,7 @@ class RankHook:
             if self.prof is not None and self.enabled:
                 prof, self.prof = self.prof, None
                 prof.stop()  # RECORD → stop saves what was recorded through on_trace_ready
+                self._cuda_profiler(False)
             if self._file is not None:
                 self._write({"type": "exit", "time_ns": time.time_ns(), "steps": self.step})
                 self._file.close()

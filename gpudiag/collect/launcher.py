@@ -30,6 +30,7 @@ from typing import Any
 import gpudiag
 from gpudiag import rundir
 from gpudiag.collect import bootstrap
+from gpudiag.collect import nsys as nsys_capture
 from gpudiag.collect.nvml import NvmlSampler, load_nvml
 
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
@@ -51,6 +52,8 @@ class RunOptions:
     nvml_interval_s: float = 0.1
     node_rank: int | None = None
     nvml_backend: Any = None
+    nsys: bool = False
+    nsys_range: str = "window"
 
 
 @dataclass
@@ -140,6 +143,8 @@ def child_env(run_dir: Path, node_rank: int, opts: RunOptions) -> dict[str, str]
     env[bootstrap.ENV_PROFILE] = opts.profile_steps or "off"
     env[bootstrap.ENV_NODE_RANK] = str(node_rank)
     env[bootstrap.ENV_PKG_ROOT] = str(Path(gpudiag.__file__).resolve().parent.parent)
+    if opts.nsys:
+        env[nsys_capture.ENV_RANGE] = opts.nsys_range
     return env
 
 
@@ -213,6 +218,8 @@ def run(
 ) -> RunResult:
     """Launch the command, capture while it runs, write the manifest; never raises after launch."""
     env0 = dict(os.environ)
+    # --nsys without nsys fails before anything is created or launched
+    nsys_bin, nsys_ver = nsys_capture.resolve() if opts.nsys else ("", "")
     out, run_dir, node_rank = layout(opts, env0)
     run_dir.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname()
@@ -229,11 +236,17 @@ def run(
     if problem:
         log(problem)
         m.diagnosis_incomplete.append(problem)
+    command = list(opts.command)
+    if nsys_bin:
+        (run_dir / rundir.NSYS_DIR).mkdir(parents=True, exist_ok=True)
+        base = nsys_capture.report_base(run_dir, node_rank)
+        command = nsys_capture.profile_command(nsys_bin, base, command, opts.nsys_range)
+        m.extra["nsys"] = {"binary": nsys_bin, "version": nsys_ver, "range": opts.nsys_range}
     sampler = _start_sampler(opts, run_dir, host, m)
     _safe_write_manifest(run_dir, m)
     try:
         child = subprocess.Popen(
-            opts.command, env=child_env(run_dir, node_rank, opts), start_new_session=True
+            command, env=child_env(run_dir, node_rank, opts), start_new_session=True
         )
     except OSError as e:
         if sampler is not None:
@@ -273,6 +286,13 @@ def run(
         m.sources["nvml"].files = [str(sampler.path.relative_to(run_dir))]
         if sampler.errors:
             m.diagnosis_incomplete.extend(sampler.errors)
+    if nsys_bin:
+        try:
+            m.sources["nsys"] = nsys_capture.collect(nsys_bin, run_dir, node_rank)
+        except Exception as e:
+            m.sources["nsys"] = rundir.SourceStatus(False, f"nsys export failed: {e}")
+        if not m.sources["nsys"].captured:
+            log(f"Nsight Systems: {m.sources['nsys'].reason}")
     try:
         finish_manifest(run_dir, m)
     except Exception as e:

@@ -6,13 +6,12 @@ torch is probed in a ``python -c`` subprocess so the CLI process never imports i
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpudiag import nsysbin
 from gpudiag.collect.nvml import list_gpus, load_nvml
 
 _TORCH_PROBE = r"""
@@ -65,15 +64,8 @@ class Capabilities:
 
 
 def find_nsys(env: dict[str, str] | None = None) -> tuple[str | None, str]:
-    """The nsys binary from ``GPUDIAG_NSYS``, then PATH; (path, why not)."""
-    env = dict(os.environ) if env is None else env
-    forced = env.get("GPUDIAG_NSYS")
-    if forced:
-        if os.path.isfile(forced) and os.access(forced, os.X_OK):
-            return forced, ""
-        return None, f"GPUDIAG_NSYS={forced} is not an executable file"
-    found = shutil.which("nsys", path=env.get("PATH"))
-    return (found, "") if found else (None, "nsys not on PATH (set GPUDIAG_NSYS)")
+    """The nsys binary (see :mod:`gpudiag.nsysbin`); (path, why not)."""
+    return nsysbin.locate(env)
 
 
 def _nsys_version(path: str) -> tuple[str | None, str]:

@@ -91,6 +91,16 @@ def _discover_dir(d: Path, found: Inputs) -> None:
             for f in sorted((node / rundir.RANKS_DIR).glob("*")):
                 if f.is_file() and _fmt_of(f) == "kineto":
                     _add_file(f, found, explicit=False)
+        exports = sorted(p for node in nodes for p in (node / rundir.NSYS_DIR).glob("*.sqlite"))
+        if exports and any(t.path.is_relative_to(d) for t in found.traces):
+            # one source per rank: the profiler traces; the Nsight export stays available
+            found.notes.append(
+                f"Nsight Systems export(s) beside the traces, not merged: "
+                f"{', '.join(str(p) for p in exports)} (analyse them on their own)"
+            )
+        elif exports:
+            for p in exports:
+                _add_file(p, found, explicit=False)
         if not any(t.path.is_relative_to(d) for t in found.traces):
             m = found.manifests[-1] if found.manifests else None
             window = f" --profile-steps {m.profile_steps}" if m and m.profile_steps else ""

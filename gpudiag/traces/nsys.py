@@ -23,7 +23,6 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag import nsysbin
 from gpudiag.config import DEFAULT_STEP_RE, Thresholds
 from gpudiag.errors import EnvironmentProblem, InputError
 from gpudiag.traces.kineto import rank_from_filename
@@ -100,34 +100,16 @@ def report_version(path: Path) -> str:
 
 
 def find_nsys() -> str | None:
-    """The nsys binary: ``GPUDIAG_NSYS`` (set by ``--nsys``), then PATH, then usual places."""
-    forced = os.environ.get("GPUDIAG_NSYS")
-    if forced:
-        if os.path.isfile(forced) and os.access(forced, os.X_OK):
-            return forced
-        raise EnvironmentProblem(
-            f"GPUDIAG_NSYS={forced} is not an executable file",
-            "point --nsys / GPUDIAG_NSYS at the nsys binary",
-        )
-    found = shutil.which("nsys")
-    if found:
-        return found
-    usual = [
-        "/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys",  # Debian package
-        *sorted(map(str, Path("/opt/nvidia/nsight-systems").glob("*/bin/nsys")), reverse=True),
-        "/usr/local/cuda/bin/nsys",
-    ]
-    return next((p for p in usual if os.path.isfile(p) and os.access(p, os.X_OK)), None)
+    """The nsys binary (see :mod:`gpudiag.nsysbin`); a bad ``GPUDIAG_NSYS`` is an error."""
+    path, why = nsysbin.locate()
+    if path is None and os.environ.get("GPUDIAG_NSYS"):
+        raise EnvironmentProblem(why, "point --nsys / GPUDIAG_NSYS at the nsys binary")
+    return path
 
 
 def nsys_version(nsys: str) -> str:
     """``2022.4.2.1`` from ``nsys --version`` (``?`` when it cannot be told)."""
-    try:
-        r = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return "?"
-    m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", r.stdout + r.stderr)
-    return m.group(1) if m else "?"
+    return nsysbin.version(nsys)
 
 
 def _vtuple(v: str) -> tuple[int, ...]:
