@@ -91,30 +91,42 @@ def default_out_dir(now: float | None = None) -> Path:
     return Path("runs") / f"{stamp}-{secrets.token_hex(3)}"
 
 
-def _nnodes(command: Sequence[str], env: dict[str, str]) -> int:
+def _launcher_option(command: Sequence[str], *names: str) -> str | None:
+    """The value of a launcher option (``--opt V`` or ``--opt=V``) before the script."""
     for i, a in enumerate(command):
-        val = None
-        if a in ("--nnodes", "--nnodes_"):
-            val = command[i + 1] if i + 1 < len(command) else None
-        elif a.startswith("--nnodes="):
-            val = a.split("=", 1)[1]
-        if val:
-            with contextlib.suppress(ValueError):
-                return int(val.split(":")[-1])
+        if a in names:
+            return command[i + 1] if i + 1 < len(command) else None
+        for n in names:
+            if a.startswith(n + "="):
+                return a.split("=", 1)[1]
+    return None
+
+
+def _nnodes(command: Sequence[str], env: dict[str, str]) -> int:
+    val = _launcher_option(command, "--nnodes", "--nnodes_")
+    if val:
+        with contextlib.suppress(ValueError):
+            return int(val.split(":")[-1])
     with contextlib.suppress(ValueError):
         return int(env.get("SLURM_NNODES", "1"))
     return 1
 
 
+def _node_rank(command: Sequence[str], env: dict[str, str]) -> int | None:
+    """The launcher's ``--node-rank``, else GROUP_RANK / SLURM_NODEID of this environment."""
+    val = _launcher_option(command, "--node-rank", "--node_rank")
+    if val and val.isdigit():
+        return int(val)
+    for var in ("GROUP_RANK", "SLURM_NODEID"):
+        if env.get(var, "").isdigit():
+            return int(env[var])
+    return None
+
+
 def layout(opts: RunOptions, env: dict[str, str]) -> tuple[Path, Path, int]:
     """(out dir, this node's run dir, node rank): ``node-<K>/`` only for multi-node runs."""
     out = opts.out or default_out_dir()
-    node_rank = opts.node_rank
-    if node_rank is None:
-        for var in ("GROUP_RANK", "SLURM_NODEID"):
-            if env.get(var, "").isdigit():
-                node_rank = int(env[var])
-                break
+    node_rank = opts.node_rank if opts.node_rank is not None else _node_rank(opts.command, env)
     multi = opts.node_rank is not None or _nnodes(opts.command, env) > 1
     k = node_rank or 0
     return out, (rundir.node_dir(out, k) if multi else out), k
