@@ -1,10 +1,11 @@
 """Pipeline parallelism: finds point-to-point stages, compares measured and schedule bubbles.
 
 A run is treated as a pipeline when at least two ranks communicate (almost) only by
-point-to-point ``send``/``recv`` (≥ 80% of their collectives). Then, with p = the number
+point-to-point ``send``/``recv`` (≥ 80% of their collectives), as the collective args of
+the trace name them — a bare ``SendRecv`` kernel is not enough, since NCCL runs all-to-all
+with the same kernels. Then, with p = the number
 of such ranks (analyse every stage's trace together) and m = the micro-batches per step
-(forward sends per step of the first stage; or half its point-to-point operations when
-the trace does not say which are sends):
+(forward sends per step of the first stage):
 
 * the **measured bubble** of a stage is its idle ratio (1 − compute ÷ step time), averaged
   over the stages;
@@ -25,7 +26,8 @@ import numpy as np
 from gpudiag.analysis.collectives import Collectives
 from gpudiag.analysis.model import Finding, RankSummary
 
-P2P = ("send", "recv", "sendrecv")
+# Explicit point-to-point only: a bare ``SendRecv`` kernel is also how NCCL runs all-to-all.
+P2P = ("send", "recv")
 MIN_P2P_SHARE = 0.8
 MICROBATCHES_PER_STAGE = 4
 
@@ -57,7 +59,7 @@ def analyse_pipeline(
         in_step = first.step == s
         n_send = int(np.count_nonzero(np.asarray(sends) & in_step))
         n_p2p = int(np.count_nonzero(in_step))
-        per_step.append(n_send if any(sends) else n_p2p // 2)
+        per_step.append(n_send if any(sends) else n_p2p // 2)  # recv-only first stage
     m = max(1, round(float(np.median(per_step))))
     p = len(stages)
     stage_ranks = {c.rank for c in stages}

@@ -94,3 +94,10 @@ def test_pipeline_bubble_matches_the_schedule():
 def test_data_parallel_run_is_not_a_pipeline():
     d = gpudiag.analyze(DATA / "straggler_comms_id", jobs=1)
     assert "pipeline" not in d.collectives
+
+
+def test_all_to_all_over_sendrecv_kernels_is_not_a_pipeline(kineto_sets):
+    # NCCL runs all-to-all with SendRecv kernels; only explicit send/recv make stages
+    d = gpudiag.analyze(kineto_sets / "sampled_2rank_a2a", jobs=1)
+    assert "pipeline" not in d.collectives
+    assert not [f for f in d.findings if f.kind == "pipeline_bubble"]
