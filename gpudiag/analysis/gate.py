@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from gpudiag.analysis.model import Diagnosis
+from gpudiag.analysis.wholerun import disturbed_steps
 from gpudiag.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, UsageError
 
 PASS, FAIL, WARN, INCONCLUSIVE = "pass", "fail", "warn", "inconclusive"
@@ -237,14 +238,16 @@ def mann_whitney_u(
 def step_samples(d: Diagnosis, warmup_steps: int = 2) -> list[int]:
     """Per-step job step times (ns): per step number, the slowest rank; warm-up dropped.
 
-    Uses the run directory's telemetry (every step) when the Diagnosis has it and it holds
-    more steps than the profiled window, else the profiled steps.
+    Uses the run directory's telemetry (every step, less the steps the profiler slowed
+    down) when the Diagnosis has it and it holds more steps than the profiled window, else
+    the profiled steps.
     """
     rows: list[tuple[int, int]] = [(s.step, s.duration_ns) for s in d.steps]
     whole = getattr(d, "whole_run", None)
     tele = list(getattr(whole, "steps", None) or [])
     if len({s.step for s in tele}) > len({s for s, _ in rows}):
-        rows = [(int(s.step), int(s.duration_ns)) for s in tele]
+        disturbed = disturbed_steps(tele)  # the profiler's own cost is not the job's
+        rows = [(int(s.step), int(s.duration_ns)) for s in tele if s.step not in disturbed]
     per_step: dict[int, int] = {}
     for step, dur in rows:
         if step >= warmup_steps and dur > 0:

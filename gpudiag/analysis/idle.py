@@ -14,8 +14,11 @@ Metrics are time-weighted over a rank's analysed steps (sum of part ÷ sum of st
   exposed communication or data wait — host overhead, launch gaps, synchronisation,
   copies alone.
 
-One finding per kind covers every rank that crosses its threshold; ``metrics.per_rank``
-holds each rank's value and ``steps`` the steps in which it was crossed.
+A rank is flagged when its time-weighted value crosses the threshold *and* its per-step
+value does in at least half of its steps, so that one stalled step (reported by the
+straggler analysis as an intermittent stall) does not label the whole rank. One finding
+per kind covers every rank flagged; ``metrics.per_rank`` holds each rank's value and
+``steps`` the steps in which it was crossed.
 """
 
 from __future__ import annotations
@@ -65,6 +68,23 @@ def _steps_over(
     return sorted({s.step for s in steps if s.rank in ranks and s.duration_ns and value(s) > limit})
 
 
+def _mostly(
+    candidates: dict[int, float], steps: Sequence[StepBreakdown], value: Any, limit: float
+) -> dict[int, float]:
+    """Keep ranks whose per-step value crosses ``limit`` in at least half of their steps.
+
+    A rank is "data-bound" when most of its steps are; one stalled step is an intermittent
+    event (the straggler analysis reports those), not the rank's regime.
+    """
+    out = {}
+    for rank, v in candidates.items():
+        mine = [s for s in steps if s.rank == rank and s.duration_ns]
+        over = sum(1 for s in mine if value(s) >= limit)
+        if not mine or 2 * over >= len(mine):
+            out[rank] = v
+    return out
+
+
 def idle_findings(
     ranks: Sequence[RankSummary], steps: Sequence[StepBreakdown], th: Thresholds
 ) -> list[Finding]:
@@ -72,6 +92,7 @@ def idle_findings(
     out: list[Finding] = []
 
     idle = {r.rank: r.idle_ratio for r in ranks if r.idle_ratio > th.idle_ratio_max}
+    idle = _mostly(idle, steps, lambda s: s.idle_ratio, th.idle_ratio_max)
     if idle:
         what = "GPU" if all(r.mode == "gpu" for r in ranks if r.rank in idle) else "compute"
         out.append(Finding(
@@ -85,6 +106,7 @@ def idle_findings(
         ))  # fmt: skip
 
     data = {r.rank: r.shares.data_wait for r in ranks if r.shares.data_wait >= th.data_bound_ratio}
+    data = _mostly(data, steps, lambda s: s.data_wait_ns / s.duration_ns, th.data_bound_ratio)
     if data:
         data_names = sorted(
             {
@@ -106,6 +128,7 @@ def idle_findings(
         ))  # fmt: skip
 
     comm = {r.rank: r.shares.comm_wait for r in ranks if r.shares.comm_wait >= th.comm_bound_ratio}
+    comm = _mostly(comm, steps, lambda s: s.comm_wait_ns / s.duration_ns, th.comm_bound_ratio)
     if comm:
         comm_names = [
             str(r.evidence["comm_top"])
@@ -127,6 +150,7 @@ def idle_findings(
         ))  # fmt: skip
 
     host = {r.rank: r.shares.other for r in ranks if r.shares.other >= th.host_bound_ratio}
+    host = _mostly(host, steps, lambda s: s.other_ns / s.duration_ns, th.host_bound_ratio)
     if host:
         gpu = all(r.mode == "gpu" for r in ranks if r.rank in host)
         why = ("host overhead, kernel-launch gaps, synchronisation or copies with the GPU "

@@ -6,7 +6,8 @@ slowness: the straggler is the rank with the **least** waiting. gpudiag therefor
 the work each rank does before it must synchronise:
 
     busy[r, s] = step time − communication wait        (profiled window: compute + data + other)
-    busy[r, s] = step time − time in backward          (telemetry: backward holds DDP's wait)
+    busy[r, s] = step time − time in backward          (telemetry: backward holds DDP's wait;
+                                                         profiled steps left out: see wholerun)
 
 and, per step, the excess of a rank over the median of the *other* ranks
 (``excess[r, s] = busy[r, s] − median_{r' ≠ r} busy[r', s]``, a leave-one-out reference
@@ -47,6 +48,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpudiag.analysis.model import Finding, GpuStats, StepBreakdown, WholeRun
+from gpudiag.analysis.wholerun import disturbed_steps
 
 F64 = npt.NDArray[np.float64]
 
@@ -104,7 +106,7 @@ def telemetry_matrix(whole: WholeRun | None) -> StepMatrix | None:
     if len(ranks) < 2:
         return None
     per_rank = [{s.step for s in whole.steps if s.rank == r} for r in ranks]
-    common = sorted(set.intersection(*per_rank))
+    common = sorted(set.intersection(*per_rank) - disturbed_steps(whole.steps))
     if len(common) > 2:
         common = common[1:]  # the first step is warm-up (see wholerun.py)
     rows: dict[tuple[int, int], tuple[float, ...]] = {}

@@ -2,9 +2,10 @@
 
 The profiled window gives kernel-level detail for a few steps; the telemetry gives every
 step of every rank (start, end, time blocked fetching data and in Python-level collective
-waits). Statistics over the whole run leave out each rank's first step, which carries
-one-off costs (allocator warm-up, NCCL/gloo initialisation, autotuning), whenever a rank
-has more than two steps.
+waits). Statistics over the whole run leave out the steps the profiler slowed down (the
+profiled ones and the step after each window, which writes the trace) and each rank's
+first step, which carries one-off costs (allocator warm-up, NCCL/gloo initialisation,
+autotuning), whenever a rank has more than two steps left.
 
 NVML samples are joined by GPU UUID (reported by each rank) over the span of that rank's
 steps: mean GPU and memory utilisation, mean power and SM clock, the hottest temperature,
@@ -16,6 +17,7 @@ A value NVML did not provide stays ``None``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,8 +46,24 @@ def _opt_float(v: Any) -> float | None:
     return None if _missing(v) else float(v)
 
 
+def disturbed_steps(steps: Iterable[RunStep]) -> set[int]:
+    """Steps the profiler slowed down: profiled steps, and the step after each window.
+
+    The step after a window pays for writing the trace.
+    """
+    profiled = {s.step for s in steps if s.profiled}
+    return profiled | {s + 1 for s in profiled if s + 1 not in profiled}
+
+
 def steady(df: pd.DataFrame) -> pd.DataFrame:
-    """The steps used for statistics: each rank's first step is dropped when it has > 2."""
+    """The steps used for statistics.
+
+    Not profiled (nor the step that saves the trace); each rank's first step dropped
+    when more than two others are left.
+    """
+    prof = set(df.loc[df["profiled"], "step"].tolist())
+    disturbed = prof | {s + 1 for s in prof}
+    df = df[~df["step"].isin(disturbed)]
     first = df.groupby("rank")["step"].transform("min")
     many = df.groupby("rank")["step"].transform("size") > 2
     out: pd.DataFrame = df[~(many & (df["step"] == first))]
