@@ -245,9 +245,10 @@ def step_samples(d: Diagnosis, warmup_steps: int = 2) -> list[int]:
     rows: list[tuple[int, int]] = [(s.step, s.duration_ns) for s in d.steps]
     whole = getattr(d, "whole_run", None)
     tele = list(getattr(whole, "steps", None) or [])
-    if len({s.step for s in tele}) > len({s for s, _ in rows}):
-        disturbed = disturbed_steps(tele)  # the profiler's own cost is not the job's
-        rows = [(int(s.step), int(s.duration_ns)) for s in tele if s.step not in disturbed]
+    disturbed = disturbed_steps(tele)  # the profiler's own cost is not the job's
+    steady = [(int(s.step), int(s.duration_ns)) for s in tele if s.step not in disturbed]
+    if len({s for s, _ in steady}) > len({s for s, _ in rows}):
+        rows = steady
     per_step: dict[int, int] = {}
     for step, dur in rows:
         if step >= warmup_steps and dur > 0:

@@ -24,7 +24,9 @@ that also works with two ranks).
   median step time, and above the run's own jitter (3.5 robust standard deviations of all
   excesses), are **intermittent** stalls: a GC, a checkpoint, a data hiccup. They must
   happen at least twice, unless one lasts a whole step. When they recur at a fixed period
-  (every N-th step) the message says so.
+  (every N-th step) the message says so, and the profiled window's steps of that period
+  are checked in the trace (the telemetry leaves the profiled steps out, since profiling
+  perturbs them).
 * The **cause** comes from the straggler's own parts in its slow steps against the others'
   median: the largest excess among data-wait (→ ``data``), compute (→ ``compute``, or
   ``hardware`` when NVML shows that rank's GPU slowed down by the driver or clocked ≥ 10%
@@ -169,16 +171,44 @@ def find_stragglers(
             flagged = flagged[ex[i, flagged] >= limit]
             if flagged.size < 2 and not (ex[i, flagged] >= med_dur[flagged]).any():
                 continue
+        extra = [] if persistent else _confirmed_in_window(m, trace, i, flagged, spike_ratio)
         findings.append(
-            _finding(m, trace, i, flagged, persistent, ex, med_dur, gpus, sync_by_step or {})
+            _finding(m, trace, i, flagged, persistent, ex, med_dur, gpus, sync_by_step or {}, extra)
         )
     return findings
+
+
+def _confirmed_in_window(
+    m: StepMatrix,
+    trace: StepMatrix | None,
+    i: int,
+    flagged: npt.NDArray[np.intp],
+    spike_ratio: float,
+) -> list[int]:
+    """Profiled steps that continue a periodic stall, confirmed by the trace's own excess.
+
+    The telemetry leaves the profiled window out (the profiler perturbs it); when the stalls
+    recur every N-th step, the window's steps of the same residue are checked in the trace.
+    """
+    if m.source != "telemetry" or trace is None or m.ranks[i] not in trace.ranks:
+        return []
+    steps = [m.steps[j] for j in flagged.tolist()]
+    n = _period(steps, m.steps)
+    if n is None:
+        return []
+    ti = trace.ranks.index(m.ranks[i])
+    tex = excess(trace.busy)
+    typical = float(np.median(m.duration))
+    return [
+        s for j, s in enumerate(trace.steps)
+        if s % n == steps[0] % n and s not in m.steps and tex[ti, j] >= spike_ratio * typical
+    ]  # fmt: skip
 
 
 def _cause(m: StepMatrix, trace: StepMatrix | None, rank: int, flagged_steps: list[int],
            persistent: bool, gpus: Sequence[GpuStats]) -> tuple[str, dict[str, float]]:  # fmt: skip
     """Which part of the straggler's busy time exceeds the others' (ns per slow step)."""
-    src, cols = m, [m.steps.index(s) for s in flagged_steps]
+    src, cols = m, [m.steps.index(s) for s in flagged_steps if s in m.steps]
     if m.source == "telemetry" and trace is not None and rank in trace.ranks:
         # the profiled window splits compute from host: use its slow steps if it saw any
         seen = [trace.steps.index(s) for s in flagged_steps if s in trace.steps]
@@ -227,12 +257,19 @@ def _hardware(rank: int, gpus: Sequence[GpuStats]) -> bool:
     )
 
 
-def _period(steps: list[int]) -> int | None:
-    """N when the steps recur every N-th step (at least 3 occurrences)."""
+def _period(steps: list[int], compared: Sequence[int]) -> int | None:
+    """N when the slow steps recur every N-th step, else None.
+
+    At least 3 of them, and every compared step of the same residue modulo N among them:
+    steps left out of the comparison (the profiled window) do not break the pattern.
+    """
     if len(steps) < 3:
         return None
-    gaps = np.diff(steps)
-    return int(gaps[0]) if gaps[0] > 1 and (gaps == gaps[0]).all() else None
+    n = int(np.gcd.reduce(np.diff(steps)))
+    if n <= 1:
+        return None
+    same = [s for s in compared if s % n == steps[0] % n]
+    return n if set(same) <= set(steps) else None
 
 
 def _finding(
@@ -245,9 +282,10 @@ def _finding(
     med_dur: F64,
     gpus: Sequence[GpuStats],
     sync_by_step: Mapping[tuple[int, int], int],
+    confirmed: Sequence[int] = (),
 ) -> Finding:
     rank = m.ranks[i]
-    steps = [m.steps[j] for j in flagged.tolist()]
+    steps = sorted([m.steps[j] for j in flagged.tolist()] + list(confirmed))
     # the others' waiting attributed to this rank: min(busy gap, their wait), summed
     gap = m.busy[i, flagged][None, :] - np.delete(m.busy[:, flagged], i, axis=0)
     their_wait = np.delete(m.wait[:, flagged], i, axis=0)
@@ -271,7 +309,7 @@ def _finding(
                 f"{len(steps)} of {len(m.steps)} steps by {median_excess / 1e6:.1f} ms "
                 f"({median_excess / step_median:.0%} of a step)")  # fmt: skip
     else:
-        n = _period(steps)
+        n = _period(steps, sorted(set(m.steps) | set(confirmed)))
         when = (
             f"every {n}th step"
             if n

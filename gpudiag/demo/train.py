@@ -49,7 +49,7 @@ def collate(batch: Any) -> Any:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--steps", type=int, default=12)
-    p.add_argument("--batch", type=int, default=4096)
+    p.add_argument("--batch", type=int, default=8192)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--hidden", type=int, default=512)
     p.add_argument("--layers", type=int, default=3)
@@ -62,11 +62,17 @@ def main() -> None:
     p.add_argument("--profile-dir", default="", help="record torch.profiler traces here")
     p.add_argument("--profile-wait", type=int, default=2)
     p.add_argument("--profile-active", type=int, default=5)
+    p.add_argument(
+        "--pin", action="store_true", help="pin each rank to its own CPU core (steadier timings)"
+    )
     p.add_argument("--exit-code", type=int, default=0, help="exit with this code at the end")
     p.add_argument("--raise-at", type=int, default=-1, help="raise on rank 1 at this step")
     p.add_argument("--time-file", default="", help="rank 0 writes its step times (s) here")
     a = p.parse_args()
 
+    if a.pin and hasattr(os, "sched_setaffinity"):
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[int(os.environ.get("LOCAL_RANK", 0)) % len(cpus)]})
     distributed = "RANK" in os.environ and int(os.environ.get("WORLD_SIZE", "1")) > 1
     use_cuda = torch.cuda.is_available()
     if distributed:

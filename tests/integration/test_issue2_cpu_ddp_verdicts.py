@@ -30,7 +30,7 @@ def traces(tmp_path_factory) -> dict[str, Path]:
     for name, extra in VARIANTS.items():
         d = tmp_path_factory.mktemp(name)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-               "-m", "gpudiag.demo.train", "--steps", "9", "--profile-dir", str(d), *extra]  # fmt: skip
+               "-m", "gpudiag.demo.train", "--steps", "9", "--pin", "--profile-dir", str(d), *extra]  # fmt: skip
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
         assert r.returncode == 0, r.stderr[-2000:]
         out[name] = d

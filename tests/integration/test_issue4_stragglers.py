@@ -28,7 +28,7 @@ def diagnoses(tmp_path_factory) -> dict[str, dict]:
         d = tmp_path_factory.mktemp(name) / "run"
         r = run_cli("run", "--no-analyze", "--quiet", "--out", str(d), "--",
                     sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    "--nproc-per-node", "2", "-m", "gpudiag.demo.train", "--steps", "16",
+                    "--nproc-per-node", "2", "-m", "gpudiag.demo.train", "--steps", "16", "--pin",
                     *extra, timeout=240)  # fmt: skip
         assert r.returncode == 0, r.stderr[-3000:]
         a = run_cli("analyze", str(d), "--format", "json")

@@ -21,7 +21,7 @@ from run_helpers import DEMO, run_gpudiag
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_required")]
 
-TORCHRUN = ["torchrun", "--standalone", "--nproc-per-node", "2", str(DEMO)]
+TORCHRUN = ["torchrun", "--standalone", "--nproc-per-node", "2", str(DEMO), "--pin"]
 WAITING = ["--steps", "20", "--batch", "16", "--hidden", "64", "--layers", "2",
            "--sleep-rank", "0"]  # fmt: skip
 # Rank 0's deliberate wait makes it idle and a straggler; these runs test the regression check.

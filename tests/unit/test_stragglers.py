@@ -131,3 +131,23 @@ def test_recommendation_names_the_rank_cause_and_gain():
     assert rec.id == "investigate-rank-2" and "compute" in rec.title
     assert rec.estimated_gain_ns == 20 * MS
     assert rec.evidence["wait_caused_ns"] == fs[0].wait_caused_ns
+
+
+def test_periodic_stall_through_the_profiled_window_is_confirmed_by_the_trace():
+    # telemetry: rank 1 spends 50 ms more outside backward every 4th step; steps 5-9 were
+    # profiled (left out of the telemetry comparison), the trace shows step 7's stall
+    tele = []
+    for s in range(16):
+        for r in range(2):
+            stall = 50 if (r == 1 and s % 4 == 3) else 0
+            busy, dur = 50 + stall, 100 + 50 * (s % 4 == 3)
+            tele.append(
+                RunStep(r, s, s * 200 * MS, dur * MS, 0, None, (dur - busy) * MS, 5 <= s <= 9)
+            )
+    whole = WholeRun(ranks=[], steps=tele)
+    extra = {(1, 7): (0, 0, 50)}
+    trace = [s for s in sync_steps(ranks=2, steps=10, extra=extra) if 5 <= s.step <= 9]
+    (f,) = stragglers(trace, whole)
+    assert f.steps == [3, 7, 11, 15]
+    assert "every 4th step" in f.message
+    assert f.cause == "host"  # from the trace's step 7
