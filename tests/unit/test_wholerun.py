@@ -9,12 +9,14 @@ from gpudiag.rundir import RankInfo, RunManifest, SourceStatus
 MS = 1_000_000
 
 
-def telemetry(rank: int, durations_ms: list[float], data_ms: float = 1.0) -> pd.DataFrame:
+def telemetry(
+    rank: int, durations_ms: list[float], data_ms: float = 1.0, profiled: tuple[int, ...] = ()
+) -> pd.DataFrame:
     rows, t = [], 1_000 * MS
     for i, d in enumerate(durations_ms):
         rows.append({"rank": rank, "step": i, "start_ns": t, "end_ns": t + int(d * MS),
                      "duration_ns": int(d * MS), "data_wait_ns": int(data_ms * MS),
-                     "comm_wait_ns": None, "backward_ns": None, "profiled": i in (2, 3),
+                     "comm_wait_ns": None, "backward_ns": None, "profiled": i in profiled,
                      "host": "n0"})  # fmt: skip
         t += int(d * MS)
     df = pd.DataFrame(rows)
@@ -51,7 +53,16 @@ def test_first_step_is_warm_up_and_left_out_of_statistics():
     assert r.step_time_ns_max == 120 * MS
     assert r.data_wait_ratio == pytest.approx(4 / 430)
     assert r.comm_wait_ratio is None  # not measured stays unknown, never 0
-    assert len(w.steps) == 5 and [s.profiled for s in w.steps] == [False, False, True, True, False]
+    assert len(w.steps) == 5
+
+
+def test_profiled_steps_and_the_trace_writing_step_are_left_out():
+    tele = telemetry(0, [900, 100, 100, 300, 400, 500, 100, 100], profiled=(3, 4))
+    w, _ = whole_run(tele, None, None)
+    r = w.ranks[0]
+    assert r.steps == 4  # steps 1, 2, 6, 7: 0 is warm-up, 3-4 profiled, 5 wrote the trace
+    assert r.step_time_ns_max == 100 * MS
+    assert [s.profiled for s in w.steps] == [False] * 3 + [True] * 2 + [False] * 3
 
 
 def test_nvml_joined_by_uuid_with_slowdown_evidence():
