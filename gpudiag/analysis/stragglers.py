@@ -23,7 +23,8 @@ that also works with two ranks).
 * Otherwise slow steps whose excess is at least ``straggler_spike_ratio`` (0.25) of the
   median step time, and above the run's own jitter (3.5 robust standard deviations of all
   excesses), are **intermittent** stalls: a GC, a checkpoint, a data hiccup. They must
-  happen at least twice, unless one lasts a whole step. When they recur at a fixed period
+  happen at least three times (two hiccups in a run are noise on a shared host), unless
+  one lasts a whole step. When they recur at a fixed period
   (every N-th step) the message says so, and the profiled window's steps of that period
   are checked in the trace (the telemetry leaves the profiled steps out, since profiling
   perturbs them).
@@ -57,6 +58,7 @@ F64 = npt.NDArray[np.float64]
 EXCESS_RATIO = 0.10
 PERSISTENT_RATIO = 0.5
 SPIKE_RATIO = 0.25
+MIN_SPIKES = 3
 CLOCK_DEFICIT = 0.10
 
 
@@ -169,7 +171,7 @@ def find_stragglers(
             jitter = 3.5 * 1.4826 * float(np.median(np.abs(ex - np.median(ex))))
             limit = np.maximum(spike_ratio * med_dur[flagged], jitter)
             flagged = flagged[ex[i, flagged] >= limit]
-            if flagged.size < 2 and not (ex[i, flagged] >= med_dur[flagged]).any():
+            if flagged.size < MIN_SPIKES and not (ex[i, flagged] >= med_dur[flagged]).any():
                 continue
         extra = [] if persistent else _confirmed_in_window(m, trace, i, flagged, spike_ratio)
         findings.append(
