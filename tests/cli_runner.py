@@ -19,7 +19,12 @@ def run_cli(
     e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
     if env:
         e.update(env)
-    return subprocess.run(
-        [sys.executable, "-m", "gpudiag", *args],
-        capture_output=True, text=True, cwd=cwd, env=e, timeout=timeout, check=False,
+    from noisy_host import retry_teardown_crash
+
+    return retry_teardown_crash(
+        list(args),
+        lambda: subprocess.run(
+            [sys.executable, "-m", "gpudiag", *args],
+            capture_output=True, text=True, cwd=cwd, env=e, timeout=timeout, check=False,
+        ),
     )  # fmt: skip

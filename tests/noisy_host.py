@@ -27,3 +27,27 @@ def first_clean(
             return result
         seen.append(f"attempt {i + 1}: " + "; ".join(found))
     raise AssertionError("every attempt showed: " + " | ".join(seen))
+
+
+# torch 2.13 CPU (gloo) ranks very rarely abort at interpreter exit with this message, after
+# their last step and after gpudiag's files are written (seen once in five CI runs, not in
+# dozens of reruns; upstream reports teardown races between gloo worker threads and
+# interpreter finalisation). A `gpudiag run` test that hits it runs the job once more.
+TEARDOWN_CRASH = "terminate called without an active exception"
+
+
+def retry_teardown_crash(args: list[str], call: Callable[[], T]) -> T:
+    """Run ``call`` (a subprocess.run of ``gpudiag ARGS``); once more after a teardown abort."""
+    import shutil
+
+    result = call()
+    if (
+        args[:1] == ["run"]
+        and getattr(result, "returncode", 0) != 0
+        and TEARDOWN_CRASH in (getattr(result, "stderr", "") or "")
+    ):
+        if "--out" in args:
+            shutil.rmtree(args[args.index("--out") + 1], ignore_errors=True)
+        print(f"note: torch teardown abort ({TEARDOWN_CRASH!r}); running the job once more")
+        result = call()
+    return result

@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from noisy_host import retry_teardown_crash
+
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "gpudiag" / "demo" / "train.py"
 
@@ -27,14 +29,18 @@ def gpudiag_env() -> dict[str, str]:
 def run_gpudiag(
     args: list[str], timeout: float = 120, **kw: object
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gpudiag", *args],
-        env=gpudiag_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=kw.pop("cwd", ROOT),  # type: ignore[arg-type]
-        **kw,  # type: ignore[arg-type]
+    cwd = kw.pop("cwd", ROOT)
+    return retry_teardown_crash(
+        args,
+        lambda: subprocess.run(
+            [sys.executable, "-m", "gpudiag", *args],
+            env=gpudiag_env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd,  # type: ignore[arg-type]
+            **kw,  # type: ignore[arg-type]
+        ),
     )
 
 
