@@ -99,25 +99,26 @@ else:
     _AnyEvent = functools.reduce(operator.or_, (_XEvent, _MEvent, *_SKIP_TYPES))
 
 
-class _Trace(msgspec.Struct, gc=False):
-    traceEvents: list[_Event] | None = None
+class _TraceKeys(msgspec.Struct, gc=False):
+    """The top-level keys gpudiag reads besides the event list."""
+
     distributedInfo: dict[str, Any] | None = None
     deviceProperties: list[dict[str, Any]] | None = None
     baseTimeNanoseconds: int | None = None
     schemaVersion: int | None = None
+
+
+class _Trace(_TraceKeys, gc=False):
+    traceEvents: list[_Event] | None = None
 
 
 _DECODER = msgspec.json.Decoder(_Trace)
 
 
-class _TailTrace(msgspec.Struct, gc=False):
+class _TailTrace(_TraceKeys, gc=False):
     """The end of a streamed trace: its last events and the keys after the event array."""
 
     traceEvents: list[_AnyEvent] | None = None
-    distributedInfo: dict[str, Any] | None = None
-    deviceProperties: list[dict[str, Any]] | None = None
-    baseTimeNanoseconds: int | None = None
-    schemaVersion: int | None = None
 
 
 _TAIL_DECODER = msgspec.json.Decoder(_TailTrace)
