@@ -55,27 +55,24 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
 _NO_ARGS = _Args()
 
 
-class _Event(msgspec.Struct, frozen=True, gc=False):
+class _EventFields(msgspec.Struct, frozen=True, gc=False):
+    """The fields of an event that gpudiag reads (unknown keys are skipped in C)."""
+
+    cat: str = ""
+    name: str = ""
+    pid: int | str = 0
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args = _NO_ARGS
+
+
+class _Event(_EventFields, frozen=True, gc=False):
     ph: str = ""
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
-    args: _Args = _NO_ARGS
 
 
-class _XEvent(msgspec.Struct, frozen=True, gc=False, tag_field="ph", tag="X"):
+class _XEvent(_EventFields, frozen=True, gc=False, tag_field="ph", tag="X"):
     """An ``X`` (complete) event on the streaming path, where ``ph`` selects the type."""
-
-    cat: str = ""
-    name: str = ""
-    pid: int | str = 0
-    tid: int | str = 0
-    ts: float = 0.0
-    dur: float = 0.0
-    args: _Args = _NO_ARGS
 
 
 class _MEvent(_XEvent, frozen=True, gc=False, tag="M"):
