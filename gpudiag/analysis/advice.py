@@ -33,7 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from gpudiag.analysis.model import Finding, RankSummary, Recommendation, RunSummary, StepBreakdown
+from gpudiag.analysis.model import (
+    Finding,
+    RankSummary,
+    Recommendation,
+    RunSummary,
+    StepBreakdown,
+    by_rank,
+)
 
 ACCUMULATION_K = 4
 MICRO_PER_STAGE = 4
@@ -42,8 +49,9 @@ MICRO_PER_STAGE = 4
 def _median_part(steps: Sequence[StepBreakdown], ranks: Sequence[int], attr: str) -> int:
     """The largest per-rank median of one part over the given ranks' steps."""
     best = 0.0
+    grouped = by_rank(steps)
     for r in ranks:
-        vals = [getattr(s, attr) for s in steps if s.rank == r]
+        vals = [getattr(s, attr) for s in grouped.get(r, [])]
         if vals:
             best = max(best, float(np.median(vals)))
     return round(best)
@@ -54,8 +62,9 @@ def _exposed_transfer(
 ) -> int:
     """The largest per-rank median of comm-wait minus synchronisation wait per step."""
     best = 0.0
+    grouped = by_rank(steps)
     for r in ranks:
-        vals = [max(0, s.comm_wait_ns - sync.get((r, s.step), 0)) for s in steps if s.rank == r]
+        vals = [max(0, s.comm_wait_ns - sync.get((r, s.step), 0)) for s in grouped.get(r, [])]
         if vals:
             best = max(best, float(np.median(vals)))
     return round(best)

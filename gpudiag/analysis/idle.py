@@ -27,7 +27,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from gpudiag.analysis.model import Finding, RankSummary, StepBreakdown
+from gpudiag.analysis.model import Finding, RankSummary, StepBreakdown, by_rank
 from gpudiag.config import Thresholds
 
 _DL = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#(\w+)\.__next__$")
@@ -77,8 +77,9 @@ def _mostly(
     event (the straggler analysis reports those), not the rank's regime.
     """
     out = {}
+    grouped = by_rank(s for s in steps if s.duration_ns)
     for rank, v in candidates.items():
-        mine = [s for s in steps if s.rank == rank and s.duration_ns]
+        mine = grouped.get(rank, [])
         over = sum(1 for s in mine if value(s) >= limit)
         if not mine or 2 * over >= len(mine):
             out[rank] = v

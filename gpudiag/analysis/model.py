@@ -8,6 +8,7 @@ incompatible change.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,6 +35,14 @@ class StepBreakdown:
     def idle_ratio(self) -> float:
         """1 − compute / step time."""
         return 1.0 - self.compute_ns / self.duration_ns if self.duration_ns else 0.0
+
+
+def by_rank(steps: Iterable[Any]) -> dict[int, list[Any]]:
+    """Steps (anything with ``rank``) grouped by rank in one pass, order kept."""
+    out: dict[int, list[Any]] = {}
+    for s in steps:
+        out.setdefault(s.rank, []).append(s)
+    return out
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpudiag.analysis.model import Finding, GpuStats, StepBreakdown, WholeRun
+from gpudiag.analysis.model import Finding, GpuStats, StepBreakdown, WholeRun, by_rank
 from gpudiag.analysis.wholerun import disturbed_steps
 
 F64 = npt.NDArray[np.float64]
@@ -90,7 +90,8 @@ def trace_matrix(steps: Sequence[StepBreakdown]) -> StepMatrix | None:
     ranks = sorted({s.rank for s in steps})
     if len(ranks) < 2:
         return None
-    common = sorted(set.intersection(*[{s.step for s in steps if s.rank == r} for r in ranks]))
+    grouped = by_rank(steps)
+    common = sorted(set.intersection(*[{s.step for s in grouped[r]} for r in ranks]))
     if not common:
         return None
     keep = set(common)
@@ -109,7 +110,8 @@ def telemetry_matrix(whole: WholeRun | None) -> StepMatrix | None:
     ranks = sorted({s.rank for s in whole.steps})
     if len(ranks) < 2:
         return None
-    per_rank = [{s.step for s in whole.steps if s.rank == r} for r in ranks]
+    grouped = by_rank(whole.steps)
+    per_rank = [{s.step for s in grouped[r]} for r in ranks]
     common = sorted(set.intersection(*per_rank) - disturbed_steps(whole.steps))
     if len(common) > 2:
         common = common[1:]  # the first step is warm-up (see wholerun.py)
@@ -160,6 +162,12 @@ def find_stragglers(
     )
     slow = (ex >= excess_ratio * med_dur) & (m.wait <= others_wait)
     findings: list[Finding] = []
+    sync = sync_by_step or {}
+    members = set(m.ranks)
+    sync_totals: dict[int, int] = {}  # every rank's sync wait per step, summed once
+    for (r, st), v in sync.items():
+        if r in members:
+            sync_totals[st] = sync_totals.get(st, 0) + v
     for i in range(len(m.ranks)):
         flagged = np.flatnonzero(slow[i])
         if flagged.size == 0:
@@ -175,7 +183,7 @@ def find_stragglers(
                 continue
         extra = [] if persistent else _confirmed_in_window(m, trace, i, flagged, spike_ratio)
         findings.append(
-            _finding(m, trace, i, flagged, persistent, ex, med_dur, gpus, sync_by_step or {}, extra)
+            _finding(m, trace, i, flagged, persistent, ex, med_dur, gpus, sync, extra, sync_totals)
         )
     return findings
 
@@ -285,6 +293,7 @@ def _finding(
     gpus: Sequence[GpuStats],
     sync_by_step: Mapping[tuple[int, int], int],
     confirmed: Sequence[int] = (),
+    sync_totals: Mapping[int, int] | None = None,
 ) -> Finding:
     rank = m.ranks[i]
     steps = sorted([m.steps[j] for j in flagged.tolist()] + list(confirmed))
@@ -293,9 +302,9 @@ def _finding(
     their_wait = np.delete(m.wait[:, flagged], i, axis=0)
     caused = int(np.nansum(np.minimum(np.clip(gap, 0, None), their_wait)))
     attribution = "busy-time gap"
-    if m.source == "trace" and sync_by_step:
+    if m.source == "trace" and sync_by_step and sync_totals is not None:
         # matched collectives: the others' synchronisation wait in its slow steps
-        caused = sum(sync_by_step.get((r, s), 0) for s in steps for r in m.ranks if r != rank)
+        caused = sum(sync_totals.get(s, 0) - sync_by_step.get((rank, s), 0) for s in steps)
         attribution = "synchronisation wait of matched collectives"
     med_busy = np.median(m.busy, axis=1)
     score = float(med_busy.min() / med_busy[i]) if med_busy[i] > 0 else 1.0
