@@ -29,9 +29,10 @@ that also works with two ranks).
   are checked in the trace (the telemetry leaves the profiled steps out, since profiling
   perturbs them).
 * The **cause** comes from the straggler's own parts in its slow steps against the others'
-  median: the largest excess among data-wait (→ ``data``), compute (→ ``compute``, or
-  ``hardware`` when NVML shows that rank's GPU slowed down by the driver or clocked ≥ 10%
-  below the others), and the rest (→ ``host``: Python, launch overhead, sleeps).
+  median (the median over those steps, so one host-disturbed step does not decide): the
+  largest excess among data-wait (→ ``data``), compute (→ ``compute``, or ``hardware``
+  when NVML shows that rank's GPU slowed down by the driver or clocked ≥ 10% below the
+  others), and the rest (→ ``host``: Python, launch overhead, sleeps).
 * The **cost**: ``wait_caused_ns`` = the other ranks' waiting attributed to it over its
   slow steps: their synchronisation wait in matched collectives (transfer/sync split of
   :mod:`gpudiag.analysis.collectives`) when the profiled window is the source, else
@@ -227,19 +228,19 @@ def _cause(m: StepMatrix, trace: StepMatrix | None, rank: int, flagged_steps: li
     i = src.ranks.index(rank)
 
     def delta(a: F64) -> float:
+        # the typical slow step: a median, so one host-disturbed step does not decide
         others = np.median(np.delete(a, i, axis=0), axis=0)
-        return float(np.nanmean((a[i] - others)[cols])) if cols else float("nan")
+        return float(np.nanmedian((a[i] - others)[cols])) if cols else float("nan")
 
-    busy = delta(src.busy)
     data = delta(src.data)
     if src.source == "trace":
         parts = {
             "data": data,
             "compute": delta(src.compute),
-            "host": busy - data - delta(src.compute),
+            "host": delta(src.busy - src.data - src.compute),
         }
     else:
-        parts = {"data": data, "other": busy - data}
+        parts = {"data": data, "other": delta(src.busy - src.data)}
     parts = {k: v for k, v in parts.items() if not np.isnan(v)}
     if not parts or max(parts.values()) <= 0:
         return "unknown", parts
