@@ -250,25 +250,41 @@ def build_diagnosis(
 def _comm_wait_for_stragglers(
     findings: list[Finding], steps: Sequence[StepBreakdown], sync: dict[tuple[int, int], int]
 ) -> list[Finding]:
-    """Say so when a comm-bound rank mostly waits for a straggler rather than the network."""
-    slow = [f.ranks[0] for f in findings if f.kind == "straggler" and f.ranks]
-    if not slow or not sync:
+    """Say so when a comm-bound rank mostly waits for other ranks rather than the network.
+
+    With a straggler named, the straggler finding carries the lost time and this one drops
+    to ``info``; without one (the ranks take turns being late), the waiting is load
+    imbalance between ranks, still lost time, and the finding keeps its severity.
+    """
+    if not sync:
         return findings
+    slow = [f.ranks[0] for f in findings if f.kind == "straggler" and f.ranks]
     out = []
     for f in findings:
         if f.kind == "comm_bound":
             wait = sum(s.comm_wait_ns for s in steps if s.rank in f.ranks)
             # sync waits span whole collectives (hidden parts too): cap at the exposed wait
             waited = min(sum(v for (r, _), v in sync.items() if r in f.ranks), wait)
-            if wait and waited / wait > 0.5:
+            share = waited / wait if wait else 0.0
+            metrics = {**f.metrics, "sync_wait_share": share}
+            if share > 0.5 and slow:
                 who = ", ".join(map(str, slow))
                 f = dataclasses.replace(
                     f,
                     severity="info",
-                    message=f"{f.message}; {waited / wait:.0%} of it is waiting for the "
+                    message=f"{f.message}; {share:.0%} of it is waiting for the "
                     f"straggler (rank {who}), not transfer",
-                    metrics={**f.metrics, "sync_wait_share": waited / wait},
+                    metrics=metrics,
                 )
+            elif share > 0.5:
+                f = dataclasses.replace(
+                    f,
+                    message=f"{f.message}; {share:.0%} of it is waiting for other ranks to "
+                    "reach the collective (load imbalance between ranks), not transfer",
+                    metrics=metrics,
+                )
+            else:
+                f = dataclasses.replace(f, metrics=metrics)
         out.append(f)
     return out
 

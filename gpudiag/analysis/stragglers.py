@@ -40,11 +40,14 @@ that also works with two ranks).
   others' speed.
 
 Nothing is named with one rank, or when every rank is within the thresholds; the
-telemetry (every step) is preferred to the few profiled steps when both exist.
+telemetry (every step) is preferred to the few profiled steps when both exist, but its busy
+time leaves out all of backward (DDP's all-reduce wait cannot be told from backward
+compute there), so persistent stragglers of the profiled steps that it misses are added.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -58,6 +61,7 @@ F64 = npt.NDArray[np.float64]
 
 EXCESS_RATIO = 0.10
 PERSISTENT_RATIO = 0.5
+ALSO_RATIO = 0.5  # a second part this large is named too
 SPIKE_RATIO = 0.25
 MIN_SPIKES = 3
 CLOCK_DEFICIT = 0.10
@@ -155,6 +159,33 @@ def find_stragglers(
     m = tele or trace
     if m is None:
         return []
+    sync = sync_by_step or {}
+    args = (gpus, excess_ratio, persistent_ratio, spike_ratio, sync)
+    findings = _detect(m, trace, *args)
+    if m is tele and trace is not None:
+        # The telemetry counts all of backward as waiting (DDP's all-reduce wait hides in
+        # it), so a rank that computes longer in backward barely shows there; the profiled
+        # window splits them. Its persistent stragglers the telemetry missed are added.
+        named = {f.ranks[0] for f in findings}
+        for f in _detect(trace, trace, *args, persistent_only=True):
+            if f.ranks[0] not in named:
+                findings.append(dataclasses.replace(
+                    f, message=f"{f.message} (seen in the profiled steps: the step telemetry "
+                    "cannot split compute from waiting inside backward)",
+                ))  # fmt: skip
+    return findings
+
+
+def _detect(
+    m: StepMatrix,
+    trace: StepMatrix | None,
+    gpus: Sequence[GpuStats],
+    excess_ratio: float,
+    persistent_ratio: float,
+    spike_ratio: float,
+    sync: Mapping[tuple[int, int], int],
+    persistent_only: bool = False,
+) -> list[Finding]:
     ex = excess(m.busy)
     # thresholds scale with the run's typical step, not with the (possibly stalled) step itself
     med_dur = np.full(len(m.steps), float(np.median(m.duration)))
@@ -163,7 +194,6 @@ def find_stragglers(
     )
     slow = (ex >= excess_ratio * med_dur) & (m.wait <= others_wait)
     findings: list[Finding] = []
-    sync = sync_by_step or {}
     members = set(m.ranks)
     sync_totals: dict[int, int] = {}  # every rank's sync wait per step, summed once
     for (r, st), v in sync.items():
@@ -174,6 +204,8 @@ def find_stragglers(
         if flagged.size == 0:
             continue
         persistent = flagged.size >= 2 and flagged.size >= persistent_ratio * len(m.steps)
+        if persistent_only and not persistent:
+            continue
         if not persistent:
             # A spike must stand out from the step and from the run's own jitter, and
             # recur, unless it is as long as a whole step.
@@ -250,6 +282,19 @@ def _cause(m: StepMatrix, trace: StepMatrix | None, rank: int, flagged_steps: li
     if cause in ("compute", "unknown") and _hardware(rank, gpus):
         cause = "hardware"
     return cause, parts
+
+
+def _also(cause: str, parts: Mapping[str, float], step_median: float) -> list[str]:
+    """Other parts whose excess is at least half the cause's and 5% of a step."""
+    key = "compute" if cause == "hardware" else cause
+    top = parts.get(key, 0.0)
+    if top <= 0:
+        return []
+    return [
+        k for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
+        if k != key and k in ("data", "compute", "host")
+        and v >= ALSO_RATIO * top and v >= 0.05 * step_median
+    ]  # fmt: skip
 
 
 def _hardware(rank: int, gpus: Sequence[GpuStats]) -> bool:
@@ -329,7 +374,16 @@ def _finding(
         )
         what = (f"rank {rank} stalls {when} ({len(steps)} of {len(m.steps)} steps), "
                 f"{median_excess / 1e6:.1f} ms behind the others each time")  # fmt: skip
-    msg = (f"{what}, {words[cause]}; the other ranks waited {caused / 1e6:.1f} ms in total "
+    why = words[cause]
+    also = _also(cause, parts, step_median)
+    if also:
+        # two parts of about the same size: naming only the larger would mislead
+        short = {"data": "waiting for data", "compute": "computing longer",
+                 "host": "in host-side work (Python, launches, sleeps)"}  # fmt: skip
+        top = parts["compute" if cause == "hardware" else cause]
+        more = " and ".join(f"{short[k]} (+{parts[k] / 1e6:.0f} ms)" for k in also)
+        why = f"{why} (+{top / 1e6:.0f} ms a step) and {more}"
+    msg = (f"{what}, {why}; the other ranks waited {caused / 1e6:.1f} ms in total "
            "for it")  # fmt: skip
     return Finding(
         kind="straggler",
@@ -346,6 +400,7 @@ def _finding(
             "slow_steps": len(steps),
             "steps_compared": len(m.steps),
             "excess_by_part_ns": {k: round(v) for k, v in parts.items()},
+            "also": also,
             "step_time_ns_median": round(step_median),
             "step_time_ns_if_median_speed": round(
                 step_median - (median_excess if persistent else 0.0)

@@ -3,7 +3,8 @@
 import pytest
 
 from gpudiag.analysis.advice import recommend, what_if
-from gpudiag.analysis.model import GpuStats, RunStep, StepBreakdown, WholeRun
+from gpudiag.analysis.diagnose import _comm_wait_for_stragglers
+from gpudiag.analysis.model import Finding, GpuStats, RunStep, StepBreakdown, WholeRun
 from gpudiag.analysis.stragglers import find_stragglers
 
 MS = 1_000_000
@@ -151,3 +152,54 @@ def test_periodic_stall_through_the_profiled_window_is_confirmed_by_the_trace():
     assert f.steps == [3, 7, 11, 15]
     assert "every 4th step" in f.message
     assert f.cause == "host"  # from the trace's step 7
+
+
+def test_a_second_part_of_similar_size_is_named_too():
+    # rank 3 sleeps 25 ms and computes 20 ms longer in every step (a contended core)
+    (f,) = stragglers(sync_steps(extra={(3, s): (20, 0, 25) for s in range(8)}))
+    assert (f.cause, f.metrics["also"]) == ("host", ["compute"])
+    assert "(+25 ms a step) and computing longer (+20 ms)" in f.message
+    # a small second part is left out
+    (g,) = stragglers(sync_steps(extra={(3, s): (4, 0, 25) for s in range(8)}))
+    assert g.metrics["also"] == [] and "computing" not in g.message
+
+
+def _comm_bound(ranks, share=0.2):
+    return Finding("comm_bound", "warning", "rank 0: 20% of step time waiting", ranks=ranks,
+                   metrics={"per_rank": {str(r): share for r in ranks}})  # fmt: skip
+
+
+def test_comm_wait_spent_waiting_for_late_ranks_is_called_imbalance():
+    # ranks take turns arriving last: no straggler, but rank 0's exposed wait is mostly sync
+    steps = [StepBreakdown(0, s, s * 100 * MS, 100 * MS, 70 * MS, 20 * MS, 5 * MS, 5 * MS, 0)
+             for s in range(4)]  # fmt: skip
+    sync = {(0, s): 16 * MS for s in range(4)}
+    (f,) = _comm_wait_for_stragglers([_comm_bound([0])], steps, sync)
+    assert f.severity == "warning" and f.metrics["sync_wait_share"] == pytest.approx(0.8)
+    assert "80% of it is waiting for other ranks to reach the collective" in f.message
+    # with a straggler named, the straggler finding carries the lost time
+    slow = Finding("straggler", "error", "rank 1 …", ranks=[1], cause="compute")
+    _, g = _comm_wait_for_stragglers([slow, _comm_bound([0])], steps, sync)
+    assert g.severity == "info" and "waiting for the straggler (rank 1)" in g.message
+    # mostly transfer: the finding is left as it was, with the share for the record
+    (h,) = _comm_wait_for_stragglers([_comm_bound([0])], steps, {(0, 0): 4 * MS})
+    assert h.message == "rank 0: 20% of step time waiting" and h.metrics["sync_wait_share"] == 0.05
+
+
+def test_straggler_computing_longer_in_backward_comes_from_the_trace_window():
+    # DDP: rank 1 computes 30 ms longer in backward; rank 0 waits those 30 ms inside its own
+    # backward, so the telemetry (busy = step - backward) sees two identical ranks
+    tele = [RunStep(r, s, s * 100 * MS, 95 * MS, 1 * MS, None, 60 * MS, False)
+            for s in range(12) for r in range(2)]  # fmt: skip
+    whole = WholeRun(ranks=[], steps=tele)
+    balanced_trace = sync_steps(ranks=2, steps=5)
+    assert stragglers(balanced_trace, whole) == []
+    trace = sync_steps(ranks=2, steps=5, extra={(1, s): (30, 0, 0) for s in range(5)})
+    (f,) = stragglers(trace, whole)
+    assert (f.ranks, f.cause, f.persistent) == ([1], "compute", True)
+    assert f.metrics["source"] == "trace" and "seen in the profiled steps" in f.message
+    # a rank the telemetry already names is not named twice
+    slow_tele = [RunStep(r, s, s * 100 * MS, 95 * MS, 1 * MS, None, (20 if r else 60) * MS,
+                         False) for s in range(12) for r in range(2)]  # fmt: skip
+    (g,) = stragglers(trace, WholeRun(ranks=[], steps=slow_tele))
+    assert g.metrics["source"] == "telemetry"
