@@ -55,7 +55,7 @@ def verdict(tmp_path_factory, name: str, check: Callable[[dict], None]) -> None:
             check(doc)
         except AssertionError as e:
             found = "; ".join(f["message"] for f in stragglers(doc))
-            said = " ".join(str(e).split())[:300]
+            said = " ".join(str(e).split())[:120]
             return [f"{said} [stragglers: {found}]"]
         return []
 
