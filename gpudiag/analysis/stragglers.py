@@ -42,7 +42,9 @@ that also works with two ranks).
 Nothing is named with one rank, or when every rank is within the thresholds; the
 telemetry (every step) is preferred to the few profiled steps when both exist, but its busy
 time leaves out all of backward (DDP's all-reduce wait cannot be told from backward
-compute there), so persistent stragglers of the profiled steps that it misses are added.
+compute there), so persistent stragglers of the profiled steps that it misses are added
+when the telemetry shows the same rank ahead in ≥ 80% of its steps by a median ≥ 3% of a
+step.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ F64 = npt.NDArray[np.float64]
 EXCESS_RATIO = 0.10
 PERSISTENT_RATIO = 0.5
 ALSO_RATIO = 0.5  # a second part this large is named too
+LEAN_STEPS_RATIO = 0.8  # a trace-window straggler needs the telemetry to lean its way in
+LEAN_EXCESS_RATIO = 0.03  # this share of steps, by this median share of a step
 SPIKE_RATIO = 0.25
 MIN_SPIKES = 3
 CLOCK_DEFICIT = 0.10
@@ -164,16 +168,29 @@ def find_stragglers(
     findings = _detect(m, trace, *args)
     if m is tele and trace is not None:
         # The telemetry counts all of backward as waiting (DDP's all-reduce wait hides in
-        # it), so a rank that computes longer in backward barely shows there; the profiled
-        # window splits them. Its persistent stragglers the telemetry missed are added.
+        # it), so a rank that computes longer in backward shows there only by its slower
+        # forward; the profiled window splits them. Its persistent stragglers the telemetry
+        # missed are added when the telemetry leans the same way in nearly every step (the
+        # profiler perturbs its few steps, unevenly across ranks on a busy host).
         named = {f.ranks[0] for f in findings}
         for f in _detect(trace, trace, *args, persistent_only=True):
-            if f.ranks[0] not in named:
+            if f.ranks[0] not in named and _leans_slow(tele, f.ranks[0]):
                 findings.append(dataclasses.replace(
                     f, message=f"{f.message} (seen in the profiled steps: the step telemetry "
                     "cannot split compute from waiting inside backward)",
                 ))  # fmt: skip
     return findings
+
+
+def _leans_slow(m: StepMatrix, rank: int) -> bool:
+    """The rank's telemetry busy time exceeds the others' in nearly every step."""
+    if rank not in m.ranks:
+        return False
+    ex = excess(m.busy)[m.ranks.index(rank)]
+    typical = float(np.median(m.duration))
+    return bool(
+        np.mean(ex > 0) >= LEAN_STEPS_RATIO and np.median(ex) >= LEAN_EXCESS_RATIO * typical
+    )
 
 
 def _detect(
