@@ -3,51 +3,26 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from noisy_host import retry_teardown_crash
+from cli_runner import ROOT, job_env, run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "gpudiag" / "demo" / "train.py"
 
 
-def gpudiag_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["OMP_NUM_THREADS"] = "1"
-    env["PYTHONPATH"] = str(ROOT) + (
-        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-    )
-    env.pop("GPUDIAG_RUN_DIR", None)
-    env.pop("GPUDIAG_RANK_PID", None)
-    return env
-
-
 def run_gpudiag(
-    args: list[str], timeout: float = 120, **kw: object
+    args: list[str], timeout: float = 120, cwd: Path = ROOT
 ) -> subprocess.CompletedProcess[str]:
-    cwd = kw.pop("cwd", ROOT)
-    return retry_teardown_crash(
-        args,
-        lambda: subprocess.run(
-            [sys.executable, "-m", "gpudiag", *args],
-            env=gpudiag_env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=cwd,  # type: ignore[arg-type]
-            **kw,  # type: ignore[arg-type]
-        ),
-    )
+    return run_cli(*args, cwd=cwd, timeout=timeout)
 
 
 def start_gpudiag(args: list[str], tmp: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "gpudiag", *args],
-        env=gpudiag_env(),
+        env=job_env(),
         stdout=open(tmp / "stdout.txt", "w"),
         stderr=open(tmp / "stderr.txt", "w"),
         text=True,

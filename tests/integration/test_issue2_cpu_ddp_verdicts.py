@@ -5,14 +5,13 @@ profiler traces; gpudiag then analyses them like any user's traces.
 """
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from cli_runner import ROOT, run_cli
+from cli_runner import job_env, run_cli
 from noisy_host import TEARDOWN_CRASH, first_clean
 
 pytest.importorskip("torch")
@@ -26,7 +25,7 @@ VARIANTS = {
 
 
 def run_variant(tmp_path_factory, name: str) -> Path:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = job_env()
     d = tmp_path_factory.mktemp(name)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "gpudiag.demo.train", "--steps", "9", "--pin", "--profile-dir", str(d),

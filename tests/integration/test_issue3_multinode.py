@@ -2,13 +2,12 @@
 shared directory; `gpudiag analyze` merges the nodes."""
 
 import json
-import os
 import socket
 import subprocess
 import sys
 
 import pytest
-from cli_runner import ROOT, run_cli
+from cli_runner import job_env, run_cli
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow
@@ -23,7 +22,7 @@ def _free_port() -> int:
 def test_one_gpudiag_run_per_node_into_one_directory(tmp_path):
     out = tmp_path / "shared-run"
     port = _free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = job_env()
     procs = [
         subprocess.Popen(
             [
