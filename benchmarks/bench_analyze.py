@@ -43,11 +43,11 @@ def mark(name):
 data = kineto.read_bytes(path); mark("read+gunzip")
 trace = kineto.decode(path, data); mark("decode")
 del data; mark("free JSON bytes")
-tl = kineto.build_timeline(path, trace, thresholds=th); mark("columns")
+tl = kineto.build_timeline(path, trace); mark("columns")
 del trace; mark("free structs")
 res = analyze_rank(tl, th); mark("steps+classify")
 del tl, res
-tl = kineto.load_kineto(path, thresholds=th); mark("streamed load")
+tl = kineto.load_kineto(path); mark("streamed load")
 print(json.dumps(out))
 """
 

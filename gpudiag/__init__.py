@@ -5,34 +5,54 @@ The public API is small::
     import gpudiag
     diag = gpudiag.analyze("runs/exp1")       # run directory, trace file(s) or directory
     diag.steps_frame()                         # pandas DataFrame, one row per (rank, step)
-    timeline = gpudiag.load_run("traces/")     # the interval model, for your own analysis
+    run = gpudiag.load_run("traces/")          # the interval model, for your own analysis
+    diag = gpudiag.diagnose(run)               # the same analysis on a loaded (or built) run
+
+Names are imported on first use: ``import gpudiag`` stays cheap, because the rank
+bootstrap of ``gpudiag run`` imports this package inside the training job.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from gpudiag.analysis.diagnose import diagnose
     from gpudiag.analysis.model import Diagnosis
-    from gpudiag.traces.schema import RunTimeline
+    from gpudiag.api import analyze, load_diagnosis
+    from gpudiag.config import Thresholds
+    from gpudiag.traces.common import LoadOptions
+    from gpudiag.traces.load import load_run
+    from gpudiag.traces.schema import RankTimeline, RunTimeline
 
-__all__ = ["__version__", "analyze", "diagnose", "load_run"]
+_LAZY = {
+    "analyze": "gpudiag.api",
+    "load_diagnosis": "gpudiag.api",
+    "diagnose": "gpudiag.analysis.diagnose",
+    "Diagnosis": "gpudiag.analysis.model",
+    "Thresholds": "gpudiag.config",
+    "LoadOptions": "gpudiag.traces.common",
+    "load_run": "gpudiag.traces.load",
+    "RankTimeline": "gpudiag.traces.schema",
+    "RunTimeline": "gpudiag.traces.schema",
+}
+
+__all__ = [
+    "Diagnosis", "LoadOptions", "RankTimeline", "RunTimeline", "Thresholds", "__version__",
+    "analyze", "diagnose", "load_diagnosis", "load_run",
+]  # fmt: skip
 
 
-def load_run(*paths: Any, **kwargs: Any) -> RunTimeline:
-    """Load a run directory or trace files into the interval model."""
-    from gpudiag.traces.load import load_run as _load
-
-    return _load(*paths, **kwargs)
-
-
-def analyze(*paths: Any, **kwargs: Any) -> Diagnosis:
-    """Analyse a run directory or trace files and return the Diagnosis."""
-    from gpudiag.analysis.diagnose import analyze_paths
-
-    return analyze_paths(*paths, **kwargs)
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'gpudiag' has no attribute {name!r}")
 
 
-diagnose = analyze
+def __dir__() -> list[str]:
+    return sorted(__all__)

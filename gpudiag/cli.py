@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Annotated, Any, TextIO, cast
 
 import typer
 
@@ -46,25 +46,25 @@ def thresholds(**overrides: Any) -> Thresholds:
     return thresholds_from_config(load_project_config()).replace(**overrides)
 
 
-def emit(render: Any, output: Path | None, binary: bool = False) -> None:
-    """Call ``render(stream)`` on stdout, or on ``output`` written atomically."""
+def emit(result: Any, fmt: str, output: Path | None, **options: Any) -> None:
+    """Render ``result`` on stdout, or into ``output`` written atomically."""
+    from gpudiag.report import render
+
     if output is None:
-        render(sys.stdout)
+        render(result, fmt, sys.stdout, **options)
         return
     from gpudiag.rundir import atomic_write
 
     with atomic_write(output) as f:
-        render(f)
+        render(result, fmt, cast(TextIO, f), **options)
     print(f"wrote {output}", file=sys.stderr)
 
 
-def _render_diagnosis(d: Any, fmt: str, steps: bool) -> Any:
-    from gpudiag.report import RENDERERS
+def _analyze(path: Path, th: Thresholds, **kw: Any) -> Any:
+    """A Diagnosis: a saved diagnosis JSON read back, anything else analysed."""
+    from gpudiag.api import analyze as run_analysis
 
-    def go(out: TextIO) -> None:
-        RENDERERS[fmt](d, out, show_steps=steps)
-
-    return go
+    return run_analysis(path, thresholds=th, **kw)
 
 
 @app.command()
@@ -74,13 +74,13 @@ def analyze(
     ],
     steps: Annotated[bool, typer.Option("--steps", help="Also print the per-step table.")] = False,
     fmt: Annotated[
-        str | None, typer.Option("--format", "-f", help="table, json, csv or markdown.")
+        str | None, typer.Option("--format", "-f", help="table, json, csv, markdown or html.")
     ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write the report here.")
     ] = None,
     idle_threshold: Annotated[
-        float | None, typer.Option("--idle-threshold", help="Flag idle ratios above this (0.30).")
+        float | None, typer.Option("--idle-threshold", help="Flag idle ratios above this (0.3).")
     ] = None,
     step_marker: Annotated[
         str | None, typer.Option("--step-marker", help="Regex for step ranges; group 1 = number.")
@@ -96,17 +96,22 @@ def analyze(
     ] = None,
 ) -> None:
     """Diagnose PyTorch Profiler traces, Nsight Systems reports or a gpudiag run directory."""
-    if nsys is not None:
-        import os
-
-        os.environ["GPUDIAG_NSYS"] = str(nsys)  # read by traces/nsys.py (then PATH)
-    from gpudiag.analysis.diagnose import analyze_paths
+    from gpudiag.api import analyze as run_analysis
     from gpudiag.report import pick_format
 
-    form = pick_format(fmt, output)
+    form = pick_format("diagnosis", fmt, output)
     th = thresholds(idle_ratio_max=idle_threshold, step_re=step_marker, data_re=data_marker)
-    d = analyze_paths(*paths, thresholds=th, jobs=jobs)
-    emit(_render_diagnosis(d, form, steps), output)
+    d = run_analysis(*paths, thresholds=th, jobs=jobs, nsys=str(nsys) if nsys else None)
+    _warn_steps(d)
+    emit(d, form, output, **({"show_steps": steps} if form == "table" else {}))
+
+
+def _warn_steps(d: Any) -> None:
+    """Say on stderr when steps were not found from markers: every number depends on them."""
+    for f in d.findings:
+        if f.kind == "source_missing" and f.metrics.get("missing") == "steps":
+            who = ", ".join(map(str, f.ranks))
+            print(f"gpudiag: warning: rank {who}: {f.message}", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -194,10 +199,10 @@ def _analyze_run(out_dir: Path, run_dir: Path) -> None:
     from gpudiag.collect.launcher import log, record_incomplete
 
     try:
-        from gpudiag.analysis.diagnose import analyze_paths
+        from gpudiag.api import analyze as run_analysis
         from gpudiag.report.console import render
 
-        d = analyze_paths(out_dir, thresholds=thresholds())
+        d = run_analysis(out_dir, thresholds=thresholds())
         sys.stdout.flush()
         render(d, sys.stdout)
     except Exception as e:
@@ -303,55 +308,12 @@ def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
 ) -> None:
     """Show what this host can capture (NVML, GPUs, torch, CUDA, NCCL, nsys) and why not."""
-    import json
-
     from gpudiag.collect.probe import probe
 
-    caps = probe()
-    if as_json:
-        print(json.dumps(caps.as_dict(), indent=2))
-        return
-    from rich.console import Console
-    from rich.table import Table
-
-    t = Table("capability", "status", "detail", box=None)
-
-    def row(name: str, ok: bool, detail: str) -> None:
-        t.add_row(name, "[green]ok[/]" if ok else "[red]no[/]", detail)
-
-    row(
-        "NVML",
-        caps.nvml,
-        f"driver {caps.driver_version}" if caps.driver_version else caps.nvml_reason,
-    )
-    for g in caps.gpus:
-        row(f"  gpu {g['index']}", True, f"{g['name']} {g['uuid']}")
-    row("torch", caps.torch_version is not None, caps.torch_version or caps.torch_reason)
-    row("CUDA (torch)", caps.cuda_available, caps.torch_cuda or caps.torch_reason)
-    row("NCCL", caps.nccl_version is not None, caps.nccl_version or "n/a")
-    row("torch.distributed", bool(caps.distributed_backends), ", ".join(caps.distributed_backends))
-    row("nsys", caps.nsys_version is not None, caps.nsys_version or caps.nsys_reason)
-    row("nvtx", caps.nvtx, "installed" if caps.nvtx else "pip install gpudiag[collect]")
-    Console().print(t)
+    emit(probe().as_dict(), "json" if as_json else "table", None)
 
 
 # ---- gate, report, diff ----
-
-
-def _gate_renderer(res: Any, fmt: str) -> Any:
-    from gpudiag.report import ci, gate_console
-
-    def go(out: TextIO) -> None:
-        if fmt == "json":
-            import json
-
-            out.write(json.dumps(res.to_json(), indent=2, allow_nan=False) + "\n")
-        elif fmt == "markdown":
-            out.write(ci.gate_markdown(res))
-        else:
-            gate_console.render_gate(res, out)
-
-    return go
 
 
 @app.command()
@@ -363,7 +325,9 @@ def gate(
     save_baseline: Annotated[
         Path | None, typer.Option("--save-baseline", help="Save PATH's diagnosis here.")
     ] = None,
-    max_idle_ratio: Annotated[float | None, typer.Option(help="Per rank (0.30).")] = None,
+    max_idle_ratio: Annotated[
+        float | None, typer.Option(help="Per rank (default: the idle threshold, 0.3).")
+    ] = None,
     max_comm_wait: Annotated[float | None, typer.Option(help="Max comm-wait share.")] = None,
     max_data_wait: Annotated[float | None, typer.Option(help="Max data-wait share.")] = None,
     max_regression: Annotated[
@@ -371,7 +335,9 @@ def gate(
     ] = None,
     alpha: Annotated[float | None, typer.Option(help="Significance level (0.01).")] = None,
     min_samples: Annotated[int | None, typer.Option(help="Min steps per side (8).")] = None,
-    warmup_steps: Annotated[int | None, typer.Option(help="Skip steps below this (2).")] = None,
+    warmup_steps: Annotated[
+        int | None, typer.Option(help="Leading steps left out (default: the steady rule, 1).")
+    ] = None,
     stragglers: Annotated[str | None, typer.Option(help="fail, warn or off.")] = None,
     inconclusive_ok: Annotated[
         bool | None, typer.Option("--inconclusive-ok", help="Exit 0, not 5, if undecided.")
@@ -381,13 +347,11 @@ def gate(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown.")] = "table",
 ) -> None:
     """CI performance gate: idle/wait limits, stragglers, regression against a baseline."""
-    from gpudiag.analysis.gate import evaluate, gate_config
-    from gpudiag.analysis.saved import diagnosis_of
-    from gpudiag.errors import GateFailed, GateInconclusive
-    from gpudiag.report import ci, json_report
+    from gpudiag.analysis.gate import evaluate
+    from gpudiag.config import gate_config
+    from gpudiag.report import ci, pick_format
 
-    if fmt not in ("table", "json", "markdown"):
-        raise GpudiagError(f"unknown format {fmt!r}", "choose table, json or markdown", EXIT_USAGE)
+    form = pick_format("gate", fmt, None)
     th = thresholds()
     cfg = gate_config(
         th.extra.get("gate"), max_idle_ratio=max_idle_ratio, max_comm_wait_ratio=max_comm_wait,
@@ -395,44 +359,34 @@ def gate(
         max_regression_ratio=None if max_regression is None else max_regression / 100.0,
         warmup_steps=warmup_steps, stragglers=stragglers, inconclusive_ok=inconclusive_ok,
     )  # fmt: skip
-    d = diagnosis_of(path, th)
+    d = _analyze(path, th)
     if save_baseline is not None:
-        emit(lambda f: json_report.render(d, f), save_baseline)
-    base = diagnosis_of(baseline, th) if baseline is not None else None
-    res = evaluate(d, cfg, base, str(path), None if baseline is None else str(baseline))
-    emit(_gate_renderer(res, fmt), None)
+        emit(d, "json", save_baseline)
+    base = _analyze(baseline, th) if baseline is not None else None
+    res = evaluate(d, cfg, base, str(path), None if baseline is None else str(baseline), th)
+    emit(res, form, None)
     ci.write_outputs(res, junit, markdown)
-    if res.status == "failed":
-        raise GateFailed("gate failed", "the failing checks are listed above")
-    if res.status == "inconclusive":
-        raise GateInconclusive("gate inconclusive", "see the inconclusive checks above; "
-                               "--inconclusive-ok accepts too few samples")  # fmt: skip
+    if res.exit_code:
+        print(f"gpudiag: gate {res.status} (exit {res.exit_code})", file=sys.stderr)
+    sys.exit(res.exit_code)
 
 
 @app.command()
 def diff(
     a: Annotated[Path, typer.Argument(help="Run A (run dir, traces or diagnosis JSON).")],
     b: Annotated[Path, typer.Argument(help="Run B, compared with A.")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table, markdown, json.")] = "table",
+    fmt: Annotated[
+        str | None, typer.Option("--format", "-f", help="table, markdown, json.")
+    ] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here.")] = None,
 ) -> None:
     """What changed between two runs: step time, shares, idle ratio, per rank."""
-    from dataclasses import asdict
-
     from gpudiag.analysis.diff import diff as run_diff
-    from gpudiag.analysis.saved import diagnosis_of
-    from gpudiag.report import gate_console, markdown
+    from gpudiag.report import pick_format
 
-    renderers: dict[str, Any] = {
-        "table": gate_console.render_diff,
-        "markdown": markdown.render_diff,
-        "json": lambda r, out: out.write(__import__("json").dumps(asdict(r), indent=2) + "\n"),
-    }
-    if fmt not in renderers:
-        raise GpudiagError(f"unknown format {fmt!r}", "choose table, markdown or json", EXIT_USAGE)
+    form = pick_format("diff", fmt, output)
     th = thresholds()
-    res = run_diff(diagnosis_of(a, th), diagnosis_of(b, th), str(a), str(b))
-    emit(lambda out: renderers[fmt](res, out), output)
+    emit(run_diff(_analyze(a, th), _analyze(b, th), str(a), str(b), th.diff), form, output)
 
 
 @app.command()
@@ -443,8 +397,4 @@ def report(
     ),
 ) -> None:
     """Write one self-contained HTML report (charts inline, works offline)."""
-    from gpudiag.analysis.saved import diagnosis_of
-    from gpudiag.report.html_report import render
-
-    d = diagnosis_of(path, thresholds())
-    emit(lambda out: render(d, out), output)
+    emit(_analyze(path, thresholds()), "html", output)

@@ -1,4 +1,10 @@
-"""Thresholds and matching rules: defaults → ``[tool.gpudiag]`` in pyproject.toml → the CLI."""
+"""Thresholds and matching rules: defaults → ``[tool.gpudiag]`` in pyproject.toml → the CLI.
+
+Every number and pattern that can change a verdict lives here, grouped by the analysis
+that uses it, and is recorded in each Diagnosis (``thresholds``) so that a verdict can be
+reproduced. docs/definitions.md explains each one; the analysis modules never carry a
+rule constant of their own.
+"""
 
 from __future__ import annotations
 
@@ -19,14 +25,89 @@ else:  # pragma: no cover - Python 3.10
 # A kernel is communication when its name matches this (NVIDIA NCCL ≤2.18 ncclKernel_*,
 # ≥2.19 ncclDevKernel_*, ≥2.27 ncclSymDevKernel_*, and AMD RCCL, which keeps the nccl prefix).
 DEFAULT_COMM_KERNEL_RE = r"^(nccl|rccl)"
-# Host-side ranges that mean "this thread is inside a collective".
+# Host ranges that *are* one collective operation of a backend (gloo's threads, c10d's
+# ``nccl:*`` ranges): what cross-rank matching counts on a CPU trace.
+DEFAULT_COMM_OP_RE = r"^(nccl|gloo|mpi|ucc):"
+# Host-side ranges that mean "this thread is inside a collective": the operations above and
+# the wrappers around them (c10d ops, record_param_comms, gpudiag's own NVTX range).
 DEFAULT_COMM_HOST_RE = (
-    r"^(nccl:|gloo:|mpi:|ucc:|c10d::|record_param_comms$|"
+    r"^(nccl:|gloo:|mpi:|ucc:|c10d::|record_param_comms$|gpudiag\.comm$|"
     r"ProcessGroup(NCCL|Gloo|MPI)?::|torch\.distributed\.(all_reduce|all_gather|broadcast|"
     r"reduce_scatter|barrier|all_to_all))"
 )
 DEFAULT_DATA_RE = r"^enumerate\((DataLoader|DataPipe)\)#|^## data_load ##$|^gpudiag\.data$"
-DEFAULT_STEP_RE = r"^ProfilerStep#(\d+)$"
+# Step ranges recognised without --step-marker: PyTorch's ProfilerStep#N and gpudiag's own
+# NVTX range ``gpudiag.step#N`` (collect/hook.py).
+AUTO_STEP_RE = r"^(?:ProfilerStep|gpudiag\.step)#(\d+)$"
+
+
+@dataclass(frozen=True)
+class StragglerRules:
+    """When a rank is a straggler, of which kind, and why (analysis/stragglers.py)."""
+
+    excess_ratio: float = 0.10  # a slow step: busy time above the others' by this × a step
+    persistent_ratio: float = 0.5  # persistent: slow in at least this share of the steps
+    spike_ratio: float = 0.25  # an intermittent stall: at least this × a step ...
+    jitter_sigmas: float = 3.5  # ... and this many robust standard deviations of all excesses
+    min_spikes: int = 3  # stalls must recur this often (unless one lasts a whole step)
+    also_ratio: float = 0.5  # a second part this large (× the cause's) is named too ...
+    also_step_ratio: float = 0.05  # ... when it is at least this share of a step
+    lean_steps_ratio: float = 0.8  # a trace-window straggler needs telemetry leaning its way
+    lean_excess_ratio: float = 0.03  # in this share of steps, by this median share of a step
+    clock_deficit_ratio: float = 0.10  # a GPU clocked this much below the others: hardware
+    slowdown_ratio: float = 0.10  # share of NVML samples with a driver slowdown: hardware
+    sync_wait_share: float = 0.5  # comm-wait mostly waiting for other ranks above this
+
+
+@dataclass(frozen=True)
+class SteadyRules:
+    """Which steps count as the job's steady state (analysis/steady.py)."""
+
+    warmup_steps: int = 1  # leading steps of each rank always left out ...
+    warmup_min_steps: int = 3  # ... when the rank has at least this many steps
+
+
+@dataclass(frozen=True)
+class CollectiveRules:
+    """Bandwidth findings on matched collectives (analysis/collectives.py)."""
+
+    low_bandwidth_ratio: float = 0.25  # bus bandwidth below this share of the link peak
+    large_message_bytes: int = 1 << 20  # only for messages at least this large
+
+
+@dataclass(frozen=True)
+class PipelineRules:
+    """Pipeline stages and their bubble (analysis/pipeline.py)."""
+
+    min_p2p_share: float = 0.8  # a stage communicates (almost) only by send/recv
+    micro_batches_per_stage: int = 4  # the usual target: m ≥ this × stages
+    imbalance_margin: float = 0.10  # measured bubble above the schedule's by this: unbalanced
+
+
+@dataclass(frozen=True)
+class AdviceRules:
+    """Remedies and their estimated gains (analysis/advice.py)."""
+
+    accumulation_micro_batches: int = 4  # the k shown for gradient accumulation
+    min_transfer_share: float = 0.1  # comm remedies need this share of the wait to be transfer
+
+
+@dataclass(frozen=True)
+class DiffRules:
+    """When a change between two runs counts as noise (analysis/diff.py)."""
+
+    time_noise_ratio: float = 0.02  # relative change of a time below this: "same"
+    ratio_noise: float = 0.01  # change of a share below this (absolute): "same"
+
+
+_GROUPS: dict[str, type] = {
+    "stragglers": StragglerRules,
+    "steady": SteadyRules,
+    "collectives": CollectiveRules,
+    "pipeline": PipelineRules,
+    "advice": AdviceRules,
+    "diff": DiffRules,
+}
 
 
 @dataclass(frozen=True)
@@ -37,27 +118,43 @@ class Thresholds:
     data_bound_ratio: float = 0.10
     comm_bound_ratio: float = 0.10
     host_bound_ratio: float = 0.30
+    severe_share_ratio: float = 0.30  # a data- or comm-bound share this large is an error
+    most_steps_ratio: float = 0.5  # a rank is flagged when its steps cross in this share
+    truncated_step_ratio: float = 0.5  # last step with fewer GPU ops than this × the one before
     comm_kernel_re: str = DEFAULT_COMM_KERNEL_RE
     comm_host_re: str = DEFAULT_COMM_HOST_RE
+    comm_op_re: str = DEFAULT_COMM_OP_RE
     data_re: str = DEFAULT_DATA_RE
-    step_re: str = DEFAULT_STEP_RE
-    truncated_step_ratio: float = 0.5
+    step_re: str | None = None  # None: automatic (ProfilerStep#N, gpudiag.step#N, …)
+    stragglers: StragglerRules = field(default_factory=StragglerRules)
+    steady: SteadyRules = field(default_factory=SteadyRules)
+    collectives: CollectiveRules = field(default_factory=CollectiveRules)
+    pipeline: PipelineRules = field(default_factory=PipelineRules)
+    advice: AdviceRules = field(default_factory=AdviceRules)
+    diff: DiffRules = field(default_factory=DiffRules)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("idle_ratio_max", "data_bound_ratio", "comm_bound_ratio", "host_bound_ratio"):
-            v = getattr(self, name)
-            if not 0.0 <= float(v) <= 1.0:
-                raise UsageError(
-                    f"{name}={v} is not a ratio in [0, 1]",
-                    "ratios are fractions: 0.30 means 30%",
-                )
-        for name in ("comm_kernel_re", "comm_host_re", "data_re", "step_re"):
+        for name in ("idle_ratio_max", "data_bound_ratio", "comm_bound_ratio", "host_bound_ratio",
+                     "severe_share_ratio", "most_steps_ratio", "truncated_step_ratio"):  # fmt: skip
+            _check_ratio(name, getattr(self, name))
+        for group in _GROUPS:
+            rules = getattr(self, group)
+            for f in fields(rules):
+                v = getattr(rules, f.name)
+                if f.name.endswith("_ratio") or f.name.endswith("_share"):
+                    _check_ratio(f"{group}.{f.name}", v)
+                elif not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+                    raise UsageError(f"{group}.{f.name}={v!r} is not a non-negative number", "")
+        for name in ("comm_kernel_re", "comm_host_re", "comm_op_re", "data_re", "step_re"):
+            pattern = getattr(self, name)
+            if pattern is None:
+                continue
             try:
-                re.compile(getattr(self, name))
-            except re.error as e:
+                re.compile(pattern)
+            except (re.error, TypeError) as e:
                 raise UsageError(
-                    f"{name}: invalid regular expression {getattr(self, name)!r} ({e})",
+                    f"{_option(name)}: invalid regular expression {pattern!r} ({e})",
                     "use Python `re` syntax",
                 ) from e
 
@@ -66,11 +163,35 @@ class Thresholds:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def as_dict(self) -> dict[str, Any]:
-        """The thresholds as recorded in a Diagnosis (patterns included)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        """The thresholds as recorded in a Diagnosis (patterns and rule groups included)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if f.name == "extra":
+                continue
+            v = getattr(self, f.name)
+            out[f.name] = dataclasses.asdict(v) if f.name in _GROUPS else v
+        return out
 
 
-_KNOWN = {f.name for f in fields(Thresholds)} - {"extra"}
+_OPTIONS = {"idle_ratio_max": "--idle-threshold", "step_re": "--step-marker",
+            "data_re": "--data-marker"}  # fmt: skip
+
+
+def _option(name: str) -> str:
+    """How a user sets a threshold: the CLI option where one exists, else the config key."""
+    return _OPTIONS.get(name, f"[tool.gpudiag] {name}")
+
+
+def _check_ratio(name: str, v: Any) -> None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= float(v) <= 1.0
+    if not ok:
+        raise UsageError(
+            f"{_option(name)} {v!r} is not a ratio between 0 and 1",
+            "ratios are fractions: 0.3 means 30%",
+        )
+
+
+_TOP = {f.name for f in fields(Thresholds)} - {"extra"} - set(_GROUPS)
 
 
 def load_project_config(start: Path | None = None) -> dict[str, Any]:
@@ -83,7 +204,7 @@ def load_project_config(start: Path | None = None) -> dict[str, Any]:
                 continue
             try:
                 data = tomllib.loads(p.read_text(encoding="utf-8"))
-            except (OSError, tomllib.TOMLDecodeError) as e:
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
                 raise UsageError(f"{p}: cannot read configuration ({e})", "fix the TOML") from e
             if key is None:
                 return dict(data)
@@ -96,13 +217,111 @@ def load_project_config(start: Path | None = None) -> dict[str, Any]:
 
 
 def thresholds_from_config(config: dict[str, Any]) -> Thresholds:
-    """Build Thresholds from a ``[tool.gpudiag]`` table, rejecting unknown keys with a hint."""
+    """Build Thresholds from a ``[tool.gpudiag]`` table, rejecting unknown keys with a hint.
+
+    Top-level keys set the main thresholds and patterns; the tables ``[tool.gpudiag.stragglers]``,
+    ``.steady``, ``.collectives``, ``.pipeline``, ``.advice`` and ``.diff`` set the rule
+    groups; other tables (``gate``, ``scheduler`` …) are kept in ``extra`` for their commands.
+    """
     top = {k: v for k, v in config.items() if not isinstance(v, dict)}
-    unknown = sorted(set(top) - _KNOWN)
+    tables = {k: v for k, v in config.items() if isinstance(v, dict)}
+    unknown = sorted(set(top) - _TOP - _EXTRA_KEYS)
     if unknown:
         raise UsageError(
             f"[tool.gpudiag]: unknown setting(s) {', '.join(unknown)}",
-            f"known settings: {', '.join(sorted(_KNOWN))}",
+            f"known settings: {', '.join(sorted(_TOP | _EXTRA_KEYS))}",
         )
-    extra = {k: v for k, v in config.items() if isinstance(v, dict)}
-    return Thresholds(**top, extra=extra)
+    groups: dict[str, Any] = {}
+    for name, cls in _GROUPS.items():
+        if name not in tables:
+            continue
+        table = tables.pop(name)
+        known = {f.name for f in fields(cls)}
+        bad = sorted(set(table) - known)
+        if bad:
+            raise UsageError(
+                f"[tool.gpudiag.{name}]: unknown setting(s) {', '.join(bad)}",
+                f"known settings: {', '.join(sorted(known))}",
+            )
+        groups[name] = cls(**table)
+    extra = dict(tables)
+    extra.update({k: top.pop(k) for k in list(top) if k in _EXTRA_KEYS})
+    return Thresholds(**top, **groups, extra=extra)
+
+
+# Top-level keys read by commands rather than by the analysis.
+_EXTRA_KEYS = {"scheduler"}
+
+
+# ---- the CI gate's settings ------------------------------------------------------------
+
+STRAGGLER_MODES = ("fail", "warn", "off")
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Every number that changes a gate verdict; ratios in [0, 1].
+
+    ``max_idle_ratio`` left at ``None`` uses the analysis's ``idle_ratio_max``, so the gate
+    and the idle finding never disagree on the limit.
+    """
+
+    max_idle_ratio: float | None = None
+    max_comm_wait_ratio: float | None = None
+    max_data_wait_ratio: float | None = None
+    max_regression_ratio: float = 0.10
+    alpha: float = 0.01
+    min_samples: int = 8
+    warmup_steps: int | None = None  # None: the steady-step rule of the analysis
+    stragglers: str = "fail"
+    inconclusive_ok: bool = False
+
+    def __post_init__(self) -> None:
+        for name, opt in (("max_idle_ratio", "--max-idle-ratio"),
+                          ("max_comm_wait_ratio", "--max-comm-wait"),
+                          ("max_data_wait_ratio", "--max-data-wait"),
+                          ("alpha", "--alpha")):  # fmt: skip
+            v = getattr(self, name)
+            if v is not None and not (isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0):
+                raise UsageError(f"gate: {opt} {v!r} is not a ratio between 0 and 1",
+                                 "0.3 means 30%")  # fmt: skip
+        if self.max_regression_ratio < 0:
+            raise UsageError(
+                f"gate: --max-regression {self.max_regression_ratio * 100:g} is negative",
+                "give a percentage such as 10",
+            )
+        if self.min_samples < 2 or (self.warmup_steps is not None and self.warmup_steps < 0):
+            raise UsageError("gate: --min-samples must be 2 or more and --warmup-steps 0 or more",
+                             "")  # fmt: skip
+        if self.stragglers not in STRAGGLER_MODES:
+            raise UsageError(
+                f"gate: --stragglers {self.stragglers}", f"choose {', '.join(STRAGGLER_MODES)}"
+            )
+
+    def idle_limit(self, th: Thresholds) -> float:
+        """The idle limit in force: the gate's own, else the analysis's."""
+        return th.idle_ratio_max if self.max_idle_ratio is None else self.max_idle_ratio
+
+
+# Config-file keys → GateConfig fields; the regression limit is written in percent there.
+_GATE_KEYS = {f.name for f in fields(GateConfig)} - {"max_regression_ratio"} | {
+    "max_regression_pct"
+}
+
+
+def gate_config(table: dict[str, Any] | None = None, **overrides: Any) -> GateConfig:
+    """``[tool.gpudiag.gate]`` then CLI overrides (``None`` = not given) → GateConfig."""
+    table = dict(table or {})
+    unknown = sorted(set(table) - _GATE_KEYS)
+    if unknown:
+        raise UsageError(
+            f"[tool.gpudiag.gate]: unknown setting(s) {', '.join(unknown)}",
+            f"known settings: {', '.join(sorted(_GATE_KEYS))}",
+        )
+    if "max_regression_pct" in table:
+        table["max_regression_ratio"] = float(table.pop("max_regression_pct")) / 100.0
+    table.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return GateConfig(**table)
+    except TypeError as e:
+        raise UsageError(f"gate configuration: {e}", "see docs/gate.md") from e

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from gpudiag.traces.common import LoadOptions, NamePatterns, RawColumns, build_rank
 from gpudiag.traces.schema import Kind, RankMeta, RankTimeline, RunTimeline
 
 MS = 1_000_000
@@ -70,30 +73,25 @@ class TimelineBuilder:
     def memcpy(self, start: float, end: float, launch: float | None = None) -> TimelineBuilder:
         return self._add(Kind.MEMCPY, f"gpu:{self.device}:7", "Memcpy HtoD", start, end, launch)
 
-    def build(self) -> RankTimeline:
+    def build(self, options: LoadOptions | None = None) -> RankTimeline:
+        """The timeline as a loader would return it: through the loader core's rules."""
         lanes = sorted({r[3] for r in self.rows})
         names = sorted({r[4] for r in self.rows})
         rows = sorted(self.rows)
-        main = f"cpu:{self.main_tid}"
-        meta = RankMeta(
-            source=f"builder-rank{self.rank}",
-            fmt="test",
-            main_lane=lanes.index(main) if main in lanes else -1,
-            has_gpu=any(r[3].startswith("gpu:") for r in rows),
-            world_size=None,
-        )
-        return RankTimeline.from_columns(
-            self.rank,
-            start_ns=[r[0] for r in rows],
-            end_ns=[r[1] for r in rows],
-            kind=[r[2] for r in rows],
-            lane=[lanes.index(r[3]) for r in rows],
-            name=[names.index(r[4]) for r in rows],
-            launch_ns=[r[5] for r in rows],
+        meta = RankMeta(source=f"builder-rank{self.rank}", fmt="test", pid=self.main_tid)
+        cols = RawColumns(
+            start_ns=np.array([r[0] for r in rows], np.int64),
+            end_ns=np.array([r[1] for r in rows], np.int64),
+            kind=np.array([r[2] for r in rows], np.int64),
+            lane=np.array([lanes.index(r[3]) for r in rows], np.int64),
+            name=np.array([names.index(r[4]) for r in rows], np.int64),
             lanes=lanes,
             names=names,
-            meta=meta,
+            launch_ns=np.array([r[5] for r in rows], np.int64),
+            nbytes=np.full(len(rows), -1, np.int64),
         )
+        return build_rank(self.rank, cols, meta, NamePatterns(options or LoadOptions()),
+                          meta.source, kinds_final=True)  # fmt: skip
 
 
 def gpu_run(ranks: int = 2, steps: int = 3, slow_rank: int | None = None) -> RunTimeline:
@@ -108,4 +106,4 @@ def gpu_run(ranks: int = 2, steps: int = 3, slow_rank: int | None = None) -> Run
             b.kernel(t + 1.0, t + 7.0 + extra, launch=t + 0.5)
             b.nccl(t + 7.0 + extra, t + 9.0 + extra, launch=t + 0.6)
         out.append(b.build())
-    return RunTimeline(ranks=out)
+    return RunTimeline.of(out)

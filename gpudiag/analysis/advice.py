@@ -7,15 +7,19 @@ triggered it. Estimated gains are first-order, per step, and stated as upper bou
   waits for the slowest rank's batch);
 * exposed communication → only its transfer part counts: comm-wait minus the
   synchronisation wait of matched collectives (waiting for a slower rank is the
-  straggler's cost, not the network's); remedies are omitted when under a tenth of the
-  wait is transfer. Overlap: up to that exposed transfer per step; gradient
-  accumulation over k micro-batches with ``no_sync``: communication per optimizer step ÷ k,
-  i.e. a gain of comm-wait × (1 − 1/k) per micro-batch (k = 4 shown); compression to
+  straggler's cost, not the network's); remedies are omitted when under
+  ``advice.min_transfer_share`` (a tenth) of the wait is transfer. Overlap: up to that
+  exposed transfer per step; gradient accumulation over k micro-batches with ``no_sync``:
+  communication per optimizer step ÷ k, i.e. a gain of comm-wait × (1 − 1/k) per
+  micro-batch (k = ``advice.accumulation_micro_batches``, 4, shown); compression to
   fp16/bf16: half the bytes, so up to half the comm-wait when bandwidth-bound;
 * straggler → the step time recovered if it ran at the other ranks' speed;
 * host-bound → up to the "other" time per step (launch gaps and host overhead);
-* pipeline bubble → the schedule bubble saved by 4 micro-batches per stage:
-  ((p−1)/(m+p−1) − (p−1)/(4p+p−1)) × step time.
+* pipeline bubble → the schedule bubble saved by ``pipeline.micro_batches_per_stage`` (4)
+  micro-batches per stage: ((p−1)/(m+p−1) − (p−1)/(4p+p−1)) × step time.
+
+The rules are one table, :data:`RULES`: finding kind → remedies, each with its text, the
+condition under which it applies, its evidence and its gain function.
 
 The what-if figures (``Diagnosis.what_if``) model each profiled step as synchronous:
 ``step ≈ max_r busy_r + min_r wait_r`` — the last rank's own work (busy = step − comm
@@ -29,21 +33,25 @@ the other ranks. The current step time is the median of the longest rank's step.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from gpudiag.analysis.model import (
+    Cause,
     Finding,
+    FindingKind,
+    Mode,
     RankSummary,
     Recommendation,
     RunSummary,
+    SpreadEntry,
     StepBreakdown,
+    WhatIf,
     by_rank,
 )
-
-ACCUMULATION_K = 4
-MICRO_PER_STAGE = 4
+from gpudiag.config import AdviceRules
 
 
 def _median_part(steps: Sequence[StepBreakdown], ranks: Sequence[int], attr: str) -> int:
@@ -70,8 +78,294 @@ def _exposed_transfer(
     return round(best)
 
 
-def _ranks_of(f: Finding) -> list[int]:
-    return f.ranks or []
+@dataclass(frozen=True)
+class Context:
+    """What every remedy reads: the run, its ranks and steps, sync waits and the rules."""
+
+    run: RunSummary
+    ranks: Mapping[int, RankSummary]
+    steps: Sequence[StepBreakdown]
+    sync: Mapping[tuple[int, int], int]
+    rules: AdviceRules
+
+    @property
+    def step_ns(self) -> int:
+        """The run's median step time (≥ 1 ns), the base of every gain ratio."""
+        return max(self.run.step_time_ns_median, 1)
+
+    def evidence_of(self, ranks: Sequence[int], key: str) -> set[str]:
+        """One evidence value (``data_range``, ``backend`` …) over some ranks."""
+        return {str(self.ranks[r].evidence.get(key, "")) for r in ranks if r in self.ranks}
+
+
+Text = Callable[[Finding, Context], str]
+Gain = Callable[[Finding, Context], "int | None"]
+Evidence = Callable[[Finding, Context], dict[str, Any]]
+
+
+def _always(_f: Finding, _c: Context) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Remedy:
+    """One row of the table: what to change, when, why, and what it could recover."""
+
+    id: Text
+    title: Text
+    detail: Text
+    gain: Gain
+    evidence: Evidence
+    applies: Callable[[Finding, Context], bool] = _always
+
+
+def _const(text: str) -> Text:
+    return lambda _f, _c: text
+
+
+# ---- data ----
+
+
+def _single_loader(f: Finding, c: Context) -> bool:
+    return any("_SingleProcessDataLoaderIter" in n for n in c.evidence_of(f.ranks, "data_range"))
+
+
+def _data_detail(f: Finding, c: Context) -> str:
+    gpu = c.run.mode == Mode.GPU
+    if _single_loader(f, c):
+        return ("The loader runs inside the training process (num_workers=0): set "
+                "DataLoader(num_workers=4..8 per GPU, persistent_workers=True"
+                + (", pin_memory=True" if gpu else "") + ") so batches are prepared in "
+                "parallel with the step.")  # fmt: skip
+    return ("The loader's workers do not keep up: raise num_workers and prefetch_factor, keep "
+            "persistent_workers=True"
+            + (", use pin_memory=True with non_blocking copies" if gpu else "")
+            + "; if the workers are already busy, the storage or decoding is the limit "
+            "(cache the dataset, use a faster format, or decode on the GPU).")  # fmt: skip
+
+
+def _data_gain(f: Finding, c: Context) -> int | None:
+    return _median_part(c.steps, f.ranks, "data_wait_ns")
+
+
+DATA = Remedy(
+    id=_const("dataloader"),
+    title=_const("Feed the step faster: DataLoader workers, pinning and prefetch"),
+    detail=_data_detail,
+    gain=_data_gain,
+    evidence=lambda f, c: {"data_wait_ns_per_step": _data_gain(f, c), "ranks": f.ranks,
+                           "per_rank_share": f.metrics.get("per_rank", {}),
+                           "single_process_loader": _single_loader(f, c)},
+)  # fmt: skip
+
+
+# ---- communication ----
+
+
+def _comm_wait(f: Finding, c: Context) -> int:
+    return _median_part(c.steps, f.ranks, "comm_wait_ns")
+
+
+def _transfer(f: Finding, c: Context) -> int:
+    """The exposed transfer per step: comm-wait less the wait for slower ranks."""
+    return _exposed_transfer(c.steps, f.ranks, c.sync) if c.sync else _comm_wait(f, c)
+
+
+def _is_transfer(f: Finding, c: Context) -> bool:
+    """Enough of the wait is transfer for a communication remedy to help."""
+    return not c.sync or _transfer(f, c) >= c.rules.min_transfer_share * _comm_wait(f, c)
+
+
+def _comm_evidence(f: Finding, c: Context) -> dict[str, Any]:
+    return {"comm_wait_ns_per_step": _comm_wait(f, c), "ranks": f.ranks,
+            "comm_hidden_ratio": f.metrics.get("comm_hidden_ratio", {}),
+            "transfer_wait_ns_per_step": _transfer(f, c)}  # fmt: skip
+
+
+def _k(c: Context) -> int:
+    return c.rules.accumulation_micro_batches
+
+
+def _backends(f: Finding, c: Context) -> set[str]:
+    return c.evidence_of(f.ranks, "backend")
+
+
+COMM = (
+    Remedy(
+        id=_const("comm-overlap"),
+        title=_const("Hide gradient communication behind backward"),
+        detail=_const(
+            "Only part of the communication overlaps compute. With DDP keep "
+            "find_unused_parameters=False, set gradient_as_bucket_view=True and "
+            "static_graph=True where the graph is static, and tune bucket_cap_mb "
+            "(smaller buckets start earlier); make sure no synchronising call "
+            "(.item(), .cpu(), a barrier) sits between backward and the optimizer step."
+        ),
+        gain=_transfer,
+        evidence=_comm_evidence,
+        applies=_is_transfer,
+    ),
+    Remedy(
+        id=_const("grad-accumulation"),
+        title=lambda f, c: f"Accumulate gradients over {_k(c)} micro-batches with no_sync()",
+        detail=lambda f, c: (
+            f"Communicating once per {_k(c)} micro-batches divides the communication per "
+            f"sample by {_k(c)}: wrap the first {_k(c) - 1} backward passes in "
+            "`with model.no_sync():` and scale the learning rate or loss accordingly."
+        ),
+        gain=lambda f, c: round(_transfer(f, c) * (1 - 1 / _k(c))),
+        evidence=lambda f, c: {**_comm_evidence(f, c), "k": _k(c)},
+        applies=_is_transfer,
+    ),
+    Remedy(
+        id=_const("grad-compression"),
+        title=_const("Compress gradients: bf16/fp16 hooks or PowerSGD"),
+        detail=_const(
+            "model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook) "
+            "(or fp16_compress_hook) halves the bytes of every all-reduce; PowerSGD "
+            "(powerSGD_hook) cuts them far more for large layers at some accuracy cost."
+        ),
+        gain=lambda f, c: _transfer(f, c) // 2,  # half the bytes
+        evidence=_comm_evidence,
+        applies=_is_transfer,
+    ),
+    Remedy(
+        id=_const("nccl-backend"),
+        title=_const("Use the NCCL backend for GPU tensors"),
+        detail=_const("init_process_group('nccl'): gloo stages GPU tensors through the host."),
+        gain=lambda f, c: None,
+        evidence=lambda f, c: {**_comm_evidence(f, c), "backend": "gloo"},
+        applies=lambda f, c: (_is_transfer(f, c) and c.run.mode == Mode.GPU
+                              and "gloo" in _backends(f, c)),
+    ),
+    Remedy(
+        id=_const("nccl-tuning"),
+        title=_const("Check NCCL's algorithm, protocol and transport"),
+        detail=_const(
+            "Compare NCCL_ALGO=Ring and Tree for your message sizes, confirm NCCL "
+            "uses NVLink within a node and InfiniBand/RDMA across nodes "
+            "(NCCL_DEBUG=INFO shows the transport), and use hierarchical or "
+            "topology-aware collectives (HSDP, 2-D process groups) across nodes."
+        ),
+        gain=lambda f, c: None,
+        evidence=_comm_evidence,
+        applies=lambda f, c: (_is_transfer(f, c) and c.run.mode == Mode.GPU
+                              and "gloo" not in _backends(f, c)),
+    ),
+)  # fmt: skip
+
+
+# ---- stragglers ----
+
+_STRAGGLER_HINTS = {
+    Cause.DATA: "its input pipeline is slower: check its data shard, storage and loader "
+                "workers; if the slow rank changes between epochs, balance sample sizes or "
+                "sequence lengths across ranks.",
+    Cause.COMPUTE: "it takes longer for the same work: check uneven sharding, its GPU's "
+                   "clocks and temperature (nvidia-smi -q -d CLOCK,TEMPERATURE) and other "
+                   "processes on that GPU.",
+    Cause.HARDWARE: "its GPU is being slowed by the driver (thermal, power or hardware "
+                    "slowdown) or clocks low: move the job off that GPU or node and check its "
+                    "cooling and power.",
+    Cause.HOST: "it spends more time on the host outside compute and data: garbage collection "
+                "(gc.freeze() after setup), logging or checkpointing on that rank only, or "
+                "CPU contention (bind ranks to cores/NUMA nodes).",
+    Cause.UNKNOWN: "profile a window that contains its slow steps to see which part grows "
+                   "(gpudiag attach --run RUN_DIR --profile-next N).",
+}  # fmt: skip
+
+
+def _cause(f: Finding) -> Cause:
+    return f.cause or Cause.UNKNOWN
+
+
+def _excess(f: Finding) -> int:
+    return int(f.metrics.get("median_excess_ns", 0))
+
+
+STRAGGLER = Remedy(
+    id=lambda f, c: f"investigate-rank-{f.ranks[0]}",
+    title=lambda f, c: f"Investigate rank {f.ranks[0]} ({_cause(f)})",
+    detail=lambda f, c: f"Rank {f.ranks[0]} holds every other rank back: "
+                        f"{_STRAGGLER_HINTS[_cause(f)]}",
+    gain=lambda f, c: _excess(f) if f.persistent else None,
+    evidence=lambda f, c: {"rank": f.ranks[0], "cause": _cause(f),
+                           "wait_caused_ns": f.wait_caused_ns, "persistent": f.persistent,
+                           "steps": f.steps, "median_excess_ns": _excess(f)},
+    applies=lambda f, c: bool(f.ranks),
+)  # fmt: skip
+
+
+# ---- pipeline ----
+
+
+def _pipe_gain(f: Finding, c: Context) -> int | None:
+    pm = f.metrics
+    ideal, at = float(pm["ideal_bubble_ratio"]), float(pm["bubble_ratio_at_target"])
+    return round(max(0.0, ideal - at) * c.step_ns) or None
+
+
+PIPELINE = Remedy(
+    id=_const("pipeline-microbatches"),
+    title=lambda f, c: (f"Use at least {f.metrics['target_micro_batches']} micro-batches per step "
+                        f"({f.metrics['target_micro_batches'] // f.metrics['stages']}× the "
+                        f"{f.metrics['stages']} stages) and a 1F1B schedule"),
+    detail=lambda f, c: (
+        f"With m = {f.metrics['micro_batches']} the schedule alone idles "
+        f"{float(f.metrics['ideal_bubble_ratio']):.0%} of each stage; with "
+        f"m = {f.metrics['target_micro_batches']} it would idle "
+        f"{float(f.metrics['bubble_ratio_at_target']):.0%}. Interleaved 1F1B (virtual stages) "
+        "cuts the bubble further; if the measured bubble "
+        f"({float(f.metrics['bubble_ratio']):.0%}) stays above the schedule's, balance layers "
+        "across stages."
+    ),
+    gain=_pipe_gain,
+    evidence=lambda f, c: dict(f.metrics),
+)  # fmt: skip
+
+
+# ---- host ----
+
+
+def _other(f: Finding, c: Context) -> int:
+    return _median_part(c.steps, f.ranks, "other_ns")
+
+
+HOST = (
+    Remedy(
+        id=_const("launch-bound"),
+        title=_const("Cut launch and host overhead: CUDA graphs, torch.compile, larger batches"),
+        detail=_const(
+            "The GPU idles between kernels while the host works: capture the step in "
+            "a CUDA graph (torch.cuda.graphs / torch.compile(mode='reduce-overhead')), "
+            "fuse small kernels with torch.compile, raise the batch size, and remove "
+            "synchronisations (.item(), .cpu(), torch.cuda.synchronize) from the step."
+        ),
+        gain=_other,
+        evidence=lambda f, c: {"other_ns_per_step": _other(f, c), "ranks": f.ranks},
+        applies=lambda f, c: c.run.mode == Mode.GPU,
+    ),
+    Remedy(
+        id=_const("host-overhead"),
+        title=_const("Cut Python overhead in the step"),
+        detail=_const(
+            "Time passes outside operators: compile the model (torch.compile), use "
+            "larger batches, and move logging and metric computation out of the step."
+        ),
+        gain=_other,
+        evidence=lambda f, c: {"other_ns_per_step": _other(f, c), "ranks": f.ranks},
+        applies=lambda f, c: c.run.mode != Mode.GPU,
+    ),
+)  # fmt: skip
+
+
+RULES: dict[FindingKind, tuple[Remedy, ...]] = {
+    FindingKind.DATA_BOUND: (DATA,),
+    FindingKind.COMM_BOUND: COMM,
+    FindingKind.STRAGGLER: (STRAGGLER,),
+    FindingKind.PIPELINE_BUBBLE: (PIPELINE,),
+    FindingKind.HOST_BOUND: HOST,
+}
 
 
 def recommend(
@@ -80,6 +374,7 @@ def recommend(
     steps: Sequence[StepBreakdown],
     findings: Sequence[Finding],
     sync_by_step: Mapping[tuple[int, int], int] | None = None,
+    rules: AdviceRules | None = None,
 ) -> list[Recommendation]:
     """Recommendations for every actionable finding, most time recovered first.
 
@@ -87,146 +382,33 @@ def recommend(
     of a rank's communication wait spent waiting for a slower rank, which no communication
     remedy can recover (see :mod:`gpudiag.analysis.collectives`).
     """
-    sync = sync_by_step or {}
-    step = max(run.step_time_ns_median, 1)
-    by_rank = {r.rank: r for r in ranks}
+    ctx = Context(
+        run, {r.rank: r for r in ranks}, steps, sync_by_step or {}, rules or AdviceRules()
+    )
     out: list[Recommendation] = []
-
-    def add(rid: str, title: str, detail: str, f: Finding, gain: int | None,
-            evidence: dict[str, Any]) -> None:  # fmt: skip
-        out.append(Recommendation(
-            id=rid, title=title, detail=detail, finding=f.kind, evidence=evidence,
-            estimated_gain_ns=gain, estimated_gain_ratio=(gain / step) if gain else None,
-        ))  # fmt: skip
-
     for f in findings:
-        fr = _ranks_of(f)
-        if f.kind == "data_bound":
-            gain = _median_part(steps, fr, "data_wait_ns")
-            loaders = {str(by_rank[r].evidence.get("data_range", "")) for r in fr if r in by_rank}
-            single = any("_SingleProcessDataLoaderIter" in n for n in loaders)
-            gpu = run.mode == "gpu"
-            detail = (
-                ("The loader runs inside the training process (num_workers=0): set "
-                 "DataLoader(num_workers=4..8 per GPU, persistent_workers=True"
-                 + (", pin_memory=True" if gpu else "") + ") so batches are prepared in "
-                 "parallel with the step.") if single else
-                ("The loader's workers do not keep up: raise num_workers and "
-                 "prefetch_factor, keep persistent_workers=True"
-                 + (", use pin_memory=True with non_blocking copies" if gpu else "")
-                 + "; if the workers are already busy, the storage or decoding is the limit "
-                 "(cache the dataset, use a faster format, or decode on the GPU).")
-            )  # fmt: skip
-            add("dataloader", "Feed the step faster: DataLoader workers, pinning and prefetch",
-                detail, f, gain, {"data_wait_ns_per_step": gain, "ranks": fr,
-                                  "per_rank_share": f.metrics.get("per_rank", {}),
-                                  "single_process_loader": single})  # fmt: skip
-        elif f.kind == "comm_bound":
-            wait = _median_part(steps, fr, "comm_wait_ns")
-            exposed = _exposed_transfer(steps, fr, sync) if sync else wait
-            hidden = f.metrics.get("comm_hidden_ratio", {})
-            ev = {"comm_wait_ns_per_step": wait, "ranks": fr, "comm_hidden_ratio": hidden,
-                  "transfer_wait_ns_per_step": exposed}  # fmt: skip
-            if sync and exposed < 0.1 * wait:
-                continue  # the wait is for a slower rank: the straggler remedy covers it
-            wait = exposed
-            add("comm-overlap", "Hide gradient communication behind backward",
-                "Only part of the communication overlaps compute. With DDP keep "
-                "find_unused_parameters=False, set gradient_as_bucket_view=True and "
-                "static_graph=True where the graph is static, and tune bucket_cap_mb "
-                "(smaller buckets start earlier); make sure no synchronising call "
-                "(.item(), .cpu(), a barrier) sits between backward and the optimizer step.",
-                f, wait, ev)  # fmt: skip
-            k = ACCUMULATION_K
-            add("grad-accumulation", f"Accumulate gradients over {k} micro-batches with no_sync()",
-                f"Communicating once per {k} micro-batches divides the communication per "
-                f"sample by {k}: wrap the first {k - 1} backward passes in "
-                "`with model.no_sync():` and scale the learning rate or loss accordingly.",
-                f, round(wait * (1 - 1 / k)), {**ev, "k": k})  # fmt: skip
-            add("grad-compression", "Compress gradients: bf16/fp16 hooks or PowerSGD",
-                "model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook) "
-                "(or fp16_compress_hook) halves the bytes of every all-reduce; PowerSGD "
-                "(powerSGD_hook) cuts them far more for large layers at some accuracy cost.",
-                f, wait // 2, ev)  # fmt: skip
-            backends = {str(by_rank[r].evidence.get("backend")) for r in fr if r in by_rank}
-            if run.mode == "gpu" and "gloo" in backends:
-                add("nccl-backend", "Use the NCCL backend for GPU tensors",
-                    "init_process_group('nccl'): gloo stages GPU tensors through the host.",
-                    f, None, {**ev, "backend": "gloo"})  # fmt: skip
-            elif run.mode == "gpu":
-                add("nccl-tuning", "Check NCCL's algorithm, protocol and transport",
-                    "Compare NCCL_ALGO=Ring and Tree for your message sizes, confirm NCCL "
-                    "uses NVLink within a node and InfiniBand/RDMA across nodes "
-                    "(NCCL_DEBUG=INFO shows the transport), and use hierarchical or "
-                    "topology-aware collectives (HSDP, 2-D process groups) across nodes.",
-                    f, None, ev)  # fmt: skip
-        elif f.kind == "straggler" and fr:
-            r = fr[0]
-            excess = int(f.metrics.get("median_excess_ns", 0))
-            straggler_gain: int | None = excess if f.persistent else None
-            hints = {
-                "data": "its input pipeline is slower: check its data shard, storage and "
-                        "loader workers; if the slow rank changes between epochs, balance "
-                        "sample sizes or sequence lengths across ranks.",
-                "compute": "it takes longer for the same work: check uneven sharding, its "
-                           "GPU's clocks and temperature (nvidia-smi -q -d CLOCK,TEMPERATURE) "
-                           "and other processes on that GPU.",
-                "hardware": "its GPU is being slowed by the driver (thermal, power or "
-                            "hardware slowdown) or clocks low: move the job off that GPU or "
-                            "node and check its cooling and power.",
-                "host": "it spends more time on the host outside compute and data: garbage "
-                        "collection (gc.freeze() after setup), logging or checkpointing on "
-                        "that rank only, or CPU contention (bind ranks to cores/NUMA nodes).",
-                "unknown": "profile a window that contains its slow steps to see which part "
-                           "grows (gpudiag attach --run RUN_DIR --profile-next N).",
-            }  # fmt: skip
-            cause = f.cause or "unknown"
-            add(f"investigate-rank-{r}", f"Investigate rank {r} ({cause})",
-                f"Rank {r} holds every other rank back: {hints.get(cause, hints['unknown'])}",
-                f, straggler_gain, {"rank": r, "cause": cause, "wait_caused_ns": f.wait_caused_ns,
-                          "persistent": f.persistent, "steps": f.steps,
-                          "median_excess_ns": excess})  # fmt: skip
-        elif f.kind == "pipeline_bubble":
-            pm = f.metrics
-            now, at = float(pm["bubble_ratio"]), float(pm["bubble_ratio_at_target"])
-            ideal = float(pm["ideal_bubble_ratio"])
-            gain = round(max(0.0, ideal - at) * step)
-            add("pipeline-microbatches",
-                f"Use at least {pm['target_micro_batches']} micro-batches per step "
-                f"({MICRO_PER_STAGE}× the {pm['stages']} stages) and a 1F1B schedule",
-                f"With m = {pm['micro_batches']} the schedule alone idles {ideal:.0%} of each "
-                f"stage; with m = {pm['target_micro_batches']} it would idle {at:.0%}. "
-                "Interleaved 1F1B (virtual stages) cuts the bubble further; if the measured "
-                f"bubble ({now:.0%}) stays above the schedule's, balance layers across stages.",
-                f, gain or None, dict(pm))  # fmt: skip
-        elif f.kind == "host_bound":
-            other = _median_part(steps, fr, "other_ns")
-            if run.mode == "gpu":
-                add("launch-bound", "Cut launch and host overhead: CUDA graphs, torch.compile, "
-                    "larger batches",
-                    "The GPU idles between kernels while the host works: capture the step in "
-                    "a CUDA graph (torch.cuda.graphs / torch.compile(mode='reduce-overhead')), "
-                    "fuse small kernels with torch.compile, raise the batch size, and remove "
-                    "synchronisations (.item(), .cpu(), torch.cuda.synchronize) from the step.",
-                    f, other, {"other_ns_per_step": other, "ranks": fr})  # fmt: skip
-            else:
-                add("host-overhead", "Cut Python overhead in the step",
-                    "Time passes outside operators: compile the model (torch.compile), use "
-                    "larger batches, and move logging and metric computation out of the step.",
-                    f, other, {"other_ns_per_step": other, "ranks": fr})  # fmt: skip
+        for remedy in RULES.get(f.kind, ()):
+            if not remedy.applies(f, ctx):
+                continue
+            gain = remedy.gain(f, ctx)
+            out.append(Recommendation(
+                id=remedy.id(f, ctx), title=remedy.title(f, ctx), detail=remedy.detail(f, ctx),
+                finding=f.kind, evidence=remedy.evidence(f, ctx), estimated_gain_ns=gain,
+                estimated_gain_ratio=(gain / ctx.step_ns) if gain else None,
+            ))  # fmt: skip
     out.sort(key=lambda r: -(r.estimated_gain_ns or 0))
     return out
 
 
-def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> dict[str, Any]:
+def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> WhatIf | None:
     """First-order step times under three changes (see the module docstring)."""
     if not steps:
-        return {}
+        return None
     by_step: dict[int, list[StepBreakdown]] = {}
     for s in steps:
         by_step.setdefault(s.step, []).append(s)
     stragglers = {
-        f.ranks[0] for f in findings if f.kind == "straggler" and f.persistent and f.ranks
+        f.ranks[0] for f in findings if f.kind == FindingKind.STRAGGLER and f.persistent and f.ranks
     }
 
     def model(busy: dict[int, float], wait: dict[int, float]) -> float:
@@ -246,16 +428,15 @@ def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> dict
             no_strag.append(
                 model({r: (med if r in stragglers else b) for r, b in busy.items()}, wait)
             )
-    out: dict[str, Any] = {
-        "step_time_ns": round(float(np.median(cur))),
-        "if_comm_overlapped_ns": round(float(np.median(no_comm))),
-        "if_no_data_wait_ns": round(float(np.median(no_data))),
-        "if_straggler_at_median_speed_ns": round(float(np.median(no_strag))) if no_strag else None,
-    }
-    return out
+    return WhatIf(
+        step_time_ns=round(float(np.median(cur))),
+        if_comm_overlapped_ns=round(float(np.median(no_comm))),
+        if_no_data_wait_ns=round(float(np.median(no_data))),
+        if_straggler_at_median_speed_ns=round(float(np.median(no_strag))) if no_strag else None,
+    )
 
 
-def rank_spread(ranks: Sequence[RankSummary]) -> dict[str, Any]:
+def rank_spread(ranks: Sequence[RankSummary]) -> dict[str, SpreadEntry]:
     """Megatron-style min and max across ranks, with the rank that holds each."""
     if len(ranks) < 2:
         return {}
@@ -266,9 +447,9 @@ def rank_spread(ranks: Sequence[RankSummary]) -> dict[str, Any]:
         "data_wait_ratio": lambda r: r.shares.data_wait,
         "idle_ratio": lambda r: r.idle_ratio,
     }
-    out: dict[str, Any] = {}
+    out: dict[str, SpreadEntry] = {}
     for name, get in metrics.items():
         lo = min(ranks, key=get)
         hi = max(ranks, key=get)
-        out[name] = {"min": get(lo), "min_rank": lo.rank, "max": get(hi), "max_rank": hi.rank}
+        out[name] = SpreadEntry(get(lo), lo.rank, get(hi), hi.rank)
     return out

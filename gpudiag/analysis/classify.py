@@ -80,7 +80,7 @@ def rank_sets(tl: RankTimeline) -> RankSets:
             mode="gpu",
         )
     # CPU-only: the training thread and autograd threads do the compute.
-    names = tl.meta.extra.get("thread_names", {})
+    names = tl.meta.thread_names
     compute_lanes = [
         i for i, ln in enumerate(tl.lanes)
         if i == main or any("autograd" in n for n in names.get(ln, []))

@@ -17,8 +17,9 @@ have: on early ranks its duration is *waiting for the last rank* plus the transf
   waiting) is used and the bandwidth is marked a lower bound (never a finding).
 * **Nominal peak**: the per-direction NVLink bandwidth of the GPU model named by the trace
   (table :data:`NVLINK_PEAK_GBPS`), used only when the group fits in one host (its size is
-  at most the number of GPUs the trace lists). A large-message bucket (≥ 1 MiB) running
-  below 25% of it is reported as ``low_bandwidth``.
+  at most the number of GPUs the trace lists). A large-message bucket (≥
+  ``collectives.large_message_bytes``, 1 MiB) running below
+  ``collectives.low_bandwidth_ratio`` (25%) of it is reported as ``low_bandwidth``.
 """
 
 from __future__ import annotations
@@ -26,22 +27,27 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from gpudiag.analysis.model import Finding
-from gpudiag.traces.schema import I64, Kind, RankTimeline
+from gpudiag.analysis.model import (
+    CollectiveRow,
+    CollectivesSummary,
+    Finding,
+    FindingKind,
+    RankSync,
+    Severity,
+)
+from gpudiag.config import CollectiveRules
+from gpudiag.traces.schema import I32, I64, Kind, RankTimeline
 
 # Per-direction NVLink bandwidth, GB/s (10^9 B/s), by GPU model (first match wins).
-NVLINK_PEAK_GBPS: list[tuple[str, float]] = [
-    ("GB200", 900.0), ("B200", 900.0), ("H200", 450.0), ("H100 PCIe", 300.0), ("H100", 450.0),
-    ("H800", 200.0), ("A100-PCIE", 300.0), ("A100", 300.0), ("A800", 200.0), ("V100-SXM2", 150.0),
-    ("V100-SXM3", 150.0),
+NVLINK_PEAK_GBPS: list[tuple[str, int]] = [
+    ("GB200", 900), ("B200", 900), ("H200", 450), ("H100 PCIe", 300), ("H100", 450),
+    ("H800", 200), ("A100-PCIE", 300), ("A100", 300), ("A800", 200), ("V100-SXM2", 150),
+    ("V100-SXM3", 150),
 ]  # fmt: skip
-LOW_BANDWIDTH_RATIO = 0.25
-LARGE_MESSAGE = 1 << 20
 BUCKETS = [(0, 64 << 10, "<64KiB"), (64 << 10, 1 << 20, "64KiB-1MiB"),
            (1 << 20, 16 << 20, "1-16MiB"), (16 << 20, 256 << 20, "16-256MiB"),
            (256 << 20, 1 << 62, ">=256MiB")]  # fmt: skip
@@ -84,14 +90,19 @@ class Collectives:
     device_name: str
 
 
-def extract(tl: RankTimeline, mode: str) -> Collectives:
-    """The rank's collective operations: comm kernels (GPU) or comm-thread ranges (CPU)."""
+def extract(tl: RankTimeline, mode: str, step_of: I32, comm_op_re: str) -> Collectives:
+    """The rank's collective operations: comm kernels (GPU) or comm-thread ranges (CPU).
+
+    ``step_of`` is each interval's step (:func:`gpudiag.analysis.steps.find_steps`); on CPU
+    traces only ranges matching ``comm_op_re`` count (c10d ops and record_param_comms
+    merely wrap them on the calling thread).
+    """
     gpu = tl.gpu_lane_mask()[tl.lane] if len(tl) else np.zeros(0, bool)
     if mode == "gpu":
         mask = (tl.kind == Kind.COMM) & gpu
     else:
-        # gloo/nccl ranges; c10d:: and record_param_comms wrap them on the calling thread
-        names = np.array([n.startswith(("gloo:", "nccl:", "mpi:", "ucc:")) for n in tl.names])
+        rx = re.compile(comm_op_re)
+        names = np.array([bool(rx.search(n)) for n in tl.names], bool)
         mask = (tl.kind == Kind.COMM) & ~gpu & names[tl.name] if len(tl) else np.zeros(0, bool)
     idx = np.flatnonzero(mask)
     idx = idx[np.argsort(tl.start_ns[idx], kind="stable")]
@@ -107,7 +118,7 @@ def extract(tl: RankTimeline, mode: str) -> Collectives:
         nbytes=tl.nbytes[idx],
         start=tl.start_ns[idx],
         dur=tl.end_ns[idx] - tl.start_ns[idx],
-        step=tl.step[idx],
+        step=step_of[idx],
         devices=len(devs),
         device_name=devs[0] if devs else "",
     )
@@ -116,7 +127,7 @@ def extract(tl: RankTimeline, mode: str) -> Collectives:
 def _peak(device: str) -> float | None:
     for pat, gbps in NVLINK_PEAK_GBPS:
         if pat.lower() in device.lower():
-            return gbps
+            return float(gbps)
     return None
 
 
@@ -149,41 +160,55 @@ def match(colls: Sequence[Collectives]) -> tuple[str, list[dict[int, int]]]:
     return "order", out
 
 
-def analyse(colls: Sequence[Collectives], world_size: int | None = None) -> dict[str, Any]:
-    """The collectives section of a Diagnosis (see the module docstring); {} without any."""
+SyncByStep = dict[tuple[int, int], int]
+
+
+def analyse(
+    colls: Sequence[Collectives], world_size: int | None = None
+) -> tuple[CollectivesSummary | None, SyncByStep]:
+    """The collectives section of a Diagnosis and each (rank, step)'s synchronisation wait.
+
+    See the module docstring; (None, {}) without collectives.
+    """
     colls = [c for c in colls if len(c.type)]
     if not colls:
-        return {}
+        return None, {}
     method, matched = match(colls)
     by_rank = {c.rank: c for c in colls}
-    rows: list[tuple[str, float, float, int, float]] = []  # type, bytes, transfer, n, total dur
+    rows: list[tuple[str, float, float, int]] = []  # type, bytes, transfer, group size
     sync = {c.rank: 0 for c in colls}
     transfer_total = {c.rank: 0 for c in colls}
-    sync_by_step: dict[tuple[int, int], int] = {}
-    if matched:
-        for m in matched:
-            durs = {r: int(by_rank[r].dur[i]) for r, i in m.items()}
-            t = min(durs.values())
-            for r, d in durs.items():
-                sync[r] += d - t
-                transfer_total[r] += t
-                st = int(by_rank[r].step[m[r]])
-                sync_by_step[(r, st)] = sync_by_step.get((r, st), 0) + d - t
-            r0 = next(iter(m))
-            c0 = by_rank[r0]
-            nb = max(int(by_rank[r].nbytes[i]) for r, i in m.items())
-            rows.append((c0.type[m[r0]], float(nb), float(t), len(m), float(sum(durs.values()))))
-        lower_bound = False
-    else:
-        for c in colls:
-            for i, ty in enumerate(c.type):
-                rows.append((ty, float(c.nbytes[i]), float(c.dur[i]), 0, float(c.dur[i])))
-        lower_bound = True
-    group = world_size or len(colls)
-    peak = _peak(colls[0].device_name)
-    host_gpus = colls[0].devices
+    sync_by_step: SyncByStep = {}
+    for m in matched:
+        durs = {r: int(by_rank[r].dur[i]) for r, i in m.items()}
+        t = min(durs.values())
+        for r, d in durs.items():
+            sync[r] += d - t
+            transfer_total[r] += t
+            st = int(by_rank[r].step[m[r]])
+            sync_by_step[(r, st)] = sync_by_step.get((r, st), 0) + d - t
+        r0 = next(iter(m))
+        nb = max(int(by_rank[r].nbytes[i]) for r, i in m.items())
+        rows.append((by_rank[r0].type[m[r0]], float(nb), float(t), len(m)))
+    lower_bound = not matched
+    if lower_bound:
+        rows = [(ty, float(c.nbytes[i]), float(c.dur[i]), 0)
+                for c in colls for i, ty in enumerate(c.type)]  # fmt: skip
+    table = _bandwidth_table(rows, world_size or len(colls), lower_bound, colls[0])
+    per_rank = (
+        {str(r): RankSync(sync[r], transfer_total[r]) for r in sorted(sync)} if matched else {}
+    )
+    return CollectivesSummary(method, len(matched), lower_bound, table, per_rank), sync_by_step
+
+
+def _bandwidth_table(
+    rows: list[tuple[str, float, float, int]], group: int, lower_bound: bool, first: Collectives
+) -> list[CollectiveRow]:
+    """One row per (type, size bucket): median size and transfer, algbw, busbw, efficiency."""
+    peak = _peak(first.device_name)
+    host_gpus = first.devices
     groups: dict[tuple[str, str], list[tuple[float, float, int]]] = {}
-    for ty, size, dur, n, _ in rows:
+    for ty, size, dur, n in rows:
         label = _bucket(size) if size >= 0 else "unknown size"
         groups.setdefault((ty, label), []).append((size, dur, n))
     table = []
@@ -191,56 +216,44 @@ def analyse(colls: Sequence[Collectives], world_size: int | None = None) -> dict
         nbs = np.array([x[0] for x in items])
         ts = np.array([x[1] for x in items])
         known = nbs >= 0
-        row: dict[str, Any] = {
-            "type": ty, "size_bucket": label, "count": len(items),
-            "bytes_median": int(np.median(nbs[known])) if known.any() else None,
-            "transfer_ns_median": int(np.median(ts)),
-            "algbw_gbps": None, "busbw_gbps": None, "peak_gbps": None, "efficiency": None,
-        }  # fmt: skip
+        algbw = busbw = peak_gbps = eff = None
         if known.any() and ts[known].sum() > 0:
             algbw = float(nbs[known].sum() / ts[known].sum())  # bytes/ns = GB/s
             n = max(max(x[2] for x in items), 2) if not lower_bound else max(group, 2)
-            factor = BUS_FACTOR[ty](n) if ty in BUS_FACTOR else 1.0
-            row["algbw_gbps"] = algbw
-            row["busbw_gbps"] = algbw * factor
+            busbw = algbw * (BUS_FACTOR[ty](n) if ty in BUS_FACTOR else 1.0)
             if peak and (host_gpus == 0 or n <= host_gpus):
-                row["peak_gbps"] = peak
-                row["efficiency"] = row["busbw_gbps"] / peak
-        table.append(row)
-    per_rank = (
-        {str(r): {"sync_wait_ns": sync[r], "transfer_ns": transfer_total[r]} for r in sorted(sync)}
-        if matched
-        else {}
-    )
-    return {
-        "method": method,
-        "matched": len(matched),
-        "bandwidth_is_lower_bound": lower_bound,
-        "by_type": table,
-        "per_rank": per_rank,
-        "_sync_by_step": sync_by_step,
-    }
+                peak_gbps, eff = peak, busbw / peak
+        table.append(CollectiveRow(
+            type=ty, size_bucket=label, count=len(items),
+            bytes_median=int(np.median(nbs[known])) if known.any() else None,
+            transfer_ns_median=int(np.median(ts)), algbw_gbps=algbw, busbw_gbps=busbw,
+            peak_gbps=peak_gbps, efficiency=eff,
+        ))  # fmt: skip
+    return table
 
 
-def bandwidth_findings(section: dict[str, Any]) -> list[Finding]:
+def bandwidth_findings(section: CollectivesSummary | None, rules: CollectiveRules) -> list[Finding]:
     """``low_bandwidth`` for large-message buckets far below the nominal link peak."""
+    if section is None or section.bandwidth_is_lower_bound:
+        return []  # unmatched durations include waiting: not evidence of a slow link
     out: list[Finding] = []
-    if section.get("bandwidth_is_lower_bound", True):
-        return out  # unmatched durations include waiting: not evidence of a slow link
-    for row in section.get("by_type", []):
-        eff = row.get("efficiency")
+    for row in section.by_type:
+        eff = row.efficiency
         if (
             eff is None
-            or (row.get("bytes_median") or 0) < LARGE_MESSAGE
-            or eff >= LOW_BANDWIDTH_RATIO
+            or row.busbw_gbps is None
+            or row.peak_gbps is None
+            or (row.bytes_median or 0) < rules.large_message_bytes
+            or eff >= rules.low_bandwidth_ratio
         ):
             continue
         out.append(Finding(
-            kind="low_bandwidth", severity="warning",
-            message=(f"{row['type']} of {row['size_bucket']} reaches "
-                     f"{row['busbw_gbps']:.0f} GB/s bus bandwidth, {eff:.0%} of the "
-                     f"{row['peak_gbps']:.0f} GB/s NVLink peak"),
-            metrics={k: row[k] for k in ("type", "size_bucket", "count", "bytes_median",
-                                         "busbw_gbps", "peak_gbps", "efficiency")},
+            kind=FindingKind.LOW_BANDWIDTH, severity=Severity.WARNING,
+            message=(f"{row.type} of {row.size_bucket} reaches "
+                     f"{row.busbw_gbps:.0f} GB/s bus bandwidth, {eff:.0%} of the "
+                     f"{row.peak_gbps:.0f} GB/s NVLink peak"),
+            metrics={"type": row.type, "size_bucket": row.size_bucket, "count": row.count,
+                     "bytes_median": row.bytes_median, "busbw_gbps": row.busbw_gbps,
+                     "peak_gbps": row.peak_gbps, "efficiency": eff},
         ))  # fmt: skip
     return out

@@ -1,14 +1,17 @@
 """The pipeline: RunTimeline + Thresholds → Diagnosis.
 
-:func:`analyze_rank` is the per-rank unit of work (steps, classification, evidence); it is
-pure and runs in worker processes when several ranks are read. :func:`build_diagnosis`
-turns per-rank results into the run summary and findings.
+:func:`diagnose` is the one path from inputs to a Diagnosis, for the CLI, the Python API
+and the tests alike. It is pure: it reads no files and writes nothing into the timeline.
+Each rank source is loaded and analysed by :func:`analyze_source` through the injected
+``map`` (worker processes by default, a Dask cluster when asked), so only compact
+per-rank results (:class:`RankResult`) come back; :func:`build_diagnosis` then does the
+cross-rank work (stragglers, collectives, pipeline, findings, remedies).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,24 +21,43 @@ import numpy as np
 from gpudiag import __version__
 from gpudiag.analysis.advice import rank_spread, recommend, what_if
 from gpudiag.analysis.classify import classify_steps, dominant_names
-from gpudiag.analysis.collectives import Collectives, analyse, bandwidth_findings, extract
+from gpudiag.analysis.collectives import (
+    Collectives,
+    SyncByStep,
+    analyse,
+    bandwidth_findings,
+    extract,
+)
 from gpudiag.analysis.idle import idle_findings
 from gpudiag.analysis.model import (
+    Cause,
     Diagnosis,
     Finding,
+    FindingKind,
+    Mode,
+    PipelineSummary,
     RankSummary,
     RunSummary,
+    Severity,
     Shares,
     StepBreakdown,
     WholeRun,
 )
 from gpudiag.analysis.pipeline import analyse_pipeline
-from gpudiag.analysis.steps import find_steps
+from gpudiag.analysis.steps import StepWindows, find_steps
 from gpudiag.analysis.stragglers import find_stragglers
 from gpudiag.analysis.wholerun import whole_run
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
-from gpudiag.traces.schema import Kind, RankMeta, RankTimeline, RunTimeline
+from gpudiag.fanout import Mapper, local_map
+from gpudiag.traces.schema import (
+    Kind,
+    RankMeta,
+    RankSource,
+    RankTimeline,
+    RunTimeline,
+    check_ranks,
+)
 
 
 @dataclass
@@ -44,30 +66,49 @@ class RankResult:
 
     rank: int
     meta: RankMeta
-    mode: str
+    mode: Mode
     step_source: str
     steps: list[StepBreakdown]
     notes: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
     truncated_step: int | None = None
     collectives: Collectives | None = None
+    source: str = ""
+    step_note: str = ""  # how the steps were found, when not from step markers
+
+
+def diagnose(
+    run: RunTimeline, thresholds: Thresholds | None = None, map: Mapper | None = None
+) -> Diagnosis:
+    """Diagnose a run: every source analysed through ``map``, then the run as a whole."""
+    th = thresholds or Thresholds()
+    mapper = map or local_map()
+    per_source = mapper(functools.partial(analyze_source, thresholds=th), run.sources)
+    results = [r for rs in per_source for r in rs]
+    check_ranks(results, [r.source for r in results])
+    whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
+    return build_diagnosis(
+        results, th, run.inputs, run.notes, whole_run=whole, extra_findings=extra
+    )
+
+
+def analyze_source(source: RankSource, thresholds: Thresholds) -> list[RankResult]:
+    """Load one source and analyse each of its ranks (the per-rank unit of work)."""
+    return [
+        dataclasses.replace(analyze_rank(tl, thresholds), source=source.label)
+        for tl in source.load()
+    ]
 
 
 def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
     """Steps and their classification for one rank."""
-    win = find_steps(tl, th.step_re)
+    win = find_steps(tl)
     parts = classify_steps(tl, win)
-    n = len(win)
-    keep = np.ones(n, bool)
-    truncated = None
-    if (
-        parts.mode == "gpu"
-        and n > 1
-        and win.gpu_ops[-1] < th.truncated_step_ratio * win.gpu_ops[-2]
-    ):
-        # The profiler stopped while this step's GPU work was still being launched or run.
+    mode = Mode(parts.mode)
+    keep = np.ones(len(win), bool)
+    truncated = _truncated(win, mode, th)
+    if truncated is not None:
         keep[-1] = False
-        truncated = int(win.step[-1])
     steps = [
         StepBreakdown(
             rank=tl.rank,
@@ -79,39 +120,60 @@ def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
             data_wait_ns=int(parts.data_wait[i]),
             other_ns=int(parts.other[i]),
             comm_overlapped_ns=int(parts.overlapped[i]),
-            gpu_ops=int(win.gpu_ops[i]) if parts.mode == "gpu" else None,
+            gpu_ops=int(win.gpu_ops[i]) if mode == Mode.GPU else None,
         )
         for i in np.flatnonzero(keep).tolist()
     ]
+    return RankResult(
+        rank=tl.rank,
+        collectives=extract(tl, parts.mode, win.owner, th.comm_op_re),
+        meta=_compact(tl.meta),
+        mode=mode,
+        step_source=win.source,
+        steps=steps,
+        notes=list(tl.meta.notes) + win.notes,
+        evidence=_evidence(tl, win, keep, mode),
+        truncated_step=truncated,
+        source=tl.meta.source,
+        step_note=win.notes[0] if win.notes else "",
+    )
+
+
+def _truncated(win: StepWindows, mode: Mode, th: Thresholds) -> int | None:
+    """The last step's number when the profiler stopped while its GPU work was launched."""
+    n = len(win)
+    if mode == Mode.GPU and n > 1 and win.gpu_ops[-1] < th.truncated_step_ratio * win.gpu_ops[-2]:
+        return int(win.step[-1])
+    return None
+
+
+def _compact(meta: RankMeta) -> RankMeta:
+    """The rank's metadata without the bulky per-sample series (they become evidence)."""
+    return dataclasses.replace(meta, gpu_metrics={}, thread_names={})
+
+
+def _evidence(tl: RankTimeline, win: StepWindows, keep: Any, mode: Mode) -> dict[str, Any]:
+    """Names and counts that messages quote: the data range, top collectives, GPU metrics."""
     evidence: dict[str, Any] = {}
     data = dominant_names(tl, Kind.DATALOADER, top=1)
     if data:
         evidence["data_range"] = data[0][0]
-    comm = dominant_names(tl, Kind.COMM, gpu=parts.mode == "gpu", top=3)
+    comm = dominant_names(tl, Kind.COMM, gpu=mode == Mode.GPU, top=3)
     if comm:
         evidence["comm_top"] = comm[0][0]
         evidence["comm_names"] = [c[0] for c in comm]
-    if parts.mode == "gpu":
+    if mode == Mode.GPU:
         evidence["gpu_ops"] = int(win.gpu_ops.sum())
     if tl.meta.backend:
         evidence["backend"] = tl.meta.backend
-    if tl.meta.extra.get("gpu_metrics"):
-        evidence.update(_gpu_metrics_by_step(tl.meta.extra["gpu_metrics"], win, keep))
-    colls = extract(tl, parts.mode)
-    return RankResult(
-        rank=tl.rank,
-        collectives=colls,
-        meta=tl.meta,
-        mode=parts.mode,
-        step_source=win.source,
-        steps=steps,
-        notes=list(tl.meta.notes) + win.notes,
-        evidence=evidence,
-        truncated_step=truncated,
-    )
+    if tl.meta.gpu_metrics:
+        evidence.update(_gpu_metrics_by_step(tl.meta.gpu_metrics, win, keep))
+    return evidence
 
 
-def _gpu_metrics_by_step(metrics: dict[str, Any], win: Any, keep: Any) -> dict[str, Any]:
+def _gpu_metrics_by_step(
+    metrics: dict[str, tuple[list[int], list[float]]], win: StepWindows, keep: Any
+) -> dict[str, Any]:
     """Mean of each sampled GPU counter (Nsight ``GPU_METRICS``) per step and over all steps.
 
     Samples are evenly spaced, so the mean of the samples inside a period is its
@@ -132,7 +194,7 @@ def _gpu_metrics_by_step(metrics: dict[str, Any], win: Any, keep: Any) -> dict[s
     return {"gpu_metrics": overall, "gpu_metrics_per_step": per_step}
 
 
-def _pct(values: np.ndarray[Any, Any], q: float) -> int:
+def _percentile(values: np.ndarray[Any, Any], q: float) -> int:
     return round(float(np.percentile(values, q))) if values.size else 0
 
 
@@ -157,8 +219,8 @@ def summarize_rank(res: RankResult) -> RankSummary:
     return RankSummary(
         rank=res.rank,
         steps=len(res.steps),
-        step_time_ns_median=_pct(durs, 50),
-        step_time_ns_p90=_pct(durs, 90),
+        step_time_ns_median=_percentile(durs, 50),
+        step_time_ns_p90=_percentile(durs, 90),
         shares=shares,
         comm_overlapped_ratio=ov,
         comm_hidden_ratio=hidden,
@@ -169,6 +231,24 @@ def summarize_rank(res: RankResult) -> RankSummary:
         devices=sorted(set(res.meta.devices))[:1] if res.meta.devices else [],
         notes=res.notes,
         evidence=res.evidence,
+    )
+
+
+def _run_summary(results: Sequence[RankResult], steps: Sequence[StepBreakdown]) -> RunSummary:
+    durs = np.array([s.duration_ns for s in steps], dtype=np.int64)
+    shares, ov, idle, _ = _shares(steps)
+    modes = {r.mode for r in results}
+    world = [r.meta.world_size for r in results if r.meta.world_size]
+    return RunSummary(
+        ranks=len(results),
+        world_size=max(world) if world else None,
+        steps=len({s.step for s in steps}),
+        step_time_ns_median=_percentile(durs, 50),
+        step_time_ns_p90=_percentile(durs, 90),
+        shares=shares,
+        comm_overlapped_ratio=ov,
+        idle_ratio=idle,
+        mode=modes.pop() if len(modes) == 1 else Mode.MIXED,
     )
 
 
@@ -188,45 +268,27 @@ def build_diagnosis(
         raise InputError(
             ", ".join(inputs) or "input", "no step could be analysed", "is the trace empty?"
         )
-    durs = np.array([s.duration_ns for s in steps], dtype=np.int64)
-    shares, ov, idle, _ = _shares(steps)
-    modes = {r.mode for r in ranks}
-    world = [r.meta.world_size for r in results if r.meta.world_size]
-    run = RunSummary(
-        ranks=len(ranks),
-        world_size=max(world) if world else None,
-        steps=len({s.step for s in steps}),
-        step_time_ns_median=_pct(durs, 50),
-        step_time_ns_p90=_pct(durs, 90),
-        shares=shares,
-        comm_overlapped_ratio=ov,
-        idle_ratio=idle,
-        mode=modes.pop() if len(modes) == 1 else "mixed",
-    )
+    run = _run_summary(results, steps)
     findings = idle_findings(ranks, steps, th) + _source_findings(results, run)
     findings += list(extra_findings)
-    coll = analyse([r.collectives for r in results if r.collectives is not None], run.world_size)
-    sync_by_step = coll.pop("_sync_by_step", {})
-    findings += bandwidth_findings(coll)
-    pipe, pipe_findings = analyse_pipeline(
-        [r.collectives for r in results if r.collectives is not None], ranks, th.idle_ratio_max
-    )
-    if pipe:
-        coll["pipeline"] = pipe
-        findings = _explained_by_pipeline(findings, pipe, ranks)
+    colls = [r.collectives for r in results if r.collectives is not None]
+    coll, sync_by_step = analyse(colls, run.world_size)
+    findings += bandwidth_findings(coll, th.collectives)
+    pipe, pipe_findings = analyse_pipeline(colls, ranks, th.idle_ratio_max, th.pipeline)
+    if pipe is not None and coll is not None:
+        coll = dataclasses.replace(coll, pipeline=pipe)
+        findings = _explained_by_pipeline(findings, pipe, ranks, th)
     findings += pipe_findings
-    findings += find_stragglers(
-        steps, whole_run, whole_run.gpus if whole_run else (), sync_by_step=sync_by_step
-    )
-    findings = _comm_wait_for_stragglers(findings, steps, sync_by_step)
+    findings += find_stragglers(steps, whole_run, th.stragglers, th.steady, sync_by_step)
+    findings = _comm_wait_for_stragglers(findings, steps, sync_by_step, th)
     host_stragglers = {
-        f.ranks[0] for f in findings if f.kind == "straggler" and f.cause == "host" and f.ranks
-    }
+        f.ranks[0] for f in findings
+        if f.kind == FindingKind.STRAGGLER and f.cause == Cause.HOST and f.ranks
+    }  # fmt: skip
     findings = _drop_host_bound(findings, host_stragglers)
-    order = {"error": 0, "warning": 1, "info": 2}
     findings.sort(
         key=lambda f: (
-            order.get(f.severity, 3),
+            Severity(f.severity).order,
             -max(f.metrics.get("per_rank", {0: 0}).values(), default=0),
         )
     )
@@ -235,7 +297,7 @@ def build_diagnosis(
         ranks=ranks,
         steps=steps,
         findings=findings,
-        recommendations=recommend(run, ranks, steps, findings, sync_by_step),
+        recommendations=recommend(run, ranks, steps, findings, sync_by_step, th.advice),
         spread=rank_spread(ranks),
         collectives=coll,
         what_if=what_if(steps, findings),
@@ -248,7 +310,10 @@ def build_diagnosis(
 
 
 def _comm_wait_for_stragglers(
-    findings: list[Finding], steps: Sequence[StepBreakdown], sync: dict[tuple[int, int], int]
+    findings: list[Finding],
+    steps: Sequence[StepBreakdown],
+    sync: SyncByStep,
+    th: Thresholds | None = None,
 ) -> list[Finding]:
     """Say so when a comm-bound rank mostly waits for other ranks rather than the network.
 
@@ -258,25 +323,26 @@ def _comm_wait_for_stragglers(
     """
     if not sync:
         return findings
-    slow = [f.ranks[0] for f in findings if f.kind == "straggler" and f.ranks]
+    slow = [f.ranks[0] for f in findings if f.kind == FindingKind.STRAGGLER and f.ranks]
+    limit = (th or Thresholds()).stragglers.sync_wait_share
     out = []
     for f in findings:
-        if f.kind == "comm_bound":
+        if f.kind == FindingKind.COMM_BOUND:
             wait = sum(s.comm_wait_ns for s in steps if s.rank in f.ranks)
             # sync waits span whole collectives (hidden parts too): cap at the exposed wait
             waited = min(sum(v for (r, _), v in sync.items() if r in f.ranks), wait)
             share = waited / wait if wait else 0.0
             metrics = {**f.metrics, "sync_wait_share": share}
-            if share > 0.5 and slow:
+            if share > limit and slow:
                 who = ", ".join(map(str, slow))
                 f = dataclasses.replace(
                     f,
-                    severity="info",
+                    severity=Severity.INFO,
                     message=f"{f.message}; {share:.0%} of it is waiting for the "
                     f"straggler (rank {who}), not transfer",
                     metrics=metrics,
                 )
-            elif share > 0.5:
+            elif share > limit:
                 f = dataclasses.replace(
                     f,
                     message=f"{f.message}; {share:.0%} of it is waiting for other ranks to "
@@ -290,11 +356,11 @@ def _comm_wait_for_stragglers(
 
 
 def _explained_by_pipeline(
-    findings: list[Finding], pipe: dict[str, Any], ranks: Sequence[RankSummary]
+    findings: list[Finding], pipe: PipelineSummary, ranks: Sequence[RankSummary], th: Thresholds
 ) -> list[Finding]:
     """Drop "host-bound" for stages whose idle time the pipeline schedule explains."""
-    limit = float(pipe["ideal_bubble_ratio"]) + 0.10
-    explained = {r.rank for r in ranks if r.rank in pipe["stage_ranks"] and r.shares.other <= limit}
+    limit = pipe.ideal_bubble_ratio + th.pipeline.imbalance_margin
+    explained = {r.rank for r in ranks if r.rank in pipe.stage_ranks and r.shares.other <= limit}
     return _drop_host_bound(findings, explained)
 
 
@@ -309,7 +375,7 @@ def _drop_host_bound(findings: list[Finding], explained: set[int]) -> list[Findi
         return findings
     out = []
     for f in findings:
-        if f.kind == "host_bound":
+        if f.kind == FindingKind.HOST_BOUND:
             left = [r for r in f.ranks if r not in explained]
             if not left:
                 continue
@@ -323,22 +389,17 @@ def _drop_host_bound(findings: list[Finding], explained: set[int]) -> list[Findi
 def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Finding]:
     """What the inputs lacked: step markers, GPU activity, ranks, a complete last step."""
     out: list[Finding] = []
-    by_source: dict[str, list[int]] = {}
+    by_note: dict[str, list[int]] = {}
     for r in results:
         if r.step_source != "ProfilerStep":
-            by_source.setdefault(r.step_source, []).append(r.rank)
-    for source, ranks in by_source.items():
-        msg = {
-            "optimizer": "no ProfilerStep markers: steps inferred from Optimizer.step ranges",
-            "whole": "no step markers: the whole trace was analysed as one window",
-        }.get(source, f"steps from {source}")
-        out.append(
-            Finding("source_missing", "info", msg, ranks=ranks, metrics={"missing": "steps"})
-        )
-    cpu_with_gpus = [r.rank for r in results if r.mode == "cpu" and r.meta.devices]
+            by_note.setdefault(r.step_note or f"steps from {r.step_source}", []).append(r.rank)
+    for note, ranks in by_note.items():
+        out.append(Finding(FindingKind.SOURCE_MISSING, Severity.INFO, note, ranks=ranks,
+                           metrics={"missing": "steps"}))  # fmt: skip
+    cpu_with_gpus = [r.rank for r in results if r.mode == Mode.CPU and r.meta.devices]
     if cpu_with_gpus:
         out.append(Finding(
-            "source_missing", "warning",
+            FindingKind.SOURCE_MISSING, Severity.WARNING,
             "the trace lists GPUs but holds no GPU activity: classified from CPU threads "
             "(profile with ProfilerActivity.CUDA to see the GPU)",
             ranks=cpu_with_gpus, metrics={"missing": "gpu_events"},
@@ -346,7 +407,7 @@ def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Fin
     truncated = [(r.rank, r.truncated_step) for r in results if r.truncated_step is not None]
     if truncated:
         out.append(Finding(
-            "truncated_step", "info",
+            FindingKind.TRUNCATED_STEP, Severity.INFO,
             "the last profiled step was cut off (far fewer GPU ops than the step before) "
             "and is left out of the statistics",
             ranks=[r for r, _ in truncated],
@@ -355,7 +416,7 @@ def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Fin
     if run.world_size and run.world_size > run.ranks:
         present = sorted(r.rank for r in results)
         out.append(Finding(
-            "source_missing", "info",
+            FindingKind.SOURCE_MISSING, Severity.INFO,
             f"{run.ranks} of {run.world_size} ranks have traces ({_span(present)}); "
             "cross-rank findings cover only those",
             ranks=present, metrics={"missing": "ranks", "world_size": run.world_size},
@@ -371,81 +432,3 @@ def _span(ranks: list[int]) -> str:
             else "ranks " + ", ".join(map(str, ranks))
         )
     return f"ranks {ranks[0]}…{ranks[-1]}"
-
-
-def diagnose(run: RunTimeline, thresholds: Thresholds | None = None) -> Diagnosis:
-    """Diagnose an already loaded RunTimeline (pure)."""
-    th = thresholds or Thresholds()
-    results = [analyze_rank(tl, th) for tl in run.ranks]
-    return build_diagnosis(results, th, [tl.meta.source for tl in run.ranks], run.notes)
-
-
-def _analyze_input(inp: Any, th: Thresholds) -> list[RankResult]:
-    from gpudiag.traces.load import load_ranks
-
-    # One input may hold several ranks (an Nsight report of a node); a loader may name its
-    # own step pattern in meta.extra["step_re"] (nsys: gpudiag's NVTX step ranges too).
-    return [
-        analyze_rank(tl, th.replace(step_re=tl.meta.extra.get("step_re")))
-        for tl in load_ranks(inp, th)
-    ]
-
-
-def analyze_paths(
-    *paths: str | os.PathLike[str],
-    thresholds: Thresholds | None = None,
-    jobs: int | None = None,
-) -> Diagnosis:
-    """Discover, load and analyse inputs; ranks are loaded and analysed in parallel processes."""
-    from gpudiag.traces.load import check_ranks, discover, parallel_map
-
-    th = thresholds or Thresholds()
-    inputs = discover(paths)
-    per_input = parallel_map(_analyze_input, inputs.traces, jobs, th)
-    results = [r for rs in per_input for r in rs]
-    check_ranks(
-        results, [t.path for t, rs in zip(inputs.traces, per_input, strict=True) for _ in rs]
-    )
-    whole, extra = _whole_run_of(inputs.run_dirs, inputs.manifests)
-    return build_diagnosis(
-        results, th, [str(t.path) for t in inputs.traces], inputs.notes,
-        whole_run=whole, extra_findings=extra,
-    )  # fmt: skip
-
-
-def _whole_run_of(run_dirs: Sequence[Any], manifests: Sequence[Any]) -> tuple[Any, list[Finding]]:
-    """Telemetry and NVML samples of the run directories among the inputs."""
-    if not run_dirs:
-        return None, []
-    import pandas as pd
-
-    from gpudiag.traces.samples import load_samples
-    from gpudiag.traces.telemetry import load_steps, steps_files
-
-    tele = [load_steps(d) for d in run_dirs if steps_files(d)]
-    samples = [load_samples(d) for d in run_dirs]
-    manifest = _merge_manifests(manifests)
-    return whole_run(
-        pd.concat(tele, ignore_index=True) if tele else None,
-        pd.concat(samples, ignore_index=True) if samples else None,
-        manifest,
-    )
-
-
-def _merge_manifests(manifests: Sequence[Any]) -> Any:
-    """One manifest for a multi-node run: ranks and sources of every node together."""
-    if len(manifests) <= 1:
-        return manifests[0] if manifests else None
-    import copy
-
-    m = copy.deepcopy(manifests[0])
-    for other in manifests[1:]:
-        m.ranks = m.ranks + list(other.ranks)
-        for name, src in other.sources.items():
-            mine = m.sources.get(name)
-            if mine is None or (not mine.captured and src.captured):
-                m.sources[name] = src
-        m.diagnosis_incomplete = m.diagnosis_incomplete + list(other.diagnosis_incomplete)
-        if other.exit_code not in (None, 0):
-            m.exit_code = other.exit_code
-    return m

@@ -2,9 +2,10 @@
 
 Pure. Step times are compared as relative changes (B / A − 1); shares and ratios as
 differences in percentage points (B − A). ``direction`` says whether the change is
-``worse`` or ``better`` for the run's speed, or ``same`` when it is below 2% relative
-(times) or 1 point (ratios) — small enough to be noise on most machines; the renderers
-only colour with it. Communication is compared by the names of the dominant collectives
+``worse`` or ``better`` for the run's speed, or ``same`` when it is below
+``diff.time_noise_ratio`` (2%, relative, times) or ``diff.ratio_noise`` (1 point, ratios) —
+small enough to be noise on most machines; the renderers only colour with it.
+Communication is compared by the names of the dominant collectives
 (``RankSummary.evidence["comm_names"]``); the Diagnosis holds no byte counts.
 """
 
@@ -12,11 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudiag.analysis.gate import fingerprint
+from gpudiag.analysis.gate import describe_fingerprint_difference, fingerprint
 from gpudiag.analysis.model import Diagnosis, RankSummary, RunSummary
-
-TIME_NOISE_RATIO = 0.02
-RATIO_NOISE = 0.01
+from gpudiag.config import DiffRules
 
 
 @dataclass(frozen=True)
@@ -71,15 +70,15 @@ def _values(s: RunSummary | RankSummary) -> dict[str, float]:
 
 
 def _row(scope: str, rank: int | None, metric: str, unit: str, lower: bool,
-         a: float | None, b: float | None) -> DiffRow:  # fmt: skip
+         a: float | None, b: float | None, rules: DiffRules) -> DiffRow:  # fmt: skip
     if a is None or b is None:
         return DiffRow(scope, rank, metric, unit, a, b, None, "n/a", lower)
     if unit == "ns":
         change = b / a - 1.0 if a > 0 else None
-        noise = TIME_NOISE_RATIO
+        noise = rules.time_noise_ratio
     else:
         change = b - a
-        noise = RATIO_NOISE
+        noise = rules.ratio_noise
     if change is None or abs(change) < noise:
         direction = "same"
     else:
@@ -87,20 +86,25 @@ def _row(scope: str, rank: int | None, metric: str, unit: str, lower: bool,
     return DiffRow(scope, rank, metric, unit, a, b, change, direction, lower)
 
 
-def diff(a: Diagnosis, b: Diagnosis, a_name: str = "A", b_name: str = "B") -> RunDiff:
+def diff(
+    a: Diagnosis, b: Diagnosis, a_name: str = "A", b_name: str = "B",
+    rules: DiffRules | None = None,
+) -> RunDiff:  # fmt: skip
     """Compare run summaries, then each rank present in either run."""
+    rules = rules or DiffRules()
     notes = []
     fa, fb = fingerprint(a), fingerprint(b)
     if fa != fb:
-        notes.append(f"different setups: A {fa} vs B {fb}; differences may come from that")
-    rows = [_row("run", None, m, u, lo, _values(a.run)[m], _values(b.run)[m])
+        notes.append(f"different setups (A vs B: {describe_fingerprint_difference(fa, fb)}); "
+                     "differences may come from that")  # fmt: skip
+    rows = [_row("run", None, m, u, lo, _values(a.run)[m], _values(b.run)[m], rules)
             for m, u, lo in _METRICS]  # fmt: skip
     ra = {r.rank: r for r in a.ranks}
     rb = {r.rank: r for r in b.ranks}
     for rank in sorted(set(ra) | set(rb)):
         va = _values(ra[rank]) if rank in ra else {}
         vb = _values(rb[rank]) if rank in rb else {}
-        rows += [_row(f"rank {rank}", rank, m, u, lo, va.get(m), vb.get(m))
+        rows += [_row(f"rank {rank}", rank, m, u, lo, va.get(m), vb.get(m), rules)
                  for m, u, lo in _METRICS]  # fmt: skip
     comm = []
     for rank in sorted(set(ra) & set(rb)):

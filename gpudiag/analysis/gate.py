@@ -2,17 +2,18 @@
 
 Pure: no I/O, no globals. The rules (docs/gate.md states them for users):
 
-* **Absolute checks**, one per rank: ``idle_ratio`` ≤ ``max_idle_ratio`` (default 0.30),
-  and, when configured, comm-wait share ≤ ``max_comm_wait_ratio`` and data-wait share ≤
+* **Absolute checks**, one per rank: ``idle_ratio`` ≤ ``max_idle_ratio`` (default: the
+  analysis's ``idle_ratio_max``, so the gate and the idle finding agree), and, when
+  configured, comm-wait share ≤ ``max_comm_wait_ratio`` and data-wait share ≤
   ``max_data_wait_ratio``. A rank without analysed steps makes its check *inconclusive*.
 * **Stragglers**: every Finding of kind ``straggler`` (whoever produced it) is a failing
   check (``stragglers="fail"``), a warning (``"warn"``) or ignored (``"off"``).
 * **Regression against a baseline**: the samples are per-step job step times — for each step
   number the slowest rank's duration (a synchronous data-parallel step ends when its slowest
-  rank does, and the ranks' durations of one step are not independent samples). Steps whose
-  number is below ``warmup_steps`` (default 2) are dropped on both sides: step 0 carries lazy
-  initialisation, allocator growth and DDP bucket rebuilding. With fewer than
-  ``min_samples`` (default 8) samples on either side the check is *inconclusive*.
+  rank does, and the ranks' durations of one step are not independent samples), over the
+  steady steps only (:mod:`gpudiag.analysis.steady`; ``warmup_steps`` overrides the number of
+  leading steps left out). With fewer than ``min_samples`` (default 8) samples on either
+  side the check is *inconclusive*.
   Otherwise it **fails** when both
 
   - the candidate is statistically slower: one-sided Mann-Whitney U test,
@@ -35,73 +36,43 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from gpudiag.analysis.model import Diagnosis
-from gpudiag.analysis.wholerun import disturbed_steps
-from gpudiag.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK, UsageError
-
-PASS, FAIL, WARN, INCONCLUSIVE = "pass", "fail", "warn", "inconclusive"
-STRAGGLER_MODES = ("fail", "warn", "off")
+from gpudiag.analysis.model import Diagnosis, FindingKind, RunStep, StrEnum
+from gpudiag.analysis.steady import steady_steps
+from gpudiag.config import GateConfig, Thresholds
+from gpudiag.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
 
 
-@dataclass(frozen=True)
-class GateConfig:
-    """Every number that changes a gate verdict; ratios in [0, 1]."""
+class CheckStatus(StrEnum):
+    """The outcome of one check."""
 
-    max_idle_ratio: float = 0.30
-    max_comm_wait_ratio: float | None = None
-    max_data_wait_ratio: float | None = None
-    max_regression_ratio: float = 0.10
-    alpha: float = 0.01
-    min_samples: int = 8
-    warmup_steps: int = 2
-    stragglers: str = "fail"
-    inconclusive_ok: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("max_idle_ratio", "max_comm_wait_ratio", "max_data_wait_ratio", "alpha"):
-            v = getattr(self, name)
-            if v is not None and not 0.0 <= float(v) <= 1.0:
-                raise UsageError(f"gate: {name}={v} is not a ratio in [0, 1]", "0.30 means 30%")
-        if self.max_regression_ratio < 0:
-            raise UsageError(
-                f"gate: max regression {self.max_regression_ratio:.0%} is negative",
-                "give a percentage such as 10",
-            )
-        if self.min_samples < 2 or self.warmup_steps < 0:
-            raise UsageError("gate: min_samples must be ≥ 2 and warmup_steps ≥ 0", "")
-        if self.stragglers not in STRAGGLER_MODES:
-            raise UsageError(
-                f"gate: stragglers={self.stragglers!r}", f"choose one of {STRAGGLER_MODES}"
-            )
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+    INCONCLUSIVE = "inconclusive"
 
 
-# Config-file keys → GateConfig fields; the regression limit is written in percent there.
-_CONFIG_KEYS = {f.name for f in fields(GateConfig)} - {"max_regression_ratio"} | {
-    "max_regression_pct"
-}
+class GateStatus(StrEnum):
+    """The gate's verdict."""
 
+    PASSED = "passed"
+    FAILED = "failed"
+    INCONCLUSIVE = "inconclusive"
 
-def gate_config(table: dict[str, Any] | None = None, **overrides: Any) -> GateConfig:
-    """``[tool.gpudiag.gate]`` then CLI overrides (``None`` = not given) → GateConfig."""
-    table = dict(table or {})
-    unknown = sorted(set(table) - _CONFIG_KEYS)
-    if unknown:
-        raise UsageError(
-            f"[tool.gpudiag.gate]: unknown setting(s) {', '.join(unknown)}",
-            f"known settings: {', '.join(sorted(_CONFIG_KEYS))}",
+    @property
+    def exit_code(self) -> int:
+        """0 passed, 1 failed, 5 inconclusive (see DESIGN.md's table)."""
+        return {GateStatus.PASSED: EXIT_OK, GateStatus.FAILED: EXIT_GATE_FAILED}.get(
+            self, EXIT_INCONCLUSIVE
         )
-    if "max_regression_pct" in table:
-        table["max_regression_ratio"] = float(table.pop("max_regression_pct")) / 100.0
-    table.update({k: v for k, v in overrides.items() if v is not None})
-    try:
-        return GateConfig(**table)
-    except TypeError as e:
-        raise UsageError(f"gate configuration: {e}", "see docs/gate.md") from e
+
+
+PASS, FAIL, WARN, INCONCLUSIVE = (CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.WARN,
+                                  CheckStatus.INCONCLUSIVE)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -110,7 +81,7 @@ class Check:
 
     name: str
     rank: int | None
-    status: str  # pass, fail, warn, inconclusive
+    status: CheckStatus
     value: float | None
     limit: float | None
     message: str
@@ -123,7 +94,7 @@ class Check:
 class GateResult:
     """The verdict and every check behind it."""
 
-    status: str  # passed, failed, inconclusive
+    status: GateStatus
     checks: list[Check]
     subject: str = ""
     baseline: str | None = None
@@ -134,14 +105,14 @@ class GateResult:
     @property
     def exit_code(self) -> int:
         """0 passed, 1 failed, 5 inconclusive (see DESIGN.md's table)."""
-        return {"passed": EXIT_OK, "failed": EXIT_GATE_FAILED}.get(self.status, EXIT_INCONCLUSIVE)
+        return self.status.exit_code
 
     def counts(self) -> dict[str, int]:
         """How many checks have each status."""
         out = dict.fromkeys((PASS, WARN, FAIL, INCONCLUSIVE), 0)
         for c in self.checks:
             out[c.status] = out.get(c.status, 0) + 1
-        return out
+        return {str(k): v for k, v in out.items()}
 
     def to_json(self) -> dict[str, Any]:
         """Plain dict (the ``exit_code`` included)."""
@@ -172,6 +143,9 @@ def _exact_sf(u: float, n1: int, n2: int) -> float:
     counts = prev[n2]
     k = math.ceil(u - 1e-9)
     return float(counts[k:].sum() / counts.sum())
+
+
+CONTINUITY = 0.5  # the normal approximation's continuity correction of U
 
 
 def _norm_sf(z: float) -> float:
@@ -224,35 +198,41 @@ def mann_whitney_u(
     if sigma == 0:
         return u1, 1.0
     if alternative == "greater":
-        p = _norm_sf((u1 - mu - 0.5) / sigma)
+        p = _norm_sf((u1 - mu - CONTINUITY) / sigma)
     elif alternative == "less":
-        p = _norm_sf((u2 - mu - 0.5) / sigma)
+        p = _norm_sf((u2 - mu - CONTINUITY) / sigma)
     else:
-        p = min(1.0, 2.0 * _norm_sf((max(u1, u2) - mu - 0.5) / sigma))
+        p = min(1.0, 2.0 * _norm_sf((max(u1, u2) - mu - CONTINUITY) / sigma))
     return u1, p
 
 
 # ---- samples and fingerprints ----
 
 
-def step_samples(d: Diagnosis, warmup_steps: int = 2) -> list[int]:
-    """Per-step job step times (ns): per step number, the slowest rank; warm-up dropped.
+def step_samples(
+    d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
+) -> list[int]:
+    """Per-step job step times (ns): per steady step number, the slowest rank.
 
-    Uses the run directory's telemetry (every step, less the steps the profiler slowed
-    down) when the Diagnosis has it and it holds more steps than the profiled window, else
-    the profiled steps.
+    Uses the run directory's telemetry (every step) when the Diagnosis has it and it holds
+    more steady steps than the profiled window, else the profiled steps; either way only
+    the steady steps (:func:`gpudiag.analysis.steady.steady_steps`) count.
     """
-    rows: list[tuple[int, int]] = [(s.step, s.duration_ns) for s in d.steps]
-    whole = getattr(d, "whole_run", None)
-    tele = list(getattr(whole, "steps", None) or [])
-    disturbed = disturbed_steps(tele)  # the profiler's own cost is not the job's
-    steady = [(int(s.step), int(s.duration_ns)) for s in tele if s.step not in disturbed]
-    if len({s for s, _ in steady}) > len({s for s, _ in rows}):
-        rows = steady
+    th = th or Thresholds()
+    window = [RunStep(s.rank, s.step, s.start_ns, s.duration_ns, None, None, None, False)
+              for s in d.steps]  # fmt: skip
+    tele = list(d.whole_run.steps) if d.whole_run else []
+    rows = window
+    if tele:
+        keep_t = steady_steps(tele, th.steady, warmup_steps)
+        keep_w = steady_steps(window, th.steady, warmup_steps)
+        if len({st for _, st in keep_t}) > len({st for _, st in keep_w}):
+            rows = tele
+    keep = steady_steps(rows, th.steady, warmup_steps)
     per_step: dict[int, int] = {}
-    for step, dur in rows:
-        if step >= warmup_steps and dur > 0:
-            per_step[step] = max(per_step.get(step, 0), dur)
+    for s in rows:
+        if (s.rank, s.step) in keep and s.duration_ns > 0:
+            per_step[s.step] = max(per_step.get(s.step, 0), s.duration_ns)
     return [per_step[k] for k in sorted(per_step)]
 
 
@@ -262,17 +242,35 @@ def fingerprint(d: Diagnosis) -> dict[str, Any]:
     return {
         "world_size": d.run.world_size or d.run.ranks,
         "devices": devices,
-        "mode": d.run.mode,
+        "mode": str(d.run.mode),
     }
+
+
+_FP_LABELS = {"world_size": "world size", "devices": "GPUs", "mode": "mode"}
+
+
+def _fp_value(key: str, v: Any) -> str:
+    if key == "devices":
+        return ", ".join(v) if v else "no GPUs"
+    return str(v)
+
+
+def describe_fingerprint_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """``world size 8 vs 4, GPUs H100 vs A100``: the keys that differ, in the user's words."""
+    return ", ".join(
+        f"{_FP_LABELS.get(k, k)} {_fp_value(k, a.get(k))} vs {_fp_value(k, b.get(k))}"
+        for k in a
+        if a.get(k) != b.get(k)
+    )
 
 
 # ---- the gate ----
 
 
-def _limit_checks(d: Diagnosis, cfg: GateConfig) -> list[Check]:
+def _limit_checks(d: Diagnosis, cfg: GateConfig, th: Thresholds) -> list[Check]:
     out: list[Check] = []
     specs: list[tuple[str, str, float | None]] = [
-        ("idle_ratio", "idle ratio", cfg.max_idle_ratio),
+        ("idle_ratio", "idle ratio", cfg.idle_limit(th)),
         ("comm_wait_share", "comm-wait share", cfg.max_comm_wait_ratio),
         ("data_wait_share", "data-wait share", cfg.max_data_wait_ratio),
     ]
@@ -299,10 +297,11 @@ def _limit_checks(d: Diagnosis, cfg: GateConfig) -> list[Check]:
 def _straggler_checks(d: Diagnosis, cfg: GateConfig, base: Diagnosis | None) -> list[Check]:
     if cfg.stragglers == "off":
         return []
-    found = [f for f in d.findings if f.kind == "straggler"]
+    found = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
     if not found:
         return [Check("straggler", None, PASS, None, None, "no straggler findings")]
-    before = {r for f in (base.findings if base else []) if f.kind == "straggler" for r in f.ranks}
+    before = {r for f in (base.findings if base else [])
+              if f.kind == FindingKind.STRAGGLER for r in f.ranks}  # fmt: skip
     out: list[Check] = []
     status = FAIL if cfg.stragglers == "fail" else WARN
     for f in found:
@@ -312,16 +311,15 @@ def _straggler_checks(d: Diagnosis, cfg: GateConfig, base: Diagnosis | None) -> 
     return out
 
 
-def _regression_check(d: Diagnosis, base: Diagnosis, cfg: GateConfig) -> Check:
-    cand = step_samples(d, cfg.warmup_steps)
-    ref = step_samples(base, cfg.warmup_steps)
+def _regression_check(d: Diagnosis, base: Diagnosis, cfg: GateConfig, th: Thresholds) -> Check:
+    cand = step_samples(d, cfg.warmup_steps, th)
+    ref = step_samples(base, cfg.warmup_steps, th)
     limit = cfg.max_regression_ratio
     counts = [len(cand), len(ref)]
     if min(counts) < cfg.min_samples:
         return Check("step_time_regression", None, INCONCLUSIVE, None, limit,
-                     f"too few steps to compare: {len(cand)} (subject) and {len(ref)} "
-                     f"(baseline) after skipping {cfg.warmup_steps} warm-up steps; "
-                     f"need {cfg.min_samples} each", samples=counts)  # fmt: skip
+                     f"too few steady steps to compare: {len(cand)} (subject) and {len(ref)} "
+                     f"(baseline); need {cfg.min_samples} each", samples=counts)  # fmt: skip
     m_c, m_r = float(np.median(cand)), float(np.median(ref))
     effect = m_c / m_r - 1.0 if m_r > 0 else 0.0
     _, p = mann_whitney_u(cand, ref, alternative="greater")
@@ -347,32 +345,33 @@ def evaluate(
     baseline: Diagnosis | None = None,
     subject: str = "",
     baseline_name: str | None = None,
+    th: Thresholds | None = None,
 ) -> GateResult:
-    """Run every configured check on ``d`` (and against ``baseline``) and decide."""
+    """Run every configured check on ``d`` (and against ``baseline``) and decide.
+
+    ``th``: the analysis thresholds in force (the idle limit and the steady-step rule).
+    """
+    th = th or Thresholds()
     fp = fingerprint(d)
     base_fp = fingerprint(baseline) if baseline is not None else None
-    checks = _limit_checks(d, cfg) + _straggler_checks(d, cfg, baseline)
+    checks = _limit_checks(d, cfg, th) + _straggler_checks(d, cfg, baseline)
     mismatch = False
     if baseline is not None:
         if fp != base_fp:
             mismatch = True
-            diffs = ", ".join(
-                f"{k} {fp[k]!r} vs {base_fp[k]!r}"  # type: ignore[index]
-                for k in fp
-                if fp[k] != base_fp[k]  # type: ignore[index]
-            )
+            diffs = describe_fingerprint_difference(fp, base_fp or {})
             checks.insert(0, Check("fingerprint", None, INCONCLUSIVE, None, None,
                                    f"baseline is from a different setup ({diffs}): "
                                    "not compared"))  # fmt: skip
         else:
-            checks.append(_regression_check(d, baseline, cfg))
+            checks.append(_regression_check(d, baseline, cfg, th))
     statuses = {c.status for c in checks}
     if mismatch:
-        status = "inconclusive"
+        status = GateStatus.INCONCLUSIVE
     elif FAIL in statuses:
-        status = "failed"
+        status = GateStatus.FAILED
     elif INCONCLUSIVE in statuses and not cfg.inconclusive_ok:
-        status = "inconclusive"
+        status = GateStatus.INCONCLUSIVE
     else:
-        status = "passed"
+        status = GateStatus.PASSED
     return GateResult(status, checks, subject, baseline_name, fp, base_fp, cfg.inconclusive_ok)

@@ -15,19 +15,30 @@ Metrics are time-weighted over a rank's analysed steps (sum of part ÷ sum of st
   copies alone.
 
 A rank is flagged when its time-weighted value crosses the threshold *and* its per-step
-value does in at least half of its steps, so that one stalled step (reported by the
-straggler analysis as an intermittent stall) does not label the whole rank. One finding
-per kind covers every rank flagged; ``metrics.per_rank`` holds each rank's value and
-``steps`` the steps in which it was crossed.
+value does in at least ``most_steps_ratio`` (half) of its steps, so that one stalled step
+(reported by the straggler analysis as an intermittent stall) does not label the whole
+rank. One finding per kind covers every rank flagged; ``metrics.per_rank`` holds each
+rank's value and ``steps`` the steps in which it was crossed. Data- and comm-bound
+findings are errors from ``severe_share_ratio`` (30%) up. The four rules are one table
+(:data:`RULES`) of (kind, value per rank, value per step, threshold, message).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from gpudiag.analysis.model import Finding, RankSummary, StepBreakdown, by_rank
+from gpudiag.analysis.model import (
+    Finding,
+    FindingKind,
+    Mode,
+    RankSummary,
+    Severity,
+    StepBreakdown,
+    by_rank,
+)
 from gpudiag.config import Thresholds
 
 _DL = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#(\w+)\.__next__$")
@@ -63,15 +74,20 @@ def _ranks_text(values: dict[int, float]) -> str:
 
 
 def _steps_over(
-    steps: Sequence[StepBreakdown], ranks: set[int], value: Any, limit: float
-) -> list[int]:
+    steps: Sequence[StepBreakdown], ranks: set[int], value: Callable[[StepBreakdown], float],
+    limit: float,
+) -> list[int]:  # fmt: skip
     return sorted({s.step for s in steps if s.rank in ranks and s.duration_ns and value(s) > limit})
 
 
 def _mostly(
-    candidates: dict[int, float], steps: Sequence[StepBreakdown], value: Any, limit: float
+    candidates: dict[int, float],
+    steps: Sequence[StepBreakdown],
+    value: Callable[[StepBreakdown], float],
+    limit: float,
+    ratio: float,
 ) -> dict[int, float]:
-    """Keep ranks whose per-step value crosses ``limit`` in at least half of their steps.
+    """Keep ranks whose per-step value crosses ``limit`` in at least ``ratio`` of their steps.
 
     A rank is "data-bound" when most of its steps are; one stalled step is an intermittent
     event (the straggler analysis reports those), not the rank's regime.
@@ -81,89 +97,102 @@ def _mostly(
     for rank, v in candidates.items():
         mine = grouped.get(rank, [])
         over = sum(1 for s in mine if value(s) >= limit)
-        if not mine or 2 * over >= len(mine):
+        if not mine or over >= ratio * len(mine):
             out[rank] = v
     return out
+
+
+@dataclass(frozen=True)
+class ShareRule:
+    """One idle-family finding: which value, which threshold, what it says."""
+
+    kind: FindingKind
+    value: Callable[[RankSummary], float]
+    per_step: Callable[[StepBreakdown], float]
+    limit: Callable[[Thresholds], float]
+    strict: bool  # flagged above the limit (idle), else at or above it
+    can_be_severe: bool  # an error from severe_share_ratio up, else a warning
+    text: Callable[[Sequence[RankSummary], set[int]], str]  # after "ranks …: X% of step time"
+    evidence: Callable[[Sequence[RankSummary], set[int]], dict[str, Any]]
+
+
+def _frac(part: str) -> Callable[[StepBreakdown], float]:
+    return lambda s: getattr(s, part) / s.duration_ns
+
+
+def _idle_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
+    what = "GPU" if all(r.mode == Mode.GPU for r in ranks if r.rank in flagged) else "compute"
+    return f"without {what} work"
+
+
+def _data_names(ranks: Sequence[RankSummary], flagged: set[int]) -> list[str]:
+    return sorted({str(r.evidence["data_range"]) for r in ranks
+                   if r.rank in flagged and r.evidence.get("data_range")})  # fmt: skip
+
+
+def _data_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
+    names = _data_names(ranks, flagged)
+    return "waiting for data in " + (
+        pretty_range(names[0]) if len(names) == 1 else "the data loader"
+    )
+
+
+def _comm_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
+    names = [str(r.evidence["comm_top"]) for r in ranks
+             if r.rank in flagged and r.evidence.get("comm_top")]  # fmt: skip
+    mostly = f" (mostly {pretty_range(names[0])})" if names else ""
+    return f"waiting for communication not hidden behind compute{mostly}"
+
+
+def _host_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
+    gpu = all(r.mode == Mode.GPU for r in ranks if r.rank in flagged)
+    why = ("host overhead, kernel-launch gaps, synchronisation or copies with the GPU "
+           "otherwise idle") if gpu else "Python/host overhead outside operators"  # fmt: skip
+    return f"in neither compute, communication nor data: {why}"
+
+
+def _nothing(_r: Sequence[RankSummary], _f: set[int]) -> dict[str, Any]:
+    return {}
+
+
+RULES: tuple[ShareRule, ...] = (
+    ShareRule(FindingKind.IDLE_RATIO, lambda r: r.idle_ratio, lambda s: s.idle_ratio,
+              lambda th: th.idle_ratio_max, True, False, _idle_text, _nothing),
+    ShareRule(FindingKind.DATA_BOUND, lambda r: r.shares.data_wait, _frac("data_wait_ns"),
+              lambda th: th.data_bound_ratio, False, True, _data_text,
+              lambda rs, f: {"data_range": next(iter(_data_names(rs, f)), None)}),
+    ShareRule(FindingKind.COMM_BOUND, lambda r: r.shares.comm_wait, _frac("comm_wait_ns"),
+              lambda th: th.comm_bound_ratio, False, True, _comm_text,
+              lambda rs, f: {"comm_hidden_ratio": {str(r.rank): r.comm_hidden_ratio
+                                                   for r in rs if r.rank in f}}),
+    ShareRule(FindingKind.HOST_BOUND, lambda r: r.shares.other, _frac("other_ns"),
+              lambda th: th.host_bound_ratio, False, False, _host_text, _nothing),
+)  # fmt: skip
 
 
 def idle_findings(
     ranks: Sequence[RankSummary], steps: Sequence[StepBreakdown], th: Thresholds
 ) -> list[Finding]:
-    """The idle, data, communication and host findings of a run."""
+    """The idle, data, communication and host findings of a run (one per rule at most)."""
     out: list[Finding] = []
-
-    idle = {r.rank: r.idle_ratio for r in ranks if r.idle_ratio > th.idle_ratio_max}
-    idle = _mostly(idle, steps, lambda s: s.idle_ratio, th.idle_ratio_max)
-    if idle:
-        what = "GPU" if all(r.mode == "gpu" for r in ranks if r.rank in idle) else "compute"
+    for rule in RULES:
+        limit = rule.limit(th)
+        flagged = {r.rank: v for r in ranks
+                   if (v := rule.value(r)) > limit or (not rule.strict and v == limit)}  # fmt: skip
+        flagged = _mostly(flagged, steps, rule.per_step, limit, th.most_steps_ratio)
+        if not flagged:
+            continue
+        severe = rule.can_be_severe and max(flagged.values()) >= th.severe_share_ratio
+        text = rule.text(ranks, set(flagged))
+        suffix = (f" (idle ratio above the {limit:.0%} threshold)"
+                  if rule.kind == FindingKind.IDLE_RATIO else "")  # fmt: skip
         out.append(Finding(
-            kind="idle_ratio",
-            severity="warning",
-            message=(f"{_ranks_text(idle)} of step time without {what} work "
-                     f"(idle ratio above the {th.idle_ratio_max:.0%} threshold)"),
-            ranks=sorted(idle),
-            steps=_steps_over(steps, set(idle), lambda s: s.idle_ratio, th.idle_ratio_max),
-            metrics={"per_rank": _per_rank(idle), "threshold": th.idle_ratio_max},
-        ))  # fmt: skip
-
-    data = {r.rank: r.shares.data_wait for r in ranks if r.shares.data_wait >= th.data_bound_ratio}
-    data = _mostly(data, steps, lambda s: s.data_wait_ns / s.duration_ns, th.data_bound_ratio)
-    if data:
-        data_names = sorted(
-            {
-                str(r.evidence["data_range"])
-                for r in ranks
-                if r.rank in data and r.evidence.get("data_range")
-            }
-        )
-        where = pretty_range(data_names[0]) if len(data_names) == 1 else "the data loader"
-        out.append(Finding(
-            kind="data_bound",
-            severity="error" if max(data.values()) >= 0.3 else "warning",
-            message=f"{_ranks_text(data)} of step time waiting for data in {where}",
-            ranks=sorted(data),
-            steps=_steps_over(steps, set(data), lambda s: s.data_wait_ns / s.duration_ns,
-                              th.data_bound_ratio),
-            metrics={"per_rank": _per_rank(data), "threshold": th.data_bound_ratio,
-                     "data_range": data_names[0] if data_names else None},
-        ))  # fmt: skip
-
-    comm = {r.rank: r.shares.comm_wait for r in ranks if r.shares.comm_wait >= th.comm_bound_ratio}
-    comm = _mostly(comm, steps, lambda s: s.comm_wait_ns / s.duration_ns, th.comm_bound_ratio)
-    if comm:
-        comm_names = [
-            str(r.evidence["comm_top"])
-            for r in ranks
-            if r.rank in comm and r.evidence.get("comm_top")
-        ]
-        mostly = f" (mostly {pretty_range(comm_names[0])})" if comm_names else ""
-        hidden = {r.rank: r.comm_hidden_ratio for r in ranks if r.rank in comm}
-        out.append(Finding(
-            kind="comm_bound",
-            severity="error" if max(comm.values()) >= 0.3 else "warning",
-            message=(f"{_ranks_text(comm)} of step time waiting for communication "
-                     f"not hidden behind compute{mostly}"),
-            ranks=sorted(comm),
-            steps=_steps_over(steps, set(comm), lambda s: s.comm_wait_ns / s.duration_ns,
-                              th.comm_bound_ratio),
-            metrics={"per_rank": _per_rank(comm), "threshold": th.comm_bound_ratio,
-                     "comm_hidden_ratio": {str(r): v for r, v in hidden.items()}},
-        ))  # fmt: skip
-
-    host = {r.rank: r.shares.other for r in ranks if r.shares.other >= th.host_bound_ratio}
-    host = _mostly(host, steps, lambda s: s.other_ns / s.duration_ns, th.host_bound_ratio)
-    if host:
-        gpu = all(r.mode == "gpu" for r in ranks if r.rank in host)
-        why = ("host overhead, kernel-launch gaps, synchronisation or copies with the GPU "
-               "otherwise idle") if gpu else "Python/host overhead outside operators"  # fmt: skip
-        out.append(Finding(
-            kind="host_bound",
-            severity="warning",
-            message=(f"{_ranks_text(host)} of step time in neither compute, communication "
-                     f"nor data: {why}"),
-            ranks=sorted(host),
-            steps=_steps_over(steps, set(host), lambda s: s.other_ns / s.duration_ns,
-                              th.host_bound_ratio),
-            metrics={"per_rank": _per_rank(host), "threshold": th.host_bound_ratio},
+            kind=rule.kind,
+            severity=Severity.ERROR if severe else Severity.WARNING,
+            message=f"{_ranks_text(flagged)} of step time {text}{suffix}",
+            ranks=sorted(flagged),
+            steps=_steps_over(steps, set(flagged), rule.per_step, limit),
+            metrics={"per_rank": _per_rank(flagged), "threshold": limit,
+                     **rule.evidence(ranks, set(flagged))},
         ))  # fmt: skip
     return out

@@ -3,17 +3,72 @@
 This is the contract between analysis and every renderer, and (as JSON) with users'
 scripts and CI systems. docs/json-schema.md documents it and
 ``gpudiag/schema/diagnosis.schema.json`` checks it; bump :data:`SCHEMA_VERSION` on any
-incompatible change.
+incompatible change. Kinds, severities, causes and modes are string enums: they compare
+equal to, and serialise as, the plain strings of the JSON.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 SCHEMA_VERSION = 1
 SHARE_KEYS = ("compute", "comm_wait", "data_wait", "other")
+
+
+class StrEnum(str, enum.Enum):
+    """A string enum (``enum.StrEnum`` is Python ≥ 3.11): compares and prints as its value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class FindingKind(StrEnum):
+    """What a finding is about (docs/definitions.md, "Findings")."""
+
+    IDLE_RATIO = "idle_ratio"
+    DATA_BOUND = "data_bound"
+    COMM_BOUND = "comm_bound"
+    HOST_BOUND = "host_bound"
+    STRAGGLER = "straggler"
+    LOW_BANDWIDTH = "low_bandwidth"
+    PIPELINE_BUBBLE = "pipeline_bubble"
+    SOURCE_MISSING = "source_missing"
+    TRUNCATED_STEP = "truncated_step"
+    JOB_FAILED = "job_failed"
+
+
+class Severity(StrEnum):
+    """How much a finding matters; findings are sorted most severe first."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+    @property
+    def order(self) -> int:
+        """0 for errors, 1 for warnings, 2 for information."""
+        return (Severity.ERROR, Severity.WARNING, Severity.INFO).index(self)
+
+
+class Cause(StrEnum):
+    """Why a straggler is slow."""
+
+    DATA = "data"
+    COMPUTE = "compute"
+    HOST = "host"
+    HARDWARE = "hardware"
+    UNKNOWN = "unknown"
+
+
+class Mode(StrEnum):
+    """What a rank's classification was made from."""
+
+    GPU = "gpu"  # GPU kernels
+    CPU = "cpu"  # host threads (no GPU events)
+    MIXED = "mixed"  # the run only: ranks of both modes
 
 
 @dataclass(frozen=True)
@@ -71,8 +126,8 @@ class RankSummary:
     comm_overlapped_ratio: float
     comm_hidden_ratio: float | None
     idle_ratio: float
-    mode: str  # "gpu": classified from GPU kernels; "cpu": from host threads (no GPU events)
-    step_source: str  # "ProfilerStep", "optimizer", "whole", "telemetry"
+    mode: Mode
+    step_source: str  # "ProfilerStep", "optimizer", "whole"
     source: str
     devices: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -91,22 +146,22 @@ class RunSummary:
     shares: Shares
     comm_overlapped_ratio: float
     idle_ratio: float
-    mode: str
+    mode: Mode
 
 
 @dataclass(frozen=True)
 class Finding:
     """Something worth a user's attention, with the numbers that triggered it."""
 
-    kind: str  # idle_ratio, data_bound, comm_bound, host_bound, source_missing, truncated_step, ...
-    severity: str  # "error", "warning", "info"
+    kind: FindingKind
+    severity: Severity
     message: str
     ranks: list[int] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     # stragglers only: why the rank is slow, whether it is slow in most steps, and the
     # total time the other ranks spent waiting for it
-    cause: str | None = None  # "data" | "compute" | "host" | "hardware" | "unknown"
+    cause: Cause | None = None
     persistent: bool | None = None
     wait_caused_ns: int | None = None
 
@@ -118,10 +173,101 @@ class Recommendation:
     id: str
     title: str
     detail: str
-    finding: str
+    finding: FindingKind
     evidence: dict[str, Any] = field(default_factory=dict)
     estimated_gain_ns: int | None = None
     estimated_gain_ratio: float | None = None
+
+
+@dataclass(frozen=True)
+class SpreadEntry:
+    """Megatron-style min and max of one metric across ranks, with the rank holding each."""
+
+    min: float
+    min_rank: int
+    max: float
+    max_rank: int
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    """First-order step times under three changes (analysis/advice.py states the model)."""
+
+    step_time_ns: int
+    if_comm_overlapped_ns: int
+    if_no_data_wait_ns: int
+    if_straggler_at_median_speed_ns: int | None = None
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    """Matched collectives of one type and message-size bucket."""
+
+    type: str
+    size_bucket: str
+    count: int
+    bytes_median: int | None
+    transfer_ns_median: int
+    algbw_gbps: float | None = None
+    busbw_gbps: float | None = None
+    peak_gbps: float | None = None
+    efficiency: float | None = None
+
+
+@dataclass(frozen=True)
+class RankSync:
+    """One rank's time in matched collectives: waiting for the last rank, and transferring."""
+
+    sync_wait_ns: int
+    transfer_ns: int
+
+
+@dataclass(frozen=True)
+class PipelineSummary:
+    """Pipeline stages found from point-to-point traffic and their bubble."""
+
+    stages: int
+    stage_ranks: list[int]
+    micro_batches: int
+    bubble_ratio: float
+    ideal_bubble_ratio: float
+    bubble_ratio_at_target: float
+    target_micro_batches: int
+    stage_compute_ratio: dict[str, float]
+
+
+@dataclass(frozen=True)
+class CollectivesSummary:
+    """Collectives matched across ranks: transfer vs synchronisation, bandwidth per bucket."""
+
+    method: str  # "comms_id", "order", "none"
+    matched: int
+    bandwidth_is_lower_bound: bool
+    by_type: list[CollectiveRow]
+    per_rank: dict[str, RankSync] = field(default_factory=dict)
+    pipeline: PipelineSummary | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON section; ``pipeline`` only when stages were found."""
+        d = asdict(self)
+        if self.pipeline is None:
+            del d["pipeline"]
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> CollectivesSummary | None:
+        """The section of a saved Diagnosis; None for ``{}``."""
+        if not d:
+            return None
+        pipe = d.get("pipeline")
+        return cls(
+            method=str(d["method"]),
+            matched=int(d["matched"]),
+            bandwidth_is_lower_bound=bool(d["bandwidth_is_lower_bound"]),
+            by_type=[CollectiveRow(**r) for r in d.get("by_type", [])],
+            per_rank={str(k): RankSync(**v) for k, v in d.get("per_rank", {}).items()},
+            pipeline=PipelineSummary(**pipe) if pipe else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -197,9 +343,9 @@ class Diagnosis:
     gpudiag_version: str = ""
     schema_version: int = SCHEMA_VERSION
     whole_run: WholeRun | None = None
-    spread: dict[str, Any] = field(default_factory=dict)
-    what_if: dict[str, Any] = field(default_factory=dict)
-    collectives: dict[str, Any] = field(default_factory=dict)
+    spread: dict[str, SpreadEntry] = field(default_factory=dict)
+    what_if: WhatIf | None = None
+    collectives: CollectivesSummary | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -207,6 +353,8 @@ class Diagnosis:
         d["run"]["shares"] = self.run.shares.as_dict()
         for r, rs in zip(d["ranks"], self.ranks, strict=True):
             r["shares"] = rs.shares.as_dict()
+        d["what_if"] = d["what_if"] or {}
+        d["collectives"] = self.collectives.to_json() if self.collectives else {}
         order = ["schema_version", "gpudiag_version", "inputs", "run", "ranks", "steps",
                  "findings", "recommendations", "spread", "what_if", "collectives",
                  "whole_run", "thresholds", "notes"]  # fmt: skip
@@ -222,26 +370,31 @@ class Diagnosis:
             )
         run = dict(d["run"])
         run["shares"] = Shares(**run["shares"])
+        run["mode"] = Mode(run["mode"])
         ranks = []
         for r in d["ranks"]:
             r = dict(r)
             r["shares"] = Shares(**r["shares"])
+            r["mode"] = Mode(r["mode"])
             ranks.append(RankSummary(**r))
         return cls(
             run=RunSummary(**run),
             ranks=ranks,
             steps=[StepBreakdown(**s) for s in d["steps"]],
-            findings=[Finding(**f) for f in d["findings"]],
-            recommendations=[Recommendation(**r) for r in d.get("recommendations", [])],
+            findings=[_finding_from_json(f) for f in d["findings"]],
+            recommendations=[
+                Recommendation(**{**r, "finding": FindingKind(r["finding"])})
+                for r in d.get("recommendations", [])
+            ],
             inputs=list(d.get("inputs", [])),
             thresholds=dict(d.get("thresholds", {})),
             notes=list(d.get("notes", [])),
             gpudiag_version=str(d.get("gpudiag_version", "")),
             schema_version=int(d["schema_version"]),
             whole_run=_whole_run_from_json(d.get("whole_run")),
-            spread=dict(d.get("spread", {})),
-            what_if=dict(d.get("what_if", {})),
-            collectives=dict(d.get("collectives", {})),
+            spread={k: SpreadEntry(**v) for k, v in d.get("spread", {}).items()},
+            what_if=WhatIf(**d["what_if"]) if d.get("what_if") else None,
+            collectives=CollectivesSummary.from_json(d.get("collectives") or {}),
         )
 
     def steps_frame(self) -> Any:
@@ -255,6 +408,15 @@ class Diagnosis:
         dur = df["duration_ns"].where(df["duration_ns"] > 0)
         df["idle_ratio"] = 1.0 - df["compute_ns"] / dur
         return df
+
+
+def _finding_from_json(f: dict[str, Any]) -> Finding:
+    f = dict(f)
+    f["kind"] = FindingKind(f["kind"])
+    f["severity"] = Severity(f["severity"])
+    if f.get("cause") is not None:
+        f["cause"] = Cause(f["cause"])
+    return Finding(**f)
 
 
 def _whole_run_from_json(d: dict[str, Any] | None) -> WholeRun | None:

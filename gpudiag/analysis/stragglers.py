@@ -13,26 +13,30 @@ and, per step, the excess of a rank over the median of the *other* ranks
 (``excess[r, s] = busy[r, s] − median_{r' ≠ r} busy[r', s]``, a leave-one-out reference
 that also works with two ranks).
 
-* (r, s) is **slow** when ``excess ≥ straggler_excess_ratio`` (0.10) × the run's median
-  step time, and the rank waited less than the others in that step (the confirmation of
-  reference §1: a straggler has the smallest wait).
-* A rank is a **persistent** straggler when it is slow in at least
-  ``straggler_persistent_ratio`` (50%) of the steps compared, with at least 2 steps; its
-  relative score ``min_r' median_s busy / median_s busy[r]`` is reported (NVRx style;
-  below 0.75 is a strong straggler).
-* Otherwise slow steps whose excess is at least ``straggler_spike_ratio`` (0.25) of the
-  median step time, and above the run's own jitter (3.5 robust standard deviations of all
-  excesses), are **intermittent** stalls: a GC, a checkpoint, a data hiccup. They must
-  happen at least three times (two hiccups in a run are noise on a shared host), unless
-  one lasts a whole step. When they recur at a fixed period
+The rule constants are ``Thresholds.stragglers`` (``[tool.gpudiag.stragglers]``):
+
+* (r, s) is **slow** when ``excess ≥ excess_ratio`` (0.10) × the run's median step time,
+  and the rank waited less than the others in that step (the confirmation of reference
+  §1: a straggler has the smallest wait).
+* A rank is a **persistent** straggler when it is slow in at least ``persistent_ratio``
+  (50%) of the steps compared, with at least 2 steps; its relative score
+  ``min_r' median_s busy / median_s busy[r]`` is reported (NVRx style; below 0.75 is a
+  strong straggler).
+* Otherwise slow steps whose excess is at least ``spike_ratio`` (0.25) of the median step
+  time, and above the run's own jitter (``jitter_sigmas``, 3.5, robust standard deviations
+  of all excesses), are **intermittent** stalls: a GC, a checkpoint, a data hiccup. They
+  must happen at least ``min_spikes`` (3) times (two hiccups in a run are noise on a
+  shared host), unless one lasts a whole step. When they recur at a fixed period
   (every N-th step) the message says so, and the profiled window's steps of that period
   are checked in the trace (the telemetry leaves the profiled steps out, since profiling
   perturbs them).
 * The **cause** comes from the straggler's own parts in its slow steps against the others'
   median (the median over those steps, so one host-disturbed step does not decide): the
   largest excess among data-wait (→ ``data``), compute (→ ``compute``, or ``hardware``
-  when NVML shows that rank's GPU slowed down by the driver or clocked ≥ 10% below the
-  others), and the rest (→ ``host``: Python, launch overhead, sleeps).
+  when NVML shows that rank's GPU slowed down by the driver in ≥ ``slowdown_ratio`` of the
+  samples or clocked ≥ ``clock_deficit_ratio`` below the others), and the rest (→
+  ``host``: Python, launch overhead, sleeps). A second part at least ``also_ratio`` of the
+  cause's excess and ``also_step_ratio`` of a step is named too.
 * The **cost**: ``wait_caused_ns`` = the other ranks' waiting attributed to it over its
   slow steps: their synchronisation wait in matched collectives (transfer/sync split of
   :mod:`gpudiag.analysis.collectives`) when the profiled window is the source, else
@@ -43,8 +47,9 @@ Nothing is named with one rank, or when every rank is within the thresholds; the
 telemetry (every step) is preferred to the few profiled steps when both exist, but its busy
 time leaves out all of backward (DDP's all-reduce wait cannot be told from backward
 compute there), so persistent stragglers of the profiled steps that it misses are added
-when the telemetry shows the same rank ahead in ≥ 80% of its steps by a median ≥ 3% of a
-step.
+when the telemetry shows the same rank ahead in ≥ ``lean_steps_ratio`` (80%) of its
+steps by a median ≥ ``lean_excess_ratio`` (3%) of a step. Only steady steps count
+(:mod:`gpudiag.analysis.steady`).
 """
 
 from __future__ import annotations
@@ -56,19 +61,21 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpudiag.analysis.model import Finding, GpuStats, StepBreakdown, WholeRun, by_rank
-from gpudiag.analysis.wholerun import disturbed_steps
+from gpudiag.analysis.model import (
+    Cause,
+    Finding,
+    FindingKind,
+    GpuStats,
+    Severity,
+    StepBreakdown,
+    WholeRun,
+    by_rank,
+)
+from gpudiag.analysis.steady import steady_steps
+from gpudiag.config import SteadyRules, StragglerRules
 
 F64 = npt.NDArray[np.float64]
-
-EXCESS_RATIO = 0.10
-PERSISTENT_RATIO = 0.5
-ALSO_RATIO = 0.5  # a second part this large is named too
-LEAN_STEPS_RATIO = 0.8  # a trace-window straggler needs the telemetry to lean its way in
-LEAN_EXCESS_RATIO = 0.03  # this share of steps, by this median share of a step
-SPIKE_RATIO = 0.25
-MIN_SPIKES = 3
-CLOCK_DEFICIT = 0.10
+MAD_TO_SIGMA = 1.4826  # median absolute deviation → standard deviation of a normal sample
 
 
 @dataclass
@@ -112,18 +119,19 @@ def trace_matrix(steps: Sequence[StepBreakdown]) -> StepMatrix | None:
     return _matrix(ranks, common, rows, "trace")
 
 
-def telemetry_matrix(whole: WholeRun | None) -> StepMatrix | None:
-    """Every step of the run from telemetry, when backward (or comm wait) was measured."""
+def telemetry_matrix(whole: WholeRun | None, steady: SteadyRules) -> StepMatrix | None:
+    """The run's steady steps that every rank has, from telemetry.
+
+    None unless backward (or comm wait) was measured.
+    """
     if whole is None:
         return None
     ranks = sorted({s.rank for s in whole.steps})
     if len(ranks) < 2:
         return None
-    grouped = by_rank(whole.steps)
-    per_rank = [{s.step for s in grouped[r]} for r in ranks]
-    common = sorted(set.intersection(*per_rank) - disturbed_steps(whole.steps))
-    if len(common) > 2:
-        common = common[1:]  # the first step is warm-up (see wholerun.py)
+    keep = steady_steps(whole.steps, steady)
+    per_rank = [{st for r2, st in keep if r2 == r} for r in ranks]
+    common = sorted(set.intersection(*per_rank))
     rows: dict[tuple[int, int], tuple[float, ...]] = {}
     for s in whole.steps:
         if s.step not in common:
@@ -148,24 +156,45 @@ def excess(busy: F64) -> F64:
     return out
 
 
+@dataclass
+class _Context:
+    """What every straggler decision of one run reads."""
+
+    trace: StepMatrix | None
+    gpus: Sequence[GpuStats]
+    rules: StragglerRules
+    sync: Mapping[tuple[int, int], int]
+    sync_totals: dict[int, int]  # every rank's sync wait per step, summed once
+
+
 def find_stragglers(
     trace_steps: Sequence[StepBreakdown],
-    whole: WholeRun | None,
-    gpus: Sequence[GpuStats] = (),
-    excess_ratio: float = EXCESS_RATIO,
-    persistent_ratio: float = PERSISTENT_RATIO,
-    spike_ratio: float = SPIKE_RATIO,
+    whole: WholeRun | None = None,
+    rules: StragglerRules | None = None,
+    steady: SteadyRules | None = None,
     sync_by_step: Mapping[tuple[int, int], int] | None = None,
+    gpus: Sequence[GpuStats] | None = None,
 ) -> list[Finding]:
-    """Straggler findings of a run (telemetry preferred; the trace window gives causes)."""
-    tele = telemetry_matrix(whole)
+    """Straggler findings of a run (telemetry preferred; the trace window gives causes).
+
+    ``gpus`` default to the whole run's NVML summaries.
+    """
+    rules = rules or StragglerRules()
+    tele = telemetry_matrix(whole, steady or SteadyRules())
     trace = trace_matrix(trace_steps)
     m = tele or trace
     if m is None:
         return []
     sync = sync_by_step or {}
-    args = (gpus, excess_ratio, persistent_ratio, spike_ratio, sync)
-    findings = _detect(m, trace, *args)
+    members = set(trace.ranks) if trace else set()
+    totals: dict[int, int] = {}
+    for (r, st), v in sync.items():
+        if r in members:
+            totals[st] = totals.get(st, 0) + v
+    if gpus is None:
+        gpus = whole.gpus if whole else ()
+    ctx = _Context(trace, gpus, rules, sync, totals)
+    findings = _detect(m, ctx)
     if m is tele and trace is not None:
         # The telemetry counts all of backward as waiting (DDP's all-reduce wait hides in
         # it), so a rank that computes longer in backward shows there only by its slower
@@ -173,8 +202,8 @@ def find_stragglers(
         # missed are added when the telemetry leans the same way in nearly every step (the
         # profiler perturbs its few steps, unevenly across ranks on a busy host).
         named = {f.ranks[0] for f in findings}
-        for f in _detect(trace, trace, *args, persistent_only=True):
-            if f.ranks[0] not in named and _leans_slow(tele, f.ranks[0]):
+        for f in _detect(trace, ctx, persistent_only=True):
+            if f.ranks[0] not in named and _leans_slow(tele, f.ranks[0], rules):
                 findings.append(dataclasses.replace(
                     f, message=f"{f.message} (seen in the profiled steps: the step telemetry "
                     "cannot split compute from waiting inside backward)",
@@ -182,59 +211,46 @@ def find_stragglers(
     return findings
 
 
-def _leans_slow(m: StepMatrix, rank: int) -> bool:
+def _leans_slow(m: StepMatrix, rank: int, rules: StragglerRules) -> bool:
     """The rank's telemetry busy time exceeds the others' in nearly every step."""
     if rank not in m.ranks:
         return False
     ex = excess(m.busy)[m.ranks.index(rank)]
     typical = float(np.median(m.duration))
     return bool(
-        np.mean(ex > 0) >= LEAN_STEPS_RATIO and np.median(ex) >= LEAN_EXCESS_RATIO * typical
+        np.mean(ex > 0) >= rules.lean_steps_ratio
+        and np.median(ex) >= rules.lean_excess_ratio * typical
     )
 
 
-def _detect(
-    m: StepMatrix,
-    trace: StepMatrix | None,
-    gpus: Sequence[GpuStats],
-    excess_ratio: float,
-    persistent_ratio: float,
-    spike_ratio: float,
-    sync: Mapping[tuple[int, int], int],
-    persistent_only: bool = False,
-) -> list[Finding]:
+def _detect(m: StepMatrix, ctx: _Context, persistent_only: bool = False) -> list[Finding]:
+    rules = ctx.rules
     ex = excess(m.busy)
     # thresholds scale with the run's typical step, not with the (possibly stalled) step itself
     med_dur = np.full(len(m.steps), float(np.median(m.duration)))
     others_wait = np.array(
         [np.median(np.delete(m.wait, i, axis=0), axis=0) for i in range(len(m.ranks))]
     )
-    slow = (ex >= excess_ratio * med_dur) & (m.wait <= others_wait)
+    slow = (ex >= rules.excess_ratio * med_dur) & (m.wait <= others_wait)
     findings: list[Finding] = []
-    members = set(m.ranks)
-    sync_totals: dict[int, int] = {}  # every rank's sync wait per step, summed once
-    for (r, st), v in sync.items():
-        if r in members:
-            sync_totals[st] = sync_totals.get(st, 0) + v
     for i in range(len(m.ranks)):
         flagged = np.flatnonzero(slow[i])
         if flagged.size == 0:
             continue
-        persistent = flagged.size >= 2 and flagged.size >= persistent_ratio * len(m.steps)
+        persistent = flagged.size >= 2 and flagged.size >= rules.persistent_ratio * len(m.steps)
         if persistent_only and not persistent:
             continue
         if not persistent:
             # A spike must stand out from the step and from the run's own jitter, and
             # recur, unless it is as long as a whole step.
-            jitter = 3.5 * 1.4826 * float(np.median(np.abs(ex - np.median(ex))))
-            limit = np.maximum(spike_ratio * med_dur[flagged], jitter)
+            mad = float(np.median(np.abs(ex - np.median(ex))))
+            jitter = rules.jitter_sigmas * MAD_TO_SIGMA * mad
+            limit = np.maximum(rules.spike_ratio * med_dur[flagged], jitter)
             flagged = flagged[ex[i, flagged] >= limit]
-            if flagged.size < MIN_SPIKES and not (ex[i, flagged] >= med_dur[flagged]).any():
+            if flagged.size < rules.min_spikes and not (ex[i, flagged] >= med_dur[flagged]).any():
                 continue
-        extra = [] if persistent else _confirmed_in_window(m, trace, i, flagged, spike_ratio)
-        findings.append(
-            _finding(m, trace, i, flagged, persistent, ex, med_dur, gpus, sync, extra, sync_totals)
-        )
+        extra = [] if persistent else _confirmed_in_window(m, ctx.trace, i, flagged, rules)
+        findings.append(_finding(m, ctx, i, flagged, persistent, ex, extra))
     return findings
 
 
@@ -243,7 +259,7 @@ def _confirmed_in_window(
     trace: StepMatrix | None,
     i: int,
     flagged: npt.NDArray[np.intp],
-    spike_ratio: float,
+    rules: StragglerRules,
 ) -> list[int]:
     """Profiled steps that continue a periodic stall, confirmed by the trace's own excess.
 
@@ -261,13 +277,14 @@ def _confirmed_in_window(
     typical = float(np.median(m.duration))
     return [
         s for j, s in enumerate(trace.steps)
-        if s % n == steps[0] % n and s not in m.steps and tex[ti, j] >= spike_ratio * typical
+        if s % n == steps[0] % n and s not in m.steps and tex[ti, j] >= rules.spike_ratio * typical
     ]  # fmt: skip
 
 
-def _cause(m: StepMatrix, trace: StepMatrix | None, rank: int, flagged_steps: list[int],
-           persistent: bool, gpus: Sequence[GpuStats]) -> tuple[str, dict[str, float]]:  # fmt: skip
+def _cause(m: StepMatrix, ctx: _Context, rank: int, flagged_steps: list[int],
+           persistent: bool) -> tuple[Cause, dict[str, float]]:  # fmt: skip
     """Which part of the straggler's busy time exceeds the others' (ns per slow step)."""
+    trace = ctx.trace
     src, cols = m, [m.steps.index(s) for s in flagged_steps if s in m.steps]
     if m.source == "telemetry" and trace is not None and rank in trace.ranks:
         # the profiled window splits compute from host: use its slow steps if it saw any
@@ -292,41 +309,43 @@ def _cause(m: StepMatrix, trace: StepMatrix | None, rank: int, flagged_steps: li
         parts = {"data": data, "other": delta(src.busy - src.data)}
     parts = {k: v for k, v in parts.items() if not np.isnan(v)}
     if not parts or max(parts.values()) <= 0:
-        return "unknown", parts
-    cause = max(parts, key=lambda k: parts[k])
-    if cause == "other":
-        cause = "unknown"  # telemetry alone cannot tell compute from host
-    if cause in ("compute", "unknown") and _hardware(rank, gpus):
-        cause = "hardware"
+        return Cause.UNKNOWN, parts
+    top = max(parts, key=lambda k: parts[k])
+    # telemetry alone ("other") cannot tell compute from host
+    cause = Cause.UNKNOWN if top == "other" else Cause(top)
+    if cause in (Cause.COMPUTE, Cause.UNKNOWN) and _hardware(rank, ctx.gpus, ctx.rules):
+        cause = Cause.HARDWARE
     return cause, parts
 
 
-def _also(cause: str, parts: Mapping[str, float], step_median: float) -> list[str]:
-    """Other parts whose excess is at least half the cause's and 5% of a step."""
-    key = "compute" if cause == "hardware" else cause
+def _also(
+    cause: Cause, parts: Mapping[str, float], step_median: float, rules: StragglerRules
+) -> list[str]:
+    """Other parts whose excess is at least ``also_ratio`` of the cause's, and of a step."""
+    key = "compute" if cause == Cause.HARDWARE else str(cause)
     top = parts.get(key, 0.0)
     if top <= 0:
         return []
     return [
         k for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
         if k != key and k in ("data", "compute", "host")
-        and v >= ALSO_RATIO * top and v >= 0.05 * step_median
+        and v >= rules.also_ratio * top and v >= rules.also_step_ratio * step_median
     ]  # fmt: skip
 
 
-def _hardware(rank: int, gpus: Sequence[GpuStats]) -> bool:
+def _hardware(rank: int, gpus: Sequence[GpuStats], rules: StragglerRules) -> bool:
     """The rank's GPU was slowed down by the driver, or clocked well below the others."""
     mine = [g for g in gpus if g.rank == rank]
     if not mine:
         return False
     g = mine[0]
-    if g.slowdown_ratio is not None and g.slowdown_ratio >= 0.1:
+    if g.slowdown_ratio is not None and g.slowdown_ratio >= rules.slowdown_ratio:
         return True
     clocks = [o.sm_clock_mhz for o in gpus if o.rank not in (None, rank) and o.sm_clock_mhz]
     return bool(
         g.sm_clock_mhz
         and clocks
-        and g.sm_clock_mhz < (1 - CLOCK_DEFICIT) * float(np.median(clocks))
+        and g.sm_clock_mhz < (1 - rules.clock_deficit_ratio) * float(np.median(clocks))
     )
 
 
@@ -345,39 +364,48 @@ def _period(steps: list[int], compared: Sequence[int]) -> int | None:
     return n if set(same) <= set(steps) else None
 
 
+_WORDS = {
+    Cause.DATA: "waiting for its data",
+    Cause.COMPUTE: "computing longer",
+    Cause.HOST: "in host-side work outside compute and data (Python, launches, sleeps)",
+    Cause.HARDWARE: "on a GPU the driver slowed down or clocked low",
+    Cause.UNKNOWN: "for a reason the telemetry cannot split",
+}
+_SHORT = {"data": "waiting for data", "compute": "computing longer",
+          "host": "in host-side work (Python, launches, sleeps)"}  # fmt: skip
+
+
+def _caused(m: StepMatrix, ctx: _Context, i: int, flagged: npt.NDArray[np.intp],
+            steps: list[int]) -> tuple[int, str]:  # fmt: skip
+    """The other ranks' waiting attributed to rank ``i`` over its slow steps, and how."""
+    if m.source == "trace" and ctx.sync:
+        # matched collectives: the others' synchronisation wait in its slow steps
+        rank = m.ranks[i]
+        caused = sum(ctx.sync_totals.get(s, 0) - ctx.sync.get((rank, s), 0) for s in steps)
+        return caused, "synchronisation wait of matched collectives"
+    # min(busy gap, their wait), summed
+    gap = m.busy[i, flagged][None, :] - np.delete(m.busy[:, flagged], i, axis=0)
+    their_wait = np.delete(m.wait[:, flagged], i, axis=0)
+    return int(np.nansum(np.minimum(np.clip(gap, 0, None), their_wait))), "busy-time gap"
+
+
 def _finding(
     m: StepMatrix,
-    trace: StepMatrix | None,
+    ctx: _Context,
     i: int,
     flagged: npt.NDArray[np.intp],
     persistent: bool,
     ex: F64,
-    med_dur: F64,
-    gpus: Sequence[GpuStats],
-    sync_by_step: Mapping[tuple[int, int], int],
     confirmed: Sequence[int] = (),
-    sync_totals: Mapping[int, int] | None = None,
 ) -> Finding:
     rank = m.ranks[i]
     steps = sorted([m.steps[j] for j in flagged.tolist()] + list(confirmed))
-    # the others' waiting attributed to this rank: min(busy gap, their wait), summed
-    gap = m.busy[i, flagged][None, :] - np.delete(m.busy[:, flagged], i, axis=0)
-    their_wait = np.delete(m.wait[:, flagged], i, axis=0)
-    caused = int(np.nansum(np.minimum(np.clip(gap, 0, None), their_wait)))
-    attribution = "busy-time gap"
-    if m.source == "trace" and sync_by_step and sync_totals is not None:
-        # matched collectives: the others' synchronisation wait in its slow steps
-        caused = sum(sync_totals.get(s, 0) - sync_by_step.get((rank, s), 0) for s in steps)
-        attribution = "synchronisation wait of matched collectives"
+    caused, attribution = _caused(m, ctx, i, flagged, steps)
     med_busy = np.median(m.busy, axis=1)
     score = float(med_busy.min() / med_busy[i]) if med_busy[i] > 0 else 1.0
     median_excess = float(np.median(ex[i, flagged]))
     step_median = float(np.median(m.duration))
-    cause, parts = _cause(m, trace, rank, steps, persistent, gpus)
-    words = {"data": "waiting for its data", "compute": "computing longer",
-             "host": "in host-side work outside compute and data (Python, launches, sleeps)",
-             "hardware": "on a GPU the driver slowed down or clocked low",
-             "unknown": "for a reason the telemetry cannot split"}  # fmt: skip
+    cause, parts = _cause(m, ctx, rank, steps, persistent)
     if persistent:
         what = (f"rank {rank} is a persistent straggler: slower than the other ranks in "
                 f"{len(steps)} of {len(m.steps)} steps by {median_excess / 1e6:.1f} ms "
@@ -391,20 +419,18 @@ def _finding(
         )
         what = (f"rank {rank} stalls {when} ({len(steps)} of {len(m.steps)} steps), "
                 f"{median_excess / 1e6:.1f} ms behind the others each time")  # fmt: skip
-    why = words[cause]
-    also = _also(cause, parts, step_median)
+    why = _WORDS[cause]
+    also = _also(cause, parts, step_median, ctx.rules)
     if also:
         # two parts of about the same size: naming only the larger would mislead
-        short = {"data": "waiting for data", "compute": "computing longer",
-                 "host": "in host-side work (Python, launches, sleeps)"}  # fmt: skip
-        top = parts["compute" if cause == "hardware" else cause]
-        more = " and ".join(f"{short[k]} (+{parts[k] / 1e6:.0f} ms)" for k in also)
+        top = parts["compute" if cause == Cause.HARDWARE else str(cause)]
+        more = " and ".join(f"{_SHORT[k]} (+{parts[k] / 1e6:.0f} ms)" for k in also)
         why = f"{why} (+{top / 1e6:.0f} ms a step) and {more}"
     msg = (f"{what}, {why}; the other ranks waited {caused / 1e6:.1f} ms in total "
            "for it")  # fmt: skip
     return Finding(
-        kind="straggler",
-        severity="error" if persistent else "warning",
+        kind=FindingKind.STRAGGLER,
+        severity=Severity.ERROR if persistent else Severity.WARNING,
         message=msg,
         ranks=[rank],
         steps=[] if persistent else steps,

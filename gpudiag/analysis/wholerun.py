@@ -2,10 +2,8 @@
 
 The profiled window gives kernel-level detail for a few steps; the telemetry gives every
 step of every rank (start, end, time blocked fetching data and in Python-level collective
-waits). Statistics over the whole run leave out the steps the profiler slowed down (the
-profiled ones and the step after each window, which writes the trace) and each rank's
-first step, which carries one-off costs (allocator warm-up, NCCL/gloo initialisation,
-autotuning), whenever a rank has more than two steps left.
+waits). Statistics over the whole run count only the steady steps
+(:mod:`gpudiag.analysis.steady`: not the steps the profiler slowed down, not warm-up).
 
 NVML samples are joined by GPU UUID (reported by each rank) over the span of that rank's
 steps: mean GPU and memory utilisation, mean power and SM clock, the hottest temperature,
@@ -17,12 +15,21 @@ A value NVML did not provide stays ``None``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpudiag.analysis.model import Finding, GpuStats, RunStep, WholeRun, WholeRunRank
+from gpudiag.analysis.model import (
+    Finding,
+    FindingKind,
+    GpuStats,
+    RunStep,
+    Severity,
+    WholeRun,
+    WholeRunRank,
+)
+from gpudiag.analysis.steady import steady_steps
+from gpudiag.config import SteadyRules
 
 if TYPE_CHECKING:  # pandas is imported only when a run directory is analysed
     import pandas as pd
@@ -46,34 +53,11 @@ def _opt_float(v: Any) -> float | None:
     return None if _missing(v) else float(v)
 
 
-def disturbed_steps(steps: Iterable[RunStep]) -> set[int]:
-    """Steps the profiler slowed down: profiled steps, and the step after each window.
-
-    The step after a window pays for writing the trace.
-    """
-    profiled = {s.step for s in steps if s.profiled}
-    return profiled | {s + 1 for s in profiled if s + 1 not in profiled}
-
-
-def steady(df: pd.DataFrame) -> pd.DataFrame:
-    """The steps used for statistics.
-
-    Not profiled (nor the step that saves the trace); each rank's first step dropped
-    when more than two others are left.
-    """
-    prof = set(df.loc[df["profiled"], "step"].tolist())
-    disturbed = prof | {s + 1 for s in prof}
-    df = df[~df["step"].isin(disturbed)]
-    first = df.groupby("rank")["step"].transform("min")
-    many = df.groupby("rank")["step"].transform("size") > 2
-    out: pd.DataFrame = df[~(many & (df["step"] == first))]
-    return out
-
-
 def whole_run(
     telemetry: pd.DataFrame | None,
     samples: pd.DataFrame | None,
     manifest: Any = None,
+    steady_rules: SteadyRules | None = None,
 ) -> tuple[WholeRun | None, list[Finding]]:
     """Summaries of every step and GPU of a run directory, and the findings about its sources."""
     findings = _source_findings(manifest)
@@ -89,7 +73,9 @@ def whole_run(
         )
         for r in records
     ]  # fmt: skip
-    st = steady(telemetry)
+    keep = steady_steps(steps, steady_rules or SteadyRules())
+    pairs = list(zip(telemetry["rank"].tolist(), telemetry["step"].tolist(), strict=True))
+    st = telemetry[[p in keep for p in pairs]]
     ranks = []
     for _, g in st.groupby("rank", sort=True):
         rank = int(g["rank"].iloc[0])
@@ -162,7 +148,7 @@ def _source_findings(manifest: Any) -> list[Finding]:
               "telemetry": "step telemetry"}  # fmt: skip
     out += [
         Finding(
-            kind="source_missing", severity="info",
+            kind=FindingKind.SOURCE_MISSING, severity=Severity.INFO,
             message=f"{labels[name]} not captured: {src.reason}",
             metrics={"missing": name, "reason": src.reason},
         )
@@ -170,12 +156,12 @@ def _source_findings(manifest: Any) -> list[Finding]:
         if name in labels and not src.captured and src.reason != "not requested"
     ]  # fmt: skip
     for problem in getattr(manifest, "diagnosis_incomplete", []):
-        out.append(Finding(kind="source_missing", severity="warning",
+        out.append(Finding(kind=FindingKind.SOURCE_MISSING, severity=Severity.WARNING,
                            message=f"capture incomplete: {problem}",
                            metrics={"missing": "capture"}))  # fmt: skip
     code = getattr(manifest, "exit_code", None)
     if code not in (None, 0):
-        out.append(Finding(kind="job_failed", severity="warning",
+        out.append(Finding(kind=FindingKind.JOB_FAILED, severity=Severity.WARNING,
                            message=f"the training job exited with code {code}; "
                                    "the diagnosis covers the steps it completed",
                            metrics={"exit_code": code}))  # fmt: skip

@@ -1,58 +1,93 @@
-"""Renderer registry by ``--format`` name and by output extension."""
+"""Renderer registry: every result type (Diagnosis, gate, diff, doctor) by format.
+
+The format comes from ``--format`` or from the output file's extension (``.html``,
+``.json``, ``.csv``, ``.md``, ``.xml``, ``.txt``). Renderers only format what they are
+given; they compute nothing new.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpudiag.analysis.diff import RunDiff
+from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.errors import UsageError
 
 Renderer = Callable[..., None]
+EXTENSIONS = {".json": "json", ".csv": "csv", ".txt": "table", ".md": "markdown",
+              ".markdown": "markdown", ".html": "html", ".htm": "html",
+              ".xml": "junit"}  # fmt: skip
 
 
-def _console(d: Diagnosis, out: TextIO, **kw: Any) -> None:
-    from gpudiag.report.console import render
-
-    render(d, out, **kw)
-
-
-def _json(d: Diagnosis, out: TextIO, **kw: Any) -> None:
-    from gpudiag.report.json_report import render
-
-    render(d, out)
-
-
-def _csv(d: Diagnosis, out: TextIO, **kw: Any) -> None:
-    from gpudiag.report.csv_report import render
-
-    render(d, out)
-
-
-def _markdown(d: Diagnosis, out: TextIO, **kw: Any) -> None:
-    from gpudiag.report.markdown import render
-
-    render(d, out)
-
-
-RENDERERS: dict[str, Renderer] = {
-    "table": _console,
-    "json": _json,
-    "csv": _csv,
-    "markdown": _markdown,
+# (result kind, format) → "module:function"; table renderers take width/colour options.
+_RENDERERS: dict[tuple[str, str], str] = {
+    ("diagnosis", "table"): "gpudiag.report.console:render",
+    ("diagnosis", "json"): "gpudiag.report.json_report:render",
+    ("diagnosis", "csv"): "gpudiag.report.csv_report:render",
+    ("diagnosis", "markdown"): "gpudiag.report.markdown:render",
+    ("diagnosis", "html"): "gpudiag.report.html_report:render",
+    ("gate", "table"): "gpudiag.report.gate_console:render_gate",
+    ("gate", "json"): "gpudiag.report.json_report:render_gate",
+    ("gate", "markdown"): "gpudiag.report.ci:render_gate_markdown",
+    ("gate", "junit"): "gpudiag.report.junit:render",
+    ("diff", "table"): "gpudiag.report.gate_console:render_diff",
+    ("diff", "json"): "gpudiag.report.json_report:render_diff",
+    ("diff", "markdown"): "gpudiag.report.markdown:render_diff",
+    ("doctor", "table"): "gpudiag.report.doctor:render_table",
+    ("doctor", "json"): "gpudiag.report.doctor:render_json",
 }
-EXTENSIONS = {".json": "json", ".csv": "csv", ".txt": "table", ".md": "markdown"}
+FORMATS: dict[str, tuple[str, ...]] = {}
+for _kind, _fmt in _RENDERERS:
+    FORMATS.setdefault(_kind, ())
+    FORMATS[_kind] += (_fmt,)
 
 
-def pick_format(fmt: str | None, output: Path | None) -> str:
-    """The renderer name: ``--format`` wins, else the output file's extension, else a table."""
-    if fmt:
-        if fmt not in RENDERERS:
-            raise UsageError(
-                f"unknown format {fmt!r}", f"choose one of: {', '.join(sorted(RENDERERS))}"
-            )
-        return fmt
-    if output is not None:
-        return EXTENSIONS.get(output.suffix.lower(), "table")
-    return "table"
+def kind_of(result: Any) -> str:
+    """The registry's name for a result's type."""
+    if isinstance(result, Diagnosis):
+        return "diagnosis"
+    if isinstance(result, GateResult):
+        return "gate"
+    if isinstance(result, RunDiff):
+        return "diff"
+    if isinstance(result, Mapping):
+        return "doctor"
+    raise TypeError(f"no renderer for {type(result).__name__}")
+
+
+def pick_format(kind: str, fmt: str | None, output: Path | None, default: str = "table") -> str:
+    """``--format`` wins, else the output file's extension, else ``default``; checked."""
+    allowed = FORMATS[kind]
+    if fmt is None and output is not None:
+        fmt = EXTENSIONS.get(output.suffix.lower())
+        if fmt is not None and fmt not in allowed:
+            fmt = None  # e.g. `diff -o x.html`: fall back to the default
+    fmt = fmt or default
+    if fmt not in allowed:
+        raise UsageError(
+            f"--format {fmt} is not available here",
+            f"choose one of: {', '.join(allowed)}",
+        )
+    return fmt
+
+
+def render(result: Any, fmt: str, out: TextIO, **options: Any) -> None:
+    """Render any result in one of its formats (see :data:`FORMATS`).
+
+    ``options`` (``width``, ``color``, ``show_steps``) reach the table renderers only.
+    """
+    kind = kind_of(result)
+    target = _RENDERERS.get((kind, fmt))
+    if target is None:
+        raise UsageError(f"--format {fmt} is not available here",
+                         f"choose one of: {', '.join(FORMATS[kind])}")  # fmt: skip
+    module, name = target.split(":")
+    fn: Renderer = getattr(importlib.import_module(module), name)
+    if fmt == "table":
+        fn(result, out, **options)
+    else:
+        fn(result, out)

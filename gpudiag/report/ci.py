@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TextIO
 
 from gpudiag.analysis.gate import GateResult
 from gpudiag.report import junit, markdown
@@ -24,6 +25,11 @@ def gate_markdown(res: GateResult) -> str:
         return text
     cut = text.encode()[: SUMMARY_MAX_BYTES - 100].decode(errors="ignore")
     return cut[: cut.rfind("\n") + 1] + "\n_(truncated)_\n"
+
+
+def render_gate_markdown(res: GateResult, out: TextIO) -> None:
+    """Write the gate's Markdown (cut like a job summary)."""
+    out.write(gate_markdown(res))
 
 
 def write_outputs(

@@ -8,33 +8,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpudiag.analysis.model import Diagnosis, RankSummary, Shares
+from gpudiag.analysis.model import Diagnosis, RankSummary, Severity
+from gpudiag.report.format import flagged, fmt_ns, idle_threshold
+from gpudiag.report.format import pct as _pct
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 _SEVERITY_MARK = {"error": "✗", "warning": "!", "info": "·"}
-
-
-def fmt_ns(ns: float | None) -> str:
-    """A duration in the unit that reads best."""
-    if ns is None:
-        return "n/a"
-    if ns >= 10e9:
-        return f"{ns / 1e9:.1f} s"
-    if ns >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    if ns >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 100:.1f}%"
-
-
-def _share_cells(s: Shares) -> list[str]:
-    return [_pct(s.compute), _pct(s.comm_wait), _pct(s.data_wait), _pct(s.other)]
+_FLAG_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold red", Severity.INFO: ""}
 
 
 def make_console(out: TextIO, width: int | None = None, color: bool | None = None) -> Console:
@@ -64,7 +44,8 @@ def render(
     """Print the run summary, the per-rank table, findings and (optionally) every step."""
     con = make_console(out, width=width, color=color)
     r = d.run
-    idle_flag = r.idle_ratio > float(d.thresholds.get("idle_ratio_max", 0.30))
+    flags = flagged(d)
+    idle_flag = (None, "idle") in flags
     head = Text()
     head.append("gpudiag", style="bold")
     head.append(f" · {r.ranks} rank{'s' if r.ranks != 1 else ''}")
@@ -80,8 +61,8 @@ def render(
                 f"data-wait {_pct(r.shares.data_wait)} · "
                 f"other {_pct(r.shares.other)}\n     ")  # fmt: skip
     line.append(f"idle {_pct(r.idle_ratio)}", style="bold red" if idle_flag else "green")
-    if idle_flag:
-        thr = float(d.thresholds.get("idle_ratio_max", 0.30))
+    thr = idle_threshold(d)
+    if idle_flag and thr is not None:
         line.append(f" (above {thr:.0%})", style="red")
     line.append(f" · comm overlapped by compute {_pct(r.comm_overlapped_ratio)}")
     con.print(line)
@@ -91,7 +72,7 @@ def render(
         con.print(Text(text, style="dim"))
     if show_steps:
         con.print(_step_table(d))
-    if d.collectives.get("by_type"):
+    if d.collectives is not None and d.collectives.by_type:
         con.print()
         con.print(_collective_table(d))
     if d.whole_run is not None:
@@ -131,16 +112,22 @@ def _rank_table(d: Diagnosis, max_ranks: int) -> Table:
                       ("compute", "right"), ("comm-wait", "right"), ("data-wait", "right"),
                       ("other", "right"), ("overlap", "right"), ("idle", "right")):  # fmt: skip
         t.add_column(col, justify=just)  # type: ignore[arg-type]
-    thr = float(d.thresholds.get("idle_ratio_max", 0.30))
+    flags = flagged(d)
     ranks: list[RankSummary] = d.ranks
     shown = (
         ranks if len(ranks) <= max_ranks else sorted(ranks, key=lambda r: -r.idle_ratio)[:max_ranks]
     )
     for rs in sorted(shown, key=lambda r: r.rank):
-        idle = Text(_pct(rs.idle_ratio), style="bold red" if rs.idle_ratio > thr else "")
+        s = rs.shares
+
+        def cell(value: float, col: str, rank: int = rs.rank) -> Text:
+            sev = flags.get((rank, col))
+            return Text(_pct(value), style=_FLAG_STYLE[sev] if sev is not None else "")
+
         t.add_row(str(rs.rank), str(rs.steps), fmt_ns(rs.step_time_ns_median),
-                  fmt_ns(rs.step_time_ns_p90), *_share_cells(rs.shares),
-                  _pct(rs.comm_overlapped_ratio), idle)  # fmt: skip
+                  fmt_ns(rs.step_time_ns_p90), _pct(s.compute), cell(s.comm_wait, "comm_wait"),
+                  cell(s.data_wait, "data_wait"), cell(s.other, "other"),
+                  _pct(rs.comm_overlapped_ratio), cell(rs.idle_ratio, "idle"))  # fmt: skip
     if len(ranks) > max_ranks:
         t.caption = f"{len(ranks) - max_ranks} more ranks not shown (the {max_ranks} idlest are)"
     return t
@@ -217,9 +204,7 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
         ):
             v = sp.get(key)
             if v:
-                parts.append(
-                    f"{label} {fmt(v['min'])} (r{v['min_rank']})–{fmt(v['max'])} (r{v['max_rank']})"
-                )
+                parts.append(f"{label} {fmt(v.min)} (r{v.min_rank})–{fmt(v.max)} (r{v.max_rank})")
         lines.append("across ranks: " + " · ".join(parts))
     gm = [(r.rank, r.evidence["gpu_metrics"]) for r in d.ranks if r.evidence.get("gpu_metrics")]
     if gm:
@@ -234,24 +219,25 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
         ]
         lines.append("GPU metrics over the steps (Nsight): " + " · ".join(per))
     w = d.what_if
-    if w and w.get("step_time_ns"):
-        cur = w["step_time_ns"]
+    if w and w.step_time_ns:
+        cur = w.step_time_ns
 
         def delta(v: int | None) -> str:
             return "n/a" if v is None else f"{fmt_ns(v)} ({(v - cur) / cur:+.0%})"
 
-        text = (f"what if: comm fully overlapped → {delta(w.get('if_comm_overlapped_ns'))} · "
-                f"no data wait → {delta(w.get('if_no_data_wait_ns'))}")  # fmt: skip
-        if w.get("if_straggler_at_median_speed_ns") is not None:
-            text += f" · straggler at median speed → {delta(w['if_straggler_at_median_speed_ns'])}"
+        text = (f"what if: comm fully overlapped → {delta(w.if_comm_overlapped_ns)} · "
+                f"no data wait → {delta(w.if_no_data_wait_ns)}")  # fmt: skip
+        if w.if_straggler_at_median_speed_ns is not None:
+            text += f" · straggler at median speed → {delta(w.if_straggler_at_median_speed_ns)}"
         lines.append(f"{text}  (step now {fmt_ns(cur)})")
     return lines
 
 
 def _collective_table(d: Diagnosis) -> Table:
     c = d.collectives
-    lower = c.get("bandwidth_is_lower_bound", False)
-    title = (f"collectives ({c.get('matched', 0)} matched across ranks by {c.get('method')})"
+    assert c is not None
+    lower = c.bandwidth_is_lower_bound
+    title = (f"collectives ({c.matched} matched across ranks by {c.method})"
              if not lower else "collectives (one rank: durations include waiting; "
              "bandwidths are lower bounds)")  # fmt: skip
     t = Table(title=title, box=None, header_style="bold", pad_edge=False, title_justify="left")
@@ -262,14 +248,15 @@ def _collective_table(d: Diagnosis) -> Table:
     def bw(v: float | None) -> str:
         return "n/a" if v is None else f"{ge}{v:.1f} GB/s"
 
-    for row in c["by_type"]:
-        eff = row.get("efficiency")
-        t.add_row(row["type"], row["size_bucket"], str(row["count"]),
-                  fmt_ns(row["transfer_ns_median"]), bw(row["algbw_gbps"]), bw(row["busbw_gbps"]),
-                  "n/a" if eff is None else f"{ge}{eff:.0%} of {row['peak_gbps']:.0f}")  # fmt: skip
-    per = c.get("per_rank", {})
+    for row in c.by_type:
+        eff = row.efficiency
+        t.add_row(row.type, row.size_bucket, str(row.count),
+                  fmt_ns(row.transfer_ns_median), bw(row.algbw_gbps), bw(row.busbw_gbps),
+                  "n/a" if eff is None
+                  else f"{ge}{eff:.0%} of {row.peak_gbps or 0:.0f}")  # fmt: skip
+    per = c.per_rank
     if per:
-        waits = ", ".join(f"r{r} {fmt_ns(v['sync_wait_ns'])}" for r, v in per.items())
+        waits = ", ".join(f"r{r} {fmt_ns(v.sync_wait_ns)}" for r, v in per.items())
         t.caption = f"synchronisation wait (time waiting for the last rank): {waits}"
         t.caption_justify = "left"
     return t

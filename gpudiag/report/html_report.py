@@ -14,7 +14,9 @@ from collections import defaultdict
 from html import escape
 from typing import Any, TextIO
 
-from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, StepBreakdown
+from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, FindingKind, StepBreakdown
+from gpudiag.report.format import flagged, fmt_ns, idle_threshold
+from gpudiag.report.format import pct as _pct
 
 COLORS = {"compute": "#2e7d32", "comm_wait": "#1565c0", "data_wait": "#ef6c00", "other": "#9e9e9e"}
 LABELS = {"compute": "compute", "comm_wait": "comm-wait", "data_wait": "data-wait",
@@ -40,12 +42,8 @@ def _e(x: object) -> str:
     return escape(str(x), quote=True)
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x * 100:.1f}%"
-
-
 def _ms(ns: float | None) -> str:
-    return "n/a" if ns is None else f"{ns / 1e6:.1f} ms"
+    return fmt_ns(ns)
 
 
 def _parts(s: StepBreakdown) -> list[tuple[str, int]]:
@@ -173,7 +171,8 @@ def _doc_json(d: Diagnosis) -> str:
 def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
     """Write the whole page."""
     r = d.run
-    thr = float(d.thresholds.get("idle_ratio_max", 0.30))
+    flags = flagged(d)
+    thr = idle_threshold(d)
     by_rank: dict[int, list[StepBreakdown]] = defaultdict(list)
     for s in d.steps:
         by_rank[s.rank].append(s)
@@ -190,13 +189,15 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
         + (f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else "")
         + f" · {r.steps} steps · {_e(r.mode.upper())} trace · step time median "
         f"<b>{_ms(r.step_time_ns_median)}</b>, p90 {_ms(r.step_time_ns_p90)} · idle "
-        f'<b class="{"bad" if r.idle_ratio > thr else ""}">{_pct(r.idle_ratio)}</b> '
-        f"(flagged above {thr:.0%}) · gpudiag {_e(d.gpudiag_version)}</p>",
+        f'<b class="{"bad" if (None, "idle") in flags else ""}">{_pct(r.idle_ratio)}</b>'
+        + (f" (above {thr:.0%})" if thr is not None and (None, "idle") in flags else "")
+        + f" · gpudiag {_e(d.gpudiag_version)}</p>",
     ]
     rows = [[str(x.rank), str(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90),
              _pct(x.shares.compute), _pct(x.shares.comm_wait), _pct(x.shares.data_wait),
              _pct(x.shares.other),
-             f'<span class="{"bad" if x.idle_ratio > thr else ""}">{_pct(x.idle_ratio)}</span>',
+             f'<span class="{"bad" if (x.rank, "idle") in flags else ""}">'
+             f"{_pct(x.idle_ratio)}</span>",
              _e(", ".join(x.devices) or "-")] for x in d.ranks[:MAX_RANKS]]  # fmt: skip
     p.append("<h2>Ranks</h2>" + _table(
         ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other", "idle",
@@ -213,7 +214,7 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
                  "proportion, not at the instants they happened.</p>")  # fmt: skip
         p.append(_timeline(shown))
     p.append("<h2>Stragglers</h2>")
-    strag = [f for f in d.findings if f.kind == "straggler"]
+    strag = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
     if strag:
         p.append(_table(["ranks", "steps", "finding"],
                         [[_e(", ".join(map(str, f.ranks))), _e(len(f.steps)), _e(f.message)]

@@ -7,6 +7,7 @@ from typing import TextIO
 from gpudiag.analysis.diff import DiffRow, RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
+from gpudiag.report.format import fmt_ns, pct
 
 _ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
@@ -17,18 +18,6 @@ def cell(text: object) -> str:
     """Text safe inside a Markdown table cell (pipes, newlines, HTML)."""
     s = str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
     return s.replace("<", "&lt;").replace(">", "&gt;")
-
-
-def fmt_ns(ns: float | None) -> str:
-    """A duration in ms (or s) for tables."""
-    if ns is None:
-        return "n/a"
-    return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.1f} ms"
-
-
-def pct(x: float | None) -> str:
-    """A ratio as a percentage."""
-    return "n/a" if x is None else f"{x * 100:.1f}%"
 
 
 def fmt_value(name: str, v: float | None) -> str:

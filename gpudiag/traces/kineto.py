@@ -23,8 +23,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
+from gpudiag.traces.common import (
+    LoadOptions,
+    NamePatterns,
+    RawColumns,
+    build_rank,
+    rank_from_filename,
+    refine_kinds,
+)
 from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 
 try:  # isal's gzip is ~2x faster than zlib's; optional.
@@ -144,19 +151,12 @@ CATEGORY_KINDS: dict[str, Kind | None] = {
 }
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset"}
 
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 _STREAM_NUM = re.compile(r"(\d+)")
 _DTYPE_BYTES = {
     "float": 4, "float32": 4, "int": 4, "int32": 4, "half": 2, "float16": 2, "bfloat16": 2,
     "double": 8, "float64": 8, "long": 8, "int64": 8, "byte": 1, "char": 1, "bool": 1,
     "int8": 1, "uint8": 1, "short": 2, "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
 }  # fmt: skip
-
-
-def rank_from_filename(path: Path) -> int | None:
-    """The rank number in a file name (``rank-3``, ``rank3``, ``worker_3``), if any."""
-    m = _RANK_IN_NAME.search(path.name)
-    return int(m.group(1)) if m else None
 
 
 def read_bytes(path: Path) -> bytes:
@@ -237,11 +237,8 @@ class _Columns:
     order over the whole trace, so the result does not depend on how it was sliced.
     """
 
-    def __init__(self, th: Thresholds) -> None:
-        self.comm_k = re.compile(th.comm_kernel_re)
-        self.comm_h = re.compile(th.comm_host_re)
-        self.data_r = re.compile(th.data_re)
-        self.step_r = re.compile(th.step_re)
+    def __init__(self, patterns: NamePatterns) -> None:
+        self.patterns = patterns
         self.cats = _Interner()
         self.kind_of_cat = np.zeros(0, np.int8)  # per cat id; -1 unknown, -2 known & dropped
         self.gpu_cat = np.zeros(0, bool)
@@ -268,10 +265,7 @@ class _Columns:
             self.gpu_cat = np.append(self.gpu_cat, str(c).lower() in GPU_CATEGORIES)
         new = list(self.names)[len(self.name_flags) :]
         if new:
-            flags = np.array(
-                [[bool(r.search(s)) for r in (self.comm_k, self.comm_h, self.data_r, self.step_r)]
-                 for s in new], dtype=bool,
-            ).reshape(len(new), 4)  # fmt: skip
+            flags = self.patterns.flags([str(s) for s in new])
             self.name_flags = np.concatenate([self.name_flags, flags])
         raw_new = list(self.raw_ids)[len(self.raw_to_id) :]
         if raw_new:
@@ -325,14 +319,8 @@ class _Columns:
                 e = events[j]
                 self.lanes[k] = _lane_name(str(e.pid), str(e.tid), bool(is_gpu[j]), e.args.stream)
 
-        # kinds refined by name
-        flags = self.name_flags[name]
-        kernel = kind == Kind.COMPUTE
-        kind[kernel & flags[:, 0]] = Kind.COMM
-        host_range = (kind == Kind.CPU_OP) | (kind == Kind.ANNOTATION)
-        kind[host_range & flags[:, 1]] = Kind.COMM
-        kind[host_range & flags[:, 2]] = Kind.DATALOADER
-        kind[host_range & flags[:, 3]] = Kind.STEP
+        # kinds refined by name (here, per slice: copies and collectives need their args)
+        kind = refine_kinds(kind.astype(np.int64), self.name_flags[name]).astype(np.int8)
 
         # bytes for copies and collectives (hundreds of events, not the event count)
         nbytes = np.full(n, -1, dtype=np.int64)
@@ -348,6 +336,20 @@ class _Columns:
         self.parts.append(
             [ts, dur, kind, name.astype(np.int32), key, corr, nbytes, is_gpu, coll_id, coll_name]
         )
+
+    _DTYPES = (np.float64, np.float64, np.int8, np.int32, np.int64, np.int64, np.int64, bool,
+               np.int64, np.int32)  # fmt: skip
+
+    def columns(self) -> list[np.ndarray[Any, Any]]:
+        """Every column over all slices, each slice's copy freed as it goes (peak memory)."""
+        out = []
+        for i, dt in enumerate(self._DTYPES):
+            parts: list[np.ndarray[Any, Any]] = [p[i] for p in self.parts if p[i] is not None]  # type: ignore[misc]
+            out.append(np.concatenate(parts) if parts else np.zeros(0, dt))
+            for p in self.parts:
+                p[i] = None
+        self.parts.clear()
+        return out
 
 
 def _coll_key(a: _Args) -> int:
@@ -472,7 +474,7 @@ def load_kineto(
     path: Path,
     *,
     rank: int | None = None,
-    thresholds: Thresholds | None = None,
+    options: LoadOptions | None = None,
 ) -> RankTimeline:
     """Load one Kineto trace file into a RankTimeline.
 
@@ -481,13 +483,13 @@ def load_kineto(
     JSON text nor one struct per event is ever held; anything unusual falls back to decoding
     the whole file, which also produces the precise error messages.
     """
-    th = thresholds or Thresholds()
+    patterns = NamePatterns(options or LoadOptions())
     path = Path(path)
-    cols = _Columns(th)
+    cols = _Columns(patterns)
     try:
         trace = _stream(path, cols)
     except _Fallback:
-        return build_timeline(path, decode(path, read_bytes(path)), rank=rank, thresholds=th)
+        return build_timeline(path, decode(path, read_bytes(path)), rank=rank, options=options)
     return _finish(path, trace, cols, rank)
 
 
@@ -496,10 +498,10 @@ def build_timeline(
     trace: _Trace,
     *,
     rank: int | None = None,
-    thresholds: Thresholds | None = None,
+    options: LoadOptions | None = None,
 ) -> RankTimeline:
     """Turn a decoded trace into a RankTimeline (``path`` names the source in messages)."""
-    cols = _Columns(thresholds or Thresholds())
+    cols = _Columns(NamePatterns(options or LoadOptions()))
     events: list[_Event] = trace.traceEvents or []
     trace.traceEvents = []
     for i in range(0, len(events), _SLICE):
@@ -509,12 +511,9 @@ def build_timeline(
     return _finish(path, trace, cols, rank)
 
 
-def _finish(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> RankTimeline:
-    """Rank, metadata, time conversion and launch links from the accumulated columns."""
+def _rank_meta(path: Path, trace: _Trace, rank: int | None) -> tuple[int, RankMeta]:
+    """The rank (caller, distributedInfo, file name, else 0), world size, backend, devices."""
     meta = RankMeta(source=str(path), fmt="kineto")
-    thread_names = cols.thread_names
-
-    # ---- rank, world, devices ----
     dist = trace.distributedInfo or {}
     file_rank = rank_from_filename(path)
     info_rank = dist.get("rank")
@@ -538,48 +537,16 @@ def _finish(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> Rank
     meta.devices = [str(d.get("name", "")) for d in (trace.deviceProperties or [])]
     if not dist:
         meta.notes.append("no distributedInfo in the trace (torch.distributed not initialised?)")
+    return rank, meta
 
-    if not cols.cats:  # cats are interned for "X" events only
-        raise InputError(
-            path, "the trace holds no events", "was the profiler's active window empty?"
-        )
-    meta.skipped_events = cols.skipped
-    if cols.unknown_cats:
-        meta.notes.append(f"skipped {meta.skipped_events} events of unknown categories "
-                          f"{sorted(cols.unknown_cats)[:5]}")  # fmt: skip
 
-    def cat(i: int) -> np.ndarray[Any, Any]:
-        """Column ``i`` of all slices, freeing the slices' copies as it goes (peak memory)."""
-        if not cols.parts:
-            return np.zeros(0, [np.float64, np.float64, np.int8, np.int32, np.int64,
-                                np.int64, np.int64, bool, np.int64, np.int32][i])  # fmt: skip
-        out = np.concatenate([p[i] for p in cols.parts if p[i] is not None])
-        for p in cols.parts:
-            p[i] = None
-        return out
-
-    ts, dur, kind, name_idx, key, corr, nbytes, is_gpu, coll_id, coll_name = (
-        cat(i) for i in range(10)
-    )
-    cols.parts.clear()
-    base = int(trace.baseTimeNanoseconds or 0)
-    start = _to_ns(ts, base)
-    end = start + np.rint(np.maximum(dur, 0.0) * 1000.0).astype(np.int64)
-    del ts, dur
-    names = [str(x) for x in cols.names]
-
-    # Two raw lanes can map to one name (legacy "stream 7" vs 7): merge them.
-    lane_keys = np.fromiter(cols.lanes, np.int64, len(cols.lanes))
-    order = np.argsort(lane_keys)
-    uniq_names, lane_of_key = np.unique(
-        np.asarray(list(cols.lanes.values()), dtype=object), return_inverse=True
-    )
-    lanes = [str(x) for x in uniq_names]
-    lane = lane_of_key.reshape(-1)[order][np.searchsorted(lane_keys[order], key)]
-    lane = lane.astype(np.int32)
-    del key
-
-    # ---- launch time of GPU work through the correlation id of its runtime call ----
+def _launch_times(
+    kind: np.ndarray[Any, Any],
+    is_gpu: np.ndarray[Any, Any],
+    corr: np.ndarray[Any, Any],
+    start: np.ndarray[Any, Any],
+) -> np.ndarray[Any, Any]:
+    """Launch time of GPU work: the start of the runtime call with its correlation id."""
     launch = np.full(len(kind), -1, dtype=np.int64)
     gpu_idx = np.flatnonzero(is_gpu & (corr >= 0))
     rt_idx = np.flatnonzero((kind == Kind.RUNTIME) & ~is_gpu & (corr >= 0))
@@ -591,56 +558,50 @@ def _finish(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> Rank
         pos_c = np.minimum(pos, len(rc_sorted) - 1)
         hit = rc_sorted[pos_c] == corr[gpu_idx]
         launch[gpu_idx[hit]] = start[rt_idx[rorder[pos_c[hit]]]]
-    meta.has_gpu = bool(np.any(is_gpu))
-    if (
-        meta.has_gpu
-        and len(gpu_idx)
-        and np.count_nonzero(launch[is_gpu] >= 0) < 0.5 * np.count_nonzero(is_gpu)
-    ):
-        meta.notes.append("most GPU ops have no launching runtime call in the trace; "
-                          "steps are assigned by time instead")  # fmt: skip
+    return launch
 
-    # ---- the training thread ----
-    meta.main_lane = _main_lane(lanes, lane, kind, thread_names)
-    meta.era = _era(trace, cols.first_cat)
-    tl = RankTimeline.from_columns(
-        rank,
-        start_ns=start,
-        end_ns=end,
-        kind=kind,
-        lane=lane,
-        name=name_idx,
-        lanes=lanes,
-        names=names,
-        launch_ns=launch,
-        nbytes=nbytes,
-        coll_id=coll_id,
-        coll_name=coll_name,
-        meta=meta,
+
+def _finish(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> RankTimeline:
+    """Rank, metadata, time conversion and launch links from the accumulated columns."""
+    rank, meta = _rank_meta(path, trace, rank)
+    if not cols.cats:  # cats are interned for "X" events only
+        raise InputError(
+            path, "the trace holds no events", "was the profiler's active window empty?"
+        )
+    meta.skipped_events = cols.skipped
+    if cols.unknown_cats:
+        meta.notes.append(f"skipped {meta.skipped_events} events of unknown categories "
+                          f"{sorted(cols.unknown_cats)[:5]}")  # fmt: skip
+    ts, dur, kind, name_idx, key, corr, nbytes, is_gpu, coll_id, coll_name = cols.columns()
+    base = int(trace.baseTimeNanoseconds or 0)
+    start = _to_ns(ts, base)
+    end = start + np.rint(np.maximum(dur, 0.0) * 1000.0).astype(np.int64)
+    del ts, dur
+
+    # Two raw lanes can map to one name (legacy "stream 7" vs 7): merge them.
+    lane_keys = np.fromiter(cols.lanes, np.int64, len(cols.lanes))
+    order = np.argsort(lane_keys)
+    uniq_names, lane_of_key = np.unique(
+        np.asarray(list(cols.lanes.values()), dtype=object), return_inverse=True
     )
-    meta.extra["thread_names"] = {
-        f"cpu:{t}": sorted(set(v)) for (p, t), v in thread_names.items() if f"cpu:{t}" in lanes
+    lanes = [str(x) for x in uniq_names]
+    lane = lane_of_key.reshape(-1)[order][np.searchsorted(lane_keys[order], key)]
+    del key
+
+    meta.has_gpu = bool(np.any(is_gpu))
+    meta.thread_names = {
+        f"cpu:{t}": sorted(set(v)) for (_, t), v in cols.thread_names.items() if f"cpu:{t}" in lanes
     }
-    return tl
-
-
-def _main_lane(
-    lanes: list[str],
-    lane: np.ndarray[Any, Any],
-    kind: np.ndarray[Any, Any],
-    thread_names: dict[tuple[str, str], list[str]],
-) -> int:
-    """The training thread: the one with step ranges, else tid == pid, else the busiest."""
-    steps = np.flatnonzero(kind == Kind.STEP)
-    if len(steps):
-        return int(np.bincount(lane[steps]).argmax())
-    for p, t in thread_names:
-        if p == t and f"cpu:{t}" in lanes:
-            return lanes.index(f"cpu:{t}")
-    cpu = np.flatnonzero(np.isin(kind, [Kind.CPU_OP, Kind.ANNOTATION, Kind.DATALOADER]))
-    if len(cpu):
-        return int(np.bincount(lane[cpu], minlength=len(lanes)).argmax())
-    return -1
+    main = next((p for p, t in cols.thread_names if p == t and f"cpu:{t}" in lanes), None)
+    meta.pid = int(main) if main is not None and main.lstrip("-").isdigit() else None
+    meta.era = _era(trace, cols.first_cat)
+    raw = RawColumns(
+        start_ns=start, end_ns=end, kind=kind.astype(np.int64), lane=lane.astype(np.int64),
+        name=name_idx.astype(np.int64), lanes=lanes, names=[str(x) for x in cols.names],
+        launch_ns=_launch_times(kind, is_gpu, corr, start), nbytes=nbytes, coll_id=coll_id,
+        coll_name=coll_name.astype(np.int64),
+    )  # fmt: skip
+    return build_rank(rank, raw, meta, cols.patterns, path, kinds_final=True)
 
 
 def _era(trace: _Trace, first_cat: str | None) -> str:

@@ -1,47 +1,63 @@
 """Reads a run directory (or loose trace files), picks loaders → RunTimeline.
 
-Input discovery is shared by :func:`load_run` (the whole interval model, for the API) and
-by the analysis pipeline, which loads and analyses each rank in a worker process so that
-only small per-rank results cross process boundaries.
+:func:`load_run` is the one entry point for every input: Kineto files and directories,
+Nsight reports and exports, run directories with their telemetry, NVML samples and every
+node's manifest. Traces become lazy :class:`FileSource` objects, so that the analysis
+loads and classifies each one in a worker and only small per-rank results cross process
+(or machine) boundaries.
 """
 
 from __future__ import annotations
 
-import gc
+import copy
 import os
-from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, TypeVar
 
 from gpudiag import rundir
-from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
-from gpudiag.traces.kineto import load_kineto, rank_from_filename
-from gpudiag.traces.schema import RankTimeline, RunTimeline
+from gpudiag.traces.common import LoadOptions, rank_from_filename
+from gpudiag.traces.kineto import load_kineto
+from gpudiag.traces.schema import RankTimeline, RunTimeline, check_ranks
 
 KINETO_SUFFIXES = (".json", ".json.gz")
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
-T = TypeVar("T")
 
 
-@dataclass
-class TraceInput:
-    """One trace file and the rank it is expected to hold (None: ask the file)."""
+@dataclass(frozen=True)
+class FileSource:
+    """One trace file (a :class:`~gpudiag.traces.schema.RankSource`): read where it is loaded.
+
+    ``origin`` is the ``.nsys-rep``/``.qdrep`` that ``path`` was exported from; ``rank``
+    overrides what the file says.
+    """
 
     path: Path
     fmt: str  # "kineto" or "nsys"
+    options: LoadOptions = field(default_factory=LoadOptions)
+    origin: Path | None = None
     rank: int | None = None
-    origin: Path | None = None  # the .nsys-rep/.qdrep that ``path`` was exported from
+
+    @property
+    def label(self) -> str:
+        """The file as the user named it."""
+        return str(self.origin or self.path)
+
+    def load(self) -> list[RankTimeline]:
+        """The ranks of the file: one for a Kineto trace, one per process for an export."""
+        if self.fmt == "nsys":
+            from gpudiag.traces.nsys import load_nsys
+
+            return load_nsys(self.path, options=self.options, source=self.label)
+        return [load_kineto(self.path, rank=self.rank, options=self.options)]
 
 
 @dataclass
 class Inputs:
     """Everything found under the user's paths."""
 
-    traces: list[TraceInput]
+    traces: list[FileSource]
     run_dirs: list[Path] = field(default_factory=list)
     manifests: list[rundir.RunManifest] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -56,17 +72,18 @@ def _fmt_of(path: Path) -> str | None:
     return None
 
 
-def discover(paths: Iterable[str | os.PathLike[str]]) -> Inputs:
+def discover(paths: Iterable[str | os.PathLike[str]], options: LoadOptions | None = None) -> Inputs:
     """Find the traces under ``paths``: files, directories of traces, or run directories."""
+    opts = options or LoadOptions()
     found = Inputs(traces=[])
     for raw in paths:
         p = Path(raw)
         if not p.exists():
             raise InputError(p, "no such file or directory", "check the path")
         if p.is_dir():
-            _discover_dir(p, found)
+            _discover_dir(p, found, opts)
         else:
-            _add_file(p, found, explicit=True)
+            _add_file(p, found, opts, explicit=True)
     if not found.traces:
         where = ", ".join(str(Path(p)) for p in paths) or "(nothing)"
         raise InputError(
@@ -77,40 +94,10 @@ def discover(paths: Iterable[str | os.PathLike[str]]) -> Inputs:
     return found
 
 
-def _discover_dir(d: Path, found: Inputs) -> None:
+def _discover_dir(d: Path, found: Inputs, opts: LoadOptions) -> None:
     nodes = rundir.node_dirs(d)
     if nodes:
-        found.run_dirs.append(d)
-        for node in nodes:
-            try:
-                found.manifests.append(rundir.read_manifest(node / rundir.MANIFEST))
-            except ValueError as e:
-                raise InputError(
-                    node / rundir.MANIFEST, str(e), "is this a gpudiag run directory?"
-                ) from e
-            for f in sorted((node / rundir.RANKS_DIR).glob("*")):
-                if f.is_file() and _fmt_of(f) == "kineto":
-                    _add_file(f, found, explicit=False)
-        exports = sorted(p for node in nodes for p in (node / rundir.NSYS_DIR).glob("*.sqlite"))
-        if exports and any(t.path.is_relative_to(d) for t in found.traces):
-            # one source per rank: the profiler traces; the Nsight export stays available
-            found.notes.append(
-                f"Nsight Systems export(s) beside the traces, not merged: "
-                f"{', '.join(str(p) for p in exports)} (analyse them on their own)"
-            )
-        elif exports:
-            for p in exports:
-                _add_file(p, found, explicit=False)
-        if not any(t.path.is_relative_to(d) for t in found.traces):
-            m = found.manifests[-1] if found.manifests else None
-            window = f" --profile-steps {m.profile_steps}" if m and m.profile_steps else ""
-            raise InputError(
-                d,
-                "run directory without profiler traces (did the job stop before its "
-                f"profiled window{window}?)",
-                "re-run with --profile-steps A:B inside the job's step count; the step "
-                "telemetry in ranks/*.steps.jsonl is kept",
-            )
+        _discover_run_dir(d, nodes, found, opts)
         return
     files = sorted(
         f for f in d.rglob("*")
@@ -118,7 +105,7 @@ def _discover_dir(d: Path, found: Inputs) -> None:
     )  # fmt: skip
     for f in files:
         if _fmt_of(f):
-            _add_file(f, found, explicit=False)
+            _add_file(f, found, opts, explicit=False)
     if not found.traces:
         raise InputError(
             d,
@@ -128,10 +115,44 @@ def _discover_dir(d: Path, found: Inputs) -> None:
         )
 
 
-def _add_file(f: Path, found: Inputs, explicit: bool) -> None:
+def _discover_run_dir(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptions) -> None:
+    found.run_dirs.append(d)
+    for node in nodes:
+        try:
+            found.manifests.append(rundir.read_manifest(node / rundir.MANIFEST))
+        except ValueError as e:
+            raise InputError(
+                node / rundir.MANIFEST, str(e), "is this a gpudiag run directory?"
+            ) from e
+        for f in sorted((node / rundir.RANKS_DIR).glob("*")):
+            if f.is_file() and _fmt_of(f) == "kineto":
+                _add_file(f, found, opts, explicit=False)
+    exports = sorted(p for node in nodes for p in (node / rundir.NSYS_DIR).glob("*.sqlite"))
+    if exports and any(t.path.is_relative_to(d) for t in found.traces):
+        # one source per rank: the profiler traces; the Nsight export stays available
+        found.notes.append(
+            f"Nsight Systems export(s) beside the traces, not merged: "
+            f"{', '.join(str(p) for p in exports)} (analyse them on their own)"
+        )
+    elif exports:
+        for p in exports:
+            _add_file(p, found, opts, explicit=False)
+    if not any(t.path.is_relative_to(d) for t in found.traces):
+        m = found.manifests[-1] if found.manifests else None
+        window = f" --profile-steps {m.profile_steps}" if m and m.profile_steps else ""
+        raise InputError(
+            d,
+            "run directory without profiler traces (did the job stop before its "
+            f"profiled window{window}?)",
+            "re-run with --profile-steps A:B inside the job's step count; the step "
+            "telemetry in ranks/*.steps.jsonl is kept",
+        )
+
+
+def _add_file(f: Path, found: Inputs, opts: LoadOptions, explicit: bool) -> None:
     fmt = _fmt_of(f)
     if fmt == "kineto":
-        found.traces.append(TraceInput(f, "kineto"))
+        found.traces.append(FileSource(f, "kineto", opts))
         return
     if fmt == "nsys":
         from gpudiag.traces import nsys
@@ -140,97 +161,60 @@ def _add_file(f: Path, found: Inputs, explicit: bool) -> None:
         if f.name.lower().endswith(nsys.REPORT_SUFFIXES):
             if not explicit and f.with_suffix(".sqlite").is_file():
                 return  # the export beside it is read instead
-            f, origin = nsys.resolve_report(f), f
+            f, origin = nsys.resolve_report(f, opts.nsys), f
         if all(t.path != f for t in found.traces):
-            found.traces.append(TraceInput(f, "nsys", origin=origin))
+            found.traces.append(FileSource(f, "nsys", opts, origin=origin))
         return
     if explicit:
         raise InputError(
             f,
             f"unknown file type {f.suffix or '(no extension)'!r}",
-            "gpudiag analyze reads Kineto traces (.json, .json.gz) and gpudiag run directories",
+            "gpudiag analyze reads Kineto traces (.json, .json.gz), Nsight Systems reports "
+            "(.nsys-rep, .sqlite) and gpudiag run directories",
         )
 
 
-def load_rank(inp: TraceInput, thresholds: Thresholds) -> RankTimeline:
-    """Load one trace file with the loader for its format."""
-    return load_kineto(inp.path, rank=inp.rank, thresholds=thresholds)
+def merge_manifests(manifests: Sequence[rundir.RunManifest]) -> rundir.RunManifest | None:
+    """One manifest for a multi-node run: ranks and sources of every node together."""
+    if len(manifests) <= 1:
+        return manifests[0] if manifests else None
+    m = copy.deepcopy(manifests[0])
+    for other in manifests[1:]:
+        m.ranks = m.ranks + list(other.ranks)
+        for name, src in other.sources.items():
+            mine = m.sources.get(name)
+            if mine is None or (not mine.captured and src.captured):
+                m.sources[name] = src
+        m.diagnosis_incomplete = m.diagnosis_incomplete + list(other.diagnosis_incomplete)
+        if other.exit_code not in (None, 0):
+            m.exit_code = other.exit_code
+    return m
 
 
-def load_ranks(inp: TraceInput, thresholds: Thresholds) -> list[RankTimeline]:
-    """Load one input; an Nsight export holds one rank per profiled process."""
-    if inp.fmt == "nsys":
-        from gpudiag.traces.nsys import load_nsys
+def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None) -> RunTimeline:
+    """Everything under ``paths`` as one RunTimeline.
 
-        return load_nsys(inp.path, thresholds=thresholds, source=str(inp.origin or inp.path))
-    return [load_rank(inp, thresholds)]
-
-
-def check_ranks(timelines: Sequence[Any], sources: Sequence[Path]) -> None:
-    """Fail on two inputs claiming one rank, or several inputs with no rank at all.
-
-    ``timelines`` are anything with ``rank`` and ``meta.rank_from`` (timelines or results).
+    The run directories' manifests, step telemetry and NVML samples are read here (they
+    are small); the traces become sources that load where they are analysed.
     """
-    by_rank: dict[int, Path] = {}
-    defaulted = [
-        src for t, src in zip(timelines, sources, strict=True) if t.meta.rank_from == "default"
-    ]
-    if len(defaulted) > 1:
-        raise InputError(
-            defaulted[1],
-            f"no rank in the trace or its name, like {defaulted[0].name}",
-            "rename the files rank-<N>.json.gz (or analyse them one at a time)",
-        )
-    for t, src in zip(timelines, sources, strict=True):
-        if t.rank in by_rank:
-            raise InputError(
-                src,
-                f"claims rank {t.rank}, as does {by_rank[t.rank]}",
-                "give one trace per rank (several profiling windows of one rank: analyse "
-                "each window separately)",
-            )
-        by_rank[t.rank] = src
+    import pandas as pd
 
+    from gpudiag.traces.samples import load_samples
+    from gpudiag.traces.telemetry import load_steps, steps_files
 
-def parallel_map(
-    fn: Callable[..., T], items: Sequence[Any], jobs: int | None, *args: Any
-) -> list[T]:
-    """``[fn(item, *args) for item in items]``, fanned out over processes when worth it."""
-    workers = min(len(items), jobs or os.cpu_count() or 1)
-    if workers <= 1:
-        return [fn(item, *args) for item in items]
-    # Objects that exist before the fork are moved out of the collector's reach, so a
-    # collection in a worker does not write to (and copy) every page it shares with us.
-    gc.freeze()
-    try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as ex:
-            futures = [ex.submit(fn, item, *args) for item in items]
-            return [f.result() for f in futures]
-    finally:
-        gc.unfreeze()
-
-
-def load_run(
-    *paths: str | os.PathLike[str],
-    thresholds: Thresholds | None = None,
-    jobs: int | None = None,
-) -> RunTimeline:
-    """Load every rank under ``paths`` into one RunTimeline (ranks in parallel processes)."""
-    th = thresholds or Thresholds()
-    inputs = discover(paths)
-    per_input = parallel_map(load_ranks, inputs.traces, jobs, th)
-    ranks = [tl for tls in per_input for tl in tls]
-    check_ranks(
-        ranks, [t.path for t, tls in zip(inputs.traces, per_input, strict=True) for _ in tls]
-    )
-    ranks.sort(key=lambda t: t.rank)
+    inputs = discover(paths, options)
+    tele = [load_steps(d) for d in inputs.run_dirs if steps_files(d)]
+    samples = [load_samples(d) for d in inputs.run_dirs]
     return RunTimeline(
-        ranks=ranks,
-        manifest=inputs.manifests[0] if inputs.manifests else None,
+        sources=list(inputs.traces),
+        manifest=merge_manifests(inputs.manifests),
+        telemetry=pd.concat(tele, ignore_index=True) if tele else None,
+        samples=pd.concat(samples, ignore_index=True) if samples else None,
         notes=inputs.notes,
     )
 
 
 __all__ = [
-    "Inputs", "TraceInput", "discover", "load_rank", "load_ranks", "load_run", "rank_from_filename",
+    "FileSource", "Inputs", "LoadOptions", "check_ranks", "discover", "load_run",
+    "merge_manifests", "rank_from_filename",
 ]  # fmt: skip

@@ -15,7 +15,8 @@ end_ns        int64     end (≥ start_ns)
 kind          int8      a :class:`Kind`
 lane          int32     index into ``lanes``: ``cpu:<tid>`` or ``gpu:<device>:<stream>``
 name          int32     index into ``names``
-step          int32     step number the interval belongs to, -1 when not assigned
+step          int32     step ranges: their step number; other intervals -1 (the analysis
+                        assigns work to steps, :mod:`gpudiag.analysis.steps`)
 launch_ns     int64     for GPU work: host time of the launching runtime call, else -1
 nbytes        int64     bytes moved by a copy or collective when known, else -1
 coll_id       int64     collectives: an id equal on every rank for the same collective
@@ -27,12 +28,21 @@ coll_name     int32     collectives: index into ``names`` of the collective's ty
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
+
+from gpudiag.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from gpudiag.rundir import RunManifest
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -58,6 +68,32 @@ GPU_BUSY_KINDS = (Kind.COMPUTE, Kind.COMM, Kind.MEMCPY, Kind.MEMSET)
 
 
 @dataclass
+class HostSteps:
+    """The training steps of a rank on its host timeline, resolved by the loader core.
+
+    ``start_ns``/``end_ns`` are the host step ranges (sorted, non-overlapping) and
+    ``number`` their step numbers; ``source`` says where they came from (``ProfilerStep``:
+    step markers, ``optimizer``: inferred from the ends of ``Optimizer.step`` ranges,
+    ``whole``: no steps, the trace is one window) and ``notes`` what was assumed.
+    """
+
+    start_ns: I64
+    end_ns: I64
+    number: I64
+    source: str
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return int(self.start_ns.shape[0])
+
+
+def no_steps() -> HostSteps:
+    """An empty step table (a timeline whose loader has not resolved its steps)."""
+    z = np.zeros(0, np.int64)
+    return HostSteps(z, z.copy(), z.copy(), "whole")
+
+
+@dataclass
 class RankMeta:
     """What a loader learnt about the rank besides its intervals."""
 
@@ -72,7 +108,12 @@ class RankMeta:
     has_gpu: bool = False
     notes: list[str] = field(default_factory=list)  # things missing or assumed
     skipped_events: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    thread_names: dict[str, list[str]] = field(default_factory=dict)  # lane → thread names
+    # Nsight GPU_METRICS: counter → (sample times ns, values as ratios)
+    gpu_metrics: dict[str, tuple[list[int], list[float]]] = field(default_factory=dict)
+    pid: int | None = None  # the profiled process, when the format names it
+    cuda_devices: list[int] = field(default_factory=list)
+    capture_version: str | None = None  # the profiler release that captured the trace
 
 
 @dataclass
@@ -93,6 +134,7 @@ class RankTimeline:
     meta: RankMeta = field(default_factory=RankMeta)
     coll_id: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     coll_name: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
+    steps: HostSteps = field(default_factory=no_steps)
 
     def __post_init__(self) -> None:
         n = int(self.start_ns.shape[0])
@@ -152,6 +194,7 @@ class RankTimeline:
             meta=self.meta,
             coll_id=self.coll_id[mask],
             coll_name=self.coll_name[mask],
+            steps=self.steps,
         )
 
     def gpu_lane_mask(self) -> npt.NDArray[np.bool_]:
@@ -195,6 +238,7 @@ class RankTimeline:
         coll_id: Any = None,
         coll_name: Any = None,
         meta: RankMeta | None = None,
+        steps: HostSteps | None = None,
     ) -> RankTimeline:
         """Build and validate a timeline, filling optional columns with their defaults."""
         s = np.asarray(start_ns, dtype=np.int64)
@@ -218,15 +262,109 @@ class RankTimeline:
             meta=meta or RankMeta(),
             coll_id=col(coll_id, np.int64, -1),
             coll_name=col(coll_name, np.int32, -1),
+            steps=steps or no_steps(),
         ).validate()
+
+
+class RankSource(Protocol):
+    """Where one or more ranks come from; loads them on demand (in a worker process).
+
+    Sources are small and picklable, so a process pool or a Dask cluster can ship them to
+    the worker that reads the file: the intervals never cross a process boundary.
+    """
+
+    @property
+    def label(self) -> str:
+        """The input as users name it (a path), for messages and ``Diagnosis.inputs``."""
+        ...
+
+    def load(self) -> list[RankTimeline]:
+        """Read the ranks (one file can hold several)."""
+        ...
+
+
+@dataclass(frozen=True)
+class LoadedSource:
+    """Timelines already in memory (built by hand, by a test or by another tool)."""
+
+    timelines: tuple[RankTimeline, ...]
+    name: str = "memory"
+
+    @property
+    def label(self) -> str:
+        """The name given, or the timelines' own sources."""
+        own = sorted({t.meta.source for t in self.timelines if t.meta.source})
+        return ", ".join(own) if own else self.name
+
+    def load(self) -> list[RankTimeline]:
+        """The timelines themselves."""
+        return list(self.timelines)
 
 
 @dataclass
 class RunTimeline:
-    """Every rank of one run, plus what the run directory adds (manifest, samples, telemetry)."""
+    """Every rank of one run, plus what a run directory adds (manifest, samples, telemetry).
 
-    ranks: list[RankTimeline]
-    manifest: Any = None  # gpudiag.rundir.RunManifest | None
-    samples: Any = None  # pandas DataFrame of NVML samples | None
-    telemetry: Any = None  # pandas DataFrame of per-step telemetry | None
+    ``sources`` load lazily: :func:`gpudiag.analysis.diagnose.diagnose` loads each in a
+    worker and ships back only compact per-rank results; :attr:`ranks` loads them all here
+    (the interval model, for users' own analyses).
+    """
+
+    sources: list[RankSource]
+    manifest: RunManifest | None = None
+    telemetry: pd.DataFrame | None = None  # per (rank, step): traces/telemetry.py COLUMNS
+    samples: pd.DataFrame | None = None  # NVML samples: traces/samples.py COLUMNS
     notes: list[str] = field(default_factory=list)
+    _loaded: list[RankTimeline] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def of(cls, ranks: list[RankTimeline], **kw: Any) -> RunTimeline:
+        """A run made of timelines already in memory."""
+        return cls(sources=[LoadedSource(tuple(ranks))], **kw)
+
+    @property
+    def inputs(self) -> list[str]:
+        """The label of every source."""
+        return [s.label for s in self.sources]
+
+    @property
+    def ranks(self) -> list[RankTimeline]:
+        """Every rank's timeline, loaded on first use (sources in parallel), sorted by rank."""
+        if self._loaded is None:
+            from gpudiag.fanout import local_map
+
+            loaded = [t for ts in local_map(None)(_load_source, self.sources) for t in ts]
+            check_ranks(loaded, [t.meta.source for t in loaded])
+            self._loaded = sorted(loaded, key=lambda t: t.rank)
+        return self._loaded
+
+
+def check_ranks(ranks: Sequence[Any], sources: Sequence[str]) -> None:
+    """Fail on two inputs claiming one rank, or several inputs with no rank at all.
+
+    ``ranks`` are anything with ``rank`` and ``meta.rank_from`` (timelines or results);
+    ``sources`` name the input each came from.
+    """
+    by_rank: dict[int, str] = {}
+    defaulted = [
+        src for t, src in zip(ranks, sources, strict=True) if t.meta.rank_from == "default"
+    ]
+    if len(defaulted) > 1:
+        raise InputError(
+            defaulted[1],
+            f"no rank in the trace or its name, like {Path(defaulted[0]).name}",
+            "rename the files rank-<N>.json.gz (or analyse them one at a time)",
+        )
+    for t, src in zip(ranks, sources, strict=True):
+        if t.rank in by_rank:
+            raise InputError(
+                src,
+                f"claims rank {t.rank}, as does {by_rank[t.rank]}",
+                "give one trace per rank (several profiling windows of one rank: analyse "
+                "each window separately)",
+            )
+        by_rank[t.rank] = src
+
+
+def _load_source(source: RankSource) -> list[RankTimeline]:
+    return source.load()

@@ -9,12 +9,10 @@ from gpudiag.analysis.diagnose import diagnose
 from gpudiag.analysis.steps import find_steps
 from gpudiag.config import Thresholds
 
-STEP_RE = Thresholds().step_re
-
 
 def parts(b: TimelineBuilder):
     tl = b.build()
-    win = find_steps(tl, STEP_RE)
+    win = find_steps(tl)
     return win, classify_steps(tl, win)
 
 
@@ -22,7 +20,7 @@ def test_compute_then_exposed_comm_then_gap():
     # GIVEN three 10 ms steps: 6 ms kernel, then 2 ms NCCL with nothing beside it
     run = gpu_run(ranks=1, steps=3)
     tl = run.ranks[0]
-    win = find_steps(tl, STEP_RE)
+    win = find_steps(tl)
     p = classify_steps(tl, win)
     # THEN each period is split exactly
     assert win.duration.tolist() == [10 * MS, 10 * MS, int(9.5 * MS)]
@@ -106,7 +104,7 @@ def test_no_step_markers_gives_one_window_and_a_finding():
     tl = b.build()
     from gpudiag.traces.schema import RunTimeline
 
-    d = diagnose(RunTimeline(ranks=[tl]))
+    d = diagnose(RunTimeline.of([tl]))
     assert len(d.steps) == 1 and d.steps[0].duration_ns == 10 * MS
     assert d.ranks[0].step_source == "whole"
     assert any(f.kind == "source_missing" and "one window" in f.message for f in d.findings)

@@ -7,6 +7,7 @@ import pytest
 
 import gpudiag
 from gpudiag.analysis.collectives import Collectives, analyse, collective_type, match
+from gpudiag.analysis.model import RankSync
 from gpudiag.analysis.pipeline import ideal_bubble
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -43,9 +44,9 @@ def test_collective_type_from_any_name(name, kind):
 def test_comms_id_matching_splits_transfer_from_sync_wait():
     d = gpudiag.analyze(DATA / "straggler_comms_id", jobs=1)
     c = d.collectives
-    assert (c["method"], c["matched"]) == ("comms_id", 4)
-    assert c["per_rank"]["0"] == {"sync_wait_ns": 4 * 5 * MS, "transfer_ns": 4 * 2 * MS}
-    assert c["per_rank"]["1"]["sync_wait_ns"] == 0
+    assert (c.method, c.matched) == ("comms_id", 4)
+    assert c.per_rank["0"] == RankSync(sync_wait_ns=4 * 5 * MS, transfer_ns=4 * 2 * MS)
+    assert c.per_rank["1"].sync_wait_ns == 0
     (f,) = [f for f in d.findings if f.kind == "straggler"]
     assert (f.ranks, f.cause, f.persistent) == ([1], "compute", True)
     assert f.wait_caused_ns == 20 * MS
@@ -63,27 +64,27 @@ def test_order_matching_drops_size_mismatches():
 def test_bus_bandwidth_follows_nccl_tests():
     gb = 1_000_000_000
     ranks = [colls(r, ["allreduce"], [10 * MS if r else 12 * MS], [gb]) for r in range(8)]
-    section = analyse(ranks)
-    (row,) = section["by_type"]
-    assert row["transfer_ns_median"] == 10 * MS
-    assert row["algbw_gbps"] == pytest.approx(100.0)
-    assert row["busbw_gbps"] == pytest.approx(100.0 * 2 * 7 / 8)
-    assert row["efficiency"] == pytest.approx(175.0 / 450.0)
-    assert section["per_rank"]["0"]["sync_wait_ns"] == 2 * MS
+    section, _ = analyse(ranks)
+    (row,) = section.by_type
+    assert row.transfer_ns_median == 10 * MS
+    assert row.algbw_gbps == pytest.approx(100.0)
+    assert row.busbw_gbps == pytest.approx(100.0 * 2 * 7 / 8)
+    assert row.efficiency == pytest.approx(175.0 / 450.0)
+    assert section.per_rank["0"].sync_wait_ns == 2 * MS
 
 
 def test_single_rank_bandwidth_is_a_lower_bound_and_no_finding(kineto_sets):
     d = gpudiag.analyze(kineto_sets / "a100x2_r0_pgcfg", jobs=1)
-    assert d.collectives["bandwidth_is_lower_bound"] is True
+    assert d.collectives.bandwidth_is_lower_bound is True
     assert not [f for f in d.findings if f.kind == "low_bandwidth"]
 
 
 def test_pipeline_bubble_matches_the_schedule():
     d = gpudiag.analyze(DATA / "pipeline_4stage", jobs=1)
-    pipe = d.collectives["pipeline"]
-    assert (pipe["stages"], pipe["micro_batches"]) == (4, 4)
-    assert pipe["ideal_bubble_ratio"] == pytest.approx(3 / 7)
-    assert pipe["bubble_ratio"] == pytest.approx(3 / 7, abs=0.01)
+    pipe = d.collectives.pipeline
+    assert (pipe.stages, pipe.micro_batches) == (4, 4)
+    assert pipe.ideal_bubble_ratio == pytest.approx(3 / 7)
+    assert pipe.bubble_ratio == pytest.approx(3 / 7, abs=0.01)
     (f,) = [f for f in d.findings if f.kind == "pipeline_bubble"]
     assert "with 16 it would be 16%" in f.message
     assert not [f for f in d.findings if f.kind == "host_bound"]  # the bubble explains it
@@ -93,11 +94,11 @@ def test_pipeline_bubble_matches_the_schedule():
 
 def test_data_parallel_run_is_not_a_pipeline():
     d = gpudiag.analyze(DATA / "straggler_comms_id", jobs=1)
-    assert "pipeline" not in d.collectives
+    assert d.collectives.pipeline is None
 
 
 def test_all_to_all_over_sendrecv_kernels_is_not_a_pipeline(kineto_sets):
     # NCCL runs all-to-all with SendRecv kernels; only explicit send/recv make stages
     d = gpudiag.analyze(kineto_sets / "sampled_2rank_a2a", jobs=1)
-    assert "pipeline" not in d.collectives
+    assert d.collectives.pipeline is None
     assert not [f for f in d.findings if f.kind == "pipeline_bubble"]

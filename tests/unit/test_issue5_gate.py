@@ -14,14 +14,9 @@ from cli_runner import run_cli
 
 from gpudiag.analysis.diagnose import diagnose
 from gpudiag.analysis.diff import diff
-from gpudiag.analysis.gate import (
-    GateConfig,
-    evaluate,
-    gate_config,
-    mann_whitney_u,
-    step_samples,
-)
+from gpudiag.analysis.gate import evaluate, mann_whitney_u, step_samples
 from gpudiag.analysis.model import Diagnosis, Finding
+from gpudiag.config import GateConfig, gate_config
 from gpudiag.errors import UsageError
 from gpudiag.report import ci, junit, markdown
 
@@ -142,7 +137,7 @@ def test_unchanged_noisy_run_passes_and_real_slowdown_fails():
     assert slow.status == "failed" and reg.status == "fail"
     assert reg.p_value is not None and reg.p_value < 0.01
     assert reg.effect_ratio == pytest.approx(0.15, abs=0.05)
-    assert reg.samples == [28, 28]  # 2 warm-up steps skipped on each side
+    assert reg.samples == [29, 29]  # the steady-step rule leaves the first step out
 
 
 def test_big_but_not_significant_is_a_warning():
@@ -162,7 +157,7 @@ def test_too_few_steps_is_inconclusive_unless_ok():
     base, cand = make(noisy(6, 100, 1)), make(noisy(6, 100, 2))
     res = evaluate(cand, GateConfig(), baseline=base)
     assert res.status == "inconclusive" and res.exit_code == 5
-    assert "too few steps" in by_name(res, "step_time_regression")[0].message
+    assert "too few steady steps" in by_name(res, "step_time_regression")[0].message
     ok = evaluate(cand, GateConfig(inconclusive_ok=True), baseline=base)
     assert ok.status == "passed" and ok.exit_code == 0
 
@@ -172,7 +167,7 @@ def test_fingerprint_mismatch_stops_even_with_inconclusive_ok():
     cand = make(noisy(20, 200, 2), ranks=3)
     res = evaluate(cand, GateConfig(inconclusive_ok=True), baseline=base)
     assert res.status == "inconclusive" and res.exit_code == 5
-    assert res.checks[0].name == "fingerprint" and "world_size 3 vs 2" in res.checks[0].message
+    assert res.checks[0].name == "fingerprint" and "world size 3 vs 2" in res.checks[0].message
     assert not by_name(res, "step_time_regression")
 
 

@@ -37,7 +37,7 @@ def sync_steps(ranks=4, steps=8, base=(60, 5, 5), extra=None):
 
 
 def stragglers(steps, whole=None, gpus=()):
-    return [f for f in find_stragglers(steps, whole, gpus) if f.kind == "straggler"]
+    return [f for f in find_stragglers(steps, whole, gpus=gpus) if f.kind == "straggler"]
 
 
 def test_balanced_run_names_no_straggler():
@@ -67,9 +67,9 @@ def test_data_straggler_and_its_remedy_and_what_if():
     (f,) = stragglers(steps)
     assert (f.ranks, f.cause) == ([1], "data")
     wi = what_if(steps, [f])
-    assert wi["step_time_ns"] == 105 * MS
-    assert wi["if_straggler_at_median_speed_ns"] == 75 * MS
-    assert wi["if_no_data_wait_ns"] == 70 * MS
+    assert wi.step_time_ns == 105 * MS
+    assert wi.if_straggler_at_median_speed_ns == 75 * MS
+    assert wi.if_no_data_wait_ns == 70 * MS
 
 
 def test_host_straggler_is_neither_compute_nor_data():

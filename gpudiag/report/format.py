@@ -1,0 +1,68 @@
+"""How numbers read in every renderer (durations, percentages), and which cells the findings flag.
+
+Renderers never re-judge a threshold: a table cell is highlighted because a finding of
+the Diagnosis names that rank and that quantity, with the finding's severity.
+"""
+
+from __future__ import annotations
+
+from gpudiag.analysis.model import Diagnosis, FindingKind, Severity
+
+# The column of the per-rank table that each share finding speaks about.
+FLAG_COLUMNS = {
+    FindingKind.IDLE_RATIO: "idle",
+    FindingKind.DATA_BOUND: "data_wait",
+    FindingKind.COMM_BOUND: "comm_wait",
+    FindingKind.HOST_BOUND: "other",
+}
+
+
+def fmt_ns(ns: float | None) -> str:
+    """A duration in the unit that reads best (``n/a`` when unknown)."""
+    if ns is None:
+        return "n/a"
+    if abs(ns) >= 10e9:
+        return f"{ns / 1e9:.1f} s"
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.1f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns:.0f} ns"
+
+
+def pct(x: float | None, digits: int = 1) -> str:
+    """A ratio as a percentage (``n/a`` when unknown); never ``-0.0%``."""
+    if x is None:
+        return "n/a"
+    text = f"{x * 100:.{digits}f}%"
+    return text[1:] if text.startswith("-") and float(text[:-1]) == 0 else text
+
+
+def flagged(d: Diagnosis) -> dict[tuple[int | None, str], Severity]:
+    """(rank, column) → the most severe finding about it; rank ``None`` is the run line.
+
+    The run's idle is flagged when an ``idle_ratio`` finding exists.
+    """
+    out: dict[tuple[int | None, str], Severity] = {}
+    for f in d.findings:
+        col = FLAG_COLUMNS.get(f.kind)
+        if col is None:
+            continue
+        keys: list[tuple[int | None, str]] = [(r, col) for r in f.ranks]
+        if f.kind == FindingKind.IDLE_RATIO:
+            keys.append((None, col))
+        sev = Severity(f.severity)
+        for k in keys:
+            if k not in out or sev.order < out[k].order:
+                out[k] = sev
+    return out
+
+
+def idle_threshold(d: Diagnosis) -> float | None:
+    """The idle limit the idle finding was judged against, if there is one."""
+    for f in d.findings:
+        if f.kind == FindingKind.IDLE_RATIO and "threshold" in f.metrics:
+            return float(f.metrics["threshold"])
+    return None

@@ -1,0 +1,307 @@
+"""The loader core shared by the format modules: name patterns, kinds, ranks, threads, steps.
+
+A format module (:mod:`~gpudiag.traces.kineto`, :mod:`~gpudiag.traces.nsys`) turns its
+file into raw columns — times, a coarse kind per interval, lanes, interned names, launch
+times — and hands them to :func:`build_rank`, which applies the rules every format
+shares, once:
+
+* **kinds by name**: a kernel matching ``comm_kernel_re`` is communication; a host range
+  matching ``comm_host_re`` is communication, ``data_re`` data loading, the step pattern a
+  step (:class:`NamePatterns`);
+* **the training thread** (:func:`main_lane`): the host lane with the step ranges, else
+  with the ``Optimizer.step`` ranges, else the process's main thread (tid = pid), else
+  the busiest host lane;
+* **steps** (:func:`resolve_steps`): numbered step ranges on the training thread, else
+  periods ending where ``Optimizer.step`` ranges end, else one window over the trace; an
+  explicit ``--step-marker`` that matches nothing is an error naming the frequent ranges;
+* **coverage notes**: GPU work without a launching runtime call, and where steps came
+  from.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from gpudiag.config import (
+    AUTO_STEP_RE,
+    DEFAULT_COMM_HOST_RE,
+    DEFAULT_COMM_KERNEL_RE,
+    DEFAULT_DATA_RE,
+    Thresholds,
+)
+from gpudiag.errors import InputError
+from gpudiag.traces.schema import I64, HostSteps, Kind, RankMeta, RankTimeline
+
+OPTIMIZER_STEP = "Optimizer.step#"
+# Below this share of GPU ops with a launching runtime call, steps are assigned by time.
+LAUNCH_LINKED_MIN_RATIO = 0.5
+STEP_MAX = np.iinfo(np.int32).max
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
+# Per-operator ranges (``aten::mul``, ``MulBackward0``, NCCL/CUDA API calls): never steps,
+# left out of the "most frequent ranges" hint so they do not crowd the user's own out.
+_OP_RANGE = re.compile(r"::|Backward(N|\d*)$|^nccl[A-Z]|^cuda[A-Z]|^record_param_comms$")
+_NUMBERED = re.compile(r"(^|[\s#_:-])N$")
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How inputs are read: the name patterns, an explicit step marker, the nsys binary."""
+
+    comm_kernel_re: str = DEFAULT_COMM_KERNEL_RE
+    comm_host_re: str = DEFAULT_COMM_HOST_RE
+    data_re: str = DEFAULT_DATA_RE
+    step_marker: str | None = None  # None: automatic (ProfilerStep#N, gpudiag.step#N, …)
+    nsys: str | None = None  # nsys binary for exporting .nsys-rep reports (else found)
+
+    @classmethod
+    def from_thresholds(cls, th: Thresholds, nsys: str | None = None) -> LoadOptions:
+        """The options that the thresholds' patterns imply."""
+        return cls(th.comm_kernel_re, th.comm_host_re, th.data_re, th.step_re, nsys)
+
+
+class NamePatterns:
+    """The compiled patterns of a load, applied to each distinct name once."""
+
+    COMM_KERNEL, COMM_HOST, DATA, STEP = range(4)
+
+    def __init__(self, opts: LoadOptions) -> None:
+        self.explicit_step = opts.step_marker is not None
+        self.step_re = opts.step_marker if opts.step_marker is not None else AUTO_STEP_RE
+        self.rx = [re.compile(p) for p in (opts.comm_kernel_re, opts.comm_host_re,
+                                           opts.data_re, self.step_re)]  # fmt: skip
+
+    def flags(self, names: Sequence[str]) -> npt.NDArray[np.bool_]:
+        """One row per name: matches comm kernel, comm host, data, step."""
+        return np.array([[bool(r.search(n)) for r in self.rx] for n in names], dtype=bool).reshape(
+            len(names), len(self.rx)
+        )
+
+    def step_number(self, name: str) -> int | None:
+        """The step number in a step range's name (group 1 of the pattern), if any."""
+        m = self.rx[self.STEP].search(name)
+        if m is None or not m.groups() or m.group(1) is None:
+            return None
+        try:
+            return int(m.group(1))
+        except ValueError:
+            return None
+
+
+def refine_kinds(
+    kind: npt.NDArray[np.int64], name_flags: npt.NDArray[np.bool_]
+) -> npt.NDArray[np.int64]:
+    """Kinds by name, for intervals whose name flags are ``name_flags`` (one row each).
+
+    Kernels matching the comm-kernel pattern become COMM; host ranges (operators and
+    annotations) matching the comm-host, data or step pattern become COMM, DATALOADER or
+    STEP, in that order of precedence from last to first.
+    """
+    out: npt.NDArray[np.int64] = kind.copy()
+    out[(kind == Kind.COMPUTE) & name_flags[:, NamePatterns.COMM_KERNEL]] = Kind.COMM
+    host_range = (kind == Kind.CPU_OP) | (kind == Kind.ANNOTATION)
+    out[host_range & name_flags[:, NamePatterns.COMM_HOST]] = Kind.COMM
+    out[host_range & name_flags[:, NamePatterns.DATA]] = Kind.DATALOADER
+    out[host_range & name_flags[:, NamePatterns.STEP]] = Kind.STEP
+    return out
+
+
+def rank_from_filename(path: Path) -> int | None:
+    """The rank number in a file name (``rank-3``, ``rank3``, ``worker_3``), if any."""
+    m = _RANK_IN_NAME.search(path.name)
+    return int(m.group(1)) if m else None
+
+
+def main_lane(
+    lanes: Sequence[str],
+    lane: npt.NDArray[np.integer],
+    kind: npt.NDArray[np.integer],
+    name: npt.NDArray[np.integer],
+    names: Sequence[str],
+    pid: int | str | None = None,
+) -> int:
+    """The training thread: steps, else Optimizer.step ranges, else tid == pid, else busiest.
+
+    Only host (``cpu:``) lanes are candidates.
+    """
+    if not len(lane):
+        return -1
+    host = np.array([ln.startswith("cpu:") for ln in lanes], bool)[lane]
+    opt_names = [i for i, s in enumerate(names) if s.startswith(OPTIMIZER_STEP)]
+    for mask in (
+        kind == Kind.STEP,
+        np.isin(name, opt_names) & (kind == Kind.ANNOTATION),
+    ):
+        mask = mask & host
+        if mask.any():
+            return int(np.bincount(lane[mask]).argmax())
+    if pid is not None and f"cpu:{pid}" in lanes:
+        return list(lanes).index(f"cpu:{pid}")
+    if host.any():
+        return int(np.bincount(lane[host], minlength=len(lanes)).argmax())
+    return -1
+
+
+def frequent_ranges(names: Sequence[str], name: npt.NDArray[np.integer], top: int = 6) -> str:
+    """The most frequent range names, digits folded (``Batch N``), for a --step-marker hint."""
+    if not len(name):
+        return ""
+    counts: Counter[str] = Counter()
+    per_name = np.bincount(name, minlength=len(names))
+    for i in np.flatnonzero(per_name).tolist():
+        counts[re.sub(r"\d+", "N", names[i])] += int(per_name[i])
+    user = [(n, c) for n, c in counts.items() if not _OP_RANGE.search(n)] or list(counts.items())
+    # Numbered ranges (``Batch N``, ``iteration N``) first: steps are usually numbered.
+    user.sort(key=lambda nc: (not _NUMBERED.search(nc[0]), -nc[1], nc[0]))
+    return ", ".join(f"'{n}' ×{c}" for n, c in user[:top])
+
+
+@dataclass
+class RawColumns:
+    """What a format module hands to :func:`build_rank`; kinds are coarse (before names)."""
+
+    start_ns: I64
+    end_ns: I64
+    kind: npt.NDArray[np.int64]
+    lane: npt.NDArray[np.int64]
+    name: npt.NDArray[np.int64]
+    lanes: list[str]
+    names: list[str]
+    launch_ns: I64
+    nbytes: I64
+    coll_id: I64 | None = None
+    coll_name: npt.NDArray[np.int64] | None = None
+
+
+def build_rank(
+    rank: int,
+    cols: RawColumns,
+    meta: RankMeta,
+    patterns: NamePatterns,
+    path: Path | str,
+    *,
+    kinds_final: bool = False,
+    no_ranges_hint: str = "",
+) -> RankTimeline:
+    """Apply the shared rules (kinds by name, training thread, steps, notes) → RankTimeline.
+
+    ``kinds_final``: the format module already refined the kinds (it had to, to split
+    ranks or processes); ``no_ranges_hint`` is said when the trace has no host ranges to
+    take steps from.
+    """
+    kind = cols.kind
+    if not kinds_final:
+        kind = refine_kinds(kind, patterns.flags(cols.names)[cols.name])
+    meta.main_lane = main_lane(cols.lanes, cols.lane, kind, cols.name, cols.names, meta.pid)
+    gpu = np.array([ln.startswith("gpu:") for ln in cols.lanes], bool)
+    is_gpu = gpu[cols.lane] if len(cols.lane) else np.zeros(0, bool)
+    n_gpu = int(np.count_nonzero(is_gpu))
+    linked = int(np.count_nonzero(is_gpu & (cols.launch_ns >= 0)))
+    meta.has_gpu = meta.has_gpu or n_gpu > 0
+    if n_gpu and linked < LAUNCH_LINKED_MIN_RATIO * n_gpu:
+        meta.notes.append(f"only {linked} of {n_gpu} GPU ops have a launching runtime call in "
+                          "the trace; steps are assigned by time instead")  # fmt: skip
+    steps, step_col = resolve_steps(
+        cols.start_ns, cols.end_ns, kind, cols.lane, cols.name, cols.names, meta.main_lane,
+        patterns, path, no_ranges_hint,
+    )  # fmt: skip
+    return RankTimeline.from_columns(
+        rank, start_ns=cols.start_ns, end_ns=cols.end_ns, kind=kind, lane=cols.lane,
+        name=cols.name, lanes=cols.lanes, names=cols.names, step=step_col,
+        launch_ns=cols.launch_ns, nbytes=cols.nbytes, coll_id=cols.coll_id,
+        coll_name=cols.coll_name, meta=meta, steps=steps,
+    )  # fmt: skip
+
+
+def resolve_steps(
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.integer],
+    lane: npt.NDArray[np.integer],
+    name: npt.NDArray[np.integer],
+    names: Sequence[str],
+    main: int,
+    patterns: NamePatterns,
+    path: Path | str,
+    no_ranges_hint: str = "",
+) -> tuple[HostSteps, npt.NDArray[np.int32]]:
+    """The host steps of a rank and the step column (numbers on the step ranges, else -1)."""
+    step_col = np.full(len(start), -1, np.int32)
+    steps = np.flatnonzero(kind == Kind.STEP)
+    if steps.size and main >= 0 and np.any(lane[steps] == main):
+        steps = steps[lane[steps] == main]
+    if steps.size:
+        steps = steps[np.argsort(start[steps], kind="stable")]
+        numbers = _step_numbers(steps, name, names, patterns, path)
+        _, first_of = np.unique(numbers, return_index=True)  # drop repeated numbers
+        keep = np.sort(first_of)
+        steps, numbers = steps[keep], numbers[keep]
+        step_col[steps] = numbers
+        return HostSteps(start[steps], end[steps], numbers, "ProfilerStep"), step_col
+
+    if patterns.explicit_step:
+        annotations = (kind == Kind.ANNOTATION) | (kind == Kind.CPU_OP)
+        hint = frequent_ranges(names, name[kind == Kind.ANNOTATION]) or frequent_ranges(
+            names, name[annotations]
+        )
+        raise InputError(
+            path,
+            f"step marker '{patterns.step_re}' matches no range"
+            + ("" if annotations.any() else " (the trace has no host ranges)"),
+            f"most frequent ranges: {hint}; pass a regex that matches one of them (group 1 = "
+            "the step number)" if hint else "mark steps with torch.profiler's schedule "
+            "(ProfilerStep#N), torch.cuda.nvtx.range or `gpudiag run`",
+        )  # fmt: skip
+
+    lo, hi = (int(start.min()), int(end.max())) if len(start) else (0, 0)
+    opt_names = [i for i, s in enumerate(names) if s.startswith(OPTIMIZER_STEP)]
+    opt = np.flatnonzero(np.isin(name, opt_names) & (kind == Kind.ANNOTATION))
+    if main >= 0:
+        opt = opt[lane[opt] == main]
+    if opt.size >= 2:
+        ends = np.sort(end[opt])
+        host_s = np.concatenate(([lo], ends[:-1]))
+        note = (f"no ProfilerStep markers: {opt.size} steps inferred from the ends of "
+                "Optimizer.step ranges")  # fmt: skip
+        return HostSteps(host_s, ends, np.arange(opt.size, dtype=np.int64), "optimizer",
+                         [note]), step_col  # fmt: skip
+    ranges = kind == Kind.ANNOTATION
+    if ranges.any():
+        note = ("no step markers (ProfilerStep#N, gpudiag.step#N or Optimizer.step): the whole "
+                f"trace is one window (most frequent ranges: {frequent_ranges(names, name[ranges])}"
+                "; pick one with --step-marker REGEX)")  # fmt: skip
+    else:
+        hint = f" ({no_ranges_hint})" if no_ranges_hint else ""
+        note = ("no step markers (ProfilerStep#N, gpudiag.step#N or Optimizer.step): the whole "
+                f"trace is one window{hint}")  # fmt: skip
+    one = np.zeros(1, np.int64)
+    return HostSteps(one + lo, one + hi, one * 0, "whole", [note]), step_col
+
+
+def _step_numbers(
+    steps: npt.NDArray[np.intp],
+    name: npt.NDArray[np.integer],
+    names: Sequence[str],
+    patterns: NamePatterns,
+    path: Path | str,
+) -> npt.NDArray[np.int64]:
+    """Step numbers from the ranges' names (their order where a name has none)."""
+    nums = []
+    for i, j in enumerate(steps.tolist()):
+        n = patterns.step_number(names[int(name[j])])
+        nums.append(i if n is None else n)
+    big = [n for n in nums if n > STEP_MAX]
+    if big:
+        raise InputError(
+            path,
+            f"step number {big[0]} is out of range (steps are numbered up to {STEP_MAX})",
+            "the step ranges' names are damaged, or --step-marker's group 1 is not a step count",
+        )
+    return np.asarray(nums, np.int64)
