@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpudiag.traces.common import LAUNCH_LINKED_MIN_RATIO
-from gpudiag.traces.schema import GPU_BUSY_KINDS, I32, I64, RankTimeline
+from gpudiag.traces.schema import GPU_BUSY_KINDS, I32, I64, Kind, RankTimeline
 
 
 @dataclass
@@ -39,7 +39,7 @@ class StepWindows:
     start: I64
     end: I64
     gpu_ops: I64
-    source: str  # "ProfilerStep", "optimizer", "whole"
+    source: str  # "ProfilerStep", "marker", "user_range", "optimizer", "whole"
     owner: I32  # per interval of the timeline: the step number it belongs to, else -1
     notes: list[str] = field(default_factory=list)
 
@@ -56,8 +56,9 @@ def find_steps(tl: RankTimeline) -> StepWindows:
     """The step windows of ``tl`` (see the module docstring)."""
     hs = tl.steps
     if not len(hs):
-        lo = int(tl.start_ns.min()) if len(tl) else 0
-        hi = int(tl.end_ns.max()) if len(tl) else 0
+        work = tl.kind != Kind.OS_WAIT
+        lo = int(tl.start_ns[work].min()) if work.any() else 0
+        hi = int(tl.end_ns[work].max()) if work.any() else 0
         host_s, host_e = np.array([lo], np.int64), np.array([hi], np.int64)
         numbers, source, notes = np.zeros(1, np.int32), "whole", []
     else:

@@ -601,7 +601,8 @@ def _finish(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> Rank
         launch_ns=_launch_times(kind, is_gpu, corr, start), nbytes=nbytes, coll_id=coll_id,
         coll_name=coll_name.astype(np.int64),
     )  # fmt: skip
-    return build_rank(rank, raw, meta, cols.patterns, path, kinds_final=True)
+    return build_rank(rank, raw, meta, cols.patterns, path, kinds_final=True,
+                      range_label="record_function range")  # fmt: skip
 
 
 def _era(trace: _Trace, first_cat: str | None) -> str:

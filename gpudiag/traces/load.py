@@ -10,7 +10,9 @@ loads and classifies each one in a worker and only small per-rank results cross 
 from __future__ import annotations
 
 import copy
+import gzip
 import os
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,9 +105,18 @@ def _discover_dir(d: Path, found: Inputs, opts: LoadOptions) -> None:
         f for f in d.rglob("*")
         if f.is_file() and not any(part.startswith(".") for part in f.relative_to(d).parts)
     )  # fmt: skip
+    skipped = []
     for f in files:
-        if _fmt_of(f):
+        if _fmt_of(f) == "kineto" and not looks_like_trace(f):
+            skipped.append(f.name)
+        elif _fmt_of(f):
             _add_file(f, found, opts, explicit=False)
+    if skipped:
+        found.notes.append(
+            f"{len(skipped)} JSON file(s) in {d} that are not profiler traces were skipped: "
+            + ", ".join(skipped[:5])
+            + ("…" if len(skipped) > 5 else "")
+        )
     if not found.traces:
         raise InputError(
             d,
@@ -147,6 +158,31 @@ def _discover_run_dir(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptio
             "re-run with --profile-steps A:B inside the job's step count; the step "
             "telemetry in ranks/*.steps.jsonl is kept",
         )
+
+
+SNIFF_BYTES = 1 << 20
+
+
+def looks_like_trace(path: Path) -> bool:
+    """Whether a ``.json``/``.json.gz`` found in a directory holds a ``traceEvents`` key.
+
+    Only its first MiB is read (gunzipped): Kineto writes the key after a few small
+    metadata blocks. Other JSON documents beside the traces (configs, a saved diagnosis, a
+    job's own notes) are skipped rather than refused; a file named ``*.pt.trace.json``,
+    an empty one or one that is not JSON at all is kept, so its loader says what is wrong.
+    """
+    if path.name.lower().endswith((".pt.trace.json", ".pt.trace.json.gz")):
+        return True
+    try:
+        with path.open("rb") as f:
+            head = f.read(2)
+        opener = gzip.open if head == b"\x1f\x8b" else open
+        with opener(path, "rb") as f:
+            text = f.read(SNIFF_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return True  # unreadable: let the loader say why, naming the file
+    # an empty or cut-off file is a broken trace, not some other JSON document
+    return not text.strip() or text.lstrip()[:1] not in (b"{", b"[") or b'"traceEvents"' in text
 
 
 def _add_file(f: Path, found: Inputs, opts: LoadOptions, explicit: bool) -> None:

@@ -61,6 +61,7 @@ class Kind(IntEnum):
     STEP = 6  # a training-step range (ProfilerStep#N, gpudiag's own step range)
     ANNOTATION = 7  # any other user or framework range
     CPU_OP = 8  # an operator on a host thread
+    OS_WAIT = 9  # a blocking OS call on a host thread (Nsight OSRT: cond waits, poll, futex …)
 
 
 KIND_NAMES = [k.name.lower() for k in Kind]
@@ -73,8 +74,11 @@ class HostSteps:
 
     ``start_ns``/``end_ns`` are the host step ranges (sorted, non-overlapping) and
     ``number`` their step numbers; ``source`` says where they came from (``ProfilerStep``:
-    step markers, ``optimizer``: inferred from the ends of ``Optimizer.step`` ranges,
-    ``whole``: no steps, the trace is one window) and ``notes`` what was assumed.
+    step markers, ``marker``: the ranges ``--step-marker`` matched, ``user_range``: the
+    user's own iteration range, found automatically,
+    ``optimizer``: inferred from the ends of ``Optimizer.step`` ranges, ``whole``: no steps,
+    the trace is one window) and ``notes`` how; ``range_name`` is the user range's name
+    with digits folded (``step N``).
     """
 
     start_ns: I64
@@ -82,9 +86,28 @@ class HostSteps:
     number: I64
     source: str
     notes: list[str] = field(default_factory=list)
+    range_name: str = ""
+
+    @property
+    def user_ranges(self) -> bool:
+        """The steps are the user's own ranges (found, or named by ``--step-marker``).
+
+        Unlike the profiler's contiguous ``ProfilerStep#N``, such a range usually opens
+        after the batch has arrived: the time between two of them is the input pipeline.
+        """
+        return self.source in ("marker", "user_range")
 
     def __len__(self) -> int:
         return int(self.start_ns.shape[0])
+
+    def gaps(self) -> tuple[I64, I64]:
+        """The host time between consecutive step ranges: [end of N, start of N+1)."""
+        if len(self) < 2:
+            z = np.zeros(0, np.int64)
+            return z, z.copy()
+        s, e = self.end_ns[:-1], self.start_ns[1:]
+        keep = e > s
+        return s[keep], e[keep]
 
 
 def no_steps() -> HostSteps:

@@ -43,6 +43,7 @@ from gpudiag.traces.nsys.sql import (
     gpu_names,
     gpu_rows,
     nvtx_rows,
+    osrt_rows,
     pieces,
     resolve_tables,
     runtime_rows,
@@ -95,24 +96,26 @@ class _Rows:
             )  # fmt: skip
         self.rt = runtime_rows(ex, by_pid)
         self.nv, nv_names = nvtx_rows(ex, by_pid)
+        self.os = osrt_rows(ex, by_pid)
         self._shift(notes)
         self._name(ex, nv_names)
 
     def _shift(self, notes: list[str]) -> None:
         """Launch times of -1 mean "unknown" downstream: keep real times non-negative."""
-        gpu, rt, nv = self.gpu, self.rt, self.nv
-        lo = min([int(a[:, 2].min()) for a in (rt, nv) if len(a)] + [int(gpu[:, 4].min())])
+        gpu, rt, nv, os_ = self.gpu, self.rt, self.nv, self.os
+        lo = min([int(a[:, 2].min()) for a in (rt, nv, os_) if len(a)] + [int(gpu[:, 4].min())])
         if lo < 0:
             gpu[:, [4, 5]] -= lo
             gpu[gpu[:, 8] != -1, 8] -= lo
             rt[:, [2, 3]] -= lo
             nv[:, [2, 3]] -= lo
+            os_[:, [2, 3]] -= lo
             notes.append(f"times shifted by {-lo} ns: the export has negative timestamps")
 
     def _name(self, ex: Export, nv_names: list[str]) -> None:
         gpu, rt, nv = self.gpu, self.rt, self.nv
         kern = gpu[:, 0] == Kind.COMPUTE
-        found = strings(ex, np.concatenate([gpu[kern, 6], rt[:, 4]]))
+        found = strings(ex, np.concatenate([gpu[kern, 6], rt[:, 4], self.os[:, 4]]))
         sid_keys = np.array(sorted(found), dtype=np.int64)
         copy_kinds = sorted(set(gpu[gpu[:, 0] == Kind.MEMCPY, 6].tolist()))
         raw_names = (
@@ -145,33 +148,37 @@ class _Rows:
             self.gname[cp] = inv[off_cp + np.searchsorted(np.array(copy_kinds), gpu[cp, 6])]
         self.gname[gpu[:, 0] == Kind.MEMSET] = inv[off_ms]
         self.rname = sid_index(rt[:, 4], n_sid)
+        self.oname = sid_index(self.os[:, 4], 0)
         self.nname = inv[off_ms + 2 + nv[:, 4]] if len(nv) else np.zeros(0, np.int64)
         # coarse kinds: peer copies are GPU-to-GPU traffic, NCCL/MPI domain ranges calls
         self.gkind = gpu[:, 0].copy()
         self.gkind[cp & (gpu[:, 6] == PEER_COPY)] = Kind.COMM
         self.nkind = np.where(nv[:, 5] != 0, int(Kind.COMM), int(Kind.ANNOTATION))
 
-    def process(self, pid: int, gi: I64A, ri: I64A, ni: I64A) -> RawColumns:
+    def process(self, gi: I64A, ri: I64A, ni: I64A, oi: I64A) -> RawColumns:
         """Columns of one process: GPU lanes ``gpu:<dev>:<stream>``, host lanes ``cpu:<tid>``."""
-        gpu, rt, nv = self.gpu[gi], self.rt[ri], self.nv[ni]
+        gpu, rt, nv, os_ = self.gpu[gi], self.rt[ri], self.nv[ni], self.os[oi]
         gkey = (gpu[:, 2] << 32) | (gpu[:, 3] & 0xFFFFFFFF)
         gl, glane = np.unique(gkey, return_inverse=True)
-        hl, hlane = np.unique(np.concatenate([rt[:, 1], nv[:, 1]]), return_inverse=True)
+        hl, hlane = np.unique(np.concatenate([rt[:, 1], nv[:, 1], os_[:, 1]]), return_inverse=True)
         lanes = [f"gpu:{int(k) >> 32}:{int(k) & 0xFFFFFFFF}" for k in gl.tolist()]
         lanes += [f"cpu:{int(t)}" for t in hl.tolist()]
-        ng, nr = len(gpu), len(rt)
+        ng, nr, no = len(gpu), len(rt), len(os_)
         used, name_local = np.unique(
-            np.concatenate([self.gname[gi], self.rname[ri], self.nname[ni]]), return_inverse=True
+            np.concatenate([self.gname[gi], self.rname[ri], self.nname[ni], self.oname[oi]]),
+            return_inverse=True,
         )
         gkind = self.gkind[gi]
-        launch = np.full(ng + nr + len(nv), -1, np.int64)
+        launch = np.full(ng + nr + len(nv) + no, -1, np.int64)
         launch[:ng] = gpu[:, 8]
         nbytes = np.full(len(launch), -1, np.int64)
         nbytes[:ng] = np.where(gkind == Kind.COMPUTE, -1, gpu[:, 7])
+        kinds = [gkind, np.full(nr, int(Kind.RUNTIME), np.int64), self.nkind[ni],
+                 np.full(no, int(Kind.OS_WAIT), np.int64)]  # fmt: skip
         return RawColumns(
-            start_ns=np.concatenate([gpu[:, 4], rt[:, 2], nv[:, 2]]),
-            end_ns=np.concatenate([gpu[:, 5], rt[:, 3], nv[:, 3]]),
-            kind=np.concatenate([gkind, np.full(nr, int(Kind.RUNTIME), np.int64), self.nkind[ni]]),
+            start_ns=np.concatenate([gpu[:, 4], rt[:, 2], nv[:, 2], os_[:, 2]]),
+            end_ns=np.concatenate([gpu[:, 5], rt[:, 3], nv[:, 3], os_[:, 3]]),
+            kind=np.concatenate(kinds),
             lane=np.concatenate([glane.reshape(-1), len(gl) + hlane.reshape(-1)]),
             name=name_local.reshape(-1).astype(np.int64),
             lanes=lanes,
@@ -185,6 +192,7 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
     era, notes = check_schema(ex, ex.meta())
     rows = _Rows(ex, notes)
     gp, rp, npc = pieces(rows.gpu, 1), pieces(rows.rt, 0), pieces(rows.nv, 0)
+    opc = pieces(rows.os, 0)
     pids = sorted(gp, key=lambda p: (int(gp[p][:, 2].min()), p))
     env = ex.env()
     threads = thread_ranks(ex)
@@ -204,6 +212,7 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
         gi = np.flatnonzero(rows.gpu[:, 1] == pid)
         ri = np.flatnonzero(rows.rt[:, 0] == pid) if pid in rp else _EMPTY
         ni = np.flatnonzero(rows.nv[:, 0] == pid) if pid in npc else _EMPTY
+        oi = np.flatnonzero(rows.os[:, 0] == pid) if pid in opc else _EMPTY
         devs = sorted(set(rows.gpu[gi, 2].tolist()))
         meta.cuda_devices = devs
         meta.devices = [names_of[d] for d in devs if d in names_of]
@@ -215,8 +224,8 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
         if others:
             meta.notes.append(f"{others} other process(es) in the report ran no GPU work")
         hint = "" if len(ni) else NO_NVTX_HINT
-        out.append(build_rank(rank, rows.process(pid, gi, ri, ni), meta, patterns, ex.path,
-                              no_ranges_hint=hint))  # fmt: skip
+        out.append(build_rank(rank, rows.process(gi, ri, ni, oi), meta, patterns, ex.path,
+                              range_label="NVTX range", no_ranges_hint=hint))  # fmt: skip
     return out
 
 

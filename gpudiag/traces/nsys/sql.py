@@ -266,6 +266,33 @@ def runtime_rows(ex: Export, by_pid: bool) -> I64A:
     )
 
 
+# OS runtime calls in which a thread blocks (waiting on a queue, a pipe, a lock or a timer):
+# evidence of what the training thread waited for between step ranges.
+BLOCKING_CALLS = (
+    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "poll", "ppoll",
+    "select", "pselect6", "epoll_wait", "epoll_pwait", "sem_wait", "sem_timedwait",
+    "sem_clockwait", "futex", "read", "readv", "recv", "recvfrom", "recvmsg",
+    "pthread_mutex_lock", "pthread_join", "waitpid", "wait4", "nanosleep", "clock_nanosleep",
+    "usleep", "sleep",
+)  # fmt: skip
+
+
+def osrt_rows(ex: Export, by_pid: bool) -> I64A:
+    """Blocking OS runtime calls (``-t osrt``): pid, tid, start, end, name id; by process."""
+    t = ex.table("OSRT_API")
+    if t is None or not {"start", "end", "globalTid", "nameId"} <= ex.cols("OSRT_API"):
+        return np.zeros((0, 5), np.int64)
+    pid = _PID.format(col="o.globalTid") if by_pid else "0"
+    names = ", ".join(f"'{n}'" for n in BLOCKING_CALLS)
+    return ex.ints(
+        f'SELECT {pid}, {_TID.format(col="o.globalTid")}, o.start, o."end", o.nameId '
+        f'FROM "{t}" AS o JOIN StringIds AS s ON s.id = o.nameId '
+        f'WHERE s.value IN ({names}) AND o.start IS NOT NULL AND o."end" > o.start '
+        "AND o.globalTid IS NOT NULL ORDER BY 1, 3",
+        5,
+    )
+
+
 def _op_range(x: str) -> str:
     """SQL: the range is one operator of ``emit_nvtx`` / ``--pytorch=autograd-nvtx``.
 
