@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Annotated, Any, TextIO, cast
@@ -94,6 +95,9 @@ def analyze(
     nsys: Annotated[
         Path | None, typer.Option("--nsys", help="nsys binary to export .nsys-rep reports with.")
     ] = None,
+    include_warmup: Annotated[
+        bool, typer.Option("--include-warmup", help="Keep slow leading (warm-up) steps.")
+    ] = False,
 ) -> None:
     """Diagnose PyTorch Profiler traces, Nsight Systems reports or a gpudiag run directory."""
     from gpudiag.api import analyze as run_analysis
@@ -101,6 +105,8 @@ def analyze(
 
     form = pick_format("diagnosis", fmt, output)
     th = thresholds(idle_ratio_max=idle_threshold, step_re=step_marker, data_re=data_marker)
+    if include_warmup:
+        th = th.replace(steady=dataclasses.replace(th.steady, include_warmup=True))
     d = run_analysis(*paths, thresholds=th, jobs=jobs, nsys=str(nsys) if nsys else None)
     _warn_steps(d)
     emit(d, form, output, **({"show_steps": steps} if form == "table" else {}))

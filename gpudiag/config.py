@@ -63,8 +63,10 @@ class StragglerRules:
 class SteadyRules:
     """Which steps count as the job's steady state (analysis/steady.py)."""
 
-    warmup_steps: int = 1  # leading steps of each rank always left out ...
-    warmup_min_steps: int = 3  # ... when the rank has at least this many steps
+    warmup_factor: float = 3.0  # leading steps slower than this × the rest's median: warm-up
+    warmup_steps: int = 1  # the telemetry's first steps of each rank always left out ...
+    warmup_min_steps: int = 3  # ... either only when at least this many steps remain
+    include_warmup: bool = False  # --include-warmup: keep everything
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ class AdviceRules:
 
     accumulation_micro_batches: int = 4  # the k shown for gradient accumulation
     min_transfer_share: float = 0.1  # comm remedies need this share of the wait to be transfer
+    launch_gap_ns: int = 100_000  # GPU-idle gaps shorter than this inside a step: launches
+    launch_bound_share: float = 0.5  # CUDA graphs / fusion need this share of "other" in them
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,10 @@ class Thresholds:
             rules = getattr(self, group)
             for f in fields(rules):
                 v = getattr(rules, f.name)
-                if f.name.endswith("_ratio") or f.name.endswith("_share"):
+                if isinstance(f.default, bool):
+                    if not isinstance(v, bool):
+                        raise UsageError(f"{group}.{f.name}={v!r} is not true or false", "")
+                elif f.name.endswith("_ratio") or f.name.endswith("_share"):
                     _check_ratio(f"{group}.{f.name}", v)
                 elif not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
                     raise UsageError(f"{group}.{f.name}={v!r} is not a non-negative number", "")

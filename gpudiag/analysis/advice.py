@@ -3,8 +3,9 @@
 No remedy is proposed without a finding behind it, and each carries the numbers that
 triggered it. Estimated gains are first-order, per step, and stated as upper bounds:
 
-* data-wait → the worst flagged rank's median data-wait per step (a synchronous step
-  waits for the slowest rank's batch);
+* data-wait → the worst flagged rank's mean data-wait per step (a synchronous step
+  waits for the slowest rank's batch; the mean, since a loader that runs dry every few
+  steps makes few steps wait long);
 * exposed communication → only its transfer part counts: comm-wait minus the
   synchronisation wait of matched collectives (waiting for a slower rank is the
   straggler's cost, not the network's); remedies are omitted when under
@@ -14,7 +15,12 @@ triggered it. Estimated gains are first-order, per step, and stated as upper bou
   micro-batch (k = ``advice.accumulation_micro_batches``, 4, shown); compression to
   fp16/bf16: half the bytes, so up to half the comm-wait when bandwidth-bound;
 * straggler → the step time recovered if it ran at the other ranks' speed;
-* host-bound → up to the "other" time per step (launch gaps and host overhead);
+* host-bound → up to the "other" time per step. CUDA graphs and fusion are proposed only
+  with evidence of launch overhead: at least ``advice.launch_bound_share`` (half) of the
+  "other" time spent in GPU-idle gaps shorter than ``advice.launch_gap_ns`` (100 µs) while
+  the host is inside the step; copies alone (no compute beside them) for half of it get
+  the pinned-memory / side-stream remedy; otherwise the remedy is to find the host work
+  (syncs, Python, logging) behind the long gaps;
 * pipeline bubble → the schedule bubble saved by ``pipeline.micro_batches_per_stage`` (4)
   micro-batches per stage: ((p−1)/(m+p−1) − (p−1)/(4p+p−1)) × step time.
 
@@ -54,14 +60,16 @@ from gpudiag.analysis.model import (
 from gpudiag.config import AdviceRules
 
 
-def _median_part(steps: Sequence[StepBreakdown], ranks: Sequence[int], attr: str) -> int:
-    """The largest per-rank median of one part over the given ranks' steps."""
+def _median_part(
+    steps: Sequence[StepBreakdown], ranks: Sequence[int], attr: str, stat: Any = np.median
+) -> int:
+    """The largest per-rank median (or ``stat``) of one part over the given ranks' steps."""
     best = 0.0
     grouped = by_rank(steps)
     for r in ranks:
         vals = [getattr(s, attr) for s in grouped.get(r, [])]
         if vals:
-            best = max(best, float(np.median(vals)))
+            best = max(best, float(stat(vals)))
     return round(best)
 
 
@@ -141,11 +149,14 @@ def _data_detail(f: Finding, c: Context) -> str:
             "persistent_workers=True"
             + (", use pin_memory=True with non_blocking copies" if gpu else "")
             + "; if the workers are already busy, the storage or decoding is the limit "
-            "(cache the dataset, use a faster format, or decode on the GPU).")  # fmt: skip
+            "(cache the dataset, use a faster format, or decode on the GPU with NVIDIA "
+            "DALI or torchvision.io's GPU decoders).")  # fmt: skip
 
 
 def _data_gain(f: Finding, c: Context) -> int | None:
-    return _median_part(c.steps, f.ranks, "data_wait_ns")
+    # the mean, not the median: a loader that runs dry every few steps costs its stalls
+    # on average, while its typical step waits for nothing
+    return _median_part(c.steps, f.ranks, "data_wait_ns", np.mean)
 
 
 DATA = Remedy(
@@ -331,19 +342,94 @@ def _other(f: Finding, c: Context) -> int:
     return _median_part(c.steps, f.ranks, "other_ns")
 
 
+def _idle_in_steps(f: Finding, c: Context) -> dict[str, Any]:
+    """The flagged ranks' GPU-idle gaps inside their steps, summed (analysis evidence)."""
+    out: dict[str, Any] = {"total_ns": 0, "short_gaps": 0, "short_gaps_ns": 0, "long_gaps": 0}
+    for r in f.ranks:
+        ev = c.ranks[r].evidence.get("gpu_idle_in_steps", {}) if r in c.ranks else {}
+        for k in out:
+            out[k] += int(ev.get(k) or 0)
+    return out
+
+
+def _launch_share(f: Finding, c: Context) -> float:
+    """The share of the flagged ranks' "other" time spent in short GPU-idle gaps."""
+    other = sum(s.other_ns for s in c.steps if s.rank in f.ranks)
+    return _idle_in_steps(f, c)["short_gaps_ns"] / other if other else 0.0
+
+
+def _copy_share(f: Finding, c: Context) -> float:
+    """The share of the flagged ranks' "other" time in copies with nothing beside them."""
+    other = sum(s.other_ns for s in c.steps if s.rank in f.ranks)
+    copies = sum(int(c.ranks[r].evidence.get("copies_alone_ns") or 0)
+                 for r in f.ranks if r in c.ranks)  # fmt: skip
+    return copies / other if other else 0.0
+
+
+def _copy_bound(f: Finding, c: Context) -> bool:
+    return c.run.mode == Mode.GPU and _copy_share(f, c) >= c.rules.launch_bound_share
+
+
+def _launch_bound(f: Finding, c: Context) -> bool:
+    return (c.run.mode == Mode.GPU and not _copy_bound(f, c)
+            and _launch_share(f, c) >= c.rules.launch_bound_share)  # fmt: skip
+
+
+def _host_evidence(f: Finding, c: Context) -> dict[str, Any]:
+    return {"other_ns_per_step": _other(f, c), "ranks": f.ranks,
+            "launch_gap_share": _launch_share(f, c), "copies_alone_share": _copy_share(f, c),
+            "gpu_idle_in_steps": _idle_in_steps(f, c)}  # fmt: skip
+
+
+def _stall_detail(f: Finding, c: Context) -> str:
+    gaps = _idle_in_steps(f, c)
+    many = (f" ({gaps['long_gaps']} gaps of {c.rules.launch_gap_ns / 1e3:.0f} µs or more in the "
+            "profiled steps)") if gaps["long_gaps"] else ""  # fmt: skip
+    return ("The GPU sits idle for long stretches while the host is inside the step" + many
+            + ": look for synchronising calls (.item(), .cpu(), torch.cuda.synchronize, "
+            "printing tensors), Python-side preprocessing, logging or checkpointing in the "
+            "loop; py-spy or torch.profiler(with_stack=True) shows where the host spends "
+            "them. Short launch gaps are not the problem here, so CUDA graphs would not "
+            "help much.")  # fmt: skip
+
+
 HOST = (
+    Remedy(
+        id=_const("exposed-copies"),
+        title=_const("Hide host-device copies: pinned memory, non_blocking, a side stream"),
+        detail=_const(
+            "Most of the time outside compute is memory copies with nothing running beside "
+            "them: allocate host tensors in pinned memory (DataLoader(pin_memory=True) or "
+            ".pin_memory()), copy with .to(device, non_blocking=True), prefetch the next "
+            "batch on a side CUDA stream, and avoid device-to-host copies inside the step "
+            "(.cpu(), .item(), .tolist())."
+        ),
+        gain=_other,
+        evidence=_host_evidence,
+        applies=_copy_bound,
+    ),
     Remedy(
         id=_const("launch-bound"),
         title=_const("Cut launch and host overhead: CUDA graphs, torch.compile, larger batches"),
         detail=_const(
-            "The GPU idles between kernels while the host works: capture the step in "
-            "a CUDA graph (torch.cuda.graphs / torch.compile(mode='reduce-overhead')), "
-            "fuse small kernels with torch.compile, raise the batch size, and remove "
-            "synchronisations (.item(), .cpu(), torch.cuda.synchronize) from the step."
+            "The GPU idles in short gaps between kernels while the host launches them: "
+            "capture the step in a CUDA graph (torch.cuda.graphs / "
+            "torch.compile(mode='reduce-overhead')), fuse small kernels with torch.compile, "
+            "raise the batch size, and remove synchronisations (.item(), .cpu(), "
+            "torch.cuda.synchronize) from the step."
         ),
         gain=_other,
-        evidence=lambda f, c: {"other_ns_per_step": _other(f, c), "ranks": f.ranks},
-        applies=lambda f, c: c.run.mode == Mode.GPU,
+        evidence=_host_evidence,
+        applies=_launch_bound,
+    ),
+    Remedy(
+        id=_const("host-stalls"),
+        title=_const("Find the host work that stalls the GPU inside the step"),
+        detail=_stall_detail,
+        gain=_other,
+        evidence=_host_evidence,
+        applies=lambda f, c: (c.run.mode == Mode.GPU and not _launch_bound(f, c)
+                              and not _copy_bound(f, c)),
     ),
     Remedy(
         id=_const("host-overhead"),

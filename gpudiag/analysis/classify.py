@@ -14,6 +14,15 @@ P is the step's period (:mod:`gpudiag.analysis.steps`), so the four parts sum to
 GPU traces: K = union of non-communication kernels, C = union of communication kernels,
 M = union of memcpy/memset, D = DataLoader ranges on the training thread.
 
+When the steps are the user's own iteration ranges (found automatically, or named by
+``--step-marker``), D also holds the host time *between* consecutive step ranges: in a
+``for batch in loader:`` loop the range opens after the batch has arrived, so the time
+from one range's end to the next one's start is the input pipeline — provided the
+training thread launches no GPU work in it (a gap where it does is part of the
+iteration's own work that the range does not wrap). Only the GPU-idle part counts
+(``D \\ (K ∪ C ∪ M)``): a GPU kept busy there (GPU-side decoding, DALI) is never
+data-wait.
+
 CPU-only traces (gloo, no GPU): K = operators on the training and autograd threads minus
 the collectives that block those threads (``c10d::*`` ops on them, sync gaps) and minus data
 ranges; C = collective ranges on any thread (``gloo:*`` on gloo's threads, ``c10d::*``, …)
@@ -70,6 +79,8 @@ def rank_sets(tl: RankTimeline) -> RankSets:
     main = tl.meta.main_lane
     on_main = (tl.lane == main) if main >= 0 else ~gpu
     data = _set(tl, (tl.kind == Kind.DATALOADER) & on_main)
+    if tl.steps.user_ranges:
+        data = iv.join(data, input_gaps(tl, gpu, on_main))
     gpu_busy = gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM, Kind.MEMCPY, Kind.MEMSET])
     if gpu_busy.any():
         return RankSets(
@@ -99,6 +110,27 @@ def rank_sets(tl: RankTimeline) -> RankSets:
     )
 
 
+def input_gaps(
+    tl: RankTimeline,
+    gpu: npt.NDArray[np.bool_] | None = None,
+    on_main: npt.NDArray[np.bool_] | None = None,
+) -> iv.IntervalSet:
+    """The gaps between user step ranges in which the training thread launches no GPU work."""
+    if gpu is None:
+        gpu = tl.gpu_lane_mask()[tl.lane] if len(tl) else np.zeros(0, bool)
+    if on_main is None:
+        on_main = tl.lane == tl.meta.main_lane
+    s, e = tl.steps.gaps()
+    if not s.size:
+        return iv.EMPTY
+    launches_on_main = tl.start_ns[on_main & (tl.kind == Kind.RUNTIME)]
+    ops = gpu & (tl.launch_ns >= 0) & np.isin(tl.launch_ns, launches_on_main)
+    at = np.sort(tl.launch_ns[ops])
+    launched = np.searchsorted(at, e, side="left") - np.searchsorted(at, s, side="left")
+    keep = launched == 0
+    return iv.union(s[keep], e[keep])
+
+
 def _sync_gaps(tl: RankTimeline, on_main: npt.NDArray[np.bool_]) -> iv.IntervalSet:
     """Gaps on the training thread that end where DDP copies a reduced bucket back."""
     try:
@@ -116,10 +148,28 @@ def _sync_gaps(tl: RankTimeline, on_main: npt.NDArray[np.bool_]) -> iv.IntervalS
     return gaps[0][hit], gaps[1][hit]
 
 
-def classify_steps(tl: RankTimeline, win: StepWindows) -> StepParts:
+def classify_steps(tl: RankTimeline, win: StepWindows, sets: RankSets | None = None) -> StepParts:
     """Split every step period of a rank into its parts (vectorised over steps)."""
-    sets = rank_sets(tl)
-    return classify_sets(sets, win.start, win.end)
+    return classify_sets(sets or rank_sets(tl), win.start, win.end)
+
+
+def idle_in_steps(sets: RankSets, win: StepWindows) -> iv.IntervalSet:
+    """The "other" time during which the host is inside a step range.
+
+    The GPU is idle, nothing is communicated or fetched, while the training thread runs the
+    step's own code. These gaps are what CUDA graphs and fusion remove when they are short (launch
+    overhead); long ones are synchronisations and host work.
+    """
+    hosts = iv.intersect(iv.union(win.host_start, win.host_end), iv.union(win.start, win.end))
+    busy = iv.join(iv.join(iv.join(sets.compute, sets.comm), sets.copy), sets.data)
+    return iv.subtract(hosts, busy)
+
+
+def copies_alone(sets: RankSets, win: StepWindows) -> int:
+    """Copy and memset time with no compute, communication or data wait beside it (ns)."""
+    periods = iv.union(win.start, win.end)
+    alone = iv.subtract(sets.copy, iv.join(iv.join(sets.compute, sets.comm), sets.data))
+    return iv.total(iv.intersect(alone, periods))
 
 
 def classify_sets(sets: RankSets, start: I64, end: I64) -> StepParts:
@@ -132,6 +182,19 @@ def classify_sets(sets: RankSets, start: I64, end: I64) -> StepParts:
     data_wait = iv.measure(iv.subtract(d, busy), start, end)
     other = (end - start) - compute - comm_wait - data_wait
     return StepParts(compute, comm_wait, data_wait, other, overlapped, sets.mode)
+
+
+def time_by_name(
+    tl: RankTimeline, mask: npt.NDArray[np.bool_], within: iv.IntervalSet, top: int = 3
+) -> list[tuple[str, int]]:
+    """The names of the ``mask`` intervals holding the most time inside ``within``."""
+    out = []
+    for i in np.unique(tl.name[mask]).tolist():
+        sel = mask & (tl.name == i)
+        t = iv.total(iv.intersect(_set(tl, sel), within))
+        if t > 0:
+            out.append((tl.names[i], t))
+    return sorted(out, key=lambda nt: -nt[1])[:top]
 
 
 def dominant_names(

@@ -19,8 +19,18 @@ from typing import Any
 import numpy as np
 
 from gpudiag import __version__
+from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.advice import rank_spread, recommend, what_if
-from gpudiag.analysis.classify import classify_steps, dominant_names
+from gpudiag.analysis.classify import (
+    RankSets,
+    classify_steps,
+    copies_alone,
+    dominant_names,
+    idle_in_steps,
+    input_gaps,
+    rank_sets,
+    time_by_name,
+)
 from gpudiag.analysis.collectives import (
     Collectives,
     SyncByStep,
@@ -44,6 +54,7 @@ from gpudiag.analysis.model import (
     WholeRun,
 )
 from gpudiag.analysis.pipeline import analyse_pipeline
+from gpudiag.analysis.steady import warmup_steps
 from gpudiag.analysis.steps import StepWindows, find_steps
 from gpudiag.analysis.stragglers import find_stragglers
 from gpudiag.analysis.wholerun import whole_run
@@ -103,7 +114,8 @@ def analyze_source(source: RankSource, thresholds: Thresholds) -> list[RankResul
 def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
     """Steps and their classification for one rank."""
     win = find_steps(tl)
-    parts = classify_steps(tl, win)
+    sets = rank_sets(tl)
+    parts = classify_steps(tl, win, sets)
     mode = Mode(parts.mode)
     keep = np.ones(len(win), bool)
     truncated = _truncated(win, mode, th)
@@ -132,7 +144,7 @@ def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
         step_source=win.source,
         steps=steps,
         notes=list(tl.meta.notes) + win.notes,
-        evidence=_evidence(tl, win, keep, mode),
+        evidence=_evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th),
         truncated_step=truncated,
         source=tl.meta.source,
         step_note=win.notes[0] if win.notes else "",
@@ -168,7 +180,47 @@ def _evidence(tl: RankTimeline, win: StepWindows, keep: Any, mode: Mode) -> dict
         evidence["backend"] = tl.meta.backend
     if tl.meta.gpu_metrics:
         evidence.update(_gpu_metrics_by_step(tl.meta.gpu_metrics, win, keep))
+    if tl.steps.user_ranges:
+        between = _between_steps(tl)
+        if between:
+            evidence["between_steps"] = between
     return evidence
+
+
+def _launch_gaps(sets: RankSets, win: StepWindows, mode: Mode, th: Thresholds) -> dict[str, Any]:
+    """GPU-idle gaps while the host is inside its steps: short ones are launch overhead."""
+    if mode != Mode.GPU:
+        return {}
+    s, e = idle_in_steps(sets, win)
+    length = e - s
+    short = length < th.advice.launch_gap_ns
+    return {"copies_alone_ns": copies_alone(sets, win), "gpu_idle_in_steps": {
+        "total_ns": int(length.sum()),
+        "short_gaps": int(np.count_nonzero(short)),
+        "short_gaps_ns": int(length[short].sum()),
+        "long_gaps": int(np.count_nonzero(~short)),
+        "long_gap_ns_median": int(np.median(length[~short])) if (~short).any() else None,
+    }}  # fmt: skip
+
+
+def _between_steps(tl: RankTimeline) -> dict[str, Any]:
+    """What the training thread did in the input gaps between its step ranges.
+
+    Blocking OS calls (Nsight's OS-runtime trace) and the ranges inside the gaps, each
+    with its share of the gap time: the evidence behind data-wait found between steps.
+    """
+    gaps = input_gaps(tl)
+    total = iv.total(gaps)
+    if not total:
+        return {}
+    main = tl.lane == tl.meta.main_lane
+    blocked = time_by_name(tl, main & (tl.kind == Kind.OS_WAIT), gaps)
+    ranges = time_by_name(tl, main & np.isin(tl.kind, [Kind.ANNOTATION, Kind.DATALOADER]), gaps)
+    return {
+        "gap_ns": total,
+        "blocked_in": {n: round(t / total, 3) for n, t in blocked},
+        "ranges": {n: round(t / total, 3) for n, t in ranges},
+    }
 
 
 def _gpu_metrics_by_step(
@@ -262,6 +314,7 @@ def build_diagnosis(
 ) -> Diagnosis:
     """Assemble run summary, findings and the Diagnosis from per-rank results."""
     results = sorted(results, key=lambda r: r.rank)
+    results, warm = _without_warmup(results, th)
     ranks = [summarize_rank(r) for r in results]
     steps = [s for r in results for s in r.steps]
     if not steps:
@@ -269,7 +322,8 @@ def build_diagnosis(
             ", ".join(inputs) or "input", "no step could be analysed", "is the trace empty?"
         )
     run = _run_summary(results, steps)
-    findings = idle_findings(ranks, steps, th) + _source_findings(results, run)
+    notes = list(notes) + _step_range_notes(results)
+    findings = idle_findings(ranks, steps, th) + _source_findings(results, run) + warm
     findings += list(extra_findings)
     colls = [r.collectives for r in results if r.collectives is not None]
     coll, sync_by_step = analyse(colls, run.world_size)
@@ -307,6 +361,34 @@ def build_diagnosis(
         gpudiag_version=__version__,
         whole_run=whole_run,
     )
+
+
+def _without_warmup(
+    results: list[RankResult], th: Thresholds
+) -> tuple[list[RankResult], list[Finding]]:
+    """The results without their warm-up steps (analysis/steady.py), and the finding."""
+    warm = warmup_steps([s for r in results for s in r.steps], th.steady)
+    if not warm:
+        return results, []
+    kept = [dataclasses.replace(r, steps=[s for s in r.steps if s.step not in warm])
+            for r in results]  # fmt: skip
+    rest = [s.duration_ns for r in kept for s in r.steps]
+    median = float(np.median(rest)) if rest else 0.0
+    nums = sorted(warm)
+    took = ", ".join(f"{fmt_duration(warm[n])}" for n in nums[:4]) + ("…" if len(nums) > 4 else "")
+    which = f"step {nums[0]}" if len(nums) == 1 else f"steps {nums[0]}–{nums[-1]}"
+    ratio = max(warm.values()) / median if median else 0.0
+    msg = (f"{which}: {took}, warm-up ({ratio:.0f}× the median of the steps after it), left "
+           "out of the statistics (--include-warmup keeps it)")  # fmt: skip
+    finding = Finding(FindingKind.WARMUP, Severity.INFO, msg, ranks=sorted(r.rank for r in results),
+                      steps=nums, metrics={"duration_ns": {str(n): round(warm[n]) for n in nums},
+                                           "steady_median_ns": round(median)})  # fmt: skip
+    return kept, [finding]
+
+
+def fmt_duration(ns: float) -> str:
+    """A duration for a message: seconds from 1 s up, else milliseconds."""
+    return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.1f} ms"
 
 
 def _comm_wait_for_stragglers(
@@ -391,7 +473,7 @@ def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Fin
     out: list[Finding] = []
     by_note: dict[str, list[int]] = {}
     for r in results:
-        if r.step_source != "ProfilerStep":
+        if r.step_source not in ("ProfilerStep", "marker", "user_range"):
             by_note.setdefault(r.step_note or f"steps from {r.step_source}", []).append(r.rank)
     for note, ranks in by_note.items():
         out.append(Finding(FindingKind.SOURCE_MISSING, Severity.INFO, note, ranks=ranks,
@@ -422,6 +504,17 @@ def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Fin
             ranks=present, metrics={"missing": "ranks", "world_size": run.world_size},
         ))  # fmt: skip
     return out
+
+
+def _step_range_notes(results: Sequence[RankResult]) -> list[str]:
+    """Where automatically found steps came from: once per distinct note, with the ranks."""
+    by_note: dict[str, list[int]] = {}
+    for r in results:
+        if r.step_source == "user_range" and r.step_note:
+            by_note.setdefault(r.step_note, []).append(r.rank)
+    if len(by_note) == 1:
+        return list(by_note)
+    return [f"{_span(sorted(ranks))}: {note}" for note, ranks in by_note.items()]
 
 
 def _span(ranks: list[int]) -> str:

@@ -222,13 +222,13 @@ def step_samples(
     window = [RunStep(s.rank, s.step, s.start_ns, s.duration_ns, None, None, None, False)
               for s in d.steps]  # fmt: skip
     tele = list(d.whole_run.steps) if d.whole_run else []
+    # The window's first step is not the job's: only --warmup-steps drops it there.
+    keep = steady_steps(window, th.steady, warmup_steps or 0)
     rows = window
     if tele:
         keep_t = steady_steps(tele, th.steady, warmup_steps)
-        keep_w = steady_steps(window, th.steady, warmup_steps)
-        if len({st for _, st in keep_t}) > len({st for _, st in keep_w}):
-            rows = tele
-    keep = steady_steps(rows, th.steady, warmup_steps)
+        if len({st for _, st in keep_t}) > len({st for _, st in keep}):
+            rows, keep = tele, keep_t
     per_step: dict[int, int] = {}
     for s in rows:
         if (s.rank, s.step) in keep and s.duration_ns > 0:

@@ -14,9 +14,11 @@ Metrics are time-weighted over a rank's analysed steps (sum of part ÷ sum of st
   exposed communication or data wait — host overhead, launch gaps, synchronisation,
   copies alone.
 
-A rank is flagged when its time-weighted value crosses the threshold *and* its per-step
-value does in at least ``most_steps_ratio`` (half) of its steps, so that one stalled step
-(reported by the straggler analysis as an intermittent stall) does not label the whole
+A rank is flagged when its time-weighted value crosses the threshold *and* either its
+per-step value does in at least ``most_steps_ratio`` (half) of its steps, or the
+time-weighted value without its single worst step still crosses it (stalls that recur —
+a loader that runs dry every few steps — are the rank's regime). One stalled step
+(reported by the straggler analysis as an intermittent stall) never labels the whole
 rank. One finding per kind covers every rank flagged; ``metrics.per_rank`` holds each
 rank's value and ``steps`` the steps in which it was crossed. Data- and comm-bound
 findings are errors from ``severe_share_ratio`` (30%) up. The four rules are one table
@@ -87,19 +89,32 @@ def _mostly(
     limit: float,
     ratio: float,
 ) -> dict[int, float]:
-    """Keep ranks whose per-step value crosses ``limit`` in at least ``ratio`` of their steps.
+    """Keep ranks whose value crosses ``limit`` in most steps, or recurrently.
 
-    A rank is "data-bound" when most of its steps are; one stalled step is an intermittent
-    event (the straggler analysis reports those), not the rank's regime.
+    Most: in at least ``ratio`` of their steps. Recurrently: the time-weighted value
+    without the single worst step still crosses. One stalled step is an intermittent event
+    (the straggler analysis reports those), not the rank's regime.
     """
     out = {}
     grouped = by_rank(s for s in steps if s.duration_ns)
     for rank, v in candidates.items():
         mine = grouped.get(rank, [])
         over = sum(1 for s in mine if value(s) >= limit)
-        if not mine or over >= ratio * len(mine):
+        if not mine or over >= ratio * len(mine) or _without_worst(mine, value) >= limit:
             out[rank] = v
     return out
+
+
+def _without_worst(
+    steps: Sequence[StepBreakdown], value: Callable[[StepBreakdown], float]
+) -> float:
+    """The time-weighted value of some steps once the step where it is largest is left out."""
+    if len(steps) < 2:
+        return 0.0
+    worst = max(steps, key=lambda s: value(s) * s.duration_ns)
+    rest = [s for s in steps if s is not worst]
+    total = sum(s.duration_ns for s in rest)
+    return sum(value(s) * s.duration_ns for s in rest) / total if total else 0.0
 
 
 @dataclass(frozen=True)
@@ -130,11 +145,32 @@ def _data_names(ranks: Sequence[RankSummary], flagged: set[int]) -> list[str]:
                    if r.rank in flagged and r.evidence.get("data_range")})  # fmt: skip
 
 
+# OS calls a thread blocks in when it waits on a queue, a pipe or a lock (a DataLoader's
+# main thread waiting for its workers), rather than sleeping.
+_QUEUE_WAITS = re.compile(r"cond|sem_|futex|poll|select|epoll|read|recv|mutex|join|wait")
+
+
 def _data_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
     names = _data_names(ranks, flagged)
-    return "waiting for data in " + (
-        pretty_range(names[0]) if len(names) == 1 else "the data loader"
-    )
+    if names:
+        return "waiting for data in " + (
+            pretty_range(names[0]) if len(names) == 1 else "the data loader"
+        )
+    between = [r.evidence["between_steps"] for r in ranks
+               if r.rank in flagged and r.evidence.get("between_steps")]  # fmt: skip
+    if not between:
+        return "waiting for data in the data loader"
+    blocked: dict[str, float] = {}
+    for b in between:
+        for n, share in b.get("blocked_in", {}).items():
+            blocked[n] = max(blocked.get(n, 0.0), share)
+    calls = [n for n, _ in sorted(blocked.items(), key=lambda kv: -kv[1])[:2]]
+    why = ""
+    if calls:
+        queue = all(_QUEUE_WAITS.search(c) for c in calls)
+        what = " — waiting on a queue, as for a DataLoader's workers" if queue else ""
+        why = f" (the training thread blocked in {' and '.join(calls)}{what})"
+    return f"waiting for the next batch between step ranges, the GPU idle{why}"
 
 
 def _comm_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:

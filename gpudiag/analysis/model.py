@@ -37,6 +37,7 @@ class FindingKind(StrEnum):
     PIPELINE_BUBBLE = "pipeline_bubble"
     SOURCE_MISSING = "source_missing"
     TRUNCATED_STEP = "truncated_step"
+    WARMUP = "warmup"
     JOB_FAILED = "job_failed"
 
 
@@ -127,7 +128,7 @@ class RankSummary:
     comm_hidden_ratio: float | None
     idle_ratio: float
     mode: Mode
-    step_source: str  # "ProfilerStep", "optimizer", "whole"
+    step_source: str  # "ProfilerStep", "marker", "user_range", "optimizer", "whole"
     source: str
     devices: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
