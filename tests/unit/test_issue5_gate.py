@@ -137,7 +137,7 @@ def test_unchanged_noisy_run_passes_and_real_slowdown_fails():
     assert slow.status == "failed" and reg.status == "fail"
     assert reg.p_value is not None and reg.p_value < 0.01
     assert reg.effect_ratio == pytest.approx(0.15, abs=0.05)
-    assert reg.samples == [29, 29]  # the steady-step rule leaves the first step out
+    assert reg.samples == [30, 30]  # a profiled window keeps its first step
 
 
 def test_big_but_not_significant_is_a_warning():

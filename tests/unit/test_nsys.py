@@ -175,7 +175,7 @@ def test_profilerstep_and_user_step_marker(tmp_path):
     p2 = make_export(tmp_path / "user.sqlite", steps="train iteration {}")
     d2 = gpudiag.analyze(p2, jobs=1, thresholds=Thresholds(step_re=r"^train iteration (\d+)$"))
     assert [s.step for s in d2.steps] == [0, 1, 2, 3]
-    assert d2.ranks[0].step_source == "ProfilerStep"
+    assert d2.ranks[0].step_source == "marker"
 
 
 def test_unknown_schema_major_is_refused(tmp_path):
@@ -210,7 +210,8 @@ def test_mfu_export_two_ranks_nccl_on_the_compute_stream(nsys_dir):
 def test_data_bound_mnist_with_nvtx(nsys_dir):
     d = gpudiag.analyze(nsys_dir / "ai-profiler" / "baseline_nvtx.sqlite", jobs=1)
     r = d.ranks[0]
-    assert r.step_source == "optimizer" and r.steps == 59
+    assert r.step_source == "user_range" and r.steps == 59  # from the 'Batch N' ranges
+    assert "steps from NVTX range 'Batch N' (59 ranges" in d.notes[0]
     assert r.shares.data_wait > 0.85 and r.idle_ratio > 0.9
     assert 140e6 < r.step_time_ns_median < 170e6  # README: median Batch period 153 ms
     assert any(f.kind == "idle_ratio" for f in d.findings)

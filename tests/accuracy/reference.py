@@ -1,0 +1,226 @@
+"""A second, deliberately simple implementation of gpudiag's step definitions, to check the product.
+
+It follows docs/definitions.md ("Steps", "The four parts of a step") with plain Python —
+``json``, ``gzip``, ``sqlite3``, lists and loops; no numpy and no gpudiag import — so that
+an error in the product's vectorised set arithmetic, its loaders or its step logic shows
+up as a disagreement. It covers what the accuracy tests compare: per-step period, compute,
+communication wait and data wait, for Kineto traces stepped by ``ProfilerStep#N`` and for
+Nsight exports stepped by a named NVTX range.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import math
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+COMM_KERNEL = re.compile(r"^(nccl|rccl)")
+DATA_RANGE = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#|^## data_load ##$")
+
+
+@dataclass
+class Op:
+    """One GPU op: kind is "compute", "comm" or "copy"."""
+
+    start: int
+    end: int
+    kind: str
+    launch: int | None  # host time of its launching call, None when unknown
+
+
+@dataclass
+class RefStep:
+    """One step as the reference computes it."""
+
+    step: int
+    start: int
+    duration: int
+    compute: int
+    comm_wait: int
+    data_wait: int
+    gpu_ops: int
+
+
+def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sort and merge overlapping intervals."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(i for i in intervals if i[1] > i[0]):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def minus(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merged intervals ``a`` less merged intervals ``b``."""
+    out = []
+    for s, e in a:
+        cur = s
+        for bs, be in b:
+            if be <= cur or bs >= e:
+                continue
+            if bs > cur:
+                out.append((cur, bs))
+            cur = max(cur, be)
+        if cur < e:
+            out.append((cur, e))
+    return out
+
+
+def inside(merged: list[tuple[int, int]], lo: int, hi: int) -> int:
+    """Length of merged intervals within [lo, hi)."""
+    return sum(max(0, min(e, hi) - max(s, lo)) for s, e in merged)
+
+
+def steps_of(
+    host: list[tuple[int, int, int]],
+    ops: list[Op],
+    data: list[tuple[int, int]],
+    truncate: bool,
+) -> list[RefStep]:
+    """Periods, ownership and parts for host steps (number, start, end) and GPU ops."""
+    host = sorted(host, key=lambda h: h[1])
+    n = len(host)
+    bounds = [host[i + 1][1] for i in range(n - 1)] + [host[-1][2]]
+    linked = [o for o in ops if o.launch is not None]
+    first_linked = min((o.start for o in linked), default=None)
+    use_backlog = len(ops) > 0 and len(linked) >= 0.5 * len(ops)
+    owned: list[list[Op]] = [[] for _ in range(n)]
+    last_pre = None
+    for o in ops:
+        key = o.launch if o.launch is not None else o.start
+        if use_backlog and o.launch is None and first_linked is not None and o.start < first_linked:
+            last_pre = o.end if last_pre is None else max(last_pre, o.end)
+            continue
+        i = max((j for j in range(n) if host[j][1] <= key), default=None)
+        if i is None:
+            last_pre = o.end if last_pre is None else max(last_pre, o.end)
+        elif key < bounds[i]:
+            owned[i].append(o)
+    starts: list[int] = []
+    prev_end = last_pre
+    for i in range(n):
+        first = min((o.start for o in owned[i]), default=math.inf)
+        before = prev_end if prev_end is not None else -math.inf
+        s = max(host[i][1], min(first, before))
+        s = int(max(s, starts[-1]) if starts else s)
+        starts.append(s)
+        prev_end = max((o.end for o in owned[i]), default=None)
+    ends = [*starts[1:], max([host[-1][2], starts[-1], *(o.end for o in owned[-1])])]
+    compute = merge([(o.start, o.end) for o in ops if o.kind == "compute"])
+    comm = minus(merge([(o.start, o.end) for o in ops if o.kind == "comm"]), compute)
+    busy = merge([(o.start, o.end) for o in ops])
+    data_idle = minus(merge(data), busy)
+    out = [
+        RefStep(host[i][0], starts[i], ends[i] - starts[i], inside(compute, starts[i], ends[i]),
+                inside(comm, starts[i], ends[i]), inside(data_idle, starts[i], ends[i]),
+                len(owned[i]))
+        for i in range(n)
+    ]  # fmt: skip
+    if truncate and len(out) > 1 and out[-1].gpu_ops < 0.5 * out[-2].gpu_ops:
+        out.pop()
+    return out
+
+
+# ---- Kineto ----------------------------------------------------------------------------
+
+
+def kineto(path: Path) -> list[RefStep]:
+    """Steps of a Kineto trace with ProfilerStep#N ranges (one rank)."""
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    origin = math.floor(min(e["ts"] for e in events if "ts" in e))
+    base = int(doc.get("baseTimeNanoseconds") or 0)
+
+    def ns(ts: float) -> int:
+        return round((ts - origin) * 1000) + origin * 1000 + base
+
+    runtime: dict[int, int] = {}
+    ops: list[Op] = []
+    steps: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
+    data: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for e in events:
+        cat = str(e.get("cat", "")).lower()
+        args = e.get("args") or {}
+        start = ns(e["ts"])
+        end = start + round(max(e.get("dur", 0), 0) * 1000)
+        if cat in ("cuda_runtime", "runtime", "cuda_driver", "cuda_sync"):
+            corr = args.get("correlation")
+            if isinstance(corr, int) and corr >= 0:
+                runtime.setdefault(corr, start)
+        elif cat in ("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset"):
+            kind = (
+                "copy"
+                if cat != "kernel"
+                else ("comm" if COMM_KERNEL.search(e.get("name", "")) else "compute")
+            )
+            ops.append(Op(start, end, kind, args.get("correlation")))
+        elif cat in ("cpu_op", "user_annotation", "operator"):
+            m = re.match(r"^ProfilerStep#(\d+)$", e.get("name", ""))
+            key = (str(e.get("pid")), str(e.get("tid")))
+            if m:
+                steps.setdefault(key, []).append((int(m.group(1)), start, end))
+            elif DATA_RANGE.search(e.get("name", "")):
+                data.setdefault(key, []).append((start, end))
+    for o in ops:
+        corr = o.launch
+        o.launch = runtime.get(corr) if isinstance(corr, int) else None
+    if not steps:
+        raise ValueError(f"{path}: no ProfilerStep ranges")
+    main = max(steps, key=lambda k: len(steps[k]))
+    host = sorted(steps[main], key=lambda h: h[1])
+    seen: set[int] = set()
+    host = [h for h in host if not (h[0] in seen or seen.add(h[0]))]  # type: ignore[func-returns-value]
+    return steps_of(host, ops, data.get(main, []), truncate=bool(ops))
+
+
+# ---- Nsight Systems ----------------------------------------------------------------------
+
+
+def nsys(path: Path, step_range: str) -> list[RefStep]:
+    """Steps of a one-process Nsight export from an NVTX range family (``Batch %``).
+
+    ``step_range`` is an SQL LIKE pattern. The gaps between consecutive step ranges in
+    which the training thread launches no GPU work count as data (docs/definitions.md),
+    as do ``enumerate(DataLoader)`` ranges on that thread.
+    """
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    text = "COALESCE(n.text, (SELECT value FROM StringIds WHERE id = n.textId))"
+    rows = con.execute(
+        f'SELECT n.start, n."end", {text}, n.globalTid FROM NVTX_EVENTS n '
+        f"WHERE n.eventType IN (59, 60) AND {text} LIKE ? ORDER BY n.start",
+        (step_range,),
+    ).fetchall()
+    if not rows:
+        raise ValueError(f"{path}: no NVTX range like {step_range!r}")
+    tid = max({r[3] for r in rows}, key=lambda t: sum(1 for r in rows if r[3] == t))
+    host = [(i, s, e) for i, (s, e, _, t) in enumerate(r for r in rows if r[3] == tid)]
+    launches = {c: s for c, s, g in con.execute(
+        'SELECT correlationId, start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME')}  # fmt: skip
+    main_launch = {s for _, s, g in con.execute(
+        'SELECT correlationId, start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME') if g == tid}  # fmt: skip
+    names = dict(con.execute("SELECT id, value FROM StringIds"))
+    ops = []
+    for s, e, nm, corr in con.execute(
+        'SELECT start, "end", shortName, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL'
+    ):
+        kind = "comm" if COMM_KERNEL.search(names.get(nm, "")) else "compute"
+        ops.append(Op(s, e, kind, launches.get(corr)))
+    for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        for s, e, corr in con.execute(f'SELECT start, "end", correlationId FROM {table}'):
+            ops.append(Op(s, e, "copy", launches.get(corr)))
+    data = [(s, e) for s, e, nm, t in con.execute(
+        f'SELECT n.start, n."end", {text}, n.globalTid FROM NVTX_EVENTS n '
+        "WHERE n.eventType IN (59, 60)") if t == tid and nm and DATA_RANGE.search(nm)]  # fmt: skip
+    steps = sorted(host, key=lambda h: h[1])
+    for (_, _, e0), (_, s1, _) in itertools.pairwise(steps):
+        if s1 > e0 and not any(o.launch in main_launch and e0 <= o.launch < s1 for o in ops):
+            data.append((e0, s1))
+    return steps_of(steps, ops, data, truncate=False)
