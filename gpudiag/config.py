@@ -46,7 +46,9 @@ class StragglerRules:
     """When a rank is a straggler, of which kind, and why (analysis/stragglers.py)."""
 
     excess_ratio: float = 0.10  # a slow step: busy time above the others' by this × a step
-    persistent_ratio: float = 0.5  # persistent: slow in at least this share of the steps
+    persistent_alpha: float = 0.1  # persistent: ahead of the others in more steps than chance
+    min_persistent_steps: int = 4  # ... (a sign test) with at least this many steps compared
+    short_window_steps: int = 12  # fewer steps: stalls are named, not called periodic
     spike_ratio: float = 0.25  # an intermittent stall: at least this × a step ...
     jitter_sigmas: float = 3.5  # ... and this many robust standard deviations of all excesses
     min_spikes: int = 3  # stalls must recur this often (unless one lasts a whole step)
@@ -75,6 +77,8 @@ class CollectiveRules:
 
     low_bandwidth_ratio: float = 0.25  # bus bandwidth below this share of the link peak
     large_message_bytes: int = 1 << 20  # only for messages at least this large
+    late_wait_ns: int = 10_000  # the others waited at least this for the last rank: "late"
+    late_share: float = 0.5  # a rank last at this share of the collectives is *the* late one
 
 
 @dataclass(frozen=True)

@@ -27,17 +27,25 @@ triggered it. Estimated gains are first-order, per step, and stated as upper bou
 The rules are one table, :data:`RULES`: finding kind → remedies, each with its text, the
 condition under which it applies, its evidence and its gain function.
 
+Remedies that act on the same time overlap — the communication remedies all act on the
+same exposed transfer — so their gains are not additive: each recommendation lists the
+others it overlaps with (``overlaps_with``), and ``what_if.if_all_ns`` gives the step time
+with every modelled change at once.
+
 The what-if figures (``Diagnosis.what_if``) model each profiled step as synchronous:
 ``step ≈ max_r busy_r + min_r wait_r`` — the last rank's own work (busy = step − comm
 wait), then the transfer, taken as the least wait of any rank (the last arrival waits only
 for the transfer). "Communication fully overlapped" drops the transfer:
 ``median_s max_r busy``; "no data wait" subtracts each rank's data wait from its busy
 time; "straggler at median speed" gives each persistent straggler the median busy time of
-the other ranks. The current step time is the median of the longest rank's step.
+the other ranks; "all" applies the three together. The current step time is the median
+of the longest rank's step; every figure is clamped between 0 and it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -201,20 +209,81 @@ def _backends(f: Finding, c: Context) -> set[str]:
     return c.evidence_of(f.ranks, "backend")
 
 
+# What the exposed communication is made of decides the remedy: gradient synchronisation
+# (DDP's all-reduce, ZeRO/FSDP's reduce-scatter), parameter gathering (FSDP's all-gather),
+# token exchange (MoE's all-to-all), or point-to-point traffic outside a pipeline.
+PATTERNS = {
+    "allreduce": "gradients", "reducescatter": "gradients", "allgather": "parameters",
+    "alltoall": "tokens", "send": "p2p", "recv": "p2p", "sendrecv": "p2p",
+}  # fmt: skip
+
+
+def _pattern(f: Finding, c: Context) -> str:
+    """The flagged ranks' dominant communication pattern (``gradients`` by default).
+
+    A ``SendRecv`` kernel's share is split by the host-side operations of the rank
+    (``nccl:all_to_all`` or ``nccl:send``): NCCL runs both with the same kernel.
+    """
+    share: dict[str, float] = {}
+    for r in f.ranks:
+        ev = c.ranks[r].evidence if r in c.ranks else {}
+        host = {t: v for t, v in ev.get("host_comm_types", {}).items() if t != "sendrecv"}
+        for t, v in ev.get("comm_types", {}).items():
+            split = host if t == "sendrecv" and host else {t: 1.0}
+            norm = sum(split.values())
+            for ht, hv in split.items():
+                p = PATTERNS.get(ht, "other")
+                share[p] = share.get(p, 0.0) + float(v) * hv / norm
+    return max(share, key=lambda k: share[k]) if share else "gradients"
+
+
+def _amd(f: Finding, c: Context) -> bool:
+    """The GPUs are AMD's (ROCm/RCCL): different tools and settings apply."""
+    names = " ".join(d for r in f.ranks if r in c.ranks for d in c.ranks[r].devices)
+    return (
+        bool(re.search(r"\bAMD\b|Instinct|\bMI\d{3}|Radeon", names))
+        or "rccl"
+        in " ".join(
+            n for r in f.ranks if r in c.ranks for n in c.ranks[r].evidence.get("comm_names", [])
+        ).lower()
+    )
+
+
+def _for(*patterns: str) -> Callable[[Finding, Context], bool]:
+    return lambda f, c: _is_transfer(f, c) and _pattern(f, c) in patterns
+
+
+def _comm_evidence_with_pattern(f: Finding, c: Context) -> dict[str, Any]:
+    return {**_comm_evidence(f, c), "pattern": _pattern(f, c)}
+
+
+def _tuning_detail(f: Finding, c: Context) -> str:
+    if _amd(f, c):
+        return ("Compare RCCL's algorithms and protocols for your message sizes (RCCL honours "
+                "NCCL_ALGO / NCCL_PROTO; see also RCCL_* settings), confirm traffic uses xGMI "
+                "within a node (rocm-smi --showtopo, rccl-tests) and RDMA across nodes "
+                "(NCCL_DEBUG=INFO shows the transport), and trace the transfers with "
+                "rocprofv3 or omnitrace.")  # fmt: skip
+    return ("Compare NCCL_ALGO=Ring and Tree for your message sizes, confirm NCCL uses NVLink "
+            "within a node and InfiniBand/RDMA across nodes (NCCL_DEBUG=INFO shows the "
+            "transport; nvidia-smi topo -m the links), and use hierarchical or topology-aware "
+            "collectives (HSDP, 2-D process groups) across nodes.")  # fmt: skip
+
+
 COMM = (
     Remedy(
         id=_const("comm-overlap"),
         title=_const("Hide gradient communication behind backward"),
         detail=_const(
-            "Only part of the communication overlaps compute. With DDP keep "
+            "Only part of the gradient synchronisation overlaps compute. With DDP keep "
             "find_unused_parameters=False, set gradient_as_bucket_view=True and "
             "static_graph=True where the graph is static, and tune bucket_cap_mb "
             "(smaller buckets start earlier); make sure no synchronising call "
             "(.item(), .cpu(), a barrier) sits between backward and the optimizer step."
         ),
         gain=_transfer,
-        evidence=_comm_evidence,
-        applies=_is_transfer,
+        evidence=_comm_evidence_with_pattern,
+        applies=_for("gradients"),
     ),
     Remedy(
         id=_const("grad-accumulation"),
@@ -225,8 +294,8 @@ COMM = (
             "`with model.no_sync():` and scale the learning rate or loss accordingly."
         ),
         gain=lambda f, c: round(_transfer(f, c) * (1 - 1 / _k(c))),
-        evidence=lambda f, c: {**_comm_evidence(f, c), "k": _k(c)},
-        applies=_is_transfer,
+        evidence=lambda f, c: {**_comm_evidence_with_pattern(f, c), "k": _k(c)},
+        applies=_for("gradients"),
     ),
     Remedy(
         id=_const("grad-compression"),
@@ -237,8 +306,49 @@ COMM = (
             "(powerSGD_hook) cuts them far more for large layers at some accuracy cost."
         ),
         gain=lambda f, c: _transfer(f, c) // 2,  # half the bytes
-        evidence=_comm_evidence,
-        applies=_is_transfer,
+        evidence=_comm_evidence_with_pattern,
+        applies=_for("gradients"),
+    ),
+    Remedy(
+        id=_const("fsdp-prefetch"),
+        title=_const("Prefetch parameter all-gathers (FSDP/ZeRO-3)"),
+        detail=_const(
+            "The exposed communication is mostly all-gathers of sharded parameters: enable "
+            "forward_prefetch=True and backward_prefetch=BACKWARD_PRE (FSDP2: "
+            "set_modules_to_forward_prefetch / reshard_after_forward=False for the last "
+            "blocks), wrap larger units so fewer, bigger gathers run, and keep "
+            "limit_all_gathers so prefetching does not stall on memory."
+        ),
+        gain=_transfer,
+        evidence=_comm_evidence_with_pattern,
+        applies=_for("parameters"),
+    ),
+    Remedy(
+        id=_const("moe-all-to-all"),
+        title=_const("Cut and hide the all-to-all token exchange (expert parallelism)"),
+        detail=_const(
+            "The exposed communication is mostly all-to-all, as in mixture-of-experts "
+            "dispatch and combine or sharded embeddings: lower the capacity factor or drop "
+            "overflow tokens, use a hierarchical all-to-all (intra-node first, then across "
+            "nodes), and overlap dispatch/combine with expert compute (chunked or "
+            "pipelined all-to-all, e.g. DeepEP or Tutel). DDP's gradient remedies do not "
+            "apply to this traffic."
+        ),
+        gain=_transfer,
+        evidence=_comm_evidence_with_pattern,
+        applies=_for("tokens"),
+    ),
+    Remedy(
+        id=_const("p2p-overlap"),
+        title=_const("Post point-to-point transfers early and batch them"),
+        detail=_const(
+            "The exposed communication is point-to-point send/recv outside a pipeline "
+            "schedule: post irecv before the compute that precedes its use, batch pairs "
+            "with dist.batch_isend_irecv, and wait only where the data is needed."
+        ),
+        gain=_transfer,
+        evidence=_comm_evidence_with_pattern,
+        applies=_for("p2p"),
     ),
     Remedy(
         id=_const("nccl-backend"),
@@ -250,16 +360,12 @@ COMM = (
                               and "gloo" in _backends(f, c)),
     ),
     Remedy(
-        id=_const("nccl-tuning"),
-        title=_const("Check NCCL's algorithm, protocol and transport"),
-        detail=_const(
-            "Compare NCCL_ALGO=Ring and Tree for your message sizes, confirm NCCL "
-            "uses NVLink within a node and InfiniBand/RDMA across nodes "
-            "(NCCL_DEBUG=INFO shows the transport), and use hierarchical or "
-            "topology-aware collectives (HSDP, 2-D process groups) across nodes."
-        ),
+        id=lambda f, c: "rccl-tuning" if _amd(f, c) else "nccl-tuning",
+        title=lambda f, c: ("Check RCCL's algorithm, protocol and transport (xGMI, RDMA)"
+                            if _amd(f, c) else "Check NCCL's algorithm, protocol and transport"),
+        detail=_tuning_detail,
         gain=lambda f, c: None,
-        evidence=_comm_evidence,
+        evidence=_comm_evidence_with_pattern,
         applies=lambda f, c: (_is_transfer(f, c) and c.run.mode == Mode.GPU
                               and "gloo" not in _backends(f, c)),
     ),
@@ -472,18 +578,38 @@ def recommend(
         run, {r.rank: r for r in ranks}, steps, sync_by_step or {}, rules or AdviceRules()
     )
     out: list[Recommendation] = []
+    groups: list[list[int]] = []  # remedies acting on the same time, by index into out
     for f in findings:
+        group = []
         for remedy in RULES.get(f.kind, ()):
             if not remedy.applies(f, ctx):
                 continue
             gain = remedy.gain(f, ctx)
+            group.append(len(out))
             out.append(Recommendation(
                 id=remedy.id(f, ctx), title=remedy.title(f, ctx), detail=remedy.detail(f, ctx),
                 finding=f.kind, evidence=remedy.evidence(f, ctx), estimated_gain_ns=gain,
                 estimated_gain_ratio=(gain / ctx.step_ns) if gain else None,
             ))  # fmt: skip
+        groups.append(group)
+    # a straggler slowed by its own data waits for the same loader the data remedy fixes
+    data = [i for i, r in enumerate(out) if r.id == "dataloader"]
+    for i, r in enumerate(out):
+        if r.finding == FindingKind.STRAGGLER and r.evidence.get("cause") == Cause.DATA:
+            groups.append([i, *data])
+    out = _with_overlaps(out, groups)
     out.sort(key=lambda r: -(r.estimated_gain_ns or 0))
     return out
+
+
+def _with_overlaps(out: list[Recommendation], groups: list[list[int]]) -> list[Recommendation]:
+    """Each remedy with the ids of the others that act on the same time (not additive)."""
+    links: dict[int, set[str]] = {}
+    for g in groups:
+        for i in g:
+            links.setdefault(i, set()).update(out[j].id for j in g if j != i)
+    return [dataclasses.replace(r, overlaps_with=sorted(links.get(i, set())))
+            for i, r in enumerate(out)]  # fmt: skip
 
 
 def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> WhatIf | None:
@@ -501,24 +627,36 @@ def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> What
         # a synchronous step: the last rank's own work, then the transfer (the least wait)
         return max(busy.values()) + min(wait.values())
 
-    cur, no_comm, no_data, no_strag = [], [], [], []
+    def at_median(busy: dict[int, float]) -> dict[int, float]:
+        others = [b for r, b in busy.items() if r not in stragglers]
+        if not stragglers or not others:
+            return busy
+        med = float(np.median(others))
+        return {r: (med if r in stragglers else b) for r, b in busy.items()}
+
+    cur, no_comm, no_data, no_strag, everything = [], [], [], [], []
     for v in by_step.values():
         busy = {x.rank: float(x.duration_ns - x.comm_wait_ns) for x in v}
         wait = {x.rank: float(x.comm_wait_ns) for x in v}
+        fed = {x.rank: busy[x.rank] - x.data_wait_ns for x in v}
         cur.append(max(x.duration_ns for x in v))
         no_comm.append(max(busy.values()))
-        no_data.append(model({x.rank: busy[x.rank] - x.data_wait_ns for x in v}, wait))
-        others = [b for r, b in busy.items() if r not in stragglers]
-        if stragglers and others:
-            med = float(np.median(others))
-            no_strag.append(
-                model({r: (med if r in stragglers else b) for r, b in busy.items()}, wait)
-            )
+        no_data.append(model(fed, wait))
+        if stragglers:
+            no_strag.append(model(at_median(busy), wait))
+        everything.append(max(at_median(fed).values()))
+    now = float(np.median(cur))
+
+    def clamped(values: list[float]) -> int:
+        # a first-order model never predicts a step slower than now, nor below zero
+        return round(min(now, max(0.0, float(np.median(values)))))
+
     return WhatIf(
-        step_time_ns=round(float(np.median(cur))),
-        if_comm_overlapped_ns=round(float(np.median(no_comm))),
-        if_no_data_wait_ns=round(float(np.median(no_data))),
-        if_straggler_at_median_speed_ns=round(float(np.median(no_strag))) if no_strag else None,
+        step_time_ns=round(now),
+        if_comm_overlapped_ns=clamped(no_comm),
+        if_no_data_wait_ns=clamped(no_data),
+        if_straggler_at_median_speed_ns=clamped(no_strag) if no_strag else None,
+        if_all_ns=clamped(everything),
     )
 
 

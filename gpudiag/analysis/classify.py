@@ -24,8 +24,10 @@ iteration's own work that the range does not wrap). Only the GPU-idle part count
 data-wait.
 
 CPU-only traces (gloo, no GPU): K = operators on the training and autograd threads minus
-the collectives that block those threads (``c10d::*`` ops on them, sync gaps) and minus data
-ranges; C = collective ranges on any thread (``gloo:*`` on gloo's threads, ``c10d::*``, …)
+the collective calls that block those threads (``c10d::*`` ops on them, sync gaps — not the
+backend's operation ranges such as ``gloo:send``, which outlive an ``isend`` call while the
+thread computes) and minus data ranges; C = collective ranges on any thread (``gloo:*`` on
+gloo's threads, ``c10d::*``, …)
 plus the training thread's *silent sync gaps*: a gap with no event that ends where DDP
 copies a reduced bucket back (``copy_bucket_to_grad``), i.e. ``finalize_backward``
 blocked on the allreduce futures, which gloo does not record as an event. M = ∅.
@@ -33,6 +35,7 @@ blocked on the allreduce futures, which gloo does not record as an event. M = �
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,6 +43,7 @@ import numpy.typing as npt
 
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.steps import StepWindows
+from gpudiag.config import DEFAULT_COMM_OP_RE
 from gpudiag.traces.schema import I64, Kind, RankTimeline
 
 _BUCKET_COPY = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
@@ -72,7 +76,7 @@ def _set(tl: RankTimeline, mask: npt.NDArray[np.bool_]) -> iv.IntervalSet:
     return iv.union(tl.start_ns[mask], tl.end_ns[mask])
 
 
-def rank_sets(tl: RankTimeline) -> RankSets:
+def rank_sets(tl: RankTimeline, comm_op_re: str = DEFAULT_COMM_OP_RE) -> RankSets:
     """Build K, C, M and D for a rank (see the module docstring)."""
     lane_is_gpu = tl.gpu_lane_mask()
     gpu = lane_is_gpu[tl.lane] if len(tl) else np.zeros(0, bool)
@@ -98,8 +102,13 @@ def rank_sets(tl: RankTimeline) -> RankSets:
     ]  # fmt: skip
     on_compute_lane = np.isin(tl.lane, compute_lanes)
     ops = _set(tl, (tl.kind == Kind.CPU_OP) & on_compute_lane)
-    # A collective on a compute thread blocks it; one on a comm thread may run beside compute.
-    blocked = iv.join(_set(tl, (tl.kind == Kind.COMM) & on_compute_lane), _sync_gaps(tl, on_main))
+    # A collective *call* on a compute thread blocks it (what runs inside it is the
+    # collective's); a backend operation range (``gloo:send``) spans the operation's life,
+    # which for isend/irecv goes on while the thread computes — it blocks nothing.
+    rx = re.compile(comm_op_re)
+    op_range = np.array([bool(rx.search(n)) for n in tl.names], bool)[tl.name]
+    calls = (tl.kind == Kind.COMM) & on_compute_lane & ~op_range
+    blocked = iv.join(_set(tl, calls), _sync_gaps(tl, on_main))
     comm = iv.join(_set(tl, (tl.kind == Kind.COMM) & ~gpu), blocked)
     return RankSets(
         compute=iv.subtract(iv.subtract(ops, blocked), data),

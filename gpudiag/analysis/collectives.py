@@ -9,6 +9,11 @@ have: on early ranks its duration is *waiting for the last rank* plus the transf
   sides know it — a size mismatch drops that pair rather than guessing.
 * **Transfer** of a matched collective = its shortest duration over the ranks (the last
   arrival waits for no one); each rank's **synchronisation wait** = its duration − transfer.
+* **Late arrival**: the rank with the shortest duration arrived last — everyone else
+  waited for it. Counted per rank (``late_arrival``) when the others' mean wait is at
+  least ``collectives.late_wait_ns`` (10 µs, below which it is jitter), with the others'
+  total wait and the range of their mean wait per collective. Durations alone decide, so
+  ranks' clocks need not agree.
 * **Bandwidth**, as nccl-tests defines it, from the transfer time t and the message size S:
   ``algbw = S / t`` and ``busbw = algbw × f(n)`` with f = 2(n−1)/n for all-reduce,
   (n−1)/n for all-gather, reduce-scatter and all-to-all, 1 for broadcast, reduce and
@@ -36,6 +41,7 @@ from gpudiag.analysis.model import (
     CollectivesSummary,
     Finding,
     FindingKind,
+    LateArrival,
     RankSync,
     Severity,
 )
@@ -124,6 +130,39 @@ def extract(tl: RankTimeline, mode: str, step_of: I32, comm_op_re: str) -> Colle
     )
 
 
+def comm_type_shares(c: Collectives) -> dict[str, float]:
+    """Each collective type's share of a rank's time in collectives, largest first."""
+    total: dict[str, int] = {}
+    for ty, d in zip(c.type, c.dur.tolist(), strict=True):
+        total[ty] = total.get(ty, 0) + int(d)
+    whole = sum(total.values())
+    if not whole:
+        return {}
+    return {t: round(v / whole, 4) for t, v in sorted(total.items(), key=lambda kv: -kv[1])}
+
+
+def host_comm_types(tl: RankTimeline, comm_op_re: str) -> dict[str, float]:
+    """Collective types of the host-side operation ranges (``nccl:all_to_all`` …), by time.
+
+    On GPU traces they tell what a ``SendRecv`` kernel is doing: NCCL runs all-to-all and
+    point-to-point alike with it.
+    """
+    if not len(tl):
+        return {}
+    rx = re.compile(comm_op_re)
+    ops = np.array([bool(rx.search(n)) for n in tl.names], bool)
+    mask = (tl.kind == Kind.COMM) & ~tl.gpu_lane_mask()[tl.lane] & ops[tl.name]
+    total: dict[str, int] = {}
+    for i, d in zip(tl.name[mask].tolist(), (tl.end_ns[mask] - tl.start_ns[mask]).tolist(),
+                    strict=True):  # fmt: skip
+        t = collective_type(tl.names[i])
+        if t not in ("barrier", "wait", "unknown"):
+            total[t] = total.get(t, 0) + int(d)
+    whole = sum(total.values())
+    return {t: round(v / whole, 4) for t, v in sorted(total.items(), key=lambda kv: -kv[1])
+            } if whole else {}  # fmt: skip
+
+
 def _peak(device: str) -> float | None:
     for pat, gbps in NVLINK_PEAK_GBPS:
         if pat.lower() in device.lower():
@@ -138,18 +177,27 @@ def _bucket(nbytes: float) -> str:
     return BUCKETS[-1][2]
 
 
+POINT_TO_POINT = ("send", "recv")
+
+
 def match(colls: Sequence[Collectives]) -> tuple[str, list[dict[int, int]]]:
-    """Matched collectives as {rank: index in that rank's Collectives}; and the method used."""
+    """Matched collectives as {rank: index in that rank's Collectives}; and the method used.
+
+    Explicit point-to-point operations (``send``, ``recv``) are not collectives: a send on
+    one rank pairs with a receive on another, and nobody else waits for either, so they
+    are never matched across ranks (pipelines measure them on their own).
+    """
     if len(colls) < 2 or not all(len(c.type) for c in colls):
         return "none", []
     if all((c.key >= 0).all() for c in colls):
-        maps = [{int(k): i for i, k in enumerate(c.key.tolist())} for c in colls]
+        maps = [{int(k): i for i, k in enumerate(c.key.tolist()) if c.type[i] not in POINT_TO_POINT}
+                for c in colls]  # fmt: skip
         common = set.intersection(*[set(m) for m in maps])
         keys = sorted(common, key=lambda k: int(colls[0].start[maps[0][k]]))
         return "comms_id", [{c.rank: m[k] for c, m in zip(colls, maps, strict=True)} for k in keys]
     # order within each collective type, checked against the size
     out: list[dict[int, int]] = []
-    types = set.intersection(*[set(c.type) for c in colls])
+    types = set.intersection(*[set(c.type) for c in colls]) - set(POINT_TO_POINT)
     for t in sorted(types):
         per = [[i for i, x in enumerate(c.type) if x == t] for c in colls]
         for j in range(min(len(p) for p in per)):
@@ -164,12 +212,15 @@ SyncByStep = dict[tuple[int, int], int]
 
 
 def analyse(
-    colls: Sequence[Collectives], world_size: int | None = None
+    colls: Sequence[Collectives],
+    world_size: int | None = None,
+    rules: CollectiveRules | None = None,
 ) -> tuple[CollectivesSummary | None, SyncByStep]:
     """The collectives section of a Diagnosis and each (rank, step)'s synchronisation wait.
 
     See the module docstring; (None, {}) without collectives.
     """
+    rules = rules or CollectiveRules()
     colls = [c for c in colls if len(c.type)]
     if not colls:
         return None, {}
@@ -179,6 +230,7 @@ def analyse(
     sync = {c.rank: 0 for c in colls}
     transfer_total = {c.rank: 0 for c in colls}
     sync_by_step: SyncByStep = {}
+    late: dict[int, list[int]] = {}  # rank → the others' mean wait at each collective
     for m in matched:
         durs = {r: int(by_rank[r].dur[i]) for r, i in m.items()}
         t = min(durs.values())
@@ -187,6 +239,11 @@ def analyse(
             transfer_total[r] += t
             st = int(by_rank[r].step[m[r]])
             sync_by_step[(r, st)] = sync_by_step.get((r, st), 0) + d - t
+        if len(durs) > 1:
+            last = min(durs, key=lambda r: durs[r])
+            waited = (sum(durs.values()) - len(durs) * t) // (len(durs) - 1)
+            if waited >= rules.late_wait_ns:
+                late.setdefault(last, []).append(waited)
         r0 = next(iter(m))
         nb = max(int(by_rank[r].nbytes[i]) for r, i in m.items())
         rows.append((by_rank[r0].type[m[r0]], float(nb), float(t), len(m)))
@@ -198,7 +255,13 @@ def analyse(
     per_rank = (
         {str(r): RankSync(sync[r], transfer_total[r]) for r in sorted(sync)} if matched else {}
     )
-    return CollectivesSummary(method, len(matched), lower_bound, table, per_rank), sync_by_step
+    late_arrival = {
+        str(r): LateArrival(len(w), sum(w) * (len(by_rank) - 1), min(w), max(w))
+        for r, w in sorted(late.items())
+    }
+    summary = CollectivesSummary(method, len(matched), lower_bound, table, per_rank,
+                                 late_arrival=late_arrival)  # fmt: skip
+    return summary, sync_by_step
 
 
 def _bandwidth_table(

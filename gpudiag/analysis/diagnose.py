@@ -36,7 +36,10 @@ from gpudiag.analysis.collectives import (
     SyncByStep,
     analyse,
     bandwidth_findings,
+    collective_type,
+    comm_type_shares,
     extract,
+    host_comm_types,
 )
 from gpudiag.analysis.idle import idle_findings
 from gpudiag.analysis.model import (
@@ -56,7 +59,7 @@ from gpudiag.analysis.model import (
 from gpudiag.analysis.pipeline import analyse_pipeline
 from gpudiag.analysis.steady import warmup_steps
 from gpudiag.analysis.steps import StepWindows, find_steps
-from gpudiag.analysis.stragglers import find_stragglers
+from gpudiag.analysis.stragglers import find_stragglers, late_arrival
 from gpudiag.analysis.wholerun import whole_run
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
@@ -114,7 +117,7 @@ def analyze_source(source: RankSource, thresholds: Thresholds) -> list[RankResul
 def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
     """Steps and their classification for one rank."""
     win = find_steps(tl)
-    sets = rank_sets(tl)
+    sets = rank_sets(tl, th.comm_op_re)
     parts = classify_steps(tl, win, sets)
     mode = Mode(parts.mode)
     keep = np.ones(len(win), bool)
@@ -136,15 +139,24 @@ def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
         )
         for i in np.flatnonzero(keep).tolist()
     ]
+    colls = extract(tl, parts.mode, win.owner, th.comm_op_re)
+    evidence = _evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th)
+    if colls.type:
+        evidence["comm_types"] = comm_type_shares(colls)
+        evidence.update(_recv_wait(tl, colls, sets, win, keep))
+        if mode == Mode.GPU:
+            host = host_comm_types(tl, th.comm_op_re)
+            if host:
+                evidence["host_comm_types"] = host
     return RankResult(
         rank=tl.rank,
-        collectives=extract(tl, parts.mode, win.owner, th.comm_op_re),
+        collectives=colls,
         meta=_compact(tl.meta),
         mode=mode,
         step_source=win.source,
         steps=steps,
         notes=list(tl.meta.notes) + win.notes,
-        evidence=_evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th),
+        evidence=evidence,
         truncated_step=truncated,
         source=tl.meta.source,
         step_note=win.notes[0] if win.notes else "",
@@ -185,6 +197,39 @@ def _evidence(tl: RankTimeline, win: StepWindows, keep: Any, mode: Mode) -> dict
         if between:
             evidence["between_steps"] = between
     return evidence
+
+
+def _recv_wait(
+    tl: RankTimeline, colls: Collectives, sets: RankSets, win: StepWindows, keep: Any
+) -> dict[str, Any]:
+    """Time blocked in point-to-point receives with nothing computing, over the kept steps.
+
+    A pipeline stage's bubble: while a ``recv`` is pending and the stage computes nothing,
+    it waits for its neighbour. A ``send`` in flight is not waiting. On CPU traces the
+    receive calls count as well as the backend's operation ranges: gloo may block in
+    either (``c10d::recv_`` or ``gloo:recv``). In the last step of the window the drain
+    counts too: a stage that has finished its last micro-batch idles until the step ends,
+    and the receive it would wait in next belongs to a step the trace does not hold.
+    """
+    recv = [i for i, t in enumerate(colls.type) if t == "recv"]
+    if not recv:
+        return {}
+    idx = np.asarray(recv)
+    pending = iv.union(colls.start[idx], colls.start[idx] + colls.dur[idx])
+    if sets.mode == "cpu":
+        is_recv = np.array([collective_type(n) == "recv" for n in tl.names], bool)
+        calls = (tl.kind == Kind.COMM) & is_recv[tl.name] & ~tl.gpu_lane_mask()[tl.lane]
+        pending = iv.join(pending, iv.union(tl.start_ns[calls], tl.end_ns[calls]))
+    s, e = win.start[keep], win.end[keep]
+    waiting = iv.measure(iv.subtract(pending, sets.compute), s, e)
+    active = iv.join(sets.compute, pending)
+    k = np.searchsorted(active[0], e, side="left") - 1
+    last = np.where(k >= 0, np.minimum(active[1][np.maximum(k, 0)], e), s) if active[0].size else s
+    drain = np.maximum(e - np.maximum(last, s), 0) * (last > s)
+    drain[:-1] = 0
+    waiting = waiting + drain
+    return {"p2p_recv_wait_ns": int(waiting.sum()),
+            "p2p_recv_wait_ns_per_step": [int(x) for x in waiting]}  # fmt: skip
 
 
 def _launch_gaps(sets: RankSets, win: StepWindows, mode: Mode, th: Thresholds) -> dict[str, Any]:
@@ -326,14 +371,22 @@ def build_diagnosis(
     findings = idle_findings(ranks, steps, th) + _source_findings(results, run) + warm
     findings += list(extra_findings)
     colls = [r.collectives for r in results if r.collectives is not None]
-    coll, sync_by_step = analyse(colls, run.world_size)
+    coll, sync_by_step = analyse(colls, run.world_size, th.collectives)
     findings += bandwidth_findings(coll, th.collectives)
-    pipe, pipe_findings = analyse_pipeline(colls, ranks, th.idle_ratio_max, th.pipeline)
+    pipe, pipe_findings = analyse_pipeline(colls, ranks, steps, th.idle_ratio_max, th.pipeline)
     if pipe is not None and coll is not None:
         coll = dataclasses.replace(coll, pipeline=pipe)
         findings = _explained_by_pipeline(findings, pipe, ranks, th)
     findings += pipe_findings
     findings += find_stragglers(steps, whole_run, th.stragglers, th.steady, sync_by_step)
+    findings += late_arrival(coll, steps, findings, th.stragglers, th.collectives)
+    if pipe is not None:
+        # a stage's receive waits are the bubble, and stages are not stragglers of each
+        # other: the pipeline finding carries both
+        stage = set(pipe.stage_ranks)
+        findings = _drop_ranks(findings, stage, FindingKind.COMM_BOUND)
+        findings = [f for f in findings
+                    if not (f.kind == FindingKind.STRAGGLER and set(f.ranks) <= stage)]  # fmt: skip
     findings = _comm_wait_for_stragglers(findings, steps, sync_by_step, th)
     host_stragglers = {
         f.ranks[0] for f in findings
@@ -453,11 +506,16 @@ def _drop_host_bound(findings: list[Finding], explained: set[int]) -> list[Findi
     pipeline stage's bubble both show as "other": the generic launch-overhead remedy
     would send the user the wrong way.
     """
+    return _drop_ranks(findings, explained, FindingKind.HOST_BOUND)
+
+
+def _drop_ranks(findings: list[Finding], explained: set[int], kind: FindingKind) -> list[Finding]:
+    """Remove ``explained`` ranks from the findings of one kind (and findings left empty)."""
     if not explained:
         return findings
     out = []
     for f in findings:
-        if f.kind == FindingKind.HOST_BOUND:
+        if f.kind == kind:
             left = [r for r in f.ranks if r not in explained]
             if not left:
                 continue

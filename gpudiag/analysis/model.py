@@ -178,6 +178,7 @@ class Recommendation:
     evidence: dict[str, Any] = field(default_factory=dict)
     estimated_gain_ns: int | None = None
     estimated_gain_ratio: float | None = None
+    overlaps_with: list[str] = field(default_factory=list)  # remedies for the same time
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,7 @@ class WhatIf:
     if_comm_overlapped_ns: int
     if_no_data_wait_ns: int
     if_straggler_at_median_speed_ns: int | None = None
+    if_all_ns: int | None = None  # the three changes together
 
 
 @dataclass(frozen=True)
@@ -224,6 +226,16 @@ class RankSync:
 
 
 @dataclass(frozen=True)
+class LateArrival:
+    """How often a rank was the last to reach a matched collective, and what it cost."""
+
+    last: int  # matched collectives at which it arrived last (the others waited for it)
+    waited_ns: int  # the other ranks' synchronisation wait at those collectives, summed
+    waited_ns_min: int  # per collective, the others' mean wait: smallest …
+    waited_ns_max: int  # … and largest
+
+
+@dataclass(frozen=True)
 class PipelineSummary:
     """Pipeline stages found from point-to-point traffic and their bubble."""
 
@@ -235,6 +247,8 @@ class PipelineSummary:
     bubble_ratio_at_target: float
     target_micro_batches: int
     stage_compute_ratio: dict[str, float]
+    schedule: str = "unknown"  # "gpipe", "1f1b", "unknown"
+    stage_bubble_ratio: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -247,6 +261,7 @@ class CollectivesSummary:
     by_type: list[CollectiveRow]
     per_rank: dict[str, RankSync] = field(default_factory=dict)
     pipeline: PipelineSummary | None = None
+    late_arrival: dict[str, LateArrival] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The JSON section; ``pipeline`` only when stages were found."""
@@ -268,6 +283,7 @@ class CollectivesSummary:
             by_type=[CollectiveRow(**r) for r in d.get("by_type", [])],
             per_rank={str(k): RankSync(**v) for k, v in d.get("per_rank", {}).items()},
             pipeline=PipelineSummary(**pipe) if pipe else None,
+            late_arrival={str(k): LateArrival(**v) for k, v in d.get("late_arrival", {}).items()},
         )
 
 

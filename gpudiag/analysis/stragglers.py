@@ -55,6 +55,7 @@ steps by a median ≥ ``lean_excess_ratio`` (3%) of a step. Only steady steps co
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -63,6 +64,7 @@ import numpy.typing as npt
 
 from gpudiag.analysis.model import (
     Cause,
+    CollectivesSummary,
     Finding,
     FindingKind,
     GpuStats,
@@ -72,7 +74,7 @@ from gpudiag.analysis.model import (
     by_rank,
 )
 from gpudiag.analysis.steady import steady_steps
-from gpudiag.config import SteadyRules, StragglerRules
+from gpudiag.config import CollectiveRules, SteadyRules, StragglerRules
 
 F64 = npt.NDArray[np.float64]
 MAD_TO_SIGMA = 1.4826  # median absolute deviation → standard deviation of a normal sample
@@ -223,31 +225,48 @@ def _leans_slow(m: StepMatrix, rank: int, rules: StragglerRules) -> bool:
     )
 
 
+def sign_test(positive: int, n: int, p: float = 0.5) -> float:
+    """P(X ≥ positive) for X ~ Binomial(n, p).
+
+    How often chance alone puts a rank ahead of the others' median (p = 1/2) in that many
+    of n steps, or makes it the last of R ranks (p = 1/R) at that many of n collectives.
+    """
+    return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(positive, n + 1))
+
+
 def _detect(m: StepMatrix, ctx: _Context, persistent_only: bool = False) -> list[Finding]:
     rules = ctx.rules
     ex = excess(m.busy)
+    n = len(m.steps)
     # thresholds scale with the run's typical step, not with the (possibly stalled) step itself
-    med_dur = np.full(len(m.steps), float(np.median(m.duration)))
+    step = float(np.median(m.duration))
     others_wait = np.array(
         [np.median(np.delete(m.wait, i, axis=0), axis=0) for i in range(len(m.ranks))]
     )
-    slow = (ex >= rules.excess_ratio * med_dur) & (m.wait <= others_wait)
+    slow = (ex >= rules.excess_ratio * step) & (m.wait <= others_wait)
+    # a stall stands out from the step, from the run's jitter and from the rank's own steps
+    # (with two ranks, one rank's dip is the other's excess)
+    own = m.busy - np.median(m.busy, axis=1, keepdims=True)
+    mad = float(np.median(np.abs(ex - np.median(ex))))
+    spike_limit = max(rules.spike_ratio * step, rules.jitter_sigmas * MAD_TO_SIGMA * mad)
     findings: list[Finding] = []
     for i in range(len(m.ranks)):
-        flagged = np.flatnonzero(slow[i])
-        if flagged.size == 0:
+        typical = float(np.median(ex[i]))
+        persistent = bool(
+            n >= rules.min_persistent_steps
+            and typical >= rules.excess_ratio * step
+            and sign_test(int(np.count_nonzero(ex[i] > 0)), n) < rules.persistent_alpha
+            and np.count_nonzero(slow[i]) >= 2
+        )
+        if persistent:
+            flagged = np.flatnonzero(slow[i])
+        elif persistent_only:
             continue
-        persistent = flagged.size >= 2 and flagged.size >= rules.persistent_ratio * len(m.steps)
-        if persistent_only and not persistent:
-            continue
-        if not persistent:
-            # A spike must stand out from the step and from the run's own jitter, and
-            # recur, unless it is as long as a whole step.
-            mad = float(np.median(np.abs(ex - np.median(ex))))
-            jitter = rules.jitter_sigmas * MAD_TO_SIGMA * mad
-            limit = np.maximum(rules.spike_ratio * med_dur[flagged], jitter)
-            flagged = flagged[ex[i, flagged] >= limit]
-            if flagged.size < rules.min_spikes and not (ex[i, flagged] >= med_dur[flagged]).any():
+        else:
+            flagged = np.flatnonzero(slow[i] & (ex[i] >= spike_limit) & (own[i] >= spike_limit))
+            whole_step = bool((ex[i, flagged] >= step).any())
+            enough = flagged.size >= rules.min_spikes or whole_step or _short(m, rules)
+            if not flagged.size or not enough:
                 continue
         extra = [] if persistent else _confirmed_in_window(m, ctx.trace, i, flagged, rules)
         findings.append(_finding(m, ctx, i, flagged, persistent, ex, extra))
@@ -349,6 +368,30 @@ def _hardware(rank: int, gpus: Sequence[GpuStats], rules: StragglerRules) -> boo
     )
 
 
+def _short(m: StepMatrix, rules: StragglerRules) -> bool:
+    """A profiled window too short to tell a persistent straggler from periodic stalls."""
+    return m.source == "trace" and len(m.steps) < rules.short_window_steps
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th … 11th, 12th, 13th, 21st."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _and(items: Sequence[int], most: int = 8) -> str:
+    """``3``, ``3 and 7``, ``3, 7 and 11``; ``…`` past ``most`` items."""
+    shown = [str(x) for x in items[:most]]
+    if len(items) > most:
+        return ", ".join(shown) + " …"
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+def fmt_ms(ns: float) -> str:
+    """A duration for a message: seconds from 1 s up, else milliseconds."""
+    return f"{ns / 1e9:.1f} s" if ns >= 1e9 else f"{ns / 1e6:.0f} ms"
+
+
 def _period(steps: list[int], compared: Sequence[int]) -> int | None:
     """N when the slow steps recur every N-th step, else None.
 
@@ -403,17 +446,23 @@ def _finding(
     caused, attribution = _caused(m, ctx, i, flagged, steps)
     med_busy = np.median(m.busy, axis=1)
     score = float(med_busy.min() / med_busy[i]) if med_busy[i] > 0 else 1.0
-    median_excess = float(np.median(ex[i, flagged]))
+    # persistent: the rank's typical excess over every compared step; a stall: each time
+    median_excess = float(np.median(ex[i] if persistent else ex[i, flagged]))
     step_median = float(np.median(m.duration))
     cause, parts = _cause(m, ctx, rank, steps, persistent)
+    short = not persistent and _short(m, ctx.rules)
     if persistent:
         what = (f"rank {rank} is a persistent straggler: slower than the other ranks in "
-                f"{len(steps)} of {len(m.steps)} steps by {median_excess / 1e6:.1f} ms "
-                f"({median_excess / step_median:.0%} of a step)")  # fmt: skip
+                f"{len(steps)} of {len(m.steps)} steps, typically by {median_excess / 1e6:.1f} "
+                f"ms ({median_excess / step_median:.0%} of a step)")  # fmt: skip
+    elif short:
+        what = (f"rank {rank} stalled in {len(steps)} of {len(m.steps)} profiled "
+                f"step{'s' if len(m.steps) != 1 else ''} ({_and(steps)}, "
+                f"~{fmt_ms(median_excess)} behind the others each time)")  # fmt: skip
     else:
         n = _period(steps, sorted(set(m.steps) | set(confirmed)))
         when = (
-            f"every {n}th step"
+            f"every {ordinal(n)} step"
             if n
             else f"in step{'s' if len(steps) > 1 else ''} " + ", ".join(map(str, steps[:8]))
         )
@@ -428,6 +477,9 @@ def _finding(
         why = f"{why} (+{top / 1e6:.0f} ms a step) and {more}"
     msg = (f"{what}, {why}; the other ranks waited {caused / 1e6:.1f} ms in total "
            "for it")  # fmt: skip
+    if short:
+        msg += (f"; too few steps to tell persistent from periodic — profile at least "
+                f"{ctx.rules.short_window_steps} steps or use `gpudiag run`")  # fmt: skip
     return Finding(
         kind=FindingKind.STRAGGLER,
         severity=Severity.ERROR if persistent else Severity.WARNING,
@@ -446,10 +498,80 @@ def _finding(
             "also": also,
             "step_time_ns_median": round(step_median),
             "step_time_ns_if_median_speed": round(
-                step_median - (median_excess if persistent else 0.0)
+                min(step_median, max(0.0, step_median - (median_excess if persistent else 0.0)))
             ),
+            "short_window": short,
         },
         cause=cause,
         persistent=persistent,
         wait_caused_ns=caused,
     )
+
+
+def late_arrival(
+    coll: CollectivesSummary | None,
+    trace_steps: Sequence[StepBreakdown],
+    findings: Sequence[Finding],
+    rules: StragglerRules | None = None,
+    crules: CollectiveRules | None = None,
+) -> list[Finding]:
+    """The rank everyone waits for at the collectives, when no straggler rule named one.
+
+    From matched collectives (``CollectivesSummary.late_arrival``): a rank that arrives
+    last at ``collectives.late_share`` (half) of them or more, at least twice as often as
+    the next rank and more often than chance makes one of R ranks last (binomial, 1/R, at
+    ``persistent_alpha``), while the others' waiting for it comes to at least
+    ``excess_ratio`` of a step — the straggler verdict of a window too short for the
+    persistent rule (one profiled step is enough). Its cause comes from its own parts
+    against the others'.
+    """
+    rules, crules = rules or StragglerRules(), crules or CollectiveRules()
+    if (
+        coll is None
+        or not coll.late_arrival
+        or any(f.kind == FindingKind.STRAGGLER for f in findings)
+    ):
+        return []
+    counts = sorted(coll.late_arrival.items(), key=lambda kv: -kv[1].last)
+    (rank_s, top), rest = counts[0], counts[1:]
+    second = rest[0][1].last if rest else 0
+    trace = trace_matrix(trace_steps)
+    if trace is None or int(rank_s) not in trace.ranks:
+        return []
+    step = float(np.median(trace.duration))
+    per_step = top.waited_ns / len(trace.steps)
+    chance = sign_test(top.last, coll.matched, 1 / max(len(trace.ranks), 2))
+    if (top.last < crules.late_share * coll.matched or top.last < 2 * second
+            or chance >= rules.persistent_alpha
+            or per_step < rules.excess_ratio * step):  # fmt: skip
+        return []
+    rank = int(rank_s)
+    ctx = _Context(trace, (), rules, {}, {})
+    cause, parts = _cause(trace, ctx, rank, trace.steps, True)
+    then = f" (then rank {rest[0][0]}: {second})" if second else ""
+    span = (fmt_ms(top.waited_ns_min) if top.waited_ns_min == top.waited_ns_max
+            else f"{fmt_ms(top.waited_ns_min)}–{fmt_ms(top.waited_ns_max)}")  # fmt: skip
+    msg = (f"rank {rank} arrives last at {top.last} of {coll.matched} collectives{then}; "
+           f"the other ranks wait {span} for it each time ({fmt_ms(per_step)} a step, "
+           f"{per_step / step:.0%} of it), {_WORDS[cause]}")  # fmt: skip
+    return [Finding(
+        kind=FindingKind.STRAGGLER,
+        severity=Severity.WARNING,
+        message=msg,
+        ranks=[rank],
+        steps=list(trace.steps),
+        metrics={
+            "source": "late_arrival",
+            "last_at": top.last,
+            "collectives_matched": coll.matched,
+            "next_rank_last_at": second,
+            "waited_ns_per_step": round(per_step),
+            "median_excess_ns": round(per_step),
+            "excess_by_part_ns": {k: round(v) for k, v in parts.items()},
+            "steps_compared": len(trace.steps),
+            "step_time_ns_median": round(step),
+        },
+        cause=cause,
+        persistent=None,
+        wait_caused_ns=top.waited_ns,
+    )]  # fmt: skip

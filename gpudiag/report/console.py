@@ -100,6 +100,8 @@ def render(
             t.append(rec.title, style="bold")
             if rec.estimated_gain_ns:
                 t.append(f"  (could recover ~{fmt_ns(rec.estimated_gain_ns)} per step)")
+            if rec.overlaps_with:
+                t.append(f" · not additive with {', '.join(rec.overlaps_with)}", style="dim")
             con.print(t)
             con.print(Text(f"   {rec.detail}"))
     for note in d.notes:
@@ -229,6 +231,10 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
                 f"no data wait → {delta(w.if_no_data_wait_ns)}")  # fmt: skip
         if w.if_straggler_at_median_speed_ns is not None:
             text += f" · straggler at median speed → {delta(w.if_straggler_at_median_speed_ns)}"
+        if w.if_all_ns is not None and w.if_all_ns < min(
+            w.if_comm_overlapped_ns, w.if_no_data_wait_ns
+        ):
+            text += f" · all together → {delta(w.if_all_ns)}"
         lines.append(f"{text}  (step now {fmt_ns(cur)})")
     return lines
 
@@ -238,7 +244,7 @@ def _collective_table(d: Diagnosis) -> Table:
     assert c is not None
     lower = c.bandwidth_is_lower_bound
     title = (f"collectives ({c.matched} matched across ranks by {c.method})"
-             if not lower else "collectives (one rank: durations include waiting; "
+             if not lower else "collectives (not matched across ranks: durations include waiting; "
              "bandwidths are lower bounds)")  # fmt: skip
     t = Table(title=title, box=None, header_style="bold", pad_edge=False, title_justify="left")
     for col in ("type", "size", "count", "transfer", "algbw", "busbw", "of peak"):

@@ -17,8 +17,11 @@ holds a scenario with a known answer. Keep them tiny: a few dozen events each.
   rank 0's all-reduce kernel spins 5 ms waiting before the 2 ms transfer both share.
 * ``pipeline_4stage/``: four pipeline stages (ranks 0-3), one GPipe step of m = 4
   micro-batches, forward 1 ms and backward 2 ms per micro-batch and stage, activations and
-  gradients passed with ``send``/``recv`` (``ncclDevKernel_SendRecv``). Each stage computes
-  m·(F+B) = 12 ms of a (m+p−1)·(F+B) = 21 ms step: bubble (p−1)/(m+p−1) = 3/7.
+  gradients passed with ``send``/``recv`` (``ncclDevKernel_SendRecv``; a receive kernel
+  spins from when the stage's GPU is free until the data arrives, as NCCL's does). Each
+  stage computes m·(F+B) = 12 ms of a (m+p−1)·(F+B) = 21 ms step: bubble
+  (p−1)/(m+p−1) = 3/7, all of it waiting in receives except stage 0's forward and the
+  last stage's backward warm-up.
 """
 
 from __future__ import annotations
@@ -178,12 +181,20 @@ def pipeline_stage(
     g = _Gpu(stage)
     t0 = 1_000.0
     g.ev.append(_x("user_annotation", "ProfilerStep#0", g.pid, g.pid, t0, (m + p - 1) * (f + b)))
+    free = t0  # when this stage's GPU last finished (a receive kernel spins from then on)
+
+    def recv(start: float, src: int) -> None:
+        # NCCL's receive kernel runs from its launch until the data has arrived
+        begin = min(free, start - 20.0)
+        g.kernel("ncclDevKernel_SendRecv", begin, start - begin, launch=t0 + 1.0, stream=40,
+                 **{"Collective name": "recv", "Src Rank": src})  # fmt: skip
+
     for j in range(m):  # forward of micro-batch j on this stage
         start = t0 + (stage + j) * f
         if stage > 0:
-            g.kernel("ncclDevKernel_SendRecv", start - 20.0, 20.0, launch=t0 + 1.0, stream=40,
-                     **{"Collective name": "recv", "Src Rank": stage - 1})  # fmt: skip
+            recv(start, stage - 1)
         g.kernel("fwd_gemm", start, f, launch=t0 + 2.0)
+        free = start + f
         if stage < p - 1:
             g.kernel("ncclDevKernel_SendRecv", start + f, 20.0, launch=t0 + 3.0, stream=40,
                      **{"Collective name": "send", "Dst Rank": stage + 1})  # fmt: skip
@@ -191,9 +202,9 @@ def pipeline_stage(
     for k in range(m):  # backward, last micro-batch first
         start = back0 + (p - 1 - stage + k) * b
         if stage < p - 1:
-            g.kernel("ncclDevKernel_SendRecv", start - 20.0, 20.0, launch=t0 + 4.0, stream=40,
-                     **{"Collective name": "recv", "Src Rank": stage + 1})  # fmt: skip
+            recv(start, stage + 1)
         g.kernel("bwd_gemm", start, b, launch=t0 + 5.0)
+        free = start + b
         if stage > 0:
             g.kernel("ncclDevKernel_SendRecv", start + b, 20.0, launch=t0 + 6.0, stream=40,
                      **{"Collective name": "send", "Dst Rank": stage - 1})  # fmt: skip
