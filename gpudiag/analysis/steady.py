@@ -8,7 +8,9 @@ A step is left out when
 * it is **warm-up**: one of the leading steps whose duration (the median over ranks) is
   more than ``steady.warmup_factor`` (3×) the median of the steps after it — worker
   start-up, cuDNN autotuning, allocator growth, lazy initialisation — as long as at least
-  ``steady.warmup_min_steps`` (3) steps remain; and, for the step telemetry of
+  ``steady.warmup_min_steps`` (3) steps remain and no later step takes even half as
+  long (a slowness that recurs is a periodic stall, not warm-up: a 6-step window that
+  opens on a stall every 4th step keeps it); and, for the step telemetry of
   ``gpudiag run`` (which starts at the job's very first step), each rank's first
   ``steady.warmup_steps`` (1) steps under the same condition.
 
@@ -76,6 +78,9 @@ def warmup_steps(steps: Sequence[Timed], rules: SteadyRules) -> dict[int, float]
         if len(rest) < rules.warmup_min_steps or dur[i] <= rules.warmup_factor * np.median(rest):
             break
         out[n] = dur[i]
+    tail = dur[len(out) :]
+    if out and max(tail) >= 0.5 * min(out.values()):
+        return {}  # as slow again later: a recurring stall, which is real, not warm-up
     return out
 
 

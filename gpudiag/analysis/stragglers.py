@@ -18,8 +18,11 @@ The rule constants are ``Thresholds.stragglers`` (``[tool.gpudiag.stragglers]``)
 * (r, s) is **slow** when ``excess ≥ excess_ratio`` (0.10) × the run's median step time,
   and the rank waited less than the others in that step (the confirmation of reference
   §1: a straggler has the smallest wait).
-* A rank is a **persistent** straggler when it is slow in at least ``persistent_ratio``
-  (50%) of the steps compared, with at least 2 steps; its relative score
+* A rank is a **persistent** straggler when a sign test across the n compared steps says
+  it is ahead of the others more often than chance (P(X ≥ k), X ~ Binomial(n, ½), below
+  ``persistent_alpha``, 0.1; n ≥ ``min_persistent_steps``, 4), its *typical* excess (the
+  median over all n steps) is at least ``excess_ratio`` of a step, and at least 2 steps
+  are slow — so 3 of 6 steps (a coin toss) is never persistent; its relative score
   ``min_r' median_s busy / median_s busy[r]`` is reported (NVRx style; below 0.75 is a
   strong straggler).
 * Otherwise slow steps whose excess is at least ``spike_ratio`` (0.25) of the median step
@@ -29,7 +32,15 @@ The rule constants are ``Thresholds.stragglers`` (``[tool.gpudiag.stragglers]``)
   shared host), unless one lasts a whole step. When they recur at a fixed period
   (every N-th step) the message says so, and the profiled window's steps of that period
   are checked in the trace (the telemetry leaves the profiled steps out, since profiling
-  perturbs them).
+  perturbs them). A stall must also stand out from the rank's own median busy time (with
+  two ranks, one rank's dip is the other's excess). In a trace window shorter than
+  ``short_window_steps`` (12) every stall is named with its steps, and the message says
+  the window is too short to tell persistent from periodic.
+* **Late arrival** (:func:`late_arrival`): when no rule names a rank, the rank the
+  others wait for at the matched collectives — last at most of them (at least
+  ``collectives.late_share``, twice as often as the next, beyond chance for one of R
+  ranks) or the one that half or more of all that waiting is for — while the others lose
+  at least ``excess_ratio`` of a step waiting for it: from one profiled step upward.
 * The **cause** comes from the straggler's own parts in its slow steps against the others'
   median (the median over those steps, so one host-disturbed step does not decide): the
   largest excess among data-wait (→ ``data``), compute (→ ``compute``, or ``hardware``
@@ -388,8 +399,10 @@ def _and(items: Sequence[int], most: int = 8) -> str:
 
 
 def fmt_ms(ns: float) -> str:
-    """A duration for a message: seconds from 1 s up, else milliseconds."""
-    return f"{ns / 1e9:.1f} s" if ns >= 1e9 else f"{ns / 1e6:.0f} ms"
+    """A duration for a message: seconds from 1 s up, else milliseconds (tenths below 10)."""
+    if ns >= 1e9:
+        return f"{ns / 1e9:.1f} s"
+    return f"{ns / 1e6:.1f} ms" if ns < 1e7 else f"{ns / 1e6:.0f} ms"
 
 
 def _period(steps: list[int], compared: Sequence[int]) -> int | None:
@@ -517,10 +530,14 @@ def late_arrival(
 ) -> list[Finding]:
     """The rank everyone waits for at the collectives, when no straggler rule named one.
 
-    From matched collectives (``CollectivesSummary.late_arrival``): a rank that arrives
-    last at ``collectives.late_share`` (half) of them or more, at least twice as often as
-    the next rank and more often than chance makes one of R ranks last (binomial, 1/R, at
-    ``persistent_alpha``), while the others' waiting for it comes to at least
+    From matched collectives (``CollectivesSummary.late_arrival``), the rank the others
+    waited for longest, when it arrives last *often* — at ``collectives.late_share`` (half)
+    of them or more, at least twice as often as any other rank and more often than chance
+    makes one of R ranks last (binomial, 1/R, at ``persistent_alpha``) — or *late*: half or
+    more of all the waiting for the last rank is waiting for it, twice as much as for the
+    next rank (a rank that enters the step late makes everyone wait at the first
+    collective; who is last at the later ones is a race that host noise decides), while
+    the others' waiting for it comes to at least
     ``excess_ratio`` of a step — the straggler verdict of a window too short for the
     persistent rule (one profiled step is enough). Its cause comes from its own parts
     against the others'.
@@ -532,28 +549,40 @@ def late_arrival(
         or any(f.kind == FindingKind.STRAGGLER for f in findings)
     ):
         return []
-    counts = sorted(coll.late_arrival.items(), key=lambda kv: -kv[1].last)
+    # how late first (the waiting it caused), then how often
+    counts = sorted(coll.late_arrival.items(), key=lambda kv: (-kv[1].waited_ns, -kv[1].last))
     (rank_s, top), rest = counts[0], counts[1:]
-    second = rest[0][1].last if rest else 0
+    second = max((v.last for _, v in rest), default=0)
+    next_wait = rest[0][1].waited_ns if rest else 0
+    total_wait = sum(v.waited_ns for v in coll.late_arrival.values())
+    wait_share = top.waited_ns / total_wait if total_wait else 0.0
     trace = trace_matrix(trace_steps)
     if trace is None or int(rank_s) not in trace.ranks:
         return []
     step = float(np.median(trace.duration))
-    per_step = top.waited_ns / len(trace.steps)
+    # what each other rank loses per step: its exposed communication wait beyond the late
+    # rank's own (collectives in flight together would be counted twice by their durations)
+    i = trace.ranks.index(int(rank_s))
+    others = np.median(np.delete(trace.wait, i, axis=0), axis=0)
+    per_step = float(np.mean(np.clip(others - trace.wait[i], 0, None)))
     chance = sign_test(top.last, coll.matched, 1 / max(len(trace.ranks), 2))
-    if (top.last < crules.late_share * coll.matched or top.last < 2 * second
-            or chance >= rules.persistent_alpha
-            or per_step < rules.excess_ratio * step):  # fmt: skip
+    often = (top.last >= crules.late_share * coll.matched and top.last >= 2 * second
+             and chance < rules.persistent_alpha)  # fmt: skip
+    # one late entry makes everyone wait at the first collective; the later ones of the
+    # step are then a race that host noise decides: the waiting is the evidence
+    late = wait_share >= crules.late_share and top.waited_ns >= 2 * next_wait
+    if not (often or late) or per_step < rules.excess_ratio * step:
         return []
     rank = int(rank_s)
     ctx = _Context(trace, (), rules, {}, {})
     cause, parts = _cause(trace, ctx, rank, trace.steps, True)
-    then = f" (then rank {rest[0][0]}: {second})" if second else ""
+    then = f" (then rank {rest[0][0]}: {rest[0][1].last})" if rest and rest[0][1].last else ""
     span = (fmt_ms(top.waited_ns_min) if top.waited_ns_min == top.waited_ns_max
             else f"{fmt_ms(top.waited_ns_min)}–{fmt_ms(top.waited_ns_max)}")  # fmt: skip
-    msg = (f"rank {rank} arrives last at {top.last} of {coll.matched} collectives{then}; "
-           f"the other ranks wait {span} for it each time ({fmt_ms(per_step)} a step, "
-           f"{per_step / step:.0%} of it), {_WORDS[cause]}")  # fmt: skip
+    msg = (f"rank {rank} arrives last at {top.last} of {coll.matched} collectives{then}, "
+           f"{wait_share:.0%} of all waiting for the last rank; "
+           f"the other ranks wait {span} for it each time ({fmt_ms(per_step)} a step each, "
+           f"{per_step / step:.0%} of a step), {_WORDS[cause]}")  # fmt: skip
     return [Finding(
         kind=FindingKind.STRAGGLER,
         severity=Severity.WARNING,
@@ -565,6 +594,7 @@ def late_arrival(
             "last_at": top.last,
             "collectives_matched": coll.matched,
             "next_rank_last_at": second,
+            "wait_share": wait_share,
             "waited_ns_per_step": round(per_step),
             "median_excess_ns": round(per_step),
             "excess_by_part_ns": {k: round(v) for k, v in parts.items()},
