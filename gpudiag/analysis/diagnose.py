@@ -75,6 +75,7 @@ class RankResult:
     collectives: Collectives | None = None
     source: str = ""
     step_note: str = ""  # how the steps were found, when not from step markers
+    events: int = 0  # intervals loaded: a count for progress rates, never the events
 
 
 def diagnose(
@@ -136,6 +137,7 @@ def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
         truncated_step=truncated,
         source=tl.meta.source,
         step_note=win.notes[0] if win.notes else "",
+        events=len(tl),
     )
 
 
