@@ -136,6 +136,14 @@ def test_cluster_gives_the_local_diagnosis(cluster, name, request):
     assert remote.run.ranks >= 2
 
 
+def test_a_connected_client_is_used_and_left_open(cluster):
+    path = (DATA / "straggler_comms_id").absolute()
+    with distributed.Client(cluster, set_as_default=False) as client:
+        remote = gpudiag.analyze(path, scheduler=client)
+        assert client.status == "running"
+        assert _json(remote) == _json(gpudiag.analyze(path))
+
+
 def test_cli_scheduler_matches_the_local_report_and_names_files_absolutely(cluster):
     # GIVEN a relative path, as a user types it in the directory that holds the traces
     res, _ = _cli("analyze", "pipeline_4stage", "-f", "json",
@@ -205,6 +213,9 @@ def test_environment_and_config_reach_the_cli(cluster, tmp_path):
     res, _ = _cli("analyze", trace, "--scheduler", "local", cwd=tmp_path,
                   env={"DASK_SCHEDULER_ADDRESS": "bogus://y"})  # fmt: skip
     assert res.returncode == 0, res.stderr
+    # --jobs means local processes: it does not go with a cluster
+    res, _ = _cli("analyze", trace, "-j", "2", "--scheduler", cluster.scheduler_address)
+    assert res.returncode == 2 and "--jobs" in _one_error(res.stderr)
 
 
 # ---- failures: one line, an exit code, bounded time -----------------------------------------
