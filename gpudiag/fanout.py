@@ -137,7 +137,8 @@ def _connect(scheduler: str | Client, timeout_s: float) -> tuple[Client, bool]:
         import distributed
     except ImportError as e:
         raise EnvironmentProblem(
-            f"--scheduler needs Dask's `distributed` package, which is not installed ({e})",
+            f"analysing on a Dask scheduler needs the `distributed` package, which is not "
+            f"installed ({e})",
             INSTALL_HINT,
         ) from e
     if isinstance(scheduler, distributed.Client):
@@ -165,8 +166,9 @@ def _check_address(address: str) -> None:
             parse_host_port(location)
     except (ValueError, TypeError) as e:
         raise UsageError(
-            f"--scheduler {address!r}: not a Dask scheduler address ({e})",
-            "give tcp://HOST:PORT, as printed by `dask scheduler`",
+            f"{address!r} is not a Dask scheduler address ({e})",
+            "give tcp://HOST:PORT, as `dask scheduler` prints it (to --scheduler, "
+            "DASK_SCHEDULER_ADDRESS or [tool.gpudiag] scheduler)",
         ) from e
 
 

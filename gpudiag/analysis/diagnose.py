@@ -75,7 +75,7 @@ class RankResult:
     collectives: Collectives | None = None
     source: str = ""
     step_note: str = ""  # how the steps were found, when not from step markers
-    events: int = 0  # intervals loaded: a count for progress rates, never the events
+    events: int = 0  # how many intervals were loaded (a count, for progress rates)
 
 
 def diagnose(
