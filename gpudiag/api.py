@@ -1,20 +1,23 @@
 """The Python API: one call from paths to a Diagnosis, the same path the CLI takes.
 
-``analyze(paths)`` is ``diagnose(load_run(paths))``; a saved diagnosis JSON (``gpudiag
-analyze … -f json``) is read back instead of analysed.
+``analyze(paths)`` is ``diagnose(load_run(paths))``, per rank in local processes or on an
+existing Dask cluster (``scheduler=``); a saved diagnosis JSON (``gpudiag analyze … -f
+json``) is read back instead of analysed.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from gpudiag.analysis.diagnose import diagnose
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.config import Thresholds
-from gpudiag.errors import InputError
-from gpudiag.fanout import Mapper, local_map
+from gpudiag.errors import InputError, UsageError
+from gpudiag.fanout import Mapper, Progress, dask_map, local_map
 from gpudiag.traces.common import LoadOptions
 from gpudiag.traces.load import load_run
 
@@ -60,16 +63,42 @@ def analyze(
     jobs: int | None = None,
     nsys: str | None = None,
     map: Mapper | None = None,
+    scheduler: str | Any | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
 ) -> Diagnosis:
     """Analyse run directories, trace files or directories of traces → Diagnosis.
 
     ``step_marker`` (a regex, group 1 = the step number) overrides automatic step
     detection; ``jobs`` bounds the worker processes; ``nsys`` names the binary used to
-    export ``.nsys-rep`` reports; ``map`` replaces the local process pool. One saved
-    diagnosis JSON is read back as it is.
+    export ``.nsys-rep`` reports; ``map`` replaces the local process pool. ``scheduler``
+    (``tcp://HOST:PORT`` or a ``distributed.Client``) runs each rank file on that Dask
+    cluster's workers instead, which read the files at the same, absolute, paths.
+    ``progress(files_done, files_total, events_done)`` is called as trace files finish.
+    One saved diagnosis JSON is read back as it is.
     """
     if len(paths) == 1 and is_diagnosis_file(Path(paths[0])):
         return load_diagnosis(paths[0])
+    if scheduler is not None and (map is not None or jobs is not None):
+        raise UsageError("a Dask scheduler excludes jobs= and map=", "give one of them")
     th = (thresholds or Thresholds()).replace(step_re=step_marker)
+    hook = _count_events(progress) if progress is not None else None
+    if scheduler is not None:
+        # The workers have their own working directories: name every file absolutely.
+        paths = tuple(Path(p).absolute() for p in paths)
+        mapper = dask_map(scheduler, progress=hook)
+    else:
+        mapper = map or local_map(jobs, progress=hook)
     run = load_run(*paths, options=LoadOptions.from_thresholds(th, nsys))
-    return diagnose(run, th, map=map or local_map(jobs))
+    return diagnose(run, th, map=mapper)
+
+
+def _count_events(progress: Callable[[int, int, int], None]) -> Progress:
+    """A mapper progress hook that reports the events analysed so far."""
+    events = 0
+
+    def hook(done: int, total: int, result: Any) -> None:
+        nonlocal events
+        events += sum(getattr(r, "events", 0) for r in result or ())
+        progress(done, total, events)
+
+    return hook

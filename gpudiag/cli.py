@@ -98,18 +98,65 @@ def analyze(
     include_warmup: Annotated[
         bool, typer.Option("--include-warmup", help="Keep slow leading (warm-up) steps.")
     ] = False,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            help="Analyse each rank file on this Dask scheduler's workers (tcp://HOST:PORT; "
+            "`local`: here). Default: $DASK_SCHEDULER_ADDRESS, then [tool.gpudiag] scheduler.",
+        ),
+    ] = None,
 ) -> None:
     """Diagnose PyTorch Profiler traces, Nsight Systems reports or a gpudiag run directory."""
     from gpudiag.api import analyze as run_analysis
+    from gpudiag.config import scheduler_address
     from gpudiag.report import pick_format
 
     form = pick_format("diagnosis", fmt, output)
     th = thresholds(idle_ratio_max=idle_threshold, step_re=step_marker, data_re=data_marker)
     if include_warmup:
         th = th.replace(steady=dataclasses.replace(th.steady, include_warmup=True))
-    d = run_analysis(*paths, thresholds=th, jobs=jobs, nsys=str(nsys) if nsys else None)
+    address = scheduler_address(scheduler, th)
+    if address is not None and jobs is not None:
+        raise GpudiagError("--jobs bounds local processes; with a Dask scheduler leave it out",
+                           f"the cluster at {address} decides", EXIT_USAGE)  # fmt: skip
+    hook, bar = _analysis_progress()
+    try:
+        d = run_analysis(*paths, thresholds=th, jobs=jobs, nsys=str(nsys) if nsys else None,
+                         scheduler=address, progress=hook)  # fmt: skip
+    finally:
+        if bar is not None:
+            bar.stop()
     _warn_steps(d)
     emit(d, form, output, **({"show_steps": steps} if form == "table" else {}))
+
+
+def _analysis_progress() -> tuple[Any, Any]:
+    """A rich progress bar on stderr when it is a terminal (trace files done, events/s)."""
+    if not sys.stderr.isatty():
+        return None, None
+    import time
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TextColumn("rank traces"),
+        TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
+        console=Console(stderr=True), transient=True,
+    )  # fmt: skip
+    task: list[Any] = []
+    t0 = time.monotonic()
+
+    def hook(done: int, total: int, events: int) -> None:
+        if not task:
+            bar.start()
+            task.append(bar.add_task("analyse", total=total, rate=""))
+        elapsed = time.monotonic() - t0
+        rate = f"{events / elapsed / 1e3:,.0f}k events/s" if events and elapsed > 0 else ""
+        bar.update(task[0], completed=done, rate=rate)
+
+    return hook, bar
 
 
 def _warn_steps(d: Any) -> None:

@@ -9,8 +9,10 @@ rule constant of their own.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -262,6 +264,32 @@ def thresholds_from_config(config: dict[str, Any]) -> Thresholds:
 
 # Top-level keys read by commands rather than by the analysis.
 _EXTRA_KEYS = {"scheduler"}
+
+SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
+LOCAL_SCHEDULERS = ("", "local")
+
+
+def scheduler_address(
+    option: str | None, th: Thresholds, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """The Dask scheduler ``analyze`` uses, or ``None`` for this machine.
+
+    ``--scheduler`` wins, then a non-empty ``$DASK_SCHEDULER_ADDRESS``, then
+    ``[tool.gpudiag] scheduler``; the first one given decides, and ``local`` (or an empty
+    ``--scheduler``) means this machine.
+    """
+    env = os.environ if environ is None else environ
+    configured = th.extra.get("scheduler")
+    if configured is not None and not isinstance(configured, str):
+        raise UsageError(
+            f"[tool.gpudiag] scheduler = {configured!r} is not a string",
+            'write scheduler = "tcp://HOST:PORT" (or "local")',
+        )
+    for value in (option, env.get(SCHEDULER_ENV) or None, configured):
+        if value is not None:
+            value = value.strip()
+            return None if value.lower() in LOCAL_SCHEDULERS else value
+    return None
 
 
 # ---- the CI gate's settings ------------------------------------------------------------

@@ -89,6 +89,7 @@ class RankResult:
     collectives: Collectives | None = None
     source: str = ""
     step_note: str = ""  # how the steps were found, when not from step markers
+    events: int = 0  # how many intervals were loaded (a count, for progress rates)
 
 
 def diagnose(
@@ -160,6 +161,7 @@ def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
         truncated_step=truncated,
         source=tl.meta.source,
         step_note=win.notes[0] if win.notes else "",
+        events=len(tl),
     )
 
 
