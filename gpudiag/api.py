@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudiag.analysis.diagnose import diagnose
+from gpudiag.analysis.diagnose import diagnose, diagnose_with_timeline
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError, UsageError
@@ -65,6 +65,8 @@ def analyze(
     map: Mapper | None = None,
     scheduler: str | Any | None = None,
     progress: Callable[[int, int, int], None] | None = None,
+    timeline: str | os.PathLike[str] | None = None,
+    timeline_full: bool = False,
 ) -> Diagnosis:
     """Analyse run directories, trace files or directories of traces → Diagnosis.
 
@@ -74,13 +76,22 @@ def analyze(
     (``tcp://HOST:PORT`` or a ``distributed.Client``) runs each rank file on that Dask
     cluster's workers instead, which read the files at the same, absolute, paths.
     ``progress(files_done, files_total, events_done)`` is called as trace files finish.
-    One saved diagnosis JSON is read back as it is.
+    ``timeline`` writes the annotated timeline there (Chrome/Perfetto trace JSON, gzipped
+    when the name ends in ``.gz``; ``timeline_full`` adds the raw kernels). One saved
+    diagnosis JSON is read back as it is.
     """
     if len(paths) == 1 and is_diagnosis_file(Path(paths[0])):
+        if timeline is not None:
+            raise UsageError(
+                f"{paths[0]} is a saved diagnosis: it holds no intervals to draw a timeline from",
+                "analyse the traces or the run directory to write a timeline",
+            )
         return load_diagnosis(paths[0])
     if scheduler is not None and (map is not None or jobs is not None):
         raise UsageError("a Dask scheduler excludes jobs= and map=", "give one of them")
-    th = (thresholds or Thresholds()).replace(step_re=step_marker)
+    th = thresholds or Thresholds()
+    if step_marker is not None:
+        th = th.replace(step_re=step_marker)
     hook = _count_events(progress) if progress is not None else None
     if scheduler is not None:
         # The workers have their own working directories: name every file absolutely.
@@ -89,7 +100,13 @@ def analyze(
     else:
         mapper = map or local_map(jobs, progress=hook)
     run = load_run(*paths, options=LoadOptions.from_thresholds(th, nsys))
-    return diagnose(run, th, map=mapper)
+    if timeline is None:
+        return diagnose(run, th, map=mapper)
+    from gpudiag.report.timeline import write
+
+    d, tl = diagnose_with_timeline(run, th, map=mapper, full=timeline_full)
+    write(d, tl, Path(timeline))
+    return d
 
 
 def _count_events(progress: Callable[[int, int, int], None]) -> Progress:

@@ -106,6 +106,17 @@ def analyze(
             "`local`: here). Default: $DASK_SCHEDULER_ADDRESS, then [tool.gpudiag] scheduler.",
         ),
     ] = None,
+    timeline: Annotated[
+        Path | None,
+        typer.Option(
+            "--timeline",
+            help="Also write the annotated timeline here (open it in ui.perfetto.dev), "
+            "e.g. timeline.json.gz.",
+        ),
+    ] = None,
+    timeline_full: Annotated[
+        bool, typer.Option("--timeline-full", help="Add the raw kernels to --timeline.")
+    ] = False,
 ) -> None:
     """Diagnose PyTorch Profiler traces, Nsight Systems reports or a gpudiag run directory."""
     from gpudiag.api import analyze as run_analysis
@@ -113,6 +124,9 @@ def analyze(
     from gpudiag.report import pick_format
 
     form = pick_format("diagnosis", fmt, output)
+    if timeline_full and timeline is None:
+        raise GpudiagError("--timeline-full adds to --timeline", "give --timeline FILE too",
+                           EXIT_USAGE)  # fmt: skip
     th = thresholds(idle_ratio_max=idle_threshold, step_re=step_marker, data_re=data_marker)
     if include_warmup:
         th = th.replace(steady=dataclasses.replace(th.steady, include_warmup=True))
@@ -123,7 +137,8 @@ def analyze(
     hook, bar = _analysis_progress()
     try:
         d = run_analysis(*paths, thresholds=th, jobs=jobs, nsys=str(nsys) if nsys else None,
-                         scheduler=address, progress=hook)  # fmt: skip
+                         scheduler=address, progress=hook, timeline=timeline,
+                         timeline_full=timeline_full)  # fmt: skip
     finally:
         if bar is not None:
             bar.stop()

@@ -40,8 +40,10 @@ from gpudiag.analysis.collectives import (
     comm_type_shares,
     extract,
     host_comm_types,
+    match,
 )
 from gpudiag.analysis.idle import idle_findings
+from gpudiag.analysis.kernels import breakdown as kernel_breakdown
 from gpudiag.analysis.model import (
     Cause,
     Diagnosis,
@@ -60,6 +62,7 @@ from gpudiag.analysis.pipeline import analyse_pipeline
 from gpudiag.analysis.steady import warmup_steps
 from gpudiag.analysis.steps import StepWindows, find_steps
 from gpudiag.analysis.stragglers import find_stragglers, late_arrival
+from gpudiag.analysis.timeline import RankLanes, Timeline, rank_lanes
 from gpudiag.analysis.wholerun import whole_run
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
@@ -90,32 +93,61 @@ class RankResult:
     source: str = ""
     step_note: str = ""  # how the steps were found, when not from step markers
     events: int = 0  # how many intervals were loaded (a count, for progress rates)
+    lanes: RankLanes | None = None  # the classified timeline, when asked for
 
 
 def diagnose(
     run: RunTimeline, thresholds: Thresholds | None = None, map: Mapper | None = None
 ) -> Diagnosis:
     """Diagnose a run: every source analysed through ``map``, then the run as a whole."""
+    return _diagnose(run, thresholds, map, None)[0]
+
+
+def diagnose_with_timeline(
+    run: RunTimeline,
+    thresholds: Thresholds | None = None,
+    map: Mapper | None = None,
+    full: bool = False,
+) -> tuple[Diagnosis, Timeline]:
+    """:func:`diagnose`, and the classified timeline of every rank (the Perfetto view).
+
+    ``full`` keeps the raw kernels (operators on CPU traces) as well.
+    """
+    d, results = _diagnose(run, thresholds, map, "full" if full else "parts")
+    colls = {r.rank: r.collectives for r in results if r.collectives is not None}
+    _, matched = match([c for c in colls.values() if len(c.type)])
+    lanes = [r.lanes for r in sorted(results, key=lambda r: r.rank) if r.lanes is not None]
+    return d, Timeline(lanes, colls, matched)
+
+
+def _diagnose(
+    run: RunTimeline, thresholds: Thresholds | None, map: Mapper | None, timeline: str | None
+) -> tuple[Diagnosis, list[RankResult]]:
     th = thresholds or Thresholds()
     mapper = map or local_map()
-    per_source = mapper(functools.partial(analyze_source, thresholds=th), run.sources)
+    work = functools.partial(analyze_source, thresholds=th, timeline=timeline)
+    per_source = mapper(work, run.sources)
     results = [r for rs in per_source for r in rs]
     check_ranks(results, [r.source for r in results])
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
-    return build_diagnosis(
-        results, th, run.inputs, run.notes, whole_run=whole, extra_findings=extra
-    )
+    d = build_diagnosis(results, th, run.inputs, run.notes, whole_run=whole, extra_findings=extra)
+    return d, results
 
 
-def analyze_source(source: RankSource, thresholds: Thresholds) -> list[RankResult]:
-    """Load one source and analyse each of its ranks (the per-rank unit of work)."""
+def analyze_source(
+    source: RankSource, thresholds: Thresholds, timeline: str | None = None
+) -> list[RankResult]:
+    """Load one source and analyse each of its ranks (the per-rank unit of work).
+
+    ``timeline`` (``parts`` or ``full``) also keeps each rank's classified timeline.
+    """
     return [
-        dataclasses.replace(analyze_rank(tl, thresholds), source=source.label)
+        dataclasses.replace(analyze_rank(tl, thresholds, timeline), source=source.label)
         for tl in source.load()
     ]
 
 
-def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
+def analyze_rank(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -> RankResult:
     """Steps and their classification for one rank."""
     win = find_steps(tl)
     sets = rank_sets(tl, th.comm_op_re)
@@ -142,6 +174,9 @@ def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
     ]
     colls = extract(tl, parts.mode, win.owner, th.comm_op_re)
     evidence = _evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th)
+    top = kernel_breakdown(tl, (win.start[keep], win.end[keep]), gpu=mode == Mode.GPU)
+    if top:
+        evidence["kernels"] = top
     if colls.type:
         evidence["comm_types"] = comm_type_shares(colls)
         evidence.update(_recv_wait(tl, colls, sets, win, keep))
@@ -162,6 +197,7 @@ def analyze_rank(tl: RankTimeline, th: Thresholds) -> RankResult:
         source=tl.meta.source,
         step_note=win.notes[0] if win.notes else "",
         events=len(tl),
+        lanes=rank_lanes(tl, win, sets, keep, full=timeline == "full") if timeline else None,
     )
 
 

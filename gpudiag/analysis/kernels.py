@@ -1,0 +1,194 @@
+"""What dominates compute: the top kernels (GPU) or operators (CPU) by time, grouped by family.
+
+On GPU traces every kernel, copy and memset of the analysed steps counts with its
+duration (kernels do not nest; kernels of concurrent streams each count — HTA's kernel
+breakdown does the same). On CPU-only traces the training thread's operators count with
+their *exclusive* (self) time: an operator's duration minus that of the operators it
+calls, so ``aten::linear`` does not count its ``aten::addmm`` twice.
+
+Families, by name (first match wins, case-insensitive; :data:`FAMILIES`): communication,
+memcpy (copies and memsets, by kind), attention, convolution, GEMM, normalisation,
+reduction (softmax, losses, sums), embedding (lookups, gathers, scatters), optimizer
+(fused/foreach optimizer kernels), elementwise, other. Kernel names are long C++
+templates, so the patterns look for the library's words (``gemm``, ``cutlass``,
+``Cijk_`` for rocBLAS/Tensile, ``flash``, ``fmha``, ``layer_norm``, ``elementwise``,
+Triton's ``triton_poi``/``triton_red``) rather than exact names.
+
+Precision: a GEMM kernel whose name says fp32 (``sgemm``, ``f32f32``, ``_s1688``) — not
+TF32 or a reduced type — is counted in ``fp32_gemm_share``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gpudiag.traces.schema import Kind, RankTimeline
+
+FAMILIES: tuple[tuple[str, str], ...] = (
+    ("communication", r"^(nccl|rccl)|gloo|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
+                      r"|c10d::|sendrecv"),
+    ("memcpy", r"^(memcpy|memset|cudamemcpy|hipmemcpy)|^aten::(copy_|to|_to_copy|contiguous)$"),
+    ("attention", r"flash|fmha|attention|attn|sdpa|scaled_dot_product"),
+    ("convolution", r"(^|[^a-z])conv(olution|olve|_?[123]d|[^a-z]|$)|cudnn.*(fprop|dgrad|wgrad)"
+                    r"|winograd|implicit_?gemm|miopen|^aten::(cudnn_)?convolution"),
+    ("GEMM", r"gemm|gemv|cutlass|cublas|hipblas|^cijk_|xmma|wgmma|matmul|(^|[^a-z])bmm([^a-z]|$)"
+             r"|^aten::(mm|addmm|bmm|baddbmm|linear|matmul|addmv|mv|dot|einsum)$|_mm_|splitk"),
+    ("normalisation", r"norm|rms_?norm|welford|(^|[^a-z])bn_(fw|bw)"),
+    ("reduction", r"softmax|reduce|reduction|cross_?entropy|nll_?loss|triton_(red|per)_|argmax"
+                  r"|^aten::(sum|mean|max|min|amax|var|std|log_softmax|_softmax)$|cumsum|topk|sort"),
+    ("embedding", r"embedding|embedding_bag|gather_kernel|index_select|scatter"),
+    ("optimizer", r"multi_tensor|foreach|fused_?adam|adamw?(functor|_|\b)|(^|[^a-z])sgd|lamb(?!da)"
+                  r"|adagrad|optimizer"),
+    ("elementwise", r"elementwise|triton_poi_|pointwise|vectorized|unrolled|fill|copy|cast"
+                    r"|gelu|silu|relu|sigmoid|tanh|dropout|transpose|^aten::(add|mul|sub|div|add_|mul_"
+                    r"|relu|gelu|silu|threshold_backward|where|clamp|neg|exp|pow|rsqrt|sqrt"
+                    r"|zero_|fill_|ones_like|zeros_like|empty|t|transpose|view|reshape"
+                    r"|permute|expand|cat|stack|index|embedding)"),
+)  # fmt: skip
+_FAMILY_RES = [(f, re.compile(p, re.IGNORECASE)) for f, p in FAMILIES]
+_FP32_GEMM = re.compile(r"sgemm|f32f32|_s\d{3,4}gemm|gemm.*_f32_|fp32", re.IGNORECASE)
+_REDUCED = re.compile(r"tf32|bf16|fp16|f16|h\d{3,4}gemm|hgemm|e4m3|e5m2|i8|int8", re.IGNORECASE)
+
+TOP = 10  # entries kept per rank (the console shows 5)
+
+
+def family(name: str, kind: int | None = None) -> str:
+    """The family of a kernel or operator name (see the module docstring)."""
+    if kind in (Kind.MEMCPY, Kind.MEMSET):
+        return "memcpy"
+    if kind == Kind.COMM:
+        return "communication"
+    for fam, rx in _FAMILY_RES:
+        if rx.search(name):
+            return fam
+    return "other"
+
+
+def is_fp32_gemm(name: str) -> bool:
+    """A GEMM kernel computing in full fp32 (not TF32, half or 8-bit)."""
+    return bool(_FP32_GEMM.search(name)) and not _REDUCED.search(name)
+
+
+@dataclass(frozen=True)
+class TopEntry:
+    """One kernel (or operator) name and its time."""
+
+    name: str
+    family: str
+    time_ns: int
+    count: int
+    share: float  # of all kernel (operator) time of the rank or run
+
+    def to_json(self) -> dict[str, Any]:  # noqa: D102
+        return {"name": self.name, "family": self.family, "time_ns": self.time_ns,
+                "count": self.count, "share": self.share}  # fmt: skip
+
+
+def _exclusive(start: npt.NDArray[np.int64], end: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Self time of nested ranges on one thread (sorted by start, outer first)."""
+    self_t = (end - start).copy()
+    stack: list[int] = []
+    for i in range(start.size):
+        while stack and end[stack[-1]] <= start[i]:
+            stack.pop()
+        if stack:  # the innermost open range is the parent
+            self_t[stack[-1]] -= min(end[i], end[stack[-1]]) - start[i]
+        stack.append(i)
+    out: npt.NDArray[np.int64] = np.maximum(self_t, 0)
+    return out
+
+
+def breakdown(
+    tl: RankTimeline, within: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]], gpu: bool
+) -> dict[str, Any]:
+    """Per-name time, count and family of the rank's kernels (or operators) in ``within``.
+
+    ``within`` are the analysed steps' (start, end) periods. Returns ``{"top": [...],
+    "families": {family: share}, "total_ns": …, "unit": "kernel" | "operator",
+    "fp32_gemm_share": …}`` (empty when there is nothing to count).
+    """
+    lo, hi = within
+    if not len(tl) or not lo.size:
+        return {}
+    lane_gpu = tl.gpu_lane_mask()[tl.lane]
+    if gpu:
+        mask = lane_gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM, Kind.MEMCPY, Kind.MEMSET])
+        idx = np.flatnonzero(mask)
+        t = (tl.end_ns[idx] - tl.start_ns[idx]).astype(np.int64)
+    else:
+        mask = ~lane_gpu & (tl.kind == Kind.CPU_OP)
+        idx = np.flatnonzero(mask)
+        t = np.zeros(idx.size, np.int64)
+        for lane in np.unique(tl.lane[idx]).tolist():
+            sel = np.flatnonzero(tl.lane[idx] == lane)
+            order = sel[np.lexsort((-tl.end_ns[idx[sel]], tl.start_ns[idx[sel]]))]
+            t[order] = _exclusive(tl.start_ns[idx[order]], tl.end_ns[idx[order]])
+    if not idx.size:
+        return {}
+    k = np.searchsorted(lo, tl.start_ns[idx], side="right") - 1
+    inside = (k >= 0) & (tl.start_ns[idx] < hi[np.maximum(k, 0)])
+    idx, t = idx[inside], t[inside]
+    total = int(t.sum())
+    if total <= 0:
+        return {}
+    names = tl.name[idx]
+    time_by = np.bincount(names, weights=t.astype(np.float64), minlength=len(tl.names))
+    count_by = np.bincount(names, minlength=len(tl.names))
+    kind_of = np.full(len(tl.names), -1, np.int64)
+    kind_of[names] = tl.kind[idx]
+    fams: dict[str, float] = {}
+    fp32 = 0.0
+    for i in np.flatnonzero(time_by).tolist():
+        fam = family(tl.names[i], int(kind_of[i]))
+        fams[fam] = fams.get(fam, 0.0) + time_by[i]
+        if fam == "GEMM" and is_fp32_gemm(tl.names[i]):
+            fp32 += time_by[i]
+    order = np.argsort(time_by)[::-1][:TOP]
+    top = [TopEntry(tl.names[i], family(tl.names[i], int(kind_of[i])), int(time_by[i]),
+                    int(count_by[i]), float(time_by[i] / total))
+           for i in order.tolist() if time_by[i] > 0]  # fmt: skip
+    return {
+        "unit": "kernel" if gpu else "operator",
+        "total_ns": total,
+        "top": [e.to_json() for e in top],
+        "families": {f: v / total for f, v in sorted(fams.items(), key=lambda kv: -kv[1])},
+        "fp32_gemm_share": fp32 / fams["GEMM"] if fams.get("GEMM") else 0.0,
+    }
+
+
+def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's breakdown from the ranks': times summed by name and by family."""
+    per_rank = [p for p in per_rank if p]
+    if not per_rank:
+        return {}
+    total = sum(int(p["total_ns"]) for p in per_rank)
+    by_name: dict[str, list[Any]] = {}
+    fams: dict[str, float] = {}
+    fp32 = gemm = 0.0
+    for p in per_rank:
+        for e in p["top"]:
+            agg = by_name.setdefault(e["name"], [e["family"], 0, 0])
+            agg[1] += int(e["time_ns"])
+            agg[2] += int(e["count"])
+        for f, share in p["families"].items():
+            fams[f] = fams.get(f, 0.0) + share * int(p["total_ns"])
+        g = p["families"].get("GEMM", 0.0) * int(p["total_ns"])
+        gemm += g
+        fp32 += float(p.get("fp32_gemm_share", 0.0)) * g
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:TOP]
+    return {
+        "unit": per_rank[0]["unit"],
+        "total_ns": total,
+        "top": [
+            TopEntry(n, f, t, c, t / total if total else 0.0).to_json() for n, (f, t, c) in top
+        ],
+        "families": {f: v / total for f, v in sorted(fams.items(), key=lambda kv: -kv[1])}
+        if total
+        else {},
+        "fp32_gemm_share": fp32 / gemm if gemm else 0.0,
+    }
