@@ -57,6 +57,8 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     pg_name: str = msgspec.field(default="", name="Process Group Name")
     name: str = ""  # metadata events: thread_name / process_name
     labels: str = ""  # metadata events: process_labels
+    rank: int | str = -1  # merged multi-rank files (TraceFusion): the event's rank
+    pid_raw: int | str = -1  # merged files: the pid before the per-rank offset
 
 
 _NO_ARGS = _Args()
@@ -249,6 +251,9 @@ class _Columns:
         self.raw_to_id = np.zeros(0, np.int64)
         self.lanes: dict[int, str] = {}  # lane key → lane name, from the lane's first event
         self.thread_names: dict[tuple[str, str], list[str]] = {}
+        self.process_names: dict[str, list[str]] = {}  # str(pid) → process_name / labels
+        self.lane_rank: dict[int, int] = {}  # lane key → args.rank of its first event
+        self.lane_pid_raw: dict[int, str] = {}  # lane key → args.pid_raw (merged files)
         self.unknown_cats: set[str] = set()
         self.skipped = 0
         self.first_cat: str | None = None
@@ -282,6 +287,9 @@ class _Columns:
             e = events[i]
             if e.name == "thread_name":
                 self.thread_names.setdefault((str(e.pid), str(e.tid)), []).append(e.args.name)
+            elif e.name in ("process_name", "process_labels"):
+                label = e.args.name or e.args.labels
+                self.process_names.setdefault(str(e.pid), []).append(label)
         x = np.flatnonzero(ph == _PH_IDS["X"])
         if len(x) != n:
             events = [events[i] for i in x.tolist()]
@@ -317,7 +325,13 @@ class _Columns:
         for k, j in zip(ukeys.tolist(), first.tolist(), strict=True):
             if k not in self.lanes:
                 e = events[j]
-                self.lanes[k] = _lane_name(str(e.pid), str(e.tid), bool(is_gpu[j]), e.args.stream)
+                a = e.args
+                raw_pid = str(a.pid_raw) if a.pid_raw not in (-1, "") else str(e.pid)
+                self.lanes[k] = _lane_name(raw_pid, str(e.tid), bool(is_gpu[j]), a.stream)
+                if isinstance(a.rank, int) and a.rank >= 0:
+                    self.lane_rank[k] = a.rank
+                if a.pid_raw not in (-1, ""):
+                    self.lane_pid_raw[k] = str(a.pid_raw)
 
         # kinds refined by name (here, per slice: copies and collectives need their args)
         kind = refine_kinds(kind.astype(np.int64), self.name_flags[name]).astype(np.int8)
@@ -476,6 +490,23 @@ def load_kineto(
     rank: int | None = None,
     options: LoadOptions | None = None,
 ) -> RankTimeline:
+    """Load one Kineto trace file of one rank (:func:`load_kineto_ranks` for merged files)."""
+    ranks = load_kineto_ranks(path, rank=rank, options=options)
+    if len(ranks) > 1:
+        raise InputError(
+            path,
+            f"holds {len(ranks)} ranks ({_rank_list([t.rank for t in ranks])})",
+            "use load_kineto_ranks, gpudiag.analyze or `gpudiag analyze`, which split it",
+        )
+    return ranks[0]
+
+
+def load_kineto_ranks(
+    path: Path,
+    *,
+    rank: int | None = None,
+    options: LoadOptions | None = None,
+) -> list[RankTimeline]:
     """Load one Kineto trace file into a RankTimeline.
 
     ``rank`` overrides what the file says (used when the caller maps files to ranks).
@@ -489,8 +520,8 @@ def load_kineto(
     try:
         trace = _stream(path, cols)
     except _Fallback:
-        return build_timeline(path, decode(path, read_bytes(path)), rank=rank, options=options)
-    return _finish(path, trace, cols, rank)
+        return build_timelines(path, decode(path, read_bytes(path)), rank=rank, options=options)
+    return _finish_all(path, trace, cols, rank)
 
 
 def build_timeline(
@@ -500,7 +531,19 @@ def build_timeline(
     rank: int | None = None,
     options: LoadOptions | None = None,
 ) -> RankTimeline:
-    """Turn a decoded trace into a RankTimeline (``path`` names the source in messages)."""
+    """Turn a decoded trace of one rank into a RankTimeline (``path`` names it in messages)."""
+    (tl,) = build_timelines(path, trace, rank=rank, options=options)
+    return tl
+
+
+def build_timelines(
+    path: Path,
+    trace: _Trace,
+    *,
+    rank: int | None = None,
+    options: LoadOptions | None = None,
+) -> list[RankTimeline]:
+    """Turn a decoded trace into its ranks' RankTimelines (one unless it is a merged file)."""
     cols = _Columns(NamePatterns(options or LoadOptions()))
     events: list[_Event] = trace.traceEvents or []
     trace.traceEvents = []
@@ -508,7 +551,7 @@ def build_timeline(
         part = events[i : i + _SLICE]
         cols.add(part, map(_GET_PH, part))
     del events
-    return _finish(path, trace, cols, rank)
+    return _finish_all(path, trace, cols, rank)
 
 
 def _rank_meta(path: Path, trace: _Trace, rank: int | None) -> tuple[int, RankMeta]:
@@ -561,22 +604,122 @@ def _launch_times(
     return launch
 
 
-def _finish(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> RankTimeline:
-    """Rank, metadata, time conversion and launch links from the accumulated columns."""
-    rank, meta = _rank_meta(path, trace, rank)
+_RANK_LABEL = re.compile(r"\brank[\s_:#=-]*(\d+)\b", re.IGNORECASE)
+
+
+def _rank_list(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks[:8])) + (" …" if len(ranks) > 8 else "")
+
+
+def _lane_ranks(cols: _Columns) -> tuple[dict[int, int], str]:
+    """Each lane key's rank in a merged file: ``args.rank``, else a ``RANK r`` process name."""
+    pid_names = list(cols.ids)  # id → the str(pid) / str(tid) it was interned from
+    by_label: dict[str, int] = {}
+    for pid, labels in cols.process_names.items():
+        found = {int(m.group(1)) for lb in labels for m in [_RANK_LABEL.search(lb)] if m}
+        if len(found) == 1:
+            by_label[pid] = found.pop()
+    out: dict[int, int] = {}
+    how = ""
+    for k in cols.lanes:
+        if k in cols.lane_rank:
+            out[k], how = cols.lane_rank[k], how or "args.rank"
+        else:
+            pid = pid_names[k >> 32]
+            if pid in by_label:
+                out[k], how = by_label[pid], how or "process name"
+    return out, how
+
+
+def _finish_all(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> list[RankTimeline]:
+    """Rank, metadata, time conversion and launch links from the accumulated columns.
+
+    A file whose events name several ranks (``args.rank``, or ``RANK r`` process names:
+    TraceLens' TraceFusion and similar merges) is split into one timeline per rank. A file
+    with several processes that each run their own ``ProfilerStep`` ranges and nothing
+    that says which rank each is, is refused: analysing them as one rank would mix GPUs.
+    """
     if not cols.cats:  # cats are interned for "X" events only
         raise InputError(
             path, "the trace holds no events", "was the profiler's active window empty?"
         )
-    meta.skipped_events = cols.skipped
-    if cols.unknown_cats:
-        meta.notes.append(f"skipped {meta.skipped_events} events of unknown categories "
-                          f"{sorted(cols.unknown_cats)[:5]}")  # fmt: skip
     ts, dur, kind, name_idx, key, corr, nbytes, is_gpu, coll_id, coll_name = cols.columns()
     base = int(trace.baseTimeNanoseconds or 0)
     start = _to_ns(ts, base)
     end = start + np.rint(np.maximum(dur, 0.0) * 1000.0).astype(np.int64)
     del ts, dur
+    launch = _launch_times(kind, is_gpu, corr, start)
+    full = (start, end, kind, name_idx, key, nbytes, is_gpu, coll_id, coll_name, launch)
+    lane_rank, how = _lane_ranks(cols) if rank is None else ({}, "")
+    ranks = sorted(set(lane_rank.values()))
+    if len(ranks) < 2:
+        _refuse_unlabelled(path, cols, key, kind)
+        only = ranks[0] if ranks and rank is None and not trace.distributedInfo else rank
+        tl = _one_rank(path, trace, cols, full, only, how if only is not None else "")
+        return [tl]
+    keys = np.fromiter(lane_rank, np.int64, len(lane_rank))
+    vals = np.fromiter(lane_rank.values(), np.int64, len(lane_rank))
+    order = np.argsort(keys)
+    pos = np.minimum(np.searchsorted(keys[order], key), len(keys) - 1)
+    ev_rank = np.where(keys[order][pos] == key, vals[order][pos], -1)
+    unknown = int(np.count_nonzero(ev_rank < 0))
+    if unknown > 0.01 * ev_rank.size:
+        raise InputError(
+            path,
+            f"holds ranks {_rank_list(ranks)} (from {how}) but {unknown} of {ev_rank.size} "
+            "events belong to processes with no rank",
+            "label every event (args.rank) or every process (process_name 'RANK r - GPU'), "
+            "or analyse the per-rank files",
+        )
+    out = []
+    for r in ranks:
+        sel = np.flatnonzero(ev_rank == r)
+        part = tuple(c[sel] for c in full)
+        sub = _Columns(cols.patterns)
+        sub.names, sub.ids = cols.names, cols.ids
+        sub.lanes = {k: v for k, v in cols.lanes.items() if lane_rank.get(k) == r}
+        sub.thread_names, sub.lane_pid_raw = cols.thread_names, cols.lane_pid_raw
+        sub.first_cat, sub.skipped, sub.unknown_cats = cols.first_cat, 0, set()
+        sub.cats = cols.cats
+        tl = _one_rank(path, trace, sub, part, r, how)
+        tl.meta.notes.append(f"rank {r} of a file that holds ranks {_rank_list(ranks)} "
+                             f"(told apart by {how})")  # fmt: skip
+        out.append(tl)
+    if unknown:
+        out[0].meta.notes.append(f"{unknown} events of processes with no rank left out")
+    return out
+
+
+def _refuse_unlabelled(path: Path, cols: _Columns, key: Any, kind: Any) -> None:
+    """Several processes with their own step ranges, and nothing naming their ranks."""
+    pids = {int(k) >> 32 for k in np.unique(key[kind == Kind.STEP]).tolist()}
+    if len(pids) > 1:
+        raise InputError(
+            path,
+            f"holds {len(pids)} processes that each run their own ProfilerStep ranges, and "
+            "nothing says which rank each is (no args.rank, no 'RANK r' process names)",
+            "give one trace per rank, or merge them with a tool that labels ranks "
+            "(TraceLens TraceFusion)",
+        )
+
+
+def _one_rank(
+    path: Path,
+    trace: _Trace,
+    cols: _Columns,
+    full: tuple[Any, ...],
+    rank: int | None,
+    how: str,
+) -> RankTimeline:
+    start, end, kind, name_idx, key, nbytes, is_gpu, coll_id, coll_name, launch = full
+    rank, meta = _rank_meta(path, trace, rank)
+    if how:  # a merged file: its merge dropped distributedInfo, nothing to say about it
+        meta.rank_from = how
+        meta.notes = [n for n in meta.notes if not n.startswith("no distributedInfo")]
+    meta.skipped_events = cols.skipped
+    if cols.unknown_cats:
+        meta.notes.append(f"skipped {meta.skipped_events} events of unknown categories "
+                          f"{sorted(cols.unknown_cats)[:5]}")  # fmt: skip
 
     # Two raw lanes can map to one name (legacy "stream 7" vs 7): merge them.
     lane_keys = np.fromiter(cols.lanes, np.int64, len(cols.lanes))
@@ -586,20 +729,24 @@ def _finish(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> Rank
     )
     lanes = [str(x) for x in uniq_names]
     lane = lane_of_key.reshape(-1)[order][np.searchsorted(lane_keys[order], key)]
-    del key
 
     meta.has_gpu = bool(np.any(is_gpu))
+    pid_of = list(cols.ids)
+    mine = {pid_of[k >> 32] for k in cols.lanes}
     meta.thread_names = {
-        f"cpu:{t}": sorted(set(v)) for (_, t), v in cols.thread_names.items() if f"cpu:{t}" in lanes
-    }
-    main = next((p for p, t in cols.thread_names if p == t and f"cpu:{t}" in lanes), None)
+        f"cpu:{t}": sorted(set(v)) for (p, t), v in cols.thread_names.items()
+        if f"cpu:{t}" in lanes and p in mine
+    }  # fmt: skip
+    # merged files offset the pid: the main thread is the one whose tid is the raw pid
+    raw_of = {pid_of[k >> 32]: v for k, v in cols.lane_pid_raw.items() if k in cols.lanes}
+    main = next((raw_of.get(p, p) for p, t in cols.thread_names
+                 if raw_of.get(p, p) == t and p in mine and f"cpu:{t}" in lanes), None)  # fmt: skip
     meta.pid = int(main) if main is not None and main.lstrip("-").isdigit() else None
     meta.era = _era(trace, cols.first_cat)
     raw = RawColumns(
         start_ns=start, end_ns=end, kind=kind.astype(np.int64), lane=lane.astype(np.int64),
         name=name_idx.astype(np.int64), lanes=lanes, names=[str(x) for x in cols.names],
-        launch_ns=_launch_times(kind, is_gpu, corr, start), nbytes=nbytes, coll_id=coll_id,
-        coll_name=coll_name.astype(np.int64),
+        launch_ns=launch, nbytes=nbytes, coll_id=coll_id, coll_name=coll_name.astype(np.int64),
     )  # fmt: skip
     return build_rank(rank, raw, meta, cols.patterns, path, kinds_final=True,
                       range_label="record_function range")  # fmt: skip

@@ -20,7 +20,7 @@ from pathlib import Path
 from gpudiag import rundir
 from gpudiag.errors import InputError
 from gpudiag.traces.common import LoadOptions, rank_from_filename
-from gpudiag.traces.kineto import load_kineto
+from gpudiag.traces.kineto import load_kineto_ranks
 from gpudiag.traces.schema import RankTimeline, RunTimeline, check_ranks
 
 KINETO_SUFFIXES = (".json", ".json.gz")
@@ -52,7 +52,7 @@ class FileSource:
             from gpudiag.traces.nsys import load_nsys
 
             return load_nsys(self.path, options=self.options, source=self.label)
-        return [load_kineto(self.path, rank=self.rank, options=self.options)]
+        return load_kineto_ranks(self.path, rank=self.rank, options=self.options)
 
 
 @dataclass

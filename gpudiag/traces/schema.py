@@ -375,8 +375,10 @@ def check_ranks(ranks: Sequence[Any], sources: Sequence[str]) -> None:
     if len(defaulted) > 1:
         raise InputError(
             defaulted[1],
-            f"no rank in the trace or its name, like {Path(defaulted[0]).name}",
-            "rename the files rank-<N>.json.gz (or analyse them one at a time)",
+            f"no rank found, as in {Path(defaulted[0]).name}: looked for distributedInfo.rank "
+            "in the trace, 'RANK r' process names or args.rank (merged files), and "
+            "rank<N> / rank-<N> / rank_<N> in the file name",
+            "rename the files rank-<N>.json.gz, or analyse them one at a time",
         )
     for t, src in zip(ranks, sources, strict=True):
         if t.rank in by_rank:

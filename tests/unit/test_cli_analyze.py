@@ -117,7 +117,12 @@ def test_missing_path_and_duplicate_ranks(tmp_path, kineto_sets):
     _bad(tmp_path, "a.json.gz", src)
     _bad(tmp_path, "b.json.gz", src)
     r = run_cli("analyze", str(tmp_path))
-    assert r.returncode == 4 and "no rank in the trace" in r.stderr and "rename" in r.stderr
+    assert (
+        r.returncode == 4
+        and "no rank found" in r.stderr
+        and "distributedInfo.rank" in r.stderr
+        and "rename" in r.stderr
+    )
 
 
 def test_usage_errors_exit_2(kineto_sets):
