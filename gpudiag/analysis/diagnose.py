@@ -57,9 +57,10 @@ from gpudiag.analysis.model import (
     Shares,
     StepBreakdown,
     WholeRun,
+    by_rank,
 )
 from gpudiag.analysis.pipeline import analyse_pipeline
-from gpudiag.analysis.steady import warmup_steps
+from gpudiag.analysis.steady import steady_steps, warmup_steps
 from gpudiag.analysis.steps import StepWindows, find_steps
 from gpudiag.analysis.stragglers import find_stragglers, late_arrival
 from gpudiag.analysis.timeline import RankLanes, Timeline, rank_lanes
@@ -130,8 +131,72 @@ def _diagnose(
     results = [r for rs in per_source for r in rs]
     check_ranks(results, [r.source for r in results])
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
-    d = build_diagnosis(results, th, run.inputs, run.notes, whole_run=whole, extra_findings=extra)
+    notes = list(run.notes)
+    if not results and whole is not None and whole.steps:
+        results = telemetry_results(whole, th)
+        extra = extra + nvml_idle(whole, th)
+        ran = max(len(v) for v in by_rank(whole.steps).values())
+        notes.append(TELEMETRY_NOTE.format(steps=ran))
+    d = build_diagnosis(results, th, run.inputs, notes, whole_run=whole, extra_findings=extra)
     return d, results
+
+
+TELEMETRY_NOTE = (
+    "no profiler trace: diagnosed from the step telemetry alone. Its 'compute' is each "
+    "step's busy time — compute and host work together, which only a trace tells apart — "
+    "and its data-wait and comm-wait are the job's measured blocking in the DataLoader and "
+    "in collectives; a trace adds kernels, launch gaps, overlap and matched collectives: "
+    "rerun with --profile-steps A:B within the job's {steps} steps"
+)
+
+
+def telemetry_results(whole: WholeRun, th: Thresholds) -> list[RankResult]:
+    """Per-rank results from ``gpudiag run``'s step telemetry when there is no trace.
+
+    Each steady step (:mod:`gpudiag.analysis.steady`) splits into data-wait and comm-wait
+    as the job measured them and *busy* = the rest, reported as compute (mode
+    ``telemetry``: compute and host work are not told apart, so neither the idle ratio nor
+    host-bound is judged from it; NVML's utilisation stands in for the idle ratio).
+    """
+    keep = steady_steps(whole.steps, th.steady)
+    out = []
+    for rank, steps in sorted(by_rank(whole.steps).items()):
+        rows = []
+        for s in steps:
+            if (rank, s.step) not in keep:
+                continue
+            data = min(max(s.data_wait_ns or 0, 0), s.duration_ns)
+            comm = min(max(s.comm_wait_ns or 0, 0), s.duration_ns - data)
+            rows.append(StepBreakdown(rank, s.step, s.start_ns, s.duration_ns,
+                                      s.duration_ns - data - comm, comm, data, 0, 0))  # fmt: skip
+        if rows:
+            meta = RankMeta(source="step telemetry", fmt="telemetry", rank_from="telemetry")
+            out.append(RankResult(rank=rank, meta=meta, mode=Mode.TELEMETRY,
+                                  step_source="telemetry", steps=rows,
+                                  source="step telemetry"))  # fmt: skip
+    return out
+
+
+def nvml_idle(whole: WholeRun, th: Thresholds) -> list[Finding]:
+    """Without a trace, the idle ratio comes from NVML: 1 − mean GPU utilisation."""
+    idle = {g.rank: 1.0 - g.util_ratio for g in whole.gpus
+            if g.rank is not None and g.util_ratio is not None}  # fmt: skip
+    flagged = {r: v for r, v in idle.items() if v > th.idle_ratio_max}
+    if not flagged:
+        return []
+    lo, hi = min(flagged.values()), max(flagged.values())
+    span = f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}–{hi:.0%}"
+    who = (f"rank {next(iter(flagged))}" if len(flagged) == 1
+           else "ranks " + ", ".join(map(str, sorted(flagged))))  # fmt: skip
+    return [Finding(
+        kind=FindingKind.IDLE_RATIO,
+        severity=Severity.WARNING,
+        message=(f"{who}: GPU idle {span} of the run by NVML's utilisation (idle ratio above "
+                 f"the {th.idle_ratio_max:.0%} threshold; no trace to split the steps)"),
+        ranks=sorted(flagged),
+        metrics={"per_rank": {str(r): v for r, v in sorted(flagged.items())},
+                 "threshold": th.idle_ratio_max, "source": "nvml"},
+    )]  # fmt: skip
 
 
 def analyze_source(
@@ -416,7 +481,9 @@ def build_diagnosis(
         coll = dataclasses.replace(coll, pipeline=pipe)
         findings = _explained_by_pipeline(findings, pipe, ranks, th)
     findings += pipe_findings
-    findings += find_stragglers(steps, whole_run, th.stragglers, th.steady, sync_by_step)
+    # telemetry-only steps are the whole-run telemetry itself, not a profiled window
+    window = [] if all(r.mode == Mode.TELEMETRY for r in results) else steps
+    findings += find_stragglers(window, whole_run, th.stragglers, th.steady, sync_by_step)
     findings += late_arrival(coll, steps, findings, th.stragglers, th.collectives)
     if pipe is not None:
         # a stage's receive waits are the bubble, and stages are not stragglers of each
@@ -569,7 +636,7 @@ def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Fin
     out: list[Finding] = []
     by_note: dict[str, list[int]] = {}
     for r in results:
-        if r.step_source not in ("ProfilerStep", "marker", "user_range"):
+        if r.step_source not in ("ProfilerStep", "marker", "user_range", "telemetry"):
             by_note.setdefault(r.step_note or f"steps from {r.step_source}", []).append(r.rank)
     for note, ranks in by_note.items():
         out.append(Finding(FindingKind.SOURCE_MISSING, Severity.INFO, note, ranks=ranks,

@@ -213,7 +213,11 @@ def idle_findings(
     out: list[Finding] = []
     for rule in RULES:
         limit = rule.limit(th)
-        flagged = {r.rank: v for r in ranks
+        judged = ranks
+        if rule.kind in (FindingKind.IDLE_RATIO, FindingKind.HOST_BOUND):
+            # telemetry alone cannot split compute from host work (NVML judges idle there)
+            judged = [r for r in ranks if r.mode != Mode.TELEMETRY]
+        flagged = {r.rank: v for r in judged
                    if (v := rule.value(r)) > limit or (not rule.strict and v == limit)}  # fmt: skip
         flagged = _mostly(flagged, steps, rule.per_step, limit, th.most_steps_ratio)
         if not flagged:

@@ -69,6 +69,7 @@ class Mode(StrEnum):
 
     GPU = "gpu"  # GPU kernels
     CPU = "cpu"  # host threads (no GPU events)
+    TELEMETRY = "telemetry"  # gpudiag run's step telemetry alone (no profiler trace)
     MIXED = "mixed"  # the run only: ranks of both modes
 
 

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudiag.analysis.model import Diagnosis, RankSummary, Severity
-from gpudiag.report.format import flagged, fmt_ns, idle_threshold
+from gpudiag.report.format import flagged, fmt_ns, idle_threshold, mode_label
 from gpudiag.report.format import pct as _pct
 
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
@@ -51,7 +51,7 @@ def render(
     head.append(f" · {r.ranks} rank{'s' if r.ranks != 1 else ''}")
     if r.world_size and r.world_size != r.ranks:
         head.append(f" of {r.world_size}")
-    head.append(f" · {r.steps} step{'s' if r.steps != 1 else ''} · {r.mode.upper()} trace")
+    head.append(f" · {r.steps} step{'s' if r.steps != 1 else ''} · {mode_label(r.mode)}")
     head.append(
         f" · step time median {fmt_ns(r.step_time_ns_median)}, p90 {fmt_ns(r.step_time_ns_p90)}"
     )

@@ -66,3 +66,9 @@ def idle_threshold(d: Diagnosis) -> float | None:
         if f.kind == FindingKind.IDLE_RATIO and "threshold" in f.metrics:
             return float(f.metrics["threshold"])
     return None
+
+
+def mode_label(mode: str) -> str:
+    """What the classification was made from, for a report's first line."""
+    return {"gpu": "GPU trace", "cpu": "CPU trace", "mixed": "GPU and CPU traces",
+            "telemetry": "step telemetry (no trace)"}.get(str(mode), str(mode))  # fmt: skip

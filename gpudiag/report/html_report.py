@@ -15,7 +15,7 @@ from html import escape
 from typing import Any, TextIO
 
 from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, FindingKind, StepBreakdown
-from gpudiag.report.format import flagged, fmt_ns, idle_threshold
+from gpudiag.report.format import flagged, fmt_ns, idle_threshold, mode_label
 from gpudiag.report.format import pct as _pct
 
 COLORS = {"compute": "#2e7d32", "comm_wait": "#1565c0", "data_wait": "#ef6c00", "other": "#9e9e9e"}
@@ -187,7 +187,7 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
         f"<style>{_CSS}</style></head><body>",
         f"<h1>gpudiag report</h1><p>{r.ranks} rank(s)"
         + (f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else "")
-        + f" · {r.steps} steps · {_e(r.mode.upper())} trace · step time median "
+        + f" · {r.steps} steps · {_e(mode_label(r.mode))} · step time median "
         f"<b>{_ms(r.step_time_ns_median)}</b>, p90 {_ms(r.step_time_ns_p90)} · idle "
         f'<b class="{"bad" if (None, "idle") in flags else ""}">{_pct(r.idle_ratio)}</b>'
         + (f" (above {thr:.0%})" if thr is not None and (None, "idle") in flags else "")

@@ -7,7 +7,7 @@ from typing import TextIO
 from gpudiag.analysis.diff import DiffRow, RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
-from gpudiag.report.format import fmt_ns, pct
+from gpudiag.report.format import fmt_ns, mode_label, pct
 
 _ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
@@ -54,7 +54,7 @@ def _table(out: TextIO, head: list[str], rows: list[list[str]], align: str) -> N
 def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     """A Diagnosis: run summary, per-rank table, findings and recommendations."""
     r = d.run
-    out.write(f"## gpudiag: {r.ranks} ranks · {r.steps} steps · {r.mode.upper()}\n\n")
+    out.write(f"## gpudiag: {r.ranks} ranks · {r.steps} steps · {mode_label(r.mode)}\n\n")
     out.write(f"Step time median **{fmt_ns(r.step_time_ns_median)}**, p90 "
               f"{fmt_ns(r.step_time_ns_p90)} · compute {pct(r.shares.compute)} · comm-wait "
               f"{pct(r.shares.comm_wait)} · data-wait {pct(r.shares.data_wait)} · other "

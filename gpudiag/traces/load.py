@@ -63,6 +63,7 @@ class Inputs:
     run_dirs: list[Path] = field(default_factory=list)
     manifests: list[rundir.RunManifest] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    telemetry_only: list[Path] = field(default_factory=list)  # run dirs with no trace at all
 
 
 def _fmt_of(path: Path) -> str | None:
@@ -86,7 +87,7 @@ def discover(paths: Iterable[str | os.PathLike[str]], options: LoadOptions | Non
             _discover_dir(p, found, opts)
         else:
             _add_file(p, found, opts, explicit=True)
-    if not found.traces:
+    if not found.traces and not found.telemetry_only:
         where = ", ".join(str(Path(p)) for p in paths) or "(nothing)"
         raise InputError(
             where,
@@ -149,15 +150,42 @@ def _discover_run_dir(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptio
         for p in exports:
             _add_file(p, found, opts, explicit=False)
     if not any(t.path.is_relative_to(d) for t in found.traces):
-        m = found.manifests[-1] if found.manifests else None
-        window = f" --profile-steps {m.profile_steps}" if m and m.profile_steps else ""
-        raise InputError(
-            d,
-            "run directory without profiler traces (did the job stop before its "
-            f"profiled window{window}?)",
-            "re-run with --profile-steps A:B inside the job's step count; the step "
-            "telemetry in ranks/*.steps.jsonl is kept",
-        )
+        _without_traces(d, nodes, found, opts)
+
+
+def _without_traces(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptions) -> None:
+    """A run directory without gpudiag's traces: the job's own, else the telemetry alone."""
+    m = found.manifests[-1] if found.manifests else None
+    own = [t for t in (m.extra.get("job_traces", []) if m else []) if isinstance(t, dict)]
+    added = 0
+    for t in own:
+        p = Path(str(t.get("path", "")))
+        if not p.is_absolute():
+            p = d / p
+        files = sorted(p.rglob("*")) if p.is_dir() else [p]
+        for f in files:
+            if f.is_file() and _fmt_of(f) == "kineto" and looks_like_trace(f):
+                rank = t.get("rank")
+                found.traces.append(
+                    FileSource(f, "kineto", opts, rank=rank if isinstance(rank, int) else None)
+                )
+                added += 1
+    if added:
+        found.notes.append(f"no trace from gpudiag's window: analysed the job's own profiler "
+                           f"traces ({added} file(s), as the manifest lists them)")  # fmt: skip
+        return
+    from gpudiag.traces.telemetry import steps_files
+
+    if steps_files(d):
+        found.telemetry_only.append(d)
+        return
+    window = f" --profile-steps {m.profile_steps}" if m and m.profile_steps else ""
+    raise InputError(
+        d,
+        "run directory without profiler traces or step telemetry (did the job stop "
+        f"before its first step{window}?)",
+        "re-run with --profile-steps A:B inside the job's step count",
+    )
 
 
 SNIFF_BYTES = 1 << 20
