@@ -310,9 +310,9 @@ def _recv_wait(
     A pipeline stage's bubble: while a ``recv`` is pending and the stage computes nothing,
     it waits for its neighbour. A ``send`` in flight is not waiting. On CPU traces the
     receive calls count as well as the backend's operation ranges: gloo may block in
-    either (``c10d::recv_`` or ``gloo:recv``). In the last step of the window the drain
-    counts too: a stage that has finished its last micro-batch idles until the step ends,
-    and the receive it would wait in next belongs to a step the trace does not hold.
+    either (``c10d::recv_`` or ``gloo:recv``). Waiting at the end of a step for one's own
+    sends to be taken is not a receive wait: the next step's first receive holds that
+    neighbour's delay (the job's own clock measures the same, see tests/accuracy).
     """
     recv = [i for i, t in enumerate(colls.type) if t == "recv"]
     if not recv:
@@ -325,12 +325,6 @@ def _recv_wait(
         pending = iv.join(pending, iv.union(tl.start_ns[calls], tl.end_ns[calls]))
     s, e = win.start[keep], win.end[keep]
     waiting = iv.measure(iv.subtract(pending, sets.compute), s, e)
-    active = iv.join(sets.compute, pending)
-    k = np.searchsorted(active[0], e, side="left") - 1
-    last = np.where(k >= 0, np.minimum(active[1][np.maximum(k, 0)], e), s) if active[0].size else s
-    drain = np.maximum(e - np.maximum(last, s), 0) * (last > s)
-    drain[:-1] = 0
-    waiting = waiting + drain
     return {"p2p_recv_wait_ns": int(waiting.sum()),
             "p2p_recv_wait_ns_per_step": [int(x) for x in waiting]}  # fmt: skip
 

@@ -17,8 +17,12 @@ micro-batches per step (forward sends per step of the first stage):
   unknown schedule and not compared;
 * the **schedule's bubble** for GPipe and 1F1B is (p − 1) / (m + p − 1).
 
-A ``pipeline_bubble`` finding is raised when the measured bubble exceeds the idle
-threshold or the schedule's bubble by more than ``pipeline.imbalance_margin``. The excess
+A ``pipeline_bubble`` finding is raised when the measured bubble or the schedule's own
+bubble exceeds the idle threshold, or the measured bubble exceeds the schedule's by more
+than ``pipeline.imbalance_margin``. The schedule's bubble also holds each stage's idle
+drain at the end of a step (stage s finishes its backward s slots early), which is not a
+receive wait: a balanced GPipe pipeline measures below (p − 1)/(m + p − 1), so only an
+excess is compared. The excess
 over the schedule is put on the stages' balance when their compute per step differs by
 more than that margin (the heaviest stage is named), else on slow point-to-point
 transfers. More micro-batches are proposed while m < 4·p
@@ -118,7 +122,7 @@ def analyse_pipeline(
         stage_bubble_ratio={str(r): v for r, v in bubbles.items()},
     )
     excess = measured - ideal if schedule != "unknown" else 0.0
-    if measured <= idle_ratio_max and excess <= rules.imbalance_margin:
+    if max(measured, ideal) <= idle_ratio_max and excess <= rules.imbalance_margin:
         return section, []
     why = []
     if m < target_m:

@@ -84,7 +84,10 @@ def test_pipeline_bubble_matches_the_schedule():
     pipe = d.collectives.pipeline
     assert (pipe.stages, pipe.micro_batches) == (4, 4)
     assert pipe.ideal_bubble_ratio == pytest.approx(3 / 7)
-    assert pipe.bubble_ratio == pytest.approx(3 / 7, abs=0.01)
+    # each stage idles 9 of 21 ms; all of it is receive wait but the drain at the end of
+    # the step (stage s finishes its backward s·B = 2s ms early), which is not waiting
+    for s in range(4):
+        assert pipe.stage_bubble_ratio[str(s)] == pytest.approx((9 - 2 * s) / 21, abs=0.005)
     (f,) = [f for f in d.findings if f.kind == "pipeline_bubble"]
     assert "with 16 it would be 16%" in f.message
     assert not [f for f in d.findings if f.kind == "host_bound"]  # the bubble explains it
