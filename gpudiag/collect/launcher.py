@@ -8,8 +8,8 @@ child inherits stdin, stdout and stderr (no pipes, so it can never block on gpud
 gpudiag's exit code is the child's (128 + N when it died by signal N); failures of the
 capture are logged once to stderr and listed in ``manifest.diagnosis_incomplete``.
 
-Nothing the launcher does can stop the job: the NVML sampler is a thread of this
-process, every file the job needs is its own, and a ``gpudiag`` killed
+Nothing the launcher does can stop the job: the samplers (NVML, run conditions) are
+threads of this process, every file the job needs is its own, and a ``gpudiag`` killed
 outright (SIGKILL) leaves the job running in its session, with the manifest written at
 launch (``ended_ns`` null, ``extra.child_pid`` set) and every telemetry line whole.
 """
@@ -36,6 +36,7 @@ import gpudiag
 from gpudiag import rundir
 from gpudiag.collect import bootstrap
 from gpudiag.collect import nsys as nsys_capture
+from gpudiag.collect.conditions import DEFAULT_INTERVAL_S, ConditionsSampler
 from gpudiag.collect.nvml import NvmlSampler, load_nvml
 
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
@@ -60,6 +61,8 @@ class RunOptions:
     nvml_backend: Any = None
     nsys: bool = False
     nsys_range: str = "window"
+    conditions: bool = True
+    conditions_interval_s: float = DEFAULT_INTERVAL_S
 
 
 @dataclass
@@ -270,7 +273,7 @@ def run(
         base = nsys_capture.report_base(run_dir, node_rank)
         command = nsys_capture.profile_command(nsys_bin, base, command, opts.nsys_range)
         m.extra["nsys"] = {"binary": nsys_bin, "version": nsys_ver, "range": opts.nsys_range}
-    sampler, _ = _start_sampler(opts, run_dir, host, m)
+    sampler, nvml_mod = _start_sampler(opts, run_dir, host, m)
     _safe_write_manifest(run_dir, m)
     try:
         child = subprocess.Popen(
@@ -287,6 +290,7 @@ def run(
             f"cannot start {opts.command[0]!r}: {e}", "check the command after `--`", exit_code=code
         ) from e
     m.extra["child_pid"] = child.pid
+    conditions = _start_conditions(opts, run_dir, host, child.pid, nvml_mod, m)
     _safe_write_manifest(run_dir, m)  # a gpudiag killed now leaves the child's pid behind
     tail = StepsTail(run_dir)
     t0 = time.monotonic()
@@ -311,6 +315,8 @@ def run(
     m.exit_code = code
     if received:
         m.extra["signals_forwarded"] = [signal.Signals(s).name for s in received]
+    if conditions is not None:
+        _finish_conditions(conditions, run_dir, m)
     if sampler is not None:
         sampler.stop()
         m.sources["nvml"].files = [str(sampler.path.relative_to(run_dir))]
@@ -368,6 +374,50 @@ def _start_sampler(
         m.sources["nvml"] = rundir.SourceStatus(False, msg)
         m.diagnosis_incomplete.append(msg)
         return None, nvml_mod
+
+
+def _start_conditions(
+    opts: RunOptions, run_dir: Path, host: str, pid: int, nvml_mod: Any, m: rundir.RunManifest
+) -> ConditionsSampler | None:
+    if not opts.conditions:
+        m.sources["conditions"] = rundir.SourceStatus(False, "not requested")
+        return None
+    try:
+        c = ConditionsSampler(
+            rundir.conditions_path(run_dir, host),
+            host,
+            job_pid=pid,
+            interval_s=opts.conditions_interval_s,
+            nvml=nvml_mod,
+            faults=os.environ.get(bootstrap.ENV_FAULT),
+        )
+        c.start()
+        return c
+    except Exception as e:
+        msg = f"run-conditions sampler not started: {type(e).__name__}: {e}"
+        log(msg)
+        m.sources["conditions"] = rundir.SourceStatus(False, msg)
+        m.diagnosis_incomplete.append(msg)
+        return None
+
+
+def _finish_conditions(c: ConditionsSampler, run_dir: Path, m: rundir.RunManifest) -> None:
+    try:
+        c.stop()
+        m.conditions = c.summary()
+        if c.samples_written:
+            m.conditions["file"] = str(c.path.relative_to(run_dir))
+            m.sources["conditions"] = rundir.SourceStatus(True, files=[m.conditions["file"]])
+        else:
+            m.sources["conditions"] = rundir.SourceStatus(
+                False, "; ".join(c.errors) or "no sample was taken"
+            )
+        m.diagnosis_incomplete.extend(c.errors)
+    except Exception as e:
+        msg = f"run conditions lost: {type(e).__name__}: {e}"
+        log(msg)
+        m.sources["conditions"] = rundir.SourceStatus(False, msg)
+        m.diagnosis_incomplete.append(msg)
 
 
 def _safe_write_manifest(run_dir: Path, m: rundir.RunManifest) -> None:

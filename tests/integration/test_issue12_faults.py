@@ -173,6 +173,7 @@ def test_unwritable_rank_directory(tmp_path: Path, direct_runs: Any) -> None:
     assert m.exit_code == 0
     assert not m.sources["telemetry"].captured
     assert "is not a directory" in m.sources["telemetry"].reason
+    assert m.sources["conditions"].captured  # what does not need ranks/ still works
 
 
 # -- NVML failing mid-run (the sampler's injected backend) ------------------------------
@@ -386,6 +387,8 @@ def test_job_with_worker_processes(tmp_path: Path, direct_runs: Any, extra: list
     for rank in (0, 1):
         assert sorted(df.loc[df["rank"] == rank, "step"]) == list(range(STEPS))
     assert m.sources["kineto"].captured
+    assert m.sources["conditions"].captured
+    assert m.conditions is not None and m.conditions["samples"] >= 1
 
 
 EXEC_JOB = """
