@@ -1,10 +1,11 @@
 """Cost of one run-conditions sample (gpudiag/collect/conditions.py) on this host.
 
-    python benchmarks/bench_conditions.py [--samples 200] [--gpus 8]
+    python benchmarks/bench_conditions.py [--samples 200] [--gpus 8] [--real-nvml]
 
 Times ``ConditionsSampler.read`` against the real /proc (every process's stat, the job
 tree rooted at this process, loadavg, meminfo, PSI), without and with a fake NVML backend
-of N GPUs (clock, temperature, throttle reasons, running processes). The sampler runs in
+of N GPUs (clock, temperature, throttle reasons, running processes), or with this host's
+NVML (``--real-nvml``, pynvml and a driver needed). The sampler runs in
 the ``gpudiag run`` process at 1 Hz, so µs per sample / 1e6 is its share of one core.
 """
 
@@ -77,10 +78,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--samples", type=int, default=200)
     p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--real-nvml", action="store_true", help="this host's GPUs through pynvml")
     a = p.parse_args()
+    backends: list[tuple[str, object]] = [("no NVML", None)]
+    if a.real_nvml:
+        import pynvml
+
+        pynvml.nvmlInit()
+        backends.append((f"{pynvml.nvmlDeviceGetCount()} real GPU(s)", pynvml))
+    else:
+        backends.append((f"{a.gpus} fake GPUs", FakeNvml(a.gpus)))
     nproc = sum(1 for n in os.listdir("/proc") if n.isdigit())
     with tempfile.TemporaryDirectory() as d:
-        for label, nv in (("no NVML", None), (f"{a.gpus} fake GPUs", FakeNvml(a.gpus))):
+        for label, nv in backends:
             s = ConditionsSampler(Path(d) / "c.jsonl", "h", job_pid=os.getpid(), nvml=nv)
             wall, cpu = per_sample_us(s, a.samples)
             med = statistics.median(cpu)
