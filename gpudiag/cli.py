@@ -262,6 +262,9 @@ def _progress_printer(quiet: bool) -> Any:
     return line, None
 
 
+TIMELINE_FILE = "timeline.json.gz"  # the annotated timeline in every run directory
+
+
 def _analyze_run(out_dir: Path, run_dir: Path) -> None:
     """Print the diagnosis of a finished run on stdout; failures only mark it incomplete."""
     from gpudiag.collect.launcher import log, record_incomplete
@@ -270,7 +273,7 @@ def _analyze_run(out_dir: Path, run_dir: Path) -> None:
         from gpudiag.api import analyze as run_analysis
         from gpudiag.report.console import render
 
-        d = run_analysis(out_dir, thresholds=thresholds())
+        d = run_analysis(out_dir, thresholds=thresholds(), timeline=out_dir / TIMELINE_FILE)
         sys.stdout.flush()
         render(d, sys.stdout)
     except Exception as e:
