@@ -20,6 +20,7 @@ import numpy as np
 
 from gpudiag import __version__
 from gpudiag.analysis import intervals as iv
+from gpudiag.analysis import words
 from gpudiag.analysis.advice import rank_spread, recommend, what_if
 from gpudiag.analysis.classify import (
     RankSets,
@@ -44,6 +45,7 @@ from gpudiag.analysis.collectives import (
 )
 from gpudiag.analysis.idle import idle_findings
 from gpudiag.analysis.kernels import breakdown as kernel_breakdown
+from gpudiag.analysis.kernels import combine as combine_kernels
 from gpudiag.analysis.model import (
     Cause,
     Diagnosis,
@@ -63,6 +65,7 @@ from gpudiag.analysis.steady import warmup_steps
 from gpudiag.analysis.steps import StepWindows, find_steps
 from gpudiag.analysis.stragglers import find_stragglers, late_arrival
 from gpudiag.analysis.timeline import RankLanes, Timeline, rank_lanes
+from gpudiag.analysis.verdict import verdict
 from gpudiag.analysis.wholerun import whole_run
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
@@ -451,6 +454,8 @@ def build_diagnosis(
         notes=list(notes),
         gpudiag_version=__version__,
         whole_run=whole_run,
+        verdict=verdict(run, findings),
+        kernels=combine_kernels([r.evidence.get("kernels") or {} for r in ranks]),
     )
 
 
@@ -614,10 +619,4 @@ def _step_range_notes(results: Sequence[RankResult]) -> list[str]:
 
 
 def _span(ranks: list[int]) -> str:
-    if len(ranks) <= 6:
-        return (
-            "rank " + ", ".join(map(str, ranks))
-            if len(ranks) == 1
-            else "ranks " + ", ".join(map(str, ranks))
-        )
-    return f"ranks {ranks[0]}…{ranks[-1]}"
+    return words.ranks(ranks)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from gpudiag.analysis import words
 from gpudiag.analysis.diff import DiffRow, RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
-from gpudiag.report.format import fmt_ns, pct
+from gpudiag.report.format import fmt_ns, pct, short_name
 
 _ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
@@ -54,8 +55,12 @@ def _table(out: TextIO, head: list[str], rows: list[list[str]], align: str) -> N
 def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     """A Diagnosis: run summary, per-rank table, findings and recommendations."""
     r = d.run
-    out.write(f"## gpudiag: {r.ranks} ranks · {r.steps} steps · {r.mode.upper()}\n\n")
-    out.write(f"Step time median **{fmt_ns(r.step_time_ns_median)}**, p90 "
+    out.write(f"## gpudiag: {words.plural(r.ranks, 'rank')} · {r.mode.upper()}\n\n")
+    v = d.verdict
+    if v:
+        out.write(f"**{cell(v['headline'])}** (from the {v.get('basis', 'profiled window')})\n\n")
+    out.write(f"Profiled window: {words.plural(r.steps, 'step')}, step time median "
+              f"**{fmt_ns(r.step_time_ns_median)}**, p90 "
               f"{fmt_ns(r.step_time_ns_p90)} · compute {pct(r.shares.compute)} · comm-wait "
               f"{pct(r.shares.comm_wait)} · data-wait {pct(r.shares.data_wait)} · other "
               f"{pct(r.shares.other)} · idle **{pct(r.idle_ratio)}**\n\n")  # fmt: skip
@@ -64,6 +69,18 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
              pct(x.shares.other), pct(x.idle_ratio)] for x in d.ranks]  # fmt: skip
     _table(out, ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
                  "idle"], rows, "rrrrrrrrr")  # fmt: skip
+    if d.whole_run is not None and d.whole_run.ranks:
+        wr = d.whole_run.ranks
+        med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
+        out.write(f"\nWhole run (telemetry): {words.plural(max(x.steps for x in wr), 'step')} "
+                  f"per rank, step time median {fmt_ns(med)}\n")  # fmt: skip
+    k = d.kernels
+    if k and k.get("top"):
+        unit = "operator" if k.get("unit") == "operator" else "kernel"
+        out.write(f"\n### Top {unit}s, all ranks\n\n")
+        _table(out, [unit, "family", "time", "share"],
+               [[short_name(e["name"]), e["family"], fmt_ns(e["time_ns"]), pct(e["share"])]
+                for e in k["top"][:5]], "llrr")  # fmt: skip
     if d.findings:
         out.write("\n### Findings\n\n")
         for f in d.findings[:MAX_ROWS]:
