@@ -600,7 +600,8 @@ def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Fin
         present = sorted(r.rank for r in results)
         out.append(Finding(
             FindingKind.SOURCE_MISSING, Severity.INFO,
-            f"{run.ranks} of {run.world_size} ranks have traces ({_span(present)}); "
+            f"{run.ranks} of {run.world_size} ranks {'has' if run.ranks == 1 else 'have'} traces "
+            f"({_span(present)}); "
             "cross-rank findings cover only those",
             ranks=present, metrics={"missing": "ranks", "world_size": run.world_size},
         ))  # fmt: skip

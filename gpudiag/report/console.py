@@ -25,10 +25,12 @@ _FLAG_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold red", Severit
 def make_console(out: TextIO, width: int | None = None, color: bool | None = None) -> Console:
     """A console on ``out``; fixed width and no colour give reproducible (golden) text.
 
-    ``color=None`` follows the environment: ``NO_COLOR`` turns colour off, ``FORCE_COLOR``
-    on, ``TERM=dumb`` and pipes get none. Pipes and files are 120 columns wide unless
-    ``COLUMNS`` says otherwise.
+    ``color=None`` follows the environment: ``NO_COLOR`` (``--no-color``) gives plain text,
+    ``FORCE_COLOR`` colour even on a pipe, ``TERM=dumb`` and pipes get none. Pipes and
+    files are 120 columns wide unless ``COLUMNS`` says otherwise.
     """
+    if color is None and os.environ.get("NO_COLOR"):
+        color = False  # plain text: no colour and no bold either
     if width is None and not (hasattr(out, "isatty") and out.isatty()):
         columns = os.environ.get("COLUMNS", "")
         width = int(columns) if columns.isdigit() and int(columns) > 0 else 120
@@ -55,7 +57,7 @@ def wrap(text: str, width: int, first: str = "", indent: str | None = None) -> l
     Words are never broken, nor a number from its unit.
     """
     indent = " " * len(first) if indent is None else indent
-    kept = _KEEP.sub(_NBSP, text)
+    kept = _KEEP.sub(_NBSP, text).replace(" · ", _NBSP + "· ")  # "·" ends a line, never starts one
     lines = textwrap.wrap(kept, width=max(20, width), initial_indent=first,
                           subsequent_indent=indent, break_long_words=False,
                           break_on_hyphens=False) or [first]  # fmt: skip
