@@ -100,6 +100,10 @@ class AdviceRules:
     min_transfer_share: float = 0.1  # comm remedies need this share of the wait to be transfer
     launch_gap_ns: int = 100_000  # GPU-idle gaps shorter than this inside a step: launches
     launch_bound_share: float = 0.5  # CUDA graphs / fusion need this share of "other" in them
+    compute_bound_share: float = 0.7  # compute at least this share of step time: compute-bound
+    fusion_share: float = 0.4  # elementwise + reduction + normalisation of compute: fuse them
+    gemm_share: float = 0.2  # GEMMs at least this share of compute for a precision remedy …
+    fp32_gemm_share: float = 0.5  # … and at least this share of GEMM time in fp32 kernels
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from gpudiag.analysis.collectives import (
     host_comm_types,
     match,
 )
+from gpudiag.analysis.compute import compute_bound
 from gpudiag.analysis.idle import idle_findings
 from gpudiag.analysis.kernels import breakdown as kernel_breakdown
 from gpudiag.analysis.kernels import combine as combine_kernels
@@ -411,6 +412,8 @@ def build_diagnosis(
     notes = list(notes) + _step_range_notes(results)
     findings = idle_findings(ranks, steps, th) + _source_findings(results, run) + warm
     findings += list(extra_findings)
+    kernels = combine_kernels([r.evidence.get("kernels") or {} for r in ranks])
+    findings += compute_bound(run, kernels, th.advice)
     colls = [r.collectives for r in results if r.collectives is not None]
     coll, sync_by_step = analyse(colls, run.world_size, th.collectives)
     findings += bandwidth_findings(coll, th.collectives)
@@ -455,7 +458,7 @@ def build_diagnosis(
         gpudiag_version=__version__,
         whole_run=whole_run,
         verdict=verdict(run, findings),
-        kernels=combine_kernels([r.evidence.get("kernels") or {} for r in ranks]),
+        kernels=kernels,
     )
 
 

@@ -39,6 +39,7 @@ class FindingKind(StrEnum):
     TRUNCATED_STEP = "truncated_step"
     WARMUP = "warmup"
     JOB_FAILED = "job_failed"
+    COMPUTE_BOUND = "compute_bound"
 
 
 class Severity(StrEnum):
