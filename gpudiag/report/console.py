@@ -116,8 +116,8 @@ def render(
         wr = d.whole_run.ranks
         med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
         n = max(x.steps for x in wr)
-        con.print(Text(f"whole run (telemetry): {words.plural(n, 'step')} per rank · step time "
-                       f"median {fmt_ns(med)}"))  # fmt: skip
+        con.print(Text(f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · "
+                       f"step time median {fmt_ns(med)}"))  # fmt: skip
     line = Text("shares: ")
     line.append(f"compute {_pct(r.shares.compute)} · comm-wait {_pct(r.shares.comm_wait)} · "
                 f"data-wait {_pct(r.shares.data_wait)} · "
@@ -257,8 +257,9 @@ def _step_table(d: Diagnosis, pad: Pad) -> Table:
 def _whole_run_table(d: Diagnosis, pad: Pad) -> Table:
     w = d.whole_run
     assert w is not None
-    t = Table(title="whole run (telemetry, steps after warm-up)", box=None, header_style="bold",
-              pad_edge=False, title_justify="left", title_style="bold", padding=pad)  # fmt: skip
+    title = "whole run (telemetry): steady steps, neither profiled nor warm-up"
+    t = Table(title=title, box=None, header_style="bold", pad_edge=False,
+              title_justify="left", title_style="bold", padding=pad)  # fmt: skip
     for col in ("rank", "steps", "median", "p90", "max", "data-wait"):
         t.add_column(col, justify="right", no_wrap=True)
     for r in w.ranks:

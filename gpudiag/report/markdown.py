@@ -72,8 +72,8 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     if d.whole_run is not None and d.whole_run.ranks:
         wr = d.whole_run.ranks
         med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
-        out.write(f"\nWhole run (telemetry): {words.plural(max(x.steps for x in wr), 'step')} "
-                  f"per rank, step time median {fmt_ns(med)}\n")  # fmt: skip
+        n = words.plural(max(x.steps for x in wr), "steady step")
+        out.write(f"\nWhole run (telemetry): {n} per rank, step time median {fmt_ns(med)}\n")
     k = d.kernels
     if k and k.get("top"):
         unit = "operator" if k.get("unit") == "operator" else "kernel"
