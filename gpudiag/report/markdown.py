@@ -26,8 +26,25 @@ def fmt_value(name: str, v: float | None) -> str:
     if v is None:
         return "-"
     if name == "step_time_regression":
-        return f"{v:+.1%}"
+        return _signed(f"{v:+.1%}")
     return f"{v:.1%}"
+
+
+METRIC_LABELS = {
+    "step_time_median": "step time (median)", "step_time_p90": "step time (p90)",
+    "compute_share": "compute", "comm_wait_share": "comm-wait", "data_wait_share": "data-wait",
+    "other_share": "other", "idle_ratio": "idle",
+}  # fmt: skip
+
+
+def metric_label(name: str) -> str:
+    """A diff metric as the tables say it (``comm_wait_share`` → ``comm-wait``)."""
+    return METRIC_LABELS.get(name, name.replace("_", " "))
+
+
+def _signed(text: str) -> str:
+    """``+1.2%`` stays; ``+0.0%`` and ``-0.0%`` read ``0.0%``."""
+    return text[1:] if text[0] in "+-" and not any(c in "123456789" for c in text) else text
 
 
 def diff_cells(row: DiffRow) -> tuple[str, str, str]:
@@ -36,9 +53,9 @@ def diff_cells(row: DiffRow) -> tuple[str, str, str]:
     if row.change is None:
         change = "n/a"
     elif row.unit == "ns":
-        change = f"{row.change:+.1%}"
+        change = _signed(f"{row.change:+.1%}")
     else:
-        change = f"{row.change * 100:+.1f} pt"
+        change = _signed(f"{row.change * 100:+.1f}") + " pt"
     return show(row.a), show(row.b), change
 
 
@@ -119,7 +136,8 @@ def render_diff(diff: RunDiff, out: TextIO) -> None:
     rows = []
     for row in diff.rows:
         a, b, change = diff_cells(row)
-        rows.append([row.scope, row.metric, a, b, arrow.get(row.direction, "") + change])
+        rows.append([row.scope, metric_label(row.metric), a, b,
+                     arrow.get(row.direction, "") + change])  # fmt: skip
     _table(out, ["scope", "metric", "A", "B", "change"], rows, "llrrr")
     for title, items in (("Communication", diff.comm), ("Findings", diff.findings)):
         if items:
