@@ -120,3 +120,15 @@ def test_no_color_option_and_stdout_only_the_report(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "\x1b[3" not in r.stdout and ";3" not in r.stdout
     assert r.stdout.startswith("verdict: ")
+
+
+def test_doctor_does_not_wrap_when_piped():
+    from gpudiag.report.doctor import render_table
+
+    reason = "torch sees no CUDA device (CPU build or no GPU) " * 4
+    caps = {"nvml": False, "nvml_reason": reason, "torch_version": "2.13.0",
+            "cuda_available": False, "torch_reason": reason}  # fmt: skip
+    out = io.StringIO()
+    render_table(caps, out)
+    nvml = next(x for x in out.getvalue().splitlines() if "NVML" in x)
+    assert reason.strip() in nvml
