@@ -138,14 +138,18 @@ def render(
         _kernel_block(con, d.kernels)
     if show_steps:
         con.print()
+        con.print(Text("profiled steps", style="bold"))
         con.print(_fit(con, lambda pad: _step_table(d, pad)))
     if d.collectives is not None and d.collectives.by_type:
         con.print()
         _collective_block(con, d)
     if d.whole_run is not None:
         con.print()
+        _print_wrapped(con, Text(""), "whole run (telemetry): steady steps, neither profiled nor "
+                       "warm-up", style="bold")  # fmt: skip
         con.print(_fit(con, lambda pad: _whole_run_table(d, pad)))
         if d.whole_run.gpus:
+            con.print(Text("GPUs (NVML, over the steps)", style="bold"))
             con.print(_fit(con, lambda pad: _gpu_table(d, pad)))
     con.print()
     if d.findings:
@@ -232,8 +236,7 @@ def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad) -> Table:
 
 
 def _step_table(d: Diagnosis, pad: Pad) -> Table:
-    t = Table(title="profiled steps", box=None, header_style="bold", pad_edge=False,
-              title_justify="left", title_style="bold", padding=pad)  # fmt: skip
+    t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
     for col in (
         "rank",
         "step",
@@ -257,9 +260,7 @@ def _step_table(d: Diagnosis, pad: Pad) -> Table:
 def _whole_run_table(d: Diagnosis, pad: Pad) -> Table:
     w = d.whole_run
     assert w is not None
-    title = "whole run (telemetry): steady steps, neither profiled nor warm-up"
-    t = Table(title=title, box=None, header_style="bold", pad_edge=False,
-              title_justify="left", title_style="bold", padding=pad)  # fmt: skip
+    t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
     for col in ("rank", "steps", "median", "p90", "max", "data-wait"):
         t.add_column(col, justify="right", no_wrap=True)
     for r in w.ranks:
@@ -272,8 +273,7 @@ def _whole_run_table(d: Diagnosis, pad: Pad) -> Table:
 def _gpu_table(d: Diagnosis, pad: Pad) -> Table:
     w = d.whole_run
     assert w is not None
-    t = Table(title="GPUs (NVML, over the steps)", box=None, header_style="bold",
-              pad_edge=False, title_justify="left", title_style="bold", padding=pad)  # fmt: skip
+    t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
     for col in ("rank", "gpu", "util", "mem util", "power", "SM clock", "max temp", "slowdown"):
         t.add_column(col, justify="right", no_wrap=col != "slowdown")
 
