@@ -159,6 +159,16 @@ def _verdict(d: Diagnosis) -> str:
             f'<span class="muted">(from the {basis})</span></p>')  # fmt: skip
 
 
+def _whole_run_line(d: Diagnosis) -> str:
+    """The whole run's step time, labelled apart from the profiled window's."""
+    if d.whole_run is None or not d.whole_run.ranks:
+        return ""
+    wr = d.whole_run.ranks
+    med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
+    n = words.plural(max(x.steps for x in wr), "steady step")
+    return f"<p>whole run (telemetry): {_e(n)} per rank, step time median <b>{_ms(med)}</b></p>"
+
+
 def _kernels(d: Diagnosis) -> str:
     """The run's top kernels or operators, with family and share."""
     k = d.kernels
@@ -223,6 +233,7 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
         f'<b class="{"bad" if (None, "idle") in flags else ""}">{_pct(r.idle_ratio)}</b>'
         + (f" (above {thr:.0%})" if thr is not None and (None, "idle") in flags else "")
         + f" · gpudiag {_e(d.gpudiag_version)}</p>",
+        _whole_run_line(d),
     ]
     rows = [[str(x.rank), str(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90),
              _pct(x.shares.compute), _pct(x.shares.comm_wait), _pct(x.shares.data_wait),
