@@ -59,6 +59,16 @@ def _snapshot(d: Diagnosis, name: str, update: bool) -> None:
         assert got == path.read_text(), f"{path.name} changed"
 
 
+def test_saved_run_directory_diagnosis_at_80_and_120_columns(update_golden):
+    # the README's demo (2-rank CPU DDP under `gpudiag run`), saved with -f json: the
+    # profiled window and the whole run (telemetry) side by side, CPU operators
+    d = gpudiag.analyze(TESTS / "data" / "saved" / "demo_cpu_ddp2.json")
+    assert d.whole_run is not None
+    _snapshot(d, "demo_cpu_ddp2", update_golden)
+    text = _render(d, 80)
+    assert "profiled window: " in text and "whole run (telemetry): " in text
+
+
 @pytest.mark.parametrize("name", SHARED)
 def test_shared_set_at_80_and_120_columns(name, kineto_sets, update_golden):
     _snapshot(gpudiag.analyze(kineto_sets / name, jobs=1), name, update_golden)
