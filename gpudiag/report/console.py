@@ -17,6 +17,7 @@ from gpudiag.analysis.model import Diagnosis, RankSummary, Severity
 from gpudiag.report.format import flagged, fmt_ns, idle_threshold, short_name
 from gpudiag.report.format import pct as _pct
 
+MAX_LISTED = 8  # per-rank values listed in one line at most
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 _SEVERITY_MARK = {"error": "✗", "warning": "!", "info": "·"}
 _FLAG_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold red", Severity.INFO: ""}
@@ -357,8 +358,13 @@ def _collective_block(con: Console, d: Diagnosis) -> None:
     con.print(_fit(con, lambda pad: _collective_table(d, pad)))
     per = c.per_rank
     if per:
-        waits = ", ".join(f"r{r} {fmt_ns(v.sync_wait_ns)}" for r, v in per.items())
-        _print_wrapped(con, Text("waiting for the last rank: ", style="dim"), waits, style="dim")
+        items = list(per.items())
+        label = "waiting for the last rank: "
+        if len(items) > MAX_LISTED:  # the longest waits, not a screenful of ranks
+            items = sorted(items, key=lambda kv: -kv[1].sync_wait_ns)[:MAX_LISTED]
+            label = f"waiting for the last rank, the {MAX_LISTED} longest of {len(per)}: "
+        waits = ", ".join(f"r{r} {fmt_ns(v.sync_wait_ns)}" for r, v in items)
+        _print_wrapped(con, Text(label, style="dim"), waits, indent="  ", style="dim")
 
 
 def _collective_table(d: Diagnosis, pad: Pad) -> Table:

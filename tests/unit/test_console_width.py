@@ -142,3 +142,20 @@ def test_doctor_does_not_wrap_when_piped():
     render_table(caps, out)
     nvml = next(x for x in out.getvalue().splitlines() if "NVML" in x)
     assert reason.strip() in nvml
+
+
+def test_long_per_rank_lists_are_cut_to_the_longest():
+    import dataclasses
+
+    from gpudiag.analysis.model import RankSync
+
+    d = gpudiag.analyze(TESTS / "data" / "straggler_comms_id", jobs=1)
+    assert d.collectives is not None
+    per = {str(i): RankSync(i * 1000, 5) for i in range(64)}
+    d = dataclasses.replace(d, collectives=dataclasses.replace(d.collectives, per_rank=per))
+    text = _render(d, 80)
+    _check_rules(text, 80)
+    lines = text.splitlines()
+    i = next(k for k, x in enumerate(lines) if x.startswith("waiting for the last rank"))
+    assert lines[i].startswith("waiting for the last rank, the 8 longest of 64: r63 63.0 µs")
+    assert "r55" not in text.split("waiting for the last rank")[1].split("\n\n")[0]
