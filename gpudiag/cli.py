@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any, TextIO, cast
@@ -32,9 +33,22 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _no_color(value: bool) -> None:
+    """``--no-color``: as ``NO_COLOR=1`` for everything this process prints."""
+    if value:
+        os.environ["NO_COLOR"] = "1"
+
+
+NoColor = Annotated[
+    bool,
+    typer.Option("--no-color", callback=_no_color, help="No colour (also: NO_COLOR=1, TERM=dumb)."),
+]
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    no_color: NoColor = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
@@ -117,6 +131,7 @@ def analyze(
     timeline_full: Annotated[
         bool, typer.Option("--timeline-full", help="Add the raw kernels to --timeline.")
     ] = False,
+    no_color: NoColor = False,
 ) -> None:
     """Diagnose PyTorch Profiler traces, Nsight Systems reports or a gpudiag run directory."""
     from gpudiag.api import analyze as run_analysis
@@ -277,7 +292,10 @@ def _analyze_run(out_dir: Path, run_dir: Path) -> None:
         sys.stdout.flush()
         render(d, sys.stdout)
     except Exception as e:
-        msg = f"analysis failed: {type(e).__name__}: {e}"
+        if isinstance(e, GpudiagError):
+            msg = f"analysis failed: {e.message}" + (f" ({e.hint})" if e.hint else "")
+        else:
+            msg = f"analysis failed: {type(e).__name__}: {e}"
         log(f"{msg}; re-run it with `gpudiag analyze {out_dir}`")
         record_incomplete(run_dir, msg)
 
@@ -315,7 +333,8 @@ def run(
     except ValueError as e:
         raise GpudiagError(str(e), "use --profile-steps 5:10 or off", EXIT_USAGE) from e
     if nsys_range not in ("window", "all"):
-        raise GpudiagError(f"--nsys-range {nsys_range!r}", "use window or all", EXIT_USAGE)
+        raise GpudiagError(f"--nsys-range {nsys_range} is not window or all",
+                           "use --nsys-range window or --nsys-range all", EXIT_USAGE)  # fmt: skip
     opts = launcher.RunOptions(command, out, profile_steps, not no_nvml, nvml_interval, node_rank)
     opts.nsys, opts.nsys_range = nsys, nsys_range
     show, live = _progress_printer(quiet)
@@ -377,6 +396,7 @@ def attach(
 @app.command()
 def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    no_color: NoColor = False,
 ) -> None:
     """Show what this host can capture (NVML, GPUs, torch, CUDA, NCCL, nsys) and why not."""
     from gpudiag.collect.probe import probe
@@ -416,6 +436,7 @@ def gate(
     junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML.")] = None,
     markdown: Annotated[Path | None, typer.Option("--markdown", help="Write Markdown.")] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown.")] = "table",
+    no_color: NoColor = False,
 ) -> None:
     """CI performance gate: idle/wait limits, stragglers, regression against a baseline."""
     from gpudiag.analysis.gate import evaluate
@@ -450,6 +471,7 @@ def diff(
         str | None, typer.Option("--format", "-f", help="table, markdown, json.")
     ] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here.")] = None,
+    no_color: NoColor = False,
 ) -> None:
     """What changed between two runs: step time, shares, idle ratio, per rank."""
     from gpudiag.analysis.diff import diff as run_diff

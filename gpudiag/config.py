@@ -100,6 +100,10 @@ class AdviceRules:
     min_transfer_share: float = 0.1  # comm remedies need this share of the wait to be transfer
     launch_gap_ns: int = 100_000  # GPU-idle gaps shorter than this inside a step: launches
     launch_bound_share: float = 0.5  # CUDA graphs / fusion need this share of "other" in them
+    compute_bound_share: float = 0.7  # compute at least this share of step time: compute-bound
+    fusion_share: float = 0.4  # elementwise + reduction + normalisation of compute: fuse them
+    gemm_share: float = 0.2  # GEMMs at least this share of compute for a precision remedy …
+    fp32_gemm_share: float = 0.5  # … and at least this share of GEMM time in fp32 kernels
 
 
 @dataclass(frozen=True)
@@ -154,11 +158,17 @@ class Thresholds:
                 v = getattr(rules, f.name)
                 if isinstance(f.default, bool):
                     if not isinstance(v, bool):
-                        raise UsageError(f"{group}.{f.name}={v!r} is not true or false", "")
+                        raise UsageError(
+                            f"[tool.gpudiag.{group}] {f.name} = {_value(v)} is not true or false",
+                            "write true or false",
+                        )
                 elif f.name.endswith("_ratio") or f.name.endswith("_share"):
                     _check_ratio(f"{group}.{f.name}", v)
                 elif not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-                    raise UsageError(f"{group}.{f.name}={v!r} is not a non-negative number", "")
+                    raise UsageError(
+                        f"[tool.gpudiag.{group}] {f.name} = {_value(v)} is not 0 or more",
+                        "",
+                    )
         for name in ("comm_kernel_re", "comm_host_re", "comm_op_re", "data_re", "step_re"):
             pattern = getattr(self, name)
             if pattern is None:
@@ -192,14 +202,26 @@ _OPTIONS = {"idle_ratio_max": "--idle-threshold", "step_re": "--step-marker",
 
 def _option(name: str) -> str:
     """How a user sets a threshold: the CLI option where one exists, else the config key."""
-    return _OPTIONS.get(name, f"[tool.gpudiag] {name}")
+    if name in _OPTIONS:
+        return _OPTIONS[name]
+    group, _, key = name.rpartition(".")
+    return f"[tool.gpudiag.{group}] {key}" if group else f"[tool.gpudiag] {name}"
+
+
+def _value(v: Any) -> str:
+    """A value as the user would type it: ``30``, not ``30.0``; ``true``, not ``True``."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return f"{v:g}"
+    return str(v)
 
 
 def _check_ratio(name: str, v: Any) -> None:
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and 0.0 <= float(v) <= 1.0
     if not ok:
         raise UsageError(
-            f"{_option(name)} {v!r} is not a ratio between 0 and 1",
+            f"{_option(name)} {_value(v)} is not a ratio between 0 and 1",
             "ratios are fractions: 0.3 means 30%",
         )
 
@@ -322,7 +344,7 @@ class GateConfig:
                           ("alpha", "--alpha")):  # fmt: skip
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0):
-                raise UsageError(f"gate: {opt} {v!r} is not a ratio between 0 and 1",
+                raise UsageError(f"gate: {opt} {_value(v)} is not a ratio between 0 and 1",
                                  "0.3 means 30%")  # fmt: skip
         if self.max_regression_ratio < 0:
             raise UsageError(
@@ -334,7 +356,8 @@ class GateConfig:
                              "")  # fmt: skip
         if self.stragglers not in STRAGGLER_MODES:
             raise UsageError(
-                f"gate: --stragglers {self.stragglers}", f"choose {', '.join(STRAGGLER_MODES)}"
+                f"gate: --stragglers {self.stragglers} is not one of fail, warn or off",
+                "choose --stragglers fail, warn or off",
             )
 
     def idle_limit(self, th: Thresholds) -> float:

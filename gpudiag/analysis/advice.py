@@ -21,6 +21,9 @@ triggered it. Estimated gains are first-order, per step, and stated as upper bou
   the host is inside the step; copies alone (no compute beside them) for half of it get
   the pinned-memory / side-stream remedy; otherwise the remedy is to find the host work
   (syncs, Python, logging) behind the long gaps;
+* compute-bound (information) → no gain is estimated: fusion when elementwise, reduction
+  and normalisation kernels hold ``advice.fusion_share`` of compute, bf16/TF32 when GEMMs
+  hold ``advice.gemm_share`` of it and ``advice.fp32_gemm_share`` of their time is fp32;
 * pipeline bubble → the schedule bubble saved by ``pipeline.micro_batches_per_stage`` (4)
   micro-batches per stage: ((p−1)/(m+p−1) − (p−1)/(4p+p−1)) × step time.
 
@@ -551,12 +554,76 @@ HOST = (
 )  # fmt: skip
 
 
+# ---- compute ----
+
+
+def _m(f: Finding, key: str) -> float:
+    return float(f.metrics.get(key, 0.0))
+
+
+def _compute_evidence(f: Finding, _c: Context) -> dict[str, Any]:
+    keys = ("compute_share", "unit", "fusable_share", "gemm_share", "fp32_gemm_share", "top")
+    return {k: f.metrics[k] for k in keys if k in f.metrics}
+
+
+def _fusion_detail(f: Finding, _c: Context) -> str:
+    unit = "operators" if f.metrics.get("unit") == "operator" else "kernels"
+    return (
+        f"Elementwise, reduction and normalisation {unit} take {_m(f, 'fusable_share'):.0%} of "
+        "compute: each reads and writes its tensors from memory. torch.compile(model) fuses "
+        "chains of them into few kernels (Inductor/Triton); fused optimizers (foreach=True or "
+        "fused=True) and fused layers (e.g. apex/Transformer Engine LayerNorm, "
+        "scaled_dot_product_attention) do the same for common patterns."
+    )
+
+
+def _precision_detail(f: Finding, _c: Context) -> str:
+    cpu = f.metrics.get("unit") == "operator"
+    text = (
+        f"GEMMs take {_m(f, 'gemm_share'):.0%} of compute and {_m(f, 'fp32_gemm_share'):.0%} of "
+        "their time runs in full fp32: "
+    )
+    if cpu:
+        return text + (
+            "run the forward pass under torch.autocast('cpu', dtype=torch.bfloat16) on CPUs "
+            "with bf16 support (AMX, AVX-512 BF16)."
+        )
+    return text + (
+        "train under torch.autocast('cuda', dtype=torch.bfloat16) (mixed precision), or at "
+        "least let fp32 matmuls use TF32 tensor cores with "
+        "torch.backends.cuda.matmul.allow_tf32 = True / "
+        "torch.set_float32_matmul_precision('high')."
+    )
+
+
+COMPUTE = (
+    Remedy(
+        id=_const("fuse-kernels"),
+        title=_const("Fuse elementwise and normalisation work with torch.compile"),
+        detail=_fusion_detail,
+        gain=lambda f, c: None,
+        evidence=_compute_evidence,
+        applies=lambda f, c: _m(f, "fusable_share") >= c.rules.fusion_share,
+    ),
+    Remedy(
+        id=_const("reduced-precision"),
+        title=_const("Run the GEMMs in bf16 (autocast) or TF32 instead of fp32"),
+        detail=_precision_detail,
+        gain=lambda f, c: None,
+        evidence=_compute_evidence,
+        applies=lambda f, c: (_m(f, "gemm_share") >= c.rules.gemm_share
+                              and _m(f, "fp32_gemm_share") >= c.rules.fp32_gemm_share),
+    ),
+)  # fmt: skip
+
+
 RULES: dict[FindingKind, tuple[Remedy, ...]] = {
     FindingKind.DATA_BOUND: (DATA,),
     FindingKind.COMM_BOUND: COMM,
     FindingKind.STRAGGLER: (STRAGGLER,),
     FindingKind.PIPELINE_BUBBLE: (PIPELINE,),
     FindingKind.HOST_BOUND: HOST,
+    FindingKind.COMPUTE_BOUND: COMPUTE,
 }
 
 

@@ -78,7 +78,14 @@ def collective_type(name: str) -> str:
     m = _KERNEL_TYPE.search(name)
     raw = m.group(1) if m else name.split(":", 1)[-1]
     key = re.sub(r"[^a-z]", "", raw.lower())
-    return _ALIASES.get(key, "unknown" if key in ("generic", "") else key)
+    if key in _ALIASES:
+        return _ALIASES[key]
+    if key.startswith("memcpy"):  # CUDA-aware MPI and P2P copies: "Memcpy PtoP (Device -> Device)"
+        return "peer copy" if "ptop" in key or "peer" in key else "copy"
+    for alias in sorted(_ALIASES, key=len, reverse=True):  # e.g. "all_reduce_coalesced"
+        if alias in key:
+            return _ALIASES[alias]
+    return "unknown" if key in ("generic", "") else "other"
 
 
 @dataclass

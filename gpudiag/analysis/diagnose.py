@@ -20,6 +20,7 @@ import numpy as np
 
 from gpudiag import __version__
 from gpudiag.analysis import intervals as iv
+from gpudiag.analysis import words
 from gpudiag.analysis.advice import rank_spread, recommend, what_if
 from gpudiag.analysis.classify import (
     RankSets,
@@ -42,8 +43,10 @@ from gpudiag.analysis.collectives import (
     host_comm_types,
     match,
 )
+from gpudiag.analysis.compute import compute_bound
 from gpudiag.analysis.idle import idle_findings
 from gpudiag.analysis.kernels import breakdown as kernel_breakdown
+from gpudiag.analysis.kernels import combine as combine_kernels
 from gpudiag.analysis.model import (
     Cause,
     Diagnosis,
@@ -64,6 +67,7 @@ from gpudiag.analysis.steady import steady_steps, warmup_steps
 from gpudiag.analysis.steps import StepWindows, find_steps
 from gpudiag.analysis.stragglers import find_stragglers, late_arrival
 from gpudiag.analysis.timeline import RankLanes, Timeline, rank_lanes
+from gpudiag.analysis.verdict import verdict
 from gpudiag.analysis.wholerun import whole_run
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
@@ -467,6 +471,8 @@ def build_diagnosis(
     notes = list(notes) + _step_range_notes(results)
     findings = idle_findings(ranks, steps, th) + _source_findings(results, run) + warm
     findings += list(extra_findings)
+    kernels = combine_kernels([r.evidence.get("kernels") or {} for r in ranks])
+    findings += compute_bound(run, kernels, th.advice)
     colls = [r.collectives for r in results if r.collectives is not None]
     coll, sync_by_step = analyse(colls, run.world_size, th.collectives)
     findings += bandwidth_findings(coll, th.collectives)
@@ -512,6 +518,8 @@ def build_diagnosis(
         notes=list(notes),
         gpudiag_version=__version__,
         whole_run=whole_run,
+        verdict=verdict(run, findings),
+        kernels=kernels,
     )
 
 
@@ -656,7 +664,8 @@ def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Fin
         present = sorted(r.rank for r in results)
         out.append(Finding(
             FindingKind.SOURCE_MISSING, Severity.INFO,
-            f"{run.ranks} of {run.world_size} ranks have traces ({_span(present)}); "
+            f"{run.ranks} of {run.world_size} ranks {'has' if run.ranks == 1 else 'have'} traces "
+            f"({_span(present)}); "
             "cross-rank findings cover only those",
             ranks=present, metrics={"missing": "ranks", "world_size": run.world_size},
         ))  # fmt: skip
@@ -675,10 +684,4 @@ def _step_range_notes(results: Sequence[RankResult]) -> list[str]:
 
 
 def _span(ranks: list[int]) -> str:
-    if len(ranks) <= 6:
-        return (
-            "rank " + ", ".join(map(str, ranks))
-            if len(ranks) == 1
-            else "ranks " + ", ".join(map(str, ranks))
-        )
-    return f"ranks {ranks[0]}…{ranks[-1]}"
+    return words.ranks(ranks)

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpudiag.analysis import words
 from gpudiag.analysis.model import (
     Finding,
     FindingKind,
@@ -68,9 +69,9 @@ def _ranks_text(values: dict[int, float]) -> str:
         return f"rank {r}: {v:.0%}"
     lo, hi = min(values.values()), max(values.values())
     ranks = sorted(values)
-    shown = ", ".join(map(str, ranks[:6])) + (
-        f" and {len(ranks) - 6} more" if len(ranks) > 6 else ""
-    )
+    shown = words.fold(ranks)
+    if len(shown) > 40:
+        shown = words.fold(ranks[:6]) + f" and {len(ranks) - 6} more"
     span = f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}–{hi:.0%}"
     return f"ranks {shown}: {span}"
 

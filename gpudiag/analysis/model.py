@@ -39,6 +39,7 @@ class FindingKind(StrEnum):
     TRUNCATED_STEP = "truncated_step"
     WARMUP = "warmup"
     JOB_FAILED = "job_failed"
+    COMPUTE_BOUND = "compute_bound"
 
 
 class Severity(StrEnum):
@@ -364,6 +365,10 @@ class Diagnosis:
     spread: dict[str, SpreadEntry] = field(default_factory=dict)
     what_if: WhatIf | None = None
     collectives: CollectivesSummary | None = None
+    # the one-line verdict every renderer shows first (analysis/verdict.py)
+    verdict: dict[str, Any] = field(default_factory=dict)
+    # the kernels (GPU) or operators (CPU) behind compute, over every rank (analysis/kernels.py)
+    kernels: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -373,9 +378,9 @@ class Diagnosis:
             r["shares"] = rs.shares.as_dict()
         d["what_if"] = d["what_if"] or {}
         d["collectives"] = self.collectives.to_json() if self.collectives else {}
-        order = ["schema_version", "gpudiag_version", "inputs", "run", "ranks", "steps",
-                 "findings", "recommendations", "spread", "what_if", "collectives",
-                 "whole_run", "thresholds", "notes"]  # fmt: skip
+        order = ["schema_version", "gpudiag_version", "inputs", "verdict", "run", "ranks",
+                 "steps", "findings", "recommendations", "spread", "what_if", "collectives",
+                 "kernels", "whole_run", "thresholds", "notes"]  # fmt: skip
         return {k: d[k] for k in order}
 
     @classmethod
@@ -395,11 +400,18 @@ class Diagnosis:
             r["shares"] = Shares(**r["shares"])
             r["mode"] = Mode(r["mode"])
             ranks.append(RankSummary(**r))
+        findings = [_finding_from_json(f) for f in d["findings"]]
+        run_summary = RunSummary(**run)
+        verdict = d.get("verdict")
+        if not verdict:  # saved before the verdict existed: derive it as analysis would
+            from gpudiag.analysis.verdict import verdict as make_verdict
+
+            verdict = make_verdict(run_summary, findings)
         return cls(
-            run=RunSummary(**run),
+            run=run_summary,
             ranks=ranks,
             steps=[StepBreakdown(**s) for s in d["steps"]],
-            findings=[_finding_from_json(f) for f in d["findings"]],
+            findings=findings,
             recommendations=[
                 Recommendation(**{**r, "finding": FindingKind(r["finding"])})
                 for r in d.get("recommendations", [])
@@ -413,6 +425,8 @@ class Diagnosis:
             spread={k: SpreadEntry(**v) for k, v in d.get("spread", {}).items()},
             what_if=WhatIf(**d["what_if"]) if d.get("what_if") else None,
             collectives=CollectivesSummary.from_json(d.get("collectives") or {}),
+            verdict=dict(verdict),
+            kernels=dict(d.get("kernels") or {}),
         )
 
     def steps_frame(self) -> Any:
@@ -426,6 +440,29 @@ class Diagnosis:
         dur = df["duration_ns"].where(df["duration_ns"] > 0)
         df["idle_ratio"] = 1.0 - df["compute_ns"] / dur
         return df
+
+    def findings_frame(self) -> Any:
+        """One row per finding as a pandas DataFrame: kind, severity, message, ranks, steps."""
+        import pandas as pd
+
+        cols = ["kind", "severity", "message", "ranks", "steps", "cause", "persistent",
+                "wait_caused_ns", "metrics"]  # fmt: skip
+        rows = [{**asdict(f), "kind": str(f.kind), "severity": str(f.severity),
+                 "cause": None if f.cause is None else str(f.cause)}
+                for f in self.findings]  # fmt: skip
+        df = pd.DataFrame(rows, columns=cols)
+        df["wait_caused_ns"] = df["wait_caused_ns"].astype("Int64")
+        return df
+
+    def to_markdown(self) -> str:
+        """The Markdown report (``gpudiag analyze … --format markdown``) as a string."""
+        import io
+
+        from gpudiag.report.markdown import render
+
+        buf = io.StringIO()
+        render(self, buf)
+        return buf.getvalue()
 
 
 def _finding_from_json(f: dict[str, Any]) -> Finding:

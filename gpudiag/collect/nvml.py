@@ -63,8 +63,8 @@ def load_nvml(nvml: Any | None = None) -> NvmlOpen:
     if nvml is None:
         try:
             import pynvml
-        except ImportError as e:
-            return NvmlOpen(None, f"nvidia-ml-py not installed ({e}); pip install gpudiag[collect]")
+        except ImportError:
+            return NvmlOpen(None, "nvidia-ml-py is not installed: pip install 'gpudiag[collect]'")
         nvml = pynvml
     if not hasattr(nvml, "nvmlInit"):
         return NvmlOpen(

@@ -2,34 +2,93 @@
 
 from __future__ import annotations
 
-from typing import TextIO
+import os
+import re
+import textwrap
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from gpudiag.analysis import words
 from gpudiag.analysis.model import Diagnosis, RankSummary, Severity
-from gpudiag.report.format import flagged, fmt_ns, idle_threshold, mode_label
+from gpudiag.report.format import (
+    flagged,
+    fmt_ns,
+    idle_threshold,
+    mode_label,
+    short_name,
+    window_label,
+)
 from gpudiag.report.format import pct as _pct
 
+MAX_LISTED = 8  # per-rank values listed in one line at most
 _SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 _SEVERITY_MARK = {"error": "✗", "warning": "!", "info": "·"}
 _FLAG_STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold red", Severity.INFO: ""}
 
 
 def make_console(out: TextIO, width: int | None = None, color: bool | None = None) -> Console:
-    """A console on ``out``; fixed width and no colour give reproducible (golden) text."""
+    """A console on ``out``; fixed width and no colour give reproducible (golden) text.
+
+    ``color=None`` follows the environment: ``NO_COLOR`` (``--no-color``) gives plain text,
+    ``FORCE_COLOR`` colour even on a pipe, ``TERM=dumb`` and pipes get none. Pipes and
+    files are 120 columns wide unless ``COLUMNS`` says otherwise.
+    """
+    if color is None and os.environ.get("NO_COLOR"):
+        color = False  # plain text: no colour and no bold either
     if width is None and not (hasattr(out, "isatty") and out.isatty()):
-        width = 120  # files and pipes: wide enough for every column, stable for diffs
+        columns = os.environ.get("COLUMNS", "")
+        width = int(columns) if columns.isdigit() and int(columns) > 0 else 120
     return Console(
         file=out,
         width=width,
         force_terminal=color,
-        no_color=color is False,
+        no_color=True if color is False else None,
         highlight=False,
         soft_wrap=False,
         emoji=False,
     )
+
+
+# A number and its unit ("368.1 ms", "12 %", "r0 1.2 ms") never break across lines.
+_KEEP = re.compile(r"(?<=\d) (?=(?:ns|µs|ms|s|GB/s|MHz|W|°C|MiB|GiB|%)(?![\w/]))|(?<=\br\d) "
+                   r"|(?<=\br\d\d) |(?<=\br\d\d\d) ")  # fmt: skip
+_NBSP = "\u00a0"
+
+
+def wrap(text: str, width: int, first: str = "", indent: str | None = None) -> list[str]:
+    """``text`` wrapped to ``width`` after ``first``, later lines hanging at its width.
+
+    Words are never broken, nor a number from its unit.
+    """
+    indent = " " * len(first) if indent is None else indent
+    kept = _KEEP.sub(_NBSP, text).replace(" · ", _NBSP + "· ")  # "·" ends a line, never starts one
+    lines = textwrap.wrap(kept, width=max(20, width), initial_indent=first,
+                          subsequent_indent=indent, break_long_words=False,
+                          break_on_hyphens=False) or [first]  # fmt: skip
+    return [line.replace(_NBSP, " ") for line in lines]
+
+
+def _print_wrapped(con: Console, first: Text, text: str, indent: str | None = None,
+                   style: str = "") -> None:  # fmt: skip
+    """``first`` (styled) then ``text`` wrapped with a hanging indent."""
+    lines = wrap(text, con.width, " " * len(first.plain), indent)
+    head = first.copy()
+    head.append(lines[0][len(first.plain) :], style=style)
+    con.print(head)
+    for line in lines[1:]:
+        con.print(Text(line, style=style))
+
+
+def _fit(con: Console, build: Callable[[tuple[int, int, int, int]], Table]) -> Table:
+    """The table with two spaces between columns, or one when that does not fit."""
+    t = build((0, 1, 0, 1))
+    if con.measure(t, options=con.options.update_width(10_000)).maximum > con.width:
+        t = build((0, 1, 0, 0))
+    return t
 
 
 def render(
@@ -41,25 +100,36 @@ def render(
     color: bool | None = None,
     max_ranks: int = 64,
 ) -> None:
-    """Print the run summary, the per-rank table, findings and (optionally) every step."""
+    """Print the verdict, the run summary, the per-rank table, findings and (optionally) steps."""
     con = make_console(out, width=width, color=color)
     r = d.run
     flags = flagged(d)
     idle_flag = (None, "idle") in flags
+    v = d.verdict
+    if v:
+        style = "bold green" if v.get("bottleneck") == "none" else "bold"
+        _print_wrapped(con, Text("verdict: ", style="bold"),
+                       f"{v['headline']} ({_basis(v)})", style=style)  # fmt: skip
     head = Text()
     head.append("gpudiag", style="bold")
-    head.append(f" · {r.ranks} rank{'s' if r.ranks != 1 else ''}")
+    head.append(f" · {words.plural(r.ranks, 'rank')}")
     if r.world_size and r.world_size != r.ranks:
         head.append(f" of {r.world_size}")
-    head.append(f" · {r.steps} step{'s' if r.steps != 1 else ''} · {mode_label(r.mode)}")
-    head.append(
-        f" · step time median {fmt_ns(r.step_time_ns_median)}, p90 {fmt_ns(r.step_time_ns_p90)}"
-    )
+    head.append(f" · {mode_label(r.mode)}")
     con.print(head)
-    line = Text("run: ")
+    window = (f"{window_label(r.mode)}: {words.plural(r.steps, 'step')} · step time median "
+              f"{fmt_ns(r.step_time_ns_median)}, p90 {fmt_ns(r.step_time_ns_p90)}")  # fmt: skip
+    con.print(Text(window))
+    if d.whole_run is not None and d.whole_run.ranks:
+        wr = d.whole_run.ranks
+        med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
+        n = max(x.steps for x in wr)
+        con.print(Text(f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · "
+                       f"step time median {fmt_ns(med)}"))  # fmt: skip
+    line = Text("shares: ")
     line.append(f"compute {_pct(r.shares.compute)} · comm-wait {_pct(r.shares.comm_wait)} · "
                 f"data-wait {_pct(r.shares.data_wait)} · "
-                f"other {_pct(r.shares.other)}\n     ")  # fmt: skip
+                f"other {_pct(r.shares.other)}\n        ")  # fmt: skip
     line.append(f"idle {_pct(r.idle_ratio)}", style="bold red" if idle_flag else "green")
     thr = idle_threshold(d)
     if idle_flag and thr is not None:
@@ -67,53 +137,91 @@ def render(
     line.append(f" · comm overlapped by compute {_pct(r.comm_overlapped_ratio)}")
     con.print(line)
     con.print()
-    con.print(_rank_table(d, max_ranks))
+    con.print(_fit(con, lambda pad: _rank_table(d, max_ranks, pad)))
     for text in _spread_and_what_if(d):
-        con.print(Text(text, style="dim"))
+        label, _, rest = text.partition(": ")
+        _print_wrapped(con, Text(f"{label}: ", style="dim"), rest, style="dim")
+    if d.kernels and d.kernels.get("top"):
+        con.print()
+        _kernel_block(con, d.kernels)
     if show_steps:
-        con.print(_step_table(d))
+        con.print()
+        con.print(Text("profiled steps", style="bold"))
+        con.print(_fit(con, lambda pad: _step_table(d, pad)))
     if d.collectives is not None and d.collectives.by_type:
         con.print()
-        con.print(_collective_table(d))
+        _collective_block(con, d)
     if d.whole_run is not None:
         con.print()
-        con.print(_whole_run_table(d))
+        _print_wrapped(con, Text(""), "whole run (telemetry): steady steps, neither profiled nor "
+                       "warm-up", style="bold")  # fmt: skip
+        con.print(_fit(con, lambda pad: _whole_run_table(d, pad)))
         if d.whole_run.gpus:
-            con.print(_gpu_table(d))
+            con.print(Text("GPUs (NVML, over the steps)", style="bold"))
+            con.print(_fit(con, lambda pad: _gpu_table(d, pad)))
     con.print()
     if d.findings:
         con.print(Text("Findings", style="bold"))
         for f in d.findings:
-            t = Text(
-                f" {_SEVERITY_MARK.get(f.severity, '-')} ",
-                style=_SEVERITY_STYLE.get(f.severity, ""),
-            )
-            t.append(f.message)
-            con.print(t)
+            mark = Text(f" {_SEVERITY_MARK.get(f.severity, '-')} ",
+                        style=_SEVERITY_STYLE.get(f.severity, ""))  # fmt: skip
+            _print_wrapped(con, mark, f.message)
     else:
         con.print(Text("No findings: compute dominates every rank's step time.", style="green"))
     if d.recommendations:
         con.print()
         con.print(Text("Recommendations", style="bold"))
         for rec in d.recommendations:
-            t = Text(" → ", style="cyan")
-            t.append(rec.title, style="bold")
+            title = rec.title
             if rec.estimated_gain_ns:
-                t.append(f"  (could recover ~{fmt_ns(rec.estimated_gain_ns)} per step)")
+                title += f" (could recover ~{fmt_ns(rec.estimated_gain_ns)} per step)"
             if rec.overlaps_with:
-                t.append(f" · not additive with {', '.join(rec.overlaps_with)}", style="dim")
-            con.print(t)
-            con.print(Text(f"   {rec.detail}"))
+                title += f"; not additive with {', '.join(rec.overlaps_with)}"
+            _print_wrapped(con, Text(" → ", style="cyan"), title, style="bold")
+            _print_wrapped(con, Text("   "), rec.detail)
     for note in d.notes:
-        con.print(Text(f"note: {note}", style="dim"))
+        _print_wrapped(con, Text("note: ", style="dim"), note, style="dim")
 
 
-def _rank_table(d: Diagnosis, max_ranks: int) -> Table:
-    t = Table(title=None, box=None, header_style="bold", pad_edge=False)
+def _basis(v: dict[str, Any]) -> str:
+    return f"from the {v.get('basis', 'profiled window')}"
+
+
+def _kernel_block(con: Console, k: dict[str, Any]) -> None:
+    """The run's top five kernels or operators, with family and share of their time."""
+    unit = "operators" if k.get("unit") == "operator" else "kernels"
+    where = "CPU" if unit == "operators" else "GPU"
+    con.print(Text(f"top {unit} by {where} time, all ranks", style="bold"))
+    fixed = 13 + 9 + 6 + 3 * 2
+    room = max(20, min(60, con.width - fixed))
+
+    def build(pad: tuple[int, int, int, int]) -> Table:
+        t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
+        t.add_column(unit[:-1], no_wrap=True, max_width=room, overflow="ellipsis")
+        t.add_column("family", no_wrap=True)
+        t.add_column("time", justify="right", no_wrap=True)
+        t.add_column("share", justify="right", no_wrap=True)
+        for e in k["top"][:5]:
+            t.add_row(short_name(str(e["name"])), str(e["family"]), fmt_ns(e["time_ns"]),
+                      _pct(e["share"]))  # fmt: skip
+        return t
+
+    con.print(_fit(con, build))
+    fams = k.get("families") or {}
+    if fams:
+        text = " · ".join(f"{f} {_pct(v)}" for f, v in list(fams.items())[:6])
+        _print_wrapped(con, Text("by family: ", style="dim"), text, style="dim")
+
+
+Pad = tuple[int, int, int, int]
+
+
+def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad) -> Table:
+    t = Table(title=None, box=None, header_style="bold", pad_edge=False, padding=pad)
     for col, just in (("rank", "right"), ("steps", "right"), ("median", "right"), ("p90", "right"),
                       ("compute", "right"), ("comm-wait", "right"), ("data-wait", "right"),
                       ("other", "right"), ("overlap", "right"), ("idle", "right")):  # fmt: skip
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+        t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
     flags = flagged(d)
     ranks: list[RankSummary] = d.ranks
     shown = (
@@ -135,8 +243,8 @@ def _rank_table(d: Diagnosis, max_ranks: int) -> Table:
     return t
 
 
-def _step_table(d: Diagnosis) -> Table:
-    t = Table(title="steps", box=None, header_style="bold", pad_edge=False, title_justify="left")
+def _step_table(d: Diagnosis, pad: Pad) -> Table:
+    t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
     for col in (
         "rank",
         "step",
@@ -148,7 +256,7 @@ def _step_table(d: Diagnosis) -> Table:
         "overlap",
         "idle",
     ):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=True)
     for s in d.steps:
         dur = s.duration_ns or 1
         t.add_row(str(s.rank), str(s.step), fmt_ns(s.duration_ns), fmt_ns(s.compute_ns),
@@ -157,13 +265,12 @@ def _step_table(d: Diagnosis) -> Table:
     return t
 
 
-def _whole_run_table(d: Diagnosis) -> Table:
+def _whole_run_table(d: Diagnosis, pad: Pad) -> Table:
     w = d.whole_run
     assert w is not None
-    t = Table(title="every step (telemetry)", box=None, header_style="bold", pad_edge=False,
-              title_justify="left")  # fmt: skip
+    t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
     for col in ("rank", "steps", "median", "p90", "max", "data-wait"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=True)
     for r in w.ranks:
         t.add_row(str(r.rank), str(r.steps), fmt_ns(r.step_time_ns_median),
                   fmt_ns(r.step_time_ns_p90), fmt_ns(r.step_time_ns_max),
@@ -171,13 +278,12 @@ def _whole_run_table(d: Diagnosis) -> Table:
     return t
 
 
-def _gpu_table(d: Diagnosis) -> Table:
+def _gpu_table(d: Diagnosis, pad: Pad) -> Table:
     w = d.whole_run
     assert w is not None
-    t = Table(title="GPUs (NVML, over the steps)", box=None, header_style="bold",
-              pad_edge=False, title_justify="left")  # fmt: skip
+    t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
     for col in ("rank", "gpu", "util", "mem util", "power", "SM clock", "max temp", "slowdown"):
-        t.add_column(col, justify="right")
+        t.add_column(col, justify="right", no_wrap=col != "slowdown")
 
     def num(v: float | None, unit: str, digits: int = 0) -> str:
         return "n/a" if v is None else f"{v:.{digits}f} {unit}"
@@ -185,7 +291,7 @@ def _gpu_table(d: Diagnosis) -> Table:
     for g in w.gpus:
         slow = _pct(g.slowdown_ratio)
         if g.slowdown_reasons:
-            slow += " " + ",".join(g.slowdown_reasons)
+            slow += " " + ", ".join(g.slowdown_reasons)
         t.add_row("-" if g.rank is None else str(g.rank), g.gpu_uuid[:12], _pct(g.util_ratio),
                   _pct(g.mem_util_ratio), num(g.power_w, "W"), num(g.sm_clock_mhz, "MHz"),
                   num(g.temp_c_max, "°C"), slow)  # fmt: skip
@@ -205,8 +311,13 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
             ("data_wait_ratio", "data-wait", _pct),
         ):
             v = sp.get(key)
-            if v:
-                parts.append(f"{label} {fmt(v.min)} (r{v.min_rank})–{fmt(v.max)} (r{v.max_rank})")
+            if not v:
+                continue
+            lo, hi = fmt(v.min), fmt(v.max)
+            if lo == hi:
+                parts.append(f"{label} {lo} (every rank)")
+            else:
+                parts.append(f"{label} {lo} (r{v.min_rank})–{hi} (r{v.max_rank})")
         lines.append("across ranks: " + " · ".join(parts))
     gm = [(r.rank, r.evidence["gpu_metrics"]) for r in d.ranks if r.evidence.get("gpu_metrics")]
     if gm:
@@ -225,7 +336,10 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
         cur = w.step_time_ns
 
         def delta(v: int | None) -> str:
-            return "n/a" if v is None else f"{fmt_ns(v)} ({(v - cur) / cur:+.0%})"
+            if v is None:
+                return "n/a"
+            change = f"{(v - cur) / cur:+.0%}"
+            return f"{fmt_ns(v)} ({'no change' if change in ('+0%', '-0%') else change})"
 
         text = (f"what if: comm fully overlapped → {delta(w.if_comm_overlapped_ns)} · "
                 f"no data wait → {delta(w.if_no_data_wait_ns)}")  # fmt: skip
@@ -239,16 +353,34 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
     return lines
 
 
-def _collective_table(d: Diagnosis) -> Table:
+def _collective_block(con: Console, d: Diagnosis) -> None:
     c = d.collectives
     assert c is not None
     lower = c.bandwidth_is_lower_bound
-    title = (f"collectives ({c.matched} matched across ranks by {c.method})"
-             if not lower else "collectives (not matched across ranks: durations include waiting; "
-             "bandwidths are lower bounds)")  # fmt: skip
-    t = Table(title=title, box=None, header_style="bold", pad_edge=False, title_justify="left")
+    how = {"comms_id": "by collective id", "order": "in issue order"}.get(c.method, c.method)
+    title = (f"collectives: {c.matched} matched across ranks {how}"
+             if not lower else "collectives: not matched across ranks, so durations include "
+             "waiting and bandwidths are lower bounds")  # fmt: skip
+    _print_wrapped(con, Text(""), title, style="bold")
+    con.print(_fit(con, lambda pad: _collective_table(d, pad)))
+    per = c.per_rank
+    if per:
+        items = list(per.items())
+        label = "waiting for the last rank: "
+        if len(items) > MAX_LISTED:  # the longest waits, not a screenful of ranks
+            items = sorted(items, key=lambda kv: -kv[1].sync_wait_ns)[:MAX_LISTED]
+            label = f"waiting for the last rank, the {MAX_LISTED} longest of {len(per)}: "
+        waits = ", ".join(f"r{r} {fmt_ns(v.sync_wait_ns)}" for r, v in items)
+        _print_wrapped(con, Text(label, style="dim"), waits, indent="  ", style="dim")
+
+
+def _collective_table(d: Diagnosis, pad: Pad) -> Table:
+    c = d.collectives
+    assert c is not None
+    lower = c.bandwidth_is_lower_bound
+    t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
     for col in ("type", "size", "count", "transfer", "algbw", "busbw", "of peak"):
-        t.add_column(col, justify="left" if col in ("type", "size") else "right")
+        t.add_column(col, justify="left" if col in ("type", "size") else "right", no_wrap=True)
     ge = "≥" if lower else ""
 
     def bw(v: float | None) -> str:
@@ -260,9 +392,4 @@ def _collective_table(d: Diagnosis) -> Table:
                   fmt_ns(row.transfer_ns_median), bw(row.algbw_gbps), bw(row.busbw_gbps),
                   "n/a" if eff is None
                   else f"{ge}{eff:.0%} of {row.peak_gbps or 0:.0f}")  # fmt: skip
-    per = c.per_rank
-    if per:
-        waits = ", ".join(f"r{r} {fmt_ns(v.sync_wait_ns)}" for r, v in per.items())
-        t.caption = f"synchronisation wait (time waiting for the last rank): {waits}"
-        t.caption_justify = "left"
     return t

@@ -10,6 +10,8 @@ from rich.table import Table
 
 from gpudiag.report.console import make_console
 
+WIDE = 1000  # the console width when not a terminal: rows are as long as they need
+
 
 def render_table(caps: Mapping[str, Any], out: TextIO, *, width: int | None = None,
                  color: bool | None = None) -> None:  # fmt: skip
@@ -46,6 +48,8 @@ def render_table(caps: Mapping[str, Any], out: TextIO, *, width: int | None = No
     )
     row("nvtx", bool(caps.get("nvtx")),
         "installed" if caps.get("nvtx") else "pip install gpudiag[collect]")  # fmt: skip
+    if width is None and not (hasattr(out, "isatty") and out.isatty()):
+        width = WIDE  # piped or redirected: one line per capability, never wrapped
     make_console(out, width=width, color=color).print(t)
 
 

@@ -32,6 +32,18 @@ def fmt_ns(ns: float | None) -> str:
     return f"{ns:.0f} ns"
 
 
+def short_name(name: str) -> str:
+    """A kernel or operator name without its return type, template arguments and parameters."""
+    n = name.strip()
+    if n.startswith("void "):
+        n = n[5:]
+    for stop in ("(", "<"):
+        i = n.find(stop)
+        if i > 0:
+            n = n[:i]
+    return n or name
+
+
 def pct(x: float | None, digits: int = 1) -> str:
     """A ratio as a percentage (``n/a`` when unknown); never ``-0.0%``."""
     if x is None:
@@ -72,3 +84,8 @@ def mode_label(mode: str) -> str:
     """What the classification was made from, for a report's first line."""
     return {"gpu": "GPU trace", "cpu": "CPU trace", "mixed": "GPU and CPU traces",
             "telemetry": "step telemetry (no trace)"}.get(str(mode), str(mode))  # fmt: skip
+
+
+def window_label(mode: str) -> str:
+    """What the step statistics of the first lines were taken over."""
+    return "every step (telemetry)" if str(mode) == "telemetry" else "profiled window"

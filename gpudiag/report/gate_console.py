@@ -10,7 +10,7 @@ from rich.text import Text
 from gpudiag.analysis.diff import RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.report.console import make_console
-from gpudiag.report.markdown import diff_cells, fmt_value
+from gpudiag.report.markdown import diff_cells, fmt_value, metric_label
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "inconclusive": "magenta"}
 _VERDICT_STYLE = {"passed": "bold green", "failed": "bold red", "inconclusive": "bold magenta"}
@@ -62,7 +62,7 @@ def render_diff(
     for row in diff.rows:
         style = {"worse": "red", "better": "green"}.get(row.direction, "")
         a, b, change = diff_cells(row)
-        t.add_row(row.scope, row.metric, a, b, Text(change, style=style))
+        t.add_row(row.scope, metric_label(row.metric), a, b, Text(change, style=style))
     con.print(t)
     for title, items in (("communication", diff.comm), ("findings", diff.findings)):
         if items:

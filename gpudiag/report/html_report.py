@@ -14,8 +14,9 @@ from collections import defaultdict
 from html import escape
 from typing import Any, TextIO
 
+from gpudiag.analysis import words
 from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, FindingKind, StepBreakdown
-from gpudiag.report.format import flagged, fmt_ns, idle_threshold, mode_label
+from gpudiag.report.format import flagged, fmt_ns, idle_threshold, mode_label, window_label
 from gpudiag.report.format import pct as _pct
 
 COLORS = {"compute": "#2e7d32", "comm_wait": "#1565c0", "data_wait": "#ef6c00", "other": "#9e9e9e"}
@@ -30,7 +31,9 @@ max-width:1200px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:6px 0}td,th{padding:3px 10px;text-align:right;
 border-bottom:1px solid #eee}th{background:#f5f5f5}td.l,th.l{text-align:left}
-.bad{color:#c62828;font-weight:600}.muted{color:#777}.legend span{display:inline-block;
+.bad{color:#c62828;font-weight:600}
+.verdict{font-size:17px;margin:6px 0}.verdict.ok b{color:#2e7d32}
+.muted{color:#777}.legend span{display:inline-block;
 margin-right:14px}.sw{display:inline-block;width:11px;height:11px;margin-right:4px;
 vertical-align:-1px}.sev-error{color:#c62828}.sev-warning{color:#b26a00}.sev-info{color:#666}
 svg{display:block;margin:2px 0 10px}svg text{font:11px system-ui,sans-serif;fill:#444}
@@ -145,6 +148,41 @@ def _table(head: list[str], rows: list[list[str]], left: int = 1) -> str:
     return f"<table><tr>{th}</tr>{body}</table>"
 
 
+def _verdict(d: Diagnosis) -> str:
+    """The verdict line, first on the page, and what it rests on."""
+    v = d.verdict
+    if not v:
+        return ""
+    cls = "verdict ok" if v.get("bottleneck") == "none" else "verdict"
+    basis = _e(v.get("basis", "profiled window"))
+    return (f'<p class="{cls}"><b>{_e(v["headline"])}</b> '
+            f'<span class="muted">(from the {basis})</span></p>')  # fmt: skip
+
+
+def _whole_run_line(d: Diagnosis) -> str:
+    """The whole run's step time, labelled apart from the profiled window's."""
+    if d.whole_run is None or not d.whole_run.ranks:
+        return ""
+    wr = d.whole_run.ranks
+    med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
+    n = words.plural(max(x.steps for x in wr), "steady step")
+    return f"<p>whole run (telemetry): {_e(n)} per rank, step time median <b>{_ms(med)}</b></p>"
+
+
+def _kernels(d: Diagnosis) -> str:
+    """The run's top kernels or operators, with family and share."""
+    k = d.kernels
+    if not k or not k.get("top"):
+        return ""
+    unit = "operator" if k.get("unit") == "operator" else "kernel"
+    rows = [[_e(e["name"]), _e(e["family"]), _ms(int(e["time_ns"])), _e(e["count"]),
+             _pct(float(e["share"]))] for e in k["top"]]  # fmt: skip
+    fams = " · ".join(f"{_e(f)} {_pct(float(v))}" for f, v in (k.get("families") or {}).items())
+    return (f"<h2>Top {unit}s by {'CPU' if unit == 'operator' else 'GPU'} time, all ranks</h2>"
+            + _table([unit, "family", "time", "count", "share"], rows, left=2)
+            + (f'<p class="muted">by family: {fams}</p>' if fams else ""))  # fmt: skip
+
+
 def _gpu_section(d: Diagnosis) -> str:
     whole = getattr(d, "whole_run", None)
     gpus = list(getattr(whole, "gpus", None) or [])
@@ -185,13 +223,17 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
         '<meta name="viewport" content="width=device-width">',
         f"<title>gpudiag report: {r.ranks} ranks, {r.steps} steps</title>",
         f"<style>{_CSS}</style></head><body>",
-        f"<h1>gpudiag report</h1><p>{r.ranks} rank(s)"
+        "<h1>gpudiag report</h1>",
+        _verdict(d),
+        f"<p>{_e(words.plural(r.ranks, 'rank'))}"
         + (f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else "")
-        + f" · {r.steps} steps · {_e(mode_label(r.mode))} · step time median "
+        + f" · {_e(mode_label(r.mode))} · {window_label(r.mode)}: "
+        f"{_e(words.plural(r.steps, 'step'))}, step time median "
         f"<b>{_ms(r.step_time_ns_median)}</b>, p90 {_ms(r.step_time_ns_p90)} · idle "
         f'<b class="{"bad" if (None, "idle") in flags else ""}">{_pct(r.idle_ratio)}</b>'
         + (f" (above {thr:.0%})" if thr is not None and (None, "idle") in flags else "")
         + f" · gpudiag {_e(d.gpudiag_version)}</p>",
+        _whole_run_line(d),
     ]
     rows = [[str(x.rank), str(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90),
              _pct(x.shares.compute), _pct(x.shares.comm_wait), _pct(x.shares.data_wait),
@@ -204,6 +246,7 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
          "device"], rows, left=0))  # fmt: skip
     if len(d.ranks) > MAX_RANKS:
         p.append(f'<p class="muted">{len(d.ranks) - MAX_RANKS} more ranks not drawn.</p>')
+    p.append(_kernels(d))
     p.append("<h2>Where each step's time goes, per rank</h2>" + _legend())
     for rank, steps in shown.items():
         p.append(f'<div class="chart-title">rank {rank}</div>')
@@ -217,7 +260,7 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
     strag = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
     if strag:
         p.append(_table(["ranks", "steps", "finding"],
-                        [[_e(", ".join(map(str, f.ranks))), _e(len(f.steps)), _e(f.message)]
+                        [[_e(words.fold(f.ranks)), _e(len(f.steps)), _e(f.message)]
                          for f in strag], left=3))  # fmt: skip
     else:
         p.append('<p class="muted">No straggler findings.</p>')

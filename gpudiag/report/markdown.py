@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import TextIO
 
+from gpudiag.analysis import words
 from gpudiag.analysis.diff import DiffRow, RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
-from gpudiag.report.format import fmt_ns, mode_label, pct
+from gpudiag.report.format import fmt_ns, mode_label, pct, short_name, window_label
 
 _ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
@@ -25,8 +26,25 @@ def fmt_value(name: str, v: float | None) -> str:
     if v is None:
         return "-"
     if name == "step_time_regression":
-        return f"{v:+.1%}"
+        return _signed(f"{v:+.1%}")
     return f"{v:.1%}"
+
+
+METRIC_LABELS = {
+    "step_time_median": "step time (median)", "step_time_p90": "step time (p90)",
+    "compute_share": "compute", "comm_wait_share": "comm-wait", "data_wait_share": "data-wait",
+    "other_share": "other", "idle_ratio": "idle",
+}  # fmt: skip
+
+
+def metric_label(name: str) -> str:
+    """A diff metric as the tables say it (``comm_wait_share`` → ``comm-wait``)."""
+    return METRIC_LABELS.get(name, name.replace("_", " "))
+
+
+def _signed(text: str) -> str:
+    """``+1.2%`` stays; ``+0.0%`` and ``-0.0%`` read ``0.0%``."""
+    return text[1:] if text[0] in "+-" and not any(c in "123456789" for c in text) else text
 
 
 def diff_cells(row: DiffRow) -> tuple[str, str, str]:
@@ -35,9 +53,9 @@ def diff_cells(row: DiffRow) -> tuple[str, str, str]:
     if row.change is None:
         change = "n/a"
     elif row.unit == "ns":
-        change = f"{row.change:+.1%}"
+        change = _signed(f"{row.change:+.1%}")
     else:
-        change = f"{row.change * 100:+.1f} pt"
+        change = _signed(f"{row.change * 100:+.1f}") + " pt"
     return show(row.a), show(row.b), change
 
 
@@ -54,8 +72,13 @@ def _table(out: TextIO, head: list[str], rows: list[list[str]], align: str) -> N
 def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     """A Diagnosis: run summary, per-rank table, findings and recommendations."""
     r = d.run
-    out.write(f"## gpudiag: {r.ranks} ranks · {r.steps} steps · {mode_label(r.mode)}\n\n")
-    out.write(f"Step time median **{fmt_ns(r.step_time_ns_median)}**, p90 "
+    out.write(f"## gpudiag: {words.plural(r.ranks, 'rank')} · {mode_label(r.mode)}\n\n")
+    v = d.verdict
+    if v:
+        out.write(f"**{cell(v['headline'])}** (from the {v.get('basis', 'profiled window')})\n\n")
+    label = window_label(r.mode).capitalize()
+    out.write(f"{label}: {words.plural(r.steps, 'step')}, step time median "
+              f"**{fmt_ns(r.step_time_ns_median)}**, p90 "
               f"{fmt_ns(r.step_time_ns_p90)} · compute {pct(r.shares.compute)} · comm-wait "
               f"{pct(r.shares.comm_wait)} · data-wait {pct(r.shares.data_wait)} · other "
               f"{pct(r.shares.other)} · idle **{pct(r.idle_ratio)}**\n\n")  # fmt: skip
@@ -64,6 +87,18 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
              pct(x.shares.other), pct(x.idle_ratio)] for x in d.ranks]  # fmt: skip
     _table(out, ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
                  "idle"], rows, "rrrrrrrrr")  # fmt: skip
+    if d.whole_run is not None and d.whole_run.ranks:
+        wr = d.whole_run.ranks
+        med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
+        n = words.plural(max(x.steps for x in wr), "steady step")
+        out.write(f"\nWhole run (telemetry): {n} per rank, step time median {fmt_ns(med)}\n")
+    k = d.kernels
+    if k and k.get("top"):
+        unit = "operator" if k.get("unit") == "operator" else "kernel"
+        out.write(f"\n### Top {unit}s, all ranks\n\n")
+        _table(out, [unit, "family", "time", "share"],
+               [[short_name(e["name"]), e["family"], fmt_ns(e["time_ns"]), pct(e["share"])]
+                for e in k["top"][:5]], "llrr")  # fmt: skip
     if d.findings:
         out.write("\n### Findings\n\n")
         for f in d.findings[:MAX_ROWS]:
@@ -102,7 +137,8 @@ def render_diff(diff: RunDiff, out: TextIO) -> None:
     rows = []
     for row in diff.rows:
         a, b, change = diff_cells(row)
-        rows.append([row.scope, row.metric, a, b, arrow.get(row.direction, "") + change])
+        rows.append([row.scope, metric_label(row.metric), a, b,
+                     arrow.get(row.direction, "") + change])  # fmt: skip
     _table(out, ["scope", "metric", "A", "B", "change"], rows, "llrrr")
     for title, items in (("Communication", diff.comm), ("Findings", diff.findings)):
         if items:

@@ -115,7 +115,7 @@ def test_slowed_job_fails_against_its_baseline(runs: dict[str, Path], tmp_path: 
 def test_diff_and_report_of_real_runs(runs: dict[str, Path], tmp_path: Path) -> None:
     r = run_gpudiag(["diff", str(runs["base"]), str(runs["slow"]), "-f", "markdown"])
     assert r.returncode == 0, r.stderr
-    assert "| run | step_time_median |" in r.stdout and "🔺" in r.stdout
+    assert "| run | step time (median) |" in r.stdout and "🔺" in r.stdout
     html = tmp_path / "r.html"
     r = run_gpudiag(["report", str(runs["starved"]), "-o", str(html)])
     assert r.returncode == 0, r.stderr

@@ -1,0 +1,125 @@
+"""Issue 16: the verdict, the words of user text, the compute-bound remedies, the Python API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import gpudiag
+from gpudiag.analysis import words
+from gpudiag.analysis.advice import recommend
+from gpudiag.analysis.compute import compute_bound
+from gpudiag.analysis.model import (
+    Diagnosis,
+    Finding,
+    FindingKind,
+    Mode,
+    RunSummary,
+    Severity,
+    Shares,
+)
+from gpudiag.analysis.verdict import verdict
+from gpudiag.config import AdviceRules
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def _run(compute: float, comm: float = 0.0, data: float = 0.0) -> RunSummary:
+    other = 1.0 - compute - comm - data
+    return RunSummary(2, 2, 4, 10_000_000, 11_000_000, Shares(compute, comm, data, other), 0.0,
+                      1.0 - compute, Mode.GPU)  # fmt: skip
+
+
+def _share_finding(kind: FindingKind, sev: Severity, per_rank: dict[str, float]) -> Finding:
+    return Finding(kind, sev, "m", ranks=sorted(int(r) for r in per_rank),
+                   metrics={"per_rank": per_rank})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("xs", "text"),
+    [([3], "3"), ([0, 1], "0–1"), ([0, 1, 2, 3, 4, 5, 7], "0–5, 7"), ([0, 1, 5], "0, 1, 5"),
+     ([2, 9, 10, 11], "2, 9–11")],
+)  # fmt: skip
+def test_rank_lists_fold(xs, text):
+    assert words.fold(xs) == text
+
+
+def test_words():
+    assert words.ranks([4]) == "rank 4" and words.ranks([0, 1, 2]) == "ranks 0–2"
+    assert [words.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 22, 101)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "22nd", "101st"]  # fmt: skip
+    assert words.plural(1, "step") == "1 step" and words.plural(2, "step") == "2 steps"
+    assert words.percent(-0.001) == "0%"
+
+
+def test_no_bottleneck_says_how_the_step_splits():
+    v = verdict(_run(0.93), [])
+    assert v == {"headline": "no bottleneck: compute 93%, idle 7%", "bottleneck": "none",
+                 "share": 0.93, "ranks": [], "basis": "profiled window"}  # fmt: skip
+
+
+def test_most_severe_then_largest_share_wins():
+    data = _share_finding(FindingKind.DATA_BOUND, Severity.WARNING, {"0": 0.44, "1": 0.48})
+    comm = _share_finding(FindingKind.COMM_BOUND, Severity.WARNING, {"0": 0.12})
+    idle = _share_finding(FindingKind.IDLE_RATIO, Severity.WARNING, {"0": 0.9})
+    v = verdict(_run(0.4, 0.12, 0.46), [idle, comm, data])
+    assert v["bottleneck"] == "data" and v["ranks"] == [0, 1]
+    assert v["headline"] == "data-bound: ranks 0–1 wait for input 46% of each step"
+    severe = _share_finding(FindingKind.COMM_BOUND, Severity.ERROR, {"1": 0.31})
+    v = verdict(_run(0.4, 0.31, 0.2), [data, severe])
+    assert v["bottleneck"] == "communication"
+    assert v["headline"] == "communication-bound: rank 1 waits for collectives 31% of each step"
+
+
+def test_saved_diagnosis_without_a_verdict_gets_one(tmp_path):
+    d = gpudiag.analyze(TESTS / "data" / "nccl219_data", jobs=1)
+    doc = d.to_json()
+    assert list(doc)[:4] == ["schema_version", "gpudiag_version", "inputs", "verdict"]
+    del doc["verdict"], doc["kernels"]
+    back = Diagnosis.from_json(doc)
+    assert back.verdict == d.verdict and back.kernels == {}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    assert gpudiag.analyze(path).verdict["bottleneck"] == "data"
+
+
+def _kernels(families: dict[str, float], fp32: float = 0.0) -> dict:
+    return {"unit": "kernel", "total_ns": 100, "top": [], "families": families,
+            "fp32_gemm_share": fp32}  # fmt: skip
+
+
+def test_compute_bound_remedies_follow_the_kernels():
+    rules = AdviceRules()
+    run = _run(0.9)
+    assert compute_bound(_run(rules.compute_bound_share - 0.01), _kernels({"GEMM": 1.0}),
+                         rules) == []  # fmt: skip
+    fused = compute_bound(run, _kernels({"elementwise": 0.4, "normalisation": 0.2,
+                                         "GEMM": 0.3, "communication": 0.1}), rules)  # fmt: skip
+    assert fused[0].kind == FindingKind.COMPUTE_BOUND and fused[0].severity == Severity.INFO
+    assert fused[0].metrics["fusable_share"] == pytest.approx(0.6 / 0.9)
+    ids = [r.id for r in recommend(run, [], [], fused, None, rules)]
+    assert ids == ["fuse-kernels"]
+    fp32 = compute_bound(run, _kernels({"GEMM": 0.8, "elementwise": 0.2}, fp32=0.9), rules)
+    assert [r.id for r in recommend(run, [], [], fp32, None, rules)] == ["reduced-precision"]
+    bf16 = compute_bound(run, _kernels({"GEMM": 0.8, "elementwise": 0.2}, fp32=0.1), rules)
+    assert recommend(run, [], [], bf16, None, rules) == []
+    assert verdict(run, fused)["bottleneck"] == "none"
+
+
+def test_frames_and_markdown():
+    pytest.importorskip("pandas")
+    d = gpudiag.analyze(TESTS / "data" / "straggler_comms_id", jobs=1)
+    f = d.findings_frame()
+    assert list(f.columns[:5]) == ["kind", "severity", "message", "ranks", "steps"]
+    assert len(f) == len(d.findings) and f["kind"].iloc[0] == str(d.findings[0].kind)
+    md = d.to_markdown()
+    assert md.splitlines()[2].startswith("**straggler: rank 1")
+
+
+def test_public_names_are_clean():
+    names = dir(gpudiag)
+    assert "analyze" in names and "Diagnosis" in names and "Thresholds" in names
+    assert not {"Any", "TYPE_CHECKING", "annotations", "importlib"} & set(names)
+    assert set(gpudiag.__all__) == set(names)
