@@ -32,8 +32,8 @@ def _share(f: Finding) -> float:
     m = f.metrics
     if f.kind == FindingKind.STRAGGLER:
         return float(m.get("median_excess_ratio", 0.0))
-    if f.kind == FindingKind.PIPELINE_BUBBLE:
-        return float(m.get("bubble_ratio", 0.0))
+    if f.kind == FindingKind.PIPELINE_BUBBLE:  # the schedule's bubble counts end-of-step drain
+        return max(float(m.get("bubble_ratio", 0.0)), float(m.get("ideal_bubble_ratio", 0.0)))
     per = m.get("per_rank") or {}
     return max((float(v) for v in per.values()), default=0.0)
 
