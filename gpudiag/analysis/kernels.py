@@ -12,7 +12,8 @@ reduction (softmax, losses, sums), embedding (lookups, gathers, scatters), optim
 (fused/foreach optimizer kernels), elementwise, other. Kernel names are long C++
 templates, so the patterns look for the library's words (``gemm``, ``cutlass``,
 ``Cijk_`` for rocBLAS/Tensile, ``flash``, ``fmha``, ``layer_norm``, ``elementwise``,
-Triton's ``triton_poi``/``triton_red``) rather than exact names.
+Triton's ``triton_poi``/``triton_red``) rather than exact names, in the kernel's own name
+(before its template and argument lists) first, then in the whole signature.
 
 Precision: a GEMM kernel whose name says fp32 (``sgemm``, ``f32f32``, ``_s1688``) — not
 TF32 or a reduced type — is counted in ``fp32_gemm_share``.
@@ -51,6 +52,7 @@ FAMILIES: tuple[tuple[str, str], ...] = (
                     r"|permute|expand|cat|stack|index|embedding)"),
 )  # fmt: skip
 _FAMILY_RES = [(f, re.compile(p, re.IGNORECASE)) for f, p in FAMILIES]
+_TEMPLATE = re.compile(r"[<(]")
 _FP32_GEMM = re.compile(r"sgemm|f32f32|_s\d{3,4}gemm|gemm.*_f32_|fp32", re.IGNORECASE)
 _REDUCED = re.compile(r"tf32|bf16|fp16|f16|h\d{3,4}gemm|hgemm|e4m3|e5m2|i8|int8", re.IGNORECASE)
 
@@ -63,9 +65,12 @@ def family(name: str, kind: int | None = None) -> str:
         return "memcpy"
     if kind == Kind.COMM:
         return "communication"
-    for fam, rx in _FAMILY_RES:
-        if rx.search(name):
-            return fam
+    # the kernel's own name first: its template and argument lists name other things
+    base = _TEMPLATE.split(name, maxsplit=1)[0]
+    for text in (base, name) if base != name else (name,):
+        for fam, rx in _FAMILY_RES:
+            if rx.search(text):
+                return fam
     return "other"
 
 
