@@ -8,6 +8,7 @@ reads back, possibly on another machine::
       ranks/rank-<R>.pt.trace.json.gz   Kineto trace of rank R's profiled window
       ranks/rank-<R>.steps.jsonl    every step of rank R: append-only telemetry
       nvml/<host>.jsonl             NVML samples of this node's GPUs
+      conditions/<host>.jsonl       what else the host and its GPUs were doing, ~1 Hz
       nsys/                         optional Nsight Systems report and export
       control.json                  requests to the running ranks (``attach --profile-next``)
       ranks/previous/               earlier profiler windows of a rank, moved aside
@@ -37,6 +38,7 @@ MANIFEST_SCHEMA_VERSION = 1
 RANKS_DIR = "ranks"
 NVML_DIR = "nvml"
 NSYS_DIR = "nsys"
+CONDITIONS_DIR = "conditions"
 CONTROL = "control.json"
 
 
@@ -53,6 +55,11 @@ def steps_path(run_dir: Path, rank: int) -> Path:
 def nvml_path(run_dir: Path, host: str) -> Path:
     """Where the sampler of ``host`` appends NVML samples."""
     return run_dir / NVML_DIR / f"{host}.jsonl"
+
+
+def conditions_path(run_dir: Path, host: str) -> Path:
+    """Where the launcher of ``host`` appends run-condition samples."""
+    return run_dir / CONDITIONS_DIR / f"{host}.jsonl"
 
 
 def control_path(run_dir: Path) -> Path:
@@ -109,6 +116,8 @@ class RunManifest:
     profile_steps: str | None = None
     diagnosis_incomplete: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # summary of conditions/<host>.jsonl (docs/run-directory.md); None when not sampled
+    conditions: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict for ``manifest.json``."""

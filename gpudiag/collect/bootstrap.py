@@ -11,7 +11,9 @@ A process is a rank when ``GPUDIAG_RUN_DIR`` is set and it is not torchrun's age
 (no ``LOCAL_RANK`` and a torchrun/``torch.distributed.run`` command line), not a
 multiprocessing child (DataLoader workers, spawn start-up) and not a descendant of an
 instrumented rank (``GPUDIAG_RANK_PID`` names another process). Without ``RANK`` it is
-rank 0 of 1.
+rank 0 of 1. ``GPUDIAG_RANK_PID`` naming this very process means a rank ``exec``'d a new
+image: it continues that rank (same telemetry file, same step count) when the rank's
+hook handed its state on in ``GPUDIAG_EXEC_STATE``, and is left alone otherwise.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -31,6 +34,8 @@ ENV_PROFILE = "GPUDIAG_PROFILE_STEPS"
 ENV_NODE_RANK = "GPUDIAG_NODE_RANK"
 ENV_RANK_PID = "GPUDIAG_RANK_PID"
 ENV_PKG_ROOT = "GPUDIAG_PKG_ROOT"
+ENV_EXEC_STATE = "GPUDIAG_EXEC_STATE"
+ENV_FAULT = "GPUDIAG_FAULT"
 
 _booted = False
 
@@ -88,8 +93,9 @@ def is_rank_process(env: dict[str, str] | None = None, argv: Sequence[str] | Non
     if not env.get(ENV_RUN_DIR):
         return False
     owner = env.get(ENV_RANK_PID)
-    if owner and owner != str(os.getpid()):
-        return False
+    if owner:
+        # Another process: a rank's descendant. This process: an image a rank exec'd.
+        return owner == str(os.getpid()) and exec_state(env) is not None
     if "--multiprocessing-fork" in argv:
         return False
     import multiprocessing
@@ -99,6 +105,21 @@ def is_rank_process(env: dict[str, str] | None = None, argv: Sequence[str] | Non
     if getattr(multiprocessing.current_process(), "_inheriting", False):
         return False
     return not ("LOCAL_RANK" not in env and _is_torchrun_agent(argv))
+
+
+def exec_state(env: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The state a rank's hook handed to the image it exec'd, if it is this process's."""
+    env = dict(os.environ) if env is None else env
+    raw = env.get(ENV_EXEC_STATE)
+    if not raw:
+        return None
+    try:
+        state = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(state, dict) or state.get("pid") != os.getpid():
+        return None
+    return state
 
 
 class _TorchWatcher(importlib.abc.MetaPathFinder):
@@ -165,6 +186,8 @@ def on_torch_imported(torch: ModuleType) -> None:
         from gpudiag.collect import hook
 
         env = os.environ
+        state = exec_state()
+        os.environ.pop(ENV_EXEC_STATE, None)
         os.environ[ENV_RANK_PID] = str(os.getpid())  # descendants are not ranks
         try:
             window = hook.parse_window(env.get(ENV_PROFILE, "5:10"))
@@ -178,8 +201,16 @@ def on_torch_imported(torch: ModuleType) -> None:
             world_size=int(env.get("WORLD_SIZE", "1")),
             node_rank=int(env.get("GROUP_RANK", env.get(ENV_NODE_RANK, "0"))),
             window=window,
+            faults=env.get(ENV_FAULT),
         )
-        hook.install(torch, h)
+        if state is not None:
+            h.continue_after_exec(state)
+        try:
+            hook.install(torch, h)
+        except Exception as e:
+            # Say so where the run's manifest will see it, when the directory is writable.
+            h.record_error("gpudiag", f"rank hook not installed: {type(e).__name__}: {e}")
+            raise
     except Exception as e:
         sys.stderr.write(f"gpudiag: rank hook not installed ({type(e).__name__}: {e})\n")
 

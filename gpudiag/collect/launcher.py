@@ -7,6 +7,11 @@ process group, keeps a job that reads the terminal from being stopped by SIGTTIN
 child inherits stdin, stdout and stderr (no pipes, so it can never block on gpudiag).
 gpudiag's exit code is the child's (128 + N when it died by signal N); failures of the
 capture are logged once to stderr and listed in ``manifest.diagnosis_incomplete``.
+
+Nothing the launcher does can stop the job: the samplers (NVML, run conditions) are
+threads of this process, every file the job needs is its own, and a ``gpudiag`` killed
+outright (SIGKILL) leaves the job running in its session, with the manifest written at
+launch (``ended_ns`` null, ``extra.child_pid`` set) and every telemetry line whole.
 """
 
 from __future__ import annotations
@@ -31,14 +36,16 @@ import gpudiag
 from gpudiag import rundir
 from gpudiag.collect import bootstrap
 from gpudiag.collect import nsys as nsys_capture
+from gpudiag.collect.conditions import DEFAULT_INTERVAL_S, ConditionsSampler
 from gpudiag.collect.nvml import NvmlSampler, load_nvml
 
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 
 def log(msg: str) -> None:
-    """Gpudiag's own messages go to stderr, never stdout."""
-    print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
+    """Gpudiag's own messages go to stderr, never stdout; a closed stderr is not an error."""
+    with contextlib.suppress(Exception):
+        print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass
@@ -54,6 +61,8 @@ class RunOptions:
     nvml_backend: Any = None
     nsys: bool = False
     nsys_range: str = "window"
+    conditions: bool = True
+    conditions_interval_s: float = DEFAULT_INTERVAL_S
 
 
 @dataclass
@@ -148,6 +157,7 @@ def child_env(run_dir: Path, node_rank: int, opts: RunOptions) -> dict[str, str]
     """The job's environment plus the variables that switch the rank bootstrap on."""
     env = dict(os.environ)
     env.pop(bootstrap.ENV_RANK_PID, None)
+    env.pop(bootstrap.ENV_EXEC_STATE, None)
     site = str(bootstrap.site_dir())
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = site + (os.pathsep + old if old else "")
@@ -233,7 +243,16 @@ def run(
     # --nsys without nsys fails before anything is created or launched
     nsys_bin, nsys_ver = nsys_capture.resolve() if opts.nsys else ("", "")
     out, run_dir, node_rank = layout(opts, env0)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from gpudiag.errors import GpudiagError
+
+        raise GpudiagError(
+            f"cannot create the run directory {run_dir} ({e}); the job was not started",
+            "pass --out DIR on a writable filesystem",
+            exit_code=3,
+        ) from e
     host = socket.gethostname()
     m = rundir.RunManifest(
         gpudiag_version=gpudiag.__version__,
@@ -254,7 +273,7 @@ def run(
         base = nsys_capture.report_base(run_dir, node_rank)
         command = nsys_capture.profile_command(nsys_bin, base, command, opts.nsys_range)
         m.extra["nsys"] = {"binary": nsys_bin, "version": nsys_ver, "range": opts.nsys_range}
-    sampler = _start_sampler(opts, run_dir, host, m)
+    sampler, nvml_mod = _start_sampler(opts, run_dir, host, m)
     _safe_write_manifest(run_dir, m)
     try:
         child = subprocess.Popen(
@@ -270,6 +289,9 @@ def run(
         raise GpudiagError(
             f"cannot start {opts.command[0]!r}: {e}", "check the command after `--`", exit_code=code
         ) from e
+    m.extra["child_pid"] = child.pid
+    conditions = _start_conditions(opts, run_dir, host, child.pid, nvml_mod, m)
+    _safe_write_manifest(run_dir, m)  # a gpudiag killed now leaves the child's pid behind
     tail = StepsTail(run_dir)
     t0 = time.monotonic()
     with forward_signals(child) as received:
@@ -293,6 +315,8 @@ def run(
     m.exit_code = code
     if received:
         m.extra["signals_forwarded"] = [signal.Signals(s).name for s in received]
+    if conditions is not None:
+        _finish_conditions(conditions, run_dir, m)
     if sampler is not None:
         sampler.stop()
         m.sources["nvml"].files = [str(sampler.path.relative_to(run_dir))]
@@ -317,16 +341,19 @@ def run(
 
 def _start_sampler(
     opts: RunOptions, run_dir: Path, host: str, m: rundir.RunManifest
-) -> NvmlSampler | None:
+) -> tuple[NvmlSampler | None, Any]:
+    """The NVML sampler (started) and the initialised NVML module, each None when absent."""
     if not opts.nvml:
         m.sources["nvml"] = rundir.SourceStatus(False, "disabled with --no-nvml")
-        return None
+        return None, None
+    nvml_mod = None
     try:
         nv = load_nvml(opts.nvml_backend)
         if nv.nvml is None:
             log(f"NVML not available ({nv.reason}); GPU-utilisation columns will be empty")
             m.sources["nvml"] = rundir.SourceStatus(False, nv.reason)
-            return None
+            return None, None
+        nvml_mod = nv.nvml
         s = NvmlSampler(
             nv.nvml,
             rundir.nvml_path(run_dir, host),
@@ -336,17 +363,61 @@ def _start_sampler(
         )
         if not s.gpus:
             m.sources["nvml"] = rundir.SourceStatus(False, "NVML reports no GPUs")
-            return None
+            return None, None
         s.start()
         m.sources["nvml"] = rundir.SourceStatus(True)
         m.extra["driver_version"] = nv.driver_version
-        return s
+        return s, nvml_mod
     except Exception as e:
         msg = f"NVML sampler not started: {type(e).__name__}: {e}"
         log(msg)
         m.sources["nvml"] = rundir.SourceStatus(False, msg)
         m.diagnosis_incomplete.append(msg)
+        return None, nvml_mod
+
+
+def _start_conditions(
+    opts: RunOptions, run_dir: Path, host: str, pid: int, nvml_mod: Any, m: rundir.RunManifest
+) -> ConditionsSampler | None:
+    if not opts.conditions:
+        m.sources["conditions"] = rundir.SourceStatus(False, "not requested")
         return None
+    try:
+        c = ConditionsSampler(
+            rundir.conditions_path(run_dir, host),
+            host,
+            job_pid=pid,
+            interval_s=opts.conditions_interval_s,
+            nvml=nvml_mod,
+            faults=os.environ.get(bootstrap.ENV_FAULT),
+        )
+        c.start()
+        return c
+    except Exception as e:
+        msg = f"run-conditions sampler not started: {type(e).__name__}: {e}"
+        log(msg)
+        m.sources["conditions"] = rundir.SourceStatus(False, msg)
+        m.diagnosis_incomplete.append(msg)
+        return None
+
+
+def _finish_conditions(c: ConditionsSampler, run_dir: Path, m: rundir.RunManifest) -> None:
+    try:
+        c.stop()
+        m.conditions = c.summary()
+        if c.samples_written:
+            m.conditions["file"] = str(c.path.relative_to(run_dir))
+            m.sources["conditions"] = rundir.SourceStatus(True, files=[m.conditions["file"]])
+        else:
+            m.sources["conditions"] = rundir.SourceStatus(
+                False, "; ".join(c.errors) or "no sample was taken"
+            )
+        m.diagnosis_incomplete.extend(c.errors)
+    except Exception as e:
+        msg = f"run conditions lost: {type(e).__name__}: {e}"
+        log(msg)
+        m.sources["conditions"] = rundir.SourceStatus(False, msg)
+        m.diagnosis_incomplete.append(msg)
 
 
 def _safe_write_manifest(run_dir: Path, m: rundir.RunManifest) -> None:
@@ -357,7 +428,7 @@ def _safe_write_manifest(run_dir: Path, m: rundir.RunManifest) -> None:
 
 
 def read_rank_records(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]], int]:
-    """(last header, error and profile records, step count) of one telemetry file."""
+    """(last header, every record but steps, step count) of one telemetry file."""
     header: dict[str, Any] | None = None
     events: list[dict[str, Any]] = []
     steps = 0
@@ -374,22 +445,37 @@ def read_rank_records(path: Path) -> tuple[dict[str, Any] | None, list[dict[str,
                 continue
             if rec.get("type") == "header":
                 header, events, steps = rec, [], 0  # a restarted rank starts a new segment
-            elif rec.get("type") in ("error", "profile"):
+            else:
                 events.append(rec)
     return header, events, steps
+
+
+def suggest_window(steps: int) -> str | None:
+    """A ``--profile-steps`` that fits a job of ``steps`` steps (one warm-up step before it)."""
+    if steps < 2:
+        return None
+    a = min(5, max(1, steps // 3))
+    return f"{a}:{min(steps, a + 5)}"
 
 
 def finish_manifest(run_dir: Path, m: rundir.RunManifest) -> None:
     """Fill ranks, hosts, world size and sources from what the ranks wrote."""
     ranks_dir = run_dir / rundir.RANKS_DIR
-    files = sorted(ranks_dir.glob("rank-*.steps.jsonl")) if ranks_dir.is_dir() else []
+    files = (
+        sorted(p for p in ranks_dir.glob("rank-*.steps.jsonl") if p.is_file())
+        if ranks_dir.is_dir()
+        else []
+    )
     errors: list[dict[str, Any]] = []
-    profiled: list[str] = []
+    per_rank: dict[int, list[dict[str, Any]]] = {}
+    steps_total = 0
     for path in files:
         header, events, steps = read_rank_records(path)
         if header is None:
             continue
         r = int(header["rank"])
+        steps_total += steps
+        per_rank[r] = events
         m.ranks.append(
             rundir.RankInfo(
                 rank=r,
@@ -406,39 +492,150 @@ def finish_manifest(run_dir: Path, m: rundir.RunManifest) -> None:
         if isinstance(ws, int):
             m.world_size = max(m.world_size or 0, ws)
         for ev in events:
-            if ev.get("type") == "error":
+            kind = ev.get("type")
+            if kind == "error":
                 errors.append({"rank": r, "where": ev.get("where"), "message": ev.get("message")})
                 if ev.get("where") == "gpudiag":
                     m.diagnosis_incomplete.append(f"rank {r}: {ev.get('message')}")
-            else:
-                profiled.append(str(ev.get("path")))
+            elif kind == "lost":
+                m.diagnosis_incomplete.append(
+                    f"rank {r}: telemetry lost {ev.get('records')} records (steps "
+                    f"{ev.get('first_step')}-{ev.get('last_step')}): {ev.get('message')}"
+                )
+        kinds = {ev.get("type") for ev in events}
+        if m.exit_code == 0 and steps and not kinds & {"exit", "exec"}:
+            m.diagnosis_incomplete.append(
+                f"rank {r}: telemetry ends without an exit record after {steps} steps "
+                "(its last writes failed, or the rank was killed)"
+            )
         m.extra.setdefault("steps_per_rank", {})[str(r)] = steps
     m.ranks.sort(key=lambda x: x.rank)
     if errors:
         m.extra["rank_errors"] = errors
     rel = [str(p.relative_to(run_dir)) for p in files]
-    if files:
+    if steps_total:
         m.sources["telemetry"] = rundir.SourceStatus(True, files=rel)
     else:
-        why = (
-            "no rank reported a step: no torch.optim step() ran, the job is not Python, or "
-            "python -S/-E/-I skipped the bootstrap"
-        )
-        m.sources["telemetry"] = rundir.SourceStatus(False, why)
+        if ranks_dir.exists() and not ranks_dir.is_dir():
+            why = f"{ranks_dir} is not a directory: the ranks could not write their telemetry"
+        else:
+            why = (
+                "no rank reported a step: no torch.optim step() ran, the job is not Python, "
+                "or python -S/-E/-I skipped the bootstrap"
+            )
+        m.sources["telemetry"] = rundir.SourceStatus(False, why, files=rel)
         m.diagnosis_incomplete.append(why)
-    traces = sorted(ranks_dir.glob("rank-*.pt.trace.json.gz")) if ranks_dir.is_dir() else []
-    if traces:
-        m.sources["kineto"] = rundir.SourceStatus(
-            True, files=[str(p.relative_to(run_dir)) for p in traces]
-        )
-    elif not m.profile_steps or m.profile_steps == "off":
-        m.sources["kineto"] = rundir.SourceStatus(False, "profiling off (--profile-steps off)")
-    else:
-        most = max(m.extra.get("steps_per_rank", {}).values(), default=0)
-        m.sources["kineto"] = rundir.SourceStatus(
-            False, f"profile window {m.profile_steps} not reached: ranks ran {most} steps"
-        )
+    _job_profiler_extras(per_rank, m)
+    m.sources["kineto"] = _kineto_status(run_dir, ranks_dir, per_rank, m)
     m.sources.setdefault("nsys", rundir.SourceStatus(False, "not requested"))
+
+
+def _job_profiler_extras(per_rank: dict[int, list[dict[str, Any]]], m: rundir.RunManifest) -> None:
+    """``extra.job_traces``, ``extra.job_profiler`` and ``extra.profile_windows``."""
+    traces: list[dict[str, Any]] = []
+    sessions: list[dict[str, Any]] = []
+    windows: list[dict[str, Any]] = []
+    for r, events in sorted(per_rank.items()):
+        open_: dict[str, dict[str, Any]] = {}
+        for ev in events:
+            kind = ev.get("type")
+            if kind == "job_trace":
+                traces.append(
+                    {"rank": r, **{k: ev.get(k) for k in ("path", "api", "step", "time_ns")},
+                     "exists": os.path.exists(str(ev.get("path")))}
+                )  # fmt: skip
+            elif kind == "job_profiler" and ev.get("event") == "start":
+                s = {"rank": r, "api": ev.get("api"), "start_step": ev.get("step"),
+                     "start_ns": ev.get("time_ns"), "stop_step": None, "stop_ns": None}  # fmt: skip
+                open_[str(ev.get("api"))] = s
+                sessions.append(s)
+            elif kind == "job_profiler" and ev.get("event") == "stop":
+                s = open_.pop(str(ev.get("api")), {})
+                if s:
+                    s["stop_step"], s["stop_ns"] = ev.get("step"), ev.get("time_ns")
+            elif kind == "window":
+                windows.append(
+                    {"rank": r, **{k: ev.get(k) for k in ("window", "status", "step", "reason",
+                                                          "kept", "job_api", "job_since_step")}}
+                )  # fmt: skip
+    if traces:
+        m.extra["job_traces"] = traces
+    if sessions:
+        m.extra["job_profiler"] = sessions
+    if windows:
+        m.extra["profile_windows"] = windows
+
+
+def _kineto_status(
+    run_dir: Path, ranks_dir: Path, per_rank: dict[int, list[dict[str, Any]]], m: rundir.RunManifest
+) -> rundir.SourceStatus:
+    """Whether gpudiag's traces were captured and, either way, what happened to the window."""
+    traces = sorted(ranks_dir.glob("rank-*.pt.trace.json.gz")) if ranks_dir.is_dir() else []
+    files = [str(p.relative_to(run_dir)) for p in traces]
+    windows = [w for w in m.extra.get("profile_windows", []) if w.get("status") != "saved"]
+    job_traces = m.extra.get("job_traces", [])
+    tail = ""
+    if job_traces:
+        tail = (
+            f"; the job's own traces: {len(job_traces)} file(s) in extra.job_traces, "
+            f"e.g. {job_traces[0]['path']}"
+        )
+    note = _window_note(windows)
+    if traces:
+        return rundir.SourceStatus(True, note + tail if note else "", files=files)
+    if not m.profile_steps or m.profile_steps == "off":
+        return rundir.SourceStatus(False, "profiling off (--profile-steps off)" + tail)
+    if note:
+        log(f"no profiler trace from gpudiag: {note}{tail}")
+        return rundir.SourceStatus(False, note + tail)
+    most = max(m.extra.get("steps_per_rank", {}).values(), default=0)
+    why = f"profile window {m.profile_steps} not reached: ranks ran {most} steps"
+    fit = suggest_window(most)
+    why += f"; rerun with --profile-steps {fit}" if fit else ""
+    if most:
+        log(why)
+    return rundir.SourceStatus(False, why + tail)
+
+
+def _window_note(windows: list[dict[str, Any]]) -> str:
+    """One sentence on the first window that did not end normally, naming the ranks."""
+    if not windows:
+        return ""
+    first = windows[0]
+    same = sorted(
+        {
+            w["rank"]
+            for w in windows
+            if w.get("status") == first.get("status") and w.get("window") == first.get("window")
+        }
+    )
+    who = "every rank" if len(same) == len({w["rank"] for w in windows}) else f"ranks {same}"
+    w = first.get("window") or [0, 0]
+    win = f"{w[0]}:{w[1]}"
+    status, step, reason = first.get("status"), first.get("step"), first.get("reason") or ""
+    api = first.get("job_api") or "torch.profiler"
+    if status == "stood_down":
+        if first.get("job_since_step") == 0:
+            return f"the job runs its own {api} from step 0; no gpudiag window ({who})"
+        return f"window {win} not opened at step {step}: {reason} ({who})"
+    if status == "cut":
+        kept = first.get("kept")
+        if kept:
+            return (
+                f"window {win} cut at step {step}: {reason}; steps {kept[0]}-{kept[1] - 1} "
+                f"kept ({who})"
+            )
+        return f"window {win} cut at step {step} before a complete step: {reason} ({who})"
+    if status == "cut_by_exit":
+        kept = first.get("kept") or w
+        return f"window {win} cut by the job's exit; steps {kept[0]}-{kept[1] - 1} kept ({who})"
+    if status == "not_reached":
+        return ""  # the caller words it with the step count and a window that fits
+    if status == "not_saved":
+        return f"window {win}: {reason} ({who})"
+    if status == "failed":
+        return f"window {win} lost at step {step}: {reason} ({who})"
+    return f"window {win} {status} at step {step}: {reason} ({who})"
 
 
 def record_incomplete(run_dir: Path, message: str) -> None:

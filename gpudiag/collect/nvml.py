@@ -5,10 +5,18 @@ node. Each tick it reads every selected GPU and appends one JSON line per GPU to
 ``nvml/<host>.jsonl``, flushed per line. Every NVML call is wrapped on its own: a call
 that is unsupported or fails gives ``null`` for that field, never 0. The format is
 documented in docs/run-directory.md.
+
+Failures mid-run never reach the job (it runs in other processes) and are reported once
+each in :attr:`NvmlSampler.errors` (the manifest's ``diagnosis_incomplete``) and on
+stderr: a GPU that stops answering every call (``NVML_ERROR_GPU_IS_LOST``), a round of
+calls that blocks for more than ``max(1 s, 10 intervals)``, a sampler thread still
+blocked in NVML 5 s after the job ended (left behind; its samples end there), and a
+sample file that cannot be written (the sampler stops).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -183,6 +191,10 @@ class NvmlSampler:
         self.samples_written = 0
         self.errors: list[str] = []
         self._rates = _Rate()
+        self._last_error: str | None = None
+        self._answered: set[str] = set()
+        self._lost: set[str] = set()
+        self._slow_reported = False
         self._file: IO[str] | None = None
         self._thread: threading.Thread | None = None
         self._reason_fn = self._probe_reasons_fn()
@@ -225,19 +237,21 @@ class NvmlSampler:
 
     def read_gpu(self, gpu: GpuIdentity, h: Any, t_ns: int) -> dict[str, Any]:
         """One sample of one GPU; each field is None when its NVML call fails."""
-        nv = self.nvml
-        util = _call(nv, "nvmlDeviceGetUtilizationRates", h)
-        mem = _call(nv, "nvmlDeviceGetMemoryInfo", h)
-        power_mw = _call(nv, "nvmlDeviceGetPowerUsage", h)
-        sm = _call(nv, "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
-        memclk = _call(nv, "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_MEM", 2))
-        temp = _call(nv, "nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
-        reasons = _call(nv, self._reason_fn, h) if self._reason_fn else None
-        rx = _call(nv, "nvmlDeviceGetPcieThroughput", h, getattr(nv, "NVML_PCIE_UTIL_RX_BYTES", 1))
-        tx = _call(nv, "nvmlDeviceGetPcieThroughput", h, getattr(nv, "NVML_PCIE_UTIL_TX_BYTES", 0))
-        energy = _call(nv, "nvmlDeviceGetTotalEnergyConsumption", h)
+        nv, get = self.nvml, self._get
+        self._last_error = None
+        util = get("nvmlDeviceGetUtilizationRates", h)
+        mem = get("nvmlDeviceGetMemoryInfo", h)
+        power_mw = get("nvmlDeviceGetPowerUsage", h)
+        sm = get("nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
+        memclk = get("nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_MEM", 2))
+        temp = get("nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+        reasons = get(self._reason_fn, h) if self._reason_fn else None
+        rx = get("nvmlDeviceGetPcieThroughput", h, getattr(nv, "NVML_PCIE_UTIL_RX_BYTES", 1))
+        tx = get("nvmlDeviceGetPcieThroughput", h, getattr(nv, "NVML_PCIE_UTIL_TX_BYTES", 0))
+        energy = get("nvmlDeviceGetTotalEnergyConsumption", h)
         nvl_rx, nvl_tx = self._nvlink_totals(h)
         key = gpu.uuid
+        self._check_lost(gpu, t_ns, (util, mem, power_mw, sm, temp))
         return {
             "type": "sample",
             "time_ns": t_ns,
@@ -259,6 +273,30 @@ class NvmlSampler:
             "nvlink_rx_bytes_s": self._rates.update(key + ":nvrx", t_ns, nvl_rx),
             "nvlink_tx_bytes_s": self._rates.update(key + ":nvtx", t_ns, nvl_tx),
         }
+
+    def _get(self, name: str, *args: Any) -> Any:
+        """One NVML call; None when unsupported or failing (the error is kept for a report)."""
+        fn = getattr(self.nvml, name, None)
+        if fn is None:
+            return None
+        try:
+            return fn(*args)
+        except Exception as e:
+            self._last_error = f"{type(e).__name__}: {e}"
+            return None
+
+    def _check_lost(self, gpu: GpuIdentity, t_ns: int, core: tuple[Any, ...]) -> None:
+        """Report once a GPU that answered before and now fails every basic call."""
+        if any(v is not None for v in core):
+            self._answered.add(gpu.uuid)
+            return
+        if gpu.uuid in self._answered and gpu.uuid not in self._lost:
+            self._lost.add(gpu.uuid)
+            when = time.strftime("%H:%M:%S", time.localtime(t_ns / 1e9))
+            self._fail(
+                f"NVML: GPU {gpu.index} ({gpu.uuid}) stopped answering at {when} "
+                f"({self._last_error or 'every call failed'}); its later samples are null"
+            )
 
     def _nvlink_totals(self, h: Any) -> tuple[float | None, float | None]:
         """Cumulative NVLink data KiB (rx, tx) from field values, when the GPU has NVLink."""
@@ -293,7 +331,9 @@ class NvmlSampler:
     def run(self) -> None:
         """The sampling loop: keeps a fixed cadence, stops when ``wait`` says so."""
         next_t = self.clock()
+        slow_ns = int(max(1.0, 10 * self.interval_s) * 1e9)
         while True:
+            t0 = self.clock()
             try:
                 self.sample_once()
             except Exception as e:  # disk full, closed file, a broken backend
@@ -301,6 +341,12 @@ class NvmlSampler:
                 return
             next_t += int(self.interval_s * 1e9)
             now = self.clock()
+            if now - t0 > slow_ns and not self._slow_reported:
+                self._slow_reported = True
+                self._fail(
+                    f"NVML sampling slow: one round of NVML calls took {(now - t0) / 1e9:.1f} s "
+                    "(a call blocked); samples are further apart from then on"
+                )
             if next_t < now:  # fell behind (suspended, slow NVML): do not burst to catch up
                 next_t = now
             if self.wait((next_t - now) / 1e9):
@@ -308,7 +354,8 @@ class NvmlSampler:
 
     def _fail(self, msg: str) -> None:
         self.errors.append(msg)
-        print(f"gpudiag: {msg}", file=sys.stderr)
+        with contextlib.suppress(Exception):  # a closed stderr must not stop sampling
+            print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
 
     def start(self) -> None:
         """Start the background thread."""
@@ -320,6 +367,12 @@ class NvmlSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+            if self._thread.is_alive():
+                self._fail(
+                    "NVML sampler still blocked in an NVML call 5 s after the job ended; "
+                    "left behind, its samples end there"
+                )
+                return  # the thread may still write: the file stays open, lines stay whole
         if self._file is not None:
             try:
                 self._file.close()

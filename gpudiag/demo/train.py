@@ -1,13 +1,19 @@
 """Tiny DDP training job (gloo on CPU, NCCL on GPU) with injectable bottlenecks.
 
 Used by the end-to-end tests and the README demo. It has no gpudiag imports:
-it is an ordinary user script. ``--profile-dir`` makes it record its own
-torch.profiler traces (as a user would), for tests that do not use ``gpudiag run``.
+it is an ordinary user script. It can profile itself as users do: ``--profile-dir``
+(a ``schedule`` and ``tensorboard_trace_handler``), or ``--profile-from N`` (a plain
+``with torch.profiler.profile()`` from step N to the end, exported with
+``--profile-export``). ``--print-loss`` prints rank 0's view of each step's mean loss
+(an all-reduce from Python), so runs can be compared by their output.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
+import multiprocessing
 import os
 import time
 from typing import Any
@@ -46,6 +52,11 @@ def collate(batch: Any) -> Any:
     return batch if isinstance(batch, tuple) else default_collate(batch)
 
 
+def square_sum(n: int) -> float:
+    """Work for a spawned pool (``--mp-spawn``): a child process that imports torch."""
+    return float((torch.arange(n, dtype=torch.float64) ** 2).sum())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--steps", type=int, default=12)
@@ -59,9 +70,18 @@ def main() -> None:
     p.add_argument("--sleep-s", type=float, default=0.0)
     p.add_argument("--sleep-every", type=int, default=1, help="sleep every Nth step")
     p.add_argument("--workers", type=int, default=0)
+    p.add_argument("--worker-start", default="", help="DataLoader workers: fork or spawn")
+    p.add_argument("--mp-spawn", type=int, default=0, help="run a spawn Pool of N first")
     p.add_argument("--profile-dir", default="", help="record torch.profiler traces here")
     p.add_argument("--profile-wait", type=int, default=2)
     p.add_argument("--profile-active", type=int, default=5)
+    p.add_argument(
+        "--profile-from", type=int, default=-1, help="plain torch.profiler.profile() from step N"
+    )
+    p.add_argument(
+        "--profile-export", default="", help="with --profile-from: export_chrome_trace here"
+    )
+    p.add_argument("--print-loss", action="store_true", help="print each step's mean loss")
     p.add_argument(
         "--pin", action="store_true", help="pin each rank to its own CPU core (steadier timings)"
     )
@@ -92,9 +112,21 @@ def main() -> None:
         model = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
+    if a.mp_spawn:
+        with multiprocessing.get_context("spawn").Pool(a.mp_spawn) as pool:
+            total = sum(pool.map(square_sum, [1000 * (i + 1) for i in range(a.mp_spawn)]))
+        if rank == 0:
+            print(f"spawned pool: {total:.1f}", flush=True)
+
     slow = a.slow_data if a.slow_data_rank in (-1, rank) else 0.0
     ds = SyntheticDataset(a.batch * (a.steps + 2), a.dim, slow)
-    loader = DataLoader(ds, batch_size=a.batch, num_workers=a.workers, collate_fn=collate)
+    loader = DataLoader(
+        ds,
+        batch_size=a.batch,
+        num_workers=a.workers,
+        collate_fn=collate,
+        multiprocessing_context=(a.worker_start or None) if a.workers else None,
+    )
 
     prof = None
     if a.profile_dir:
@@ -110,9 +142,16 @@ def main() -> None:
         )
         prof.start()
 
+    own = contextlib.ExitStack()
+    plain = None
     it = iter(loader)
     times: list[float] = []
     for step in range(a.steps):
+        if step == a.profile_from:
+            from torch.profiler import ProfilerActivity, profile
+
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
+            plain = own.enter_context(profile(activities=acts))
         t_step = time.perf_counter()
         x, y = next(it)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
@@ -126,13 +165,31 @@ def main() -> None:
         opt.step()
         if prof is not None:
             prof.step()
+        if plain is not None:
+            plain.step()
+        if a.print_loss:
+            mean = loss.detach().clone()
+            if distributed:
+                dist.all_reduce(mean)
+                mean /= dist.get_world_size()
+            if rank == 0:
+                print(f"step {step} loss {mean.item():.6f}", flush=True)
         times.append(time.perf_counter() - t_step)
     if a.time_file and rank == 0:
         with open(a.time_file, "w") as f:
             f.write("\n".join(f"{t:.9f}" for t in times) + "\n")
     if prof is not None:
         prof.stop()
+    own.close()
+    if plain is not None and a.profile_export:
+        plain.export_chrome_trace(a.profile_export.format(rank=rank))
     if distributed:
+        # Free what gloo's worker threads still reference (DDP buckets, the last all-reduce)
+        # while the interpreter is alive: a worker freeing a tensor during interpreter
+        # shutdown aborts the rank (torch 2.13 CPU: "terminate called without an active
+        # exception", 1 exit in 4 with --print-loss, 1 in 10 without).
+        del model, opt
+        gc.collect()
         dist.destroy_process_group()
     if a.exit_code:
         raise SystemExit(a.exit_code)

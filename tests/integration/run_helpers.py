@@ -51,3 +51,31 @@ def step_lines(path: Path) -> list[dict]:
         if rec.get("type") == "step":
             out.append(rec)
     return out
+
+
+TORCHRUN = ["torchrun", "--standalone", "--nproc-per-node", "2"]
+
+
+def run_direct(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run a job without gpudiag, in the environment the gpudiag runs of the tests use.
+
+    Like ``run_cli``, it runs the job once more after torch's rare CPU teardown abort (a
+    known gloo/Kineto race at interpreter exit, see noisy_host.TEARDOWN_CRASH).
+    """
+    from noisy_host import TEARDOWN_CRASH
+
+    def once() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            cmd, capture_output=True, text=True, env=job_env(), timeout=timeout, cwd=ROOT,
+            check=False,
+        )  # fmt: skip
+
+    r = once()
+    if r.returncode != 0 and TEARDOWN_CRASH in r.stderr:
+        r = once()
+    return r
+
+
+def job_stderr_lines(stderr: str) -> list[str]:
+    """The lines of a combined stderr that are not gpudiag's own."""
+    return [x for x in stderr.splitlines() if not x.startswith("gpudiag:")]

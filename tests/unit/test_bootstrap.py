@@ -45,6 +45,13 @@ def test_is_rank_process_rules() -> None:
     other = {**base, bootstrap.ENV_RANK_PID: str(os.getpid() + 1)}
     assert not bootstrap.is_rank_process(other, ["train.py"])  # a rank's subprocess
     assert not bootstrap.is_rank_process(base, ["python", "--multiprocessing-fork"])
+    # an image a rank exec'd: the rank's own PID, a rank only with the state it handed on
+    me = {**base, bootstrap.ENV_RANK_PID: str(os.getpid())}
+    assert not bootstrap.is_rank_process(me, ["train.py"])
+    state = json.dumps({"pid": os.getpid(), "step": 4})
+    assert bootstrap.is_rank_process({**me, bootstrap.ENV_EXEC_STATE: state}, ["train.py"])
+    stale = json.dumps({"pid": os.getpid() + 1, "step": 4})
+    assert not bootstrap.is_rank_process({**me, bootstrap.ENV_EXEC_STATE: stale}, ["train.py"])
 
 
 def test_parse_window() -> None:
@@ -145,4 +152,6 @@ for _ in range(4):
     assert r.returncode == 0, r.stderr
     assert (run / "ranks" / "rank-0.pt.trace.json.gz").exists()
     recs = [json.loads(x) for x in (run / "ranks" / "rank-0.steps.jsonl").read_text().splitlines()]
-    assert [x["type"] for x in recs][-2:] == ["profile", "exit"]
+    assert [x["type"] for x in recs][-3:] == ["profile", "window", "exit"]
+    assert recs[-2]["status"] == "cut_by_exit"
+    assert recs[-2]["kept"] == [recs[-3]["start_step"], recs[-3]["end_step"]]

@@ -189,3 +189,50 @@ def test_real_thread_stops(tmp_path: Path) -> None:
     assert n >= 3
     time.sleep(0.05)
     assert s.samples_written == n
+
+
+class LostNvml(FakeNvml):
+    """GPU 1 answers 2 rounds, then every call on it fails (as NVML_ERROR_GPU_IS_LOST
+    does); the calls of round ``block_round`` block for 3 s (the fake clock moves on)."""
+
+    def __init__(self, ft: FakeTime, block_round: int | None = None) -> None:
+        super().__init__(n=2)
+        self.ft, self.block_round, self.rounds = ft, block_round, 0
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> SimpleNamespace:
+        if h == 0:
+            self.rounds += 1
+            if self.rounds == self.block_round:
+                self.ft.now += 3_000_000_000
+        return super().nvmlDeviceGetUtilizationRates(h)
+
+    def __getattribute__(self, name: str) -> object:
+        attr = object.__getattribute__(self, name)
+        if not name.startswith("nvmlDeviceGet") or name == "nvmlDeviceGetCount":
+            return attr
+
+        def call(h: int, *a: object) -> object:
+            if h == 1 and object.__getattribute__(self, "rounds") > 2:
+                raise NVMLError("GPU is lost")
+            return attr(h, *a)
+
+        return call
+
+
+def test_lost_gpu_and_blocked_round_are_reported_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN GPU 1 lost after round 2 and a round (the 4th) whose calls block for 3 s
+    ft = FakeTime(stop_after=6)
+    s = NvmlSampler(LostNvml(ft, block_round=4), tmp_path / "s.jsonl", "h", clock=ft.clock,
+                    wait=ft.wait, interval_s=0.1)  # fmt: skip
+    s.run()
+    # THEN sampling went on, GPU 1's later samples are null, each problem is said once
+    samples = [r for r in _read(tmp_path / "s.jsonl")[1:] if r["index"] == 1]
+    assert len(samples) == 6
+    assert [r["temp_c"] is None for r in samples] == [False] * 2 + [True] * 4
+    assert len(s.errors) == 2
+    assert s.errors[0].startswith("NVML: GPU 1 (GPU-00000001-aaaa) stopped answering at ")
+    assert "NVMLError: GPU is lost" in s.errors[0]
+    assert s.errors[1].startswith("NVML sampling slow: one round of NVML calls took 3.0 s")
+    assert capsys.readouterr().err.count("gpudiag: NVML") == 2
