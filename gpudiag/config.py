@@ -325,7 +325,7 @@ class GateConfig:
     max_data_wait_ratio: float | None = None
     min_effect_ratio: float = 0.05
     alpha: float = 0.01
-    run_alpha: float = 0.025
+    run_alpha: float = 0.05
     single_run_min_effect_ratio: float = 0.50
     max_runs_advice: int = 30
     min_samples: int = 8
