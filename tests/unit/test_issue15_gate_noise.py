@@ -142,17 +142,18 @@ def test_below_min_effect_passes_even_when_significant():
 
 
 def test_unchanged_runs_never_fail():
-    # GIVEN a 3-run baseline with ±5% spread and 200 unchanged candidates drawn from the
-    # same spread; THEN none fails (pass or inconclusive) beyond the test's level
+    # GIVEN a 3-run baseline with ±5% spread and 200 unchanged candidates drawn (seeded) from
+    # that spread; THEN none fails: each passes or is inconclusive (a fail needs more than
+    # +16.9%, the noise floor, i.e. a 3.4-sigma draw)
     rng = np.random.default_rng(7)
     base = spread_runs(3)
-    fails = 0
+    seen = []
     for i in range(200):
         res = evaluate(candidate(100 * (1 + 0.05 * rng.standard_normal()), seed=i),
                        GateConfig(), baseline=base)  # fmt: skip
-        assert res.status in ("passed", "inconclusive", "failed")
-        fails += res.status == "failed"
-    assert fails <= 10  # the one-sided 5% level of the prediction interval, and ≥ +5%
+        seen.append(str(res.status))
+    assert seen.count("failed") == 0
+    assert seen.count("passed") > seen.count("inconclusive") > 0
     # an identical candidate always passes
     assert evaluate(candidate(100), GateConfig(), baseline=base).status == "passed"
 
