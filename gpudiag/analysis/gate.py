@@ -572,6 +572,11 @@ def _regression_check(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig,
                   f"the baseline runs vary by ±{cv:.1%}; more runs will not detect {target}: "
                   "use a quieter runner")  # fmt: skip
     details["min_effect_ratio"] = limit
+    noisy = [b.name or f"run {i + 1}" for i, b in enumerate(base) if contention(b.conditions, cfg)]
+    if noisy:
+        # A contended baseline run widens the spread (a larger noise floor), never hides one.
+        desc += f"; contended baseline runs: {', '.join(noisy)}"
+        details["contended_baseline_runs"] = noisy
     kw: dict[str, Any] = {"p_value": p, "effect_ratio": effect, "samples": counts, "ci": ci,
                           "mde_ratio": mde, "details": details}  # fmt: skip
     if effect <= limit:

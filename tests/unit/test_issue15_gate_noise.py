@@ -173,6 +173,11 @@ def test_host_noise_pair_with_contention_recorded_is_inconclusive():
     # and a pair (one baseline run) with that noise is inconclusive too
     pair = evaluate(candidate(130), GateConfig(), baseline=run(100), conditions=BUSY)
     assert pair.status == "inconclusive"
+    # a contended baseline run is named
+    noisy_base = [*base[:2], run(101, seed=2, conditions=BUSY)]
+    reg = regression(evaluate(candidate(130), GateConfig(), baseline=noisy_base))
+    assert reg.details["contended_baseline_runs"] == ["run2"]
+    assert "contended baseline runs: run2" in reg.message
 
 
 def test_share_limits_still_apply_when_contended_with_conditions_beside_them():
