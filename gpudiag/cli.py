@@ -407,25 +407,71 @@ def doctor(
 # ---- gate, report, diff ----
 
 
+def _run_conditions(path: Path) -> dict[str, Any] | None:
+    """The run conditions a run directory's manifests recorded (None when there are none)."""
+    from gpudiag import rundir
+    from gpudiag.analysis.gate import merge_conditions
+
+    if not rundir.is_run_dir(path):
+        return None
+    found = []
+    for node in rundir.node_dirs(path):
+        try:
+            found.append(rundir.read_manifest(node / rundir.MANIFEST).conditions)
+        except ValueError:
+            continue
+    return merge_conditions(found)
+
+
+def _gate_runs(path: Path, th: Thresholds, cfg: Any) -> list[Any]:
+    """A baseline path as RunStats: a baseline file's runs, or one analysed run."""
+    import json
+
+    from gpudiag.analysis.gate import BASELINE_FORMAT, baseline_from_json, run_stat
+    from gpudiag.errors import InputError
+
+    if path.is_file() and path.suffix == ".json":
+        with path.open("rb") as f:
+            head = f.read(4096).decode("utf-8", "replace")
+        if BASELINE_FORMAT in head:
+            try:
+                return baseline_from_json(json.loads(path.read_text(encoding="utf-8")))
+            except (ValueError, OSError) as e:
+                raise InputError(f"{path}: {e}", "write it again with `gpudiag gate "
+                                 "--save-baseline FILE RUN…`") from e  # fmt: skip
+    d = _analyze(path, th)
+    return [run_stat(d, str(path), _run_conditions(path), cfg.warmup_steps, th)]
+
+
 @app.command()
 def gate(
-    path: Annotated[Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.")],
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Run directory, traces or diagnosis JSON (several with "
+            "--save-baseline, or extra baseline runs after --baseline)."
+        ),
+    ],
     baseline: Annotated[
-        Path | None, typer.Option("--baseline", help="Saved diagnosis to compare against.")
+        list[Path] | None,
+        typer.Option("--baseline", help="Baseline run(s): run dirs, diagnoses, baseline files."),
     ] = None,
     save_baseline: Annotated[
-        Path | None, typer.Option("--save-baseline", help="Save PATH's diagnosis here.")
+        Path | None, typer.Option("--save-baseline", help="Save the runs as a baseline here.")
     ] = None,
     max_idle_ratio: Annotated[
         float | None, typer.Option(help="Per rank (default: the idle threshold, 0.3).")
     ] = None,
     max_comm_wait: Annotated[float | None, typer.Option(help="Max comm-wait share.")] = None,
     max_data_wait: Annotated[float | None, typer.Option(help="Max data-wait share.")] = None,
-    max_regression: Annotated[
-        float | None, typer.Option(help="Max median step-time regression, percent (10).")
+    min_effect: Annotated[
+        float | None, typer.Option(help="Smallest slowdown that can fail, percent (5).")
     ] = None,
-    alpha: Annotated[float | None, typer.Option(help="Significance level (0.01).")] = None,
-    min_samples: Annotated[int | None, typer.Option(help="Min steps per side (8).")] = None,
+    max_regression: Annotated[
+        float | None, typer.Option(help="Older name of --min-effect.", hidden=True)
+    ] = None,
+    alpha: Annotated[float | None, typer.Option(help="Within-run test level (0.01).")] = None,
+    min_samples: Annotated[int | None, typer.Option(help="Min steps per run (8).")] = None,
     warmup_steps: Annotated[
         int | None, typer.Option(help="Leading steps left out (default: the steady rule, 1).")
     ] = None,
@@ -438,29 +484,65 @@ def gate(
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown.")] = "table",
     no_color: NoColor = False,
 ) -> None:
-    """CI performance gate: idle/wait limits, stragglers, regression against a baseline."""
+    """CI performance gate: idle/wait limits, stragglers, regression against baseline runs."""
     from gpudiag.analysis.gate import evaluate
     from gpudiag.config import gate_config
     from gpudiag.report import ci, pick_format
 
     form = pick_format("gate", fmt, None)
     th = thresholds()
+    effect = min_effect if min_effect is not None else max_regression
     cfg = gate_config(
         th.extra.get("gate"), max_idle_ratio=max_idle_ratio, max_comm_wait_ratio=max_comm_wait,
         max_data_wait_ratio=max_data_wait, alpha=alpha, min_samples=min_samples,
-        max_regression_ratio=None if max_regression is None else max_regression / 100.0,
+        min_effect_ratio=None if effect is None else effect / 100.0,
         warmup_steps=warmup_steps, stragglers=stragglers, inconclusive_ok=inconclusive_ok,
     )  # fmt: skip
+    if save_baseline is not None and not baseline and len(paths) > 1:
+        sys.exit(_save_baseline(paths, save_baseline, th, cfg, form, junit, markdown))
+    if len(paths) > 1 and not baseline:
+        raise typer.BadParameter("one run to gate; several only with --baseline or "
+                                 "--save-baseline")  # fmt: skip
+    path, base_paths = paths[0], [*(baseline or []), *paths[1:]]
     d = _analyze(path, th)
     if save_baseline is not None:
         emit(d, "json", save_baseline)
-    base = _analyze(baseline, th) if baseline is not None else None
-    res = evaluate(d, cfg, base, str(path), None if baseline is None else str(baseline), th)
+    base = [r for p in base_paths for r in _gate_runs(p, th, cfg)] or None
+    names = " ".join(str(p) for p in base_paths) or None
+    res = evaluate(d, cfg, base, str(path), names, th, _run_conditions(path))
     emit(res, form, None)
     ci.write_outputs(res, junit, markdown)
     if res.exit_code:
         print(f"gpudiag: gate {res.status} (exit {res.exit_code})", file=sys.stderr)
     sys.exit(res.exit_code)
+
+
+def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form: str,
+                   junit: Path | None, markdown: Path | None) -> int:  # fmt: skip
+    """Write a baseline file of several runs; gate each run's own limits; the worst exit."""
+    import json
+
+    from gpudiag.analysis.gate import GateStatus, baseline_to_json, evaluate, run_stat
+    from gpudiag.report import ci
+    from gpudiag.rundir import atomic_write
+
+    runs, results = [], []
+    for p in paths:
+        d, cond = _analyze(p, th), _run_conditions(p)
+        runs.append(run_stat(d, str(p), cond, cfg.warmup_steps, th))
+        results.append(evaluate(d, cfg, None, str(p), None, th, cond))
+    with atomic_write(out) as f:
+        json.dump(baseline_to_json(runs, cfg, __version__), f, indent=1)
+        f.write("\n")
+    print(f"wrote {out}: baseline of {len(runs)} runs", file=sys.stderr)
+    order = [GateStatus.FAILED, GateStatus.INCONCLUSIVE, GateStatus.PASSED]
+    worst = min(results, key=lambda r: order.index(r.status))
+    for res in results:
+        emit(res, form, None)
+    ci.write_outputs(worst, junit, markdown)
+    if worst.exit_code:
+        print(f"gpudiag: gate {worst.status} (exit {worst.exit_code})", file=sys.stderr)
+    return int(worst.exit_code)
 
 
 @app.command()
@@ -479,7 +561,7 @@ def diff(
 
     form = pick_format("diff", fmt, output)
     th = thresholds()
-    emit(run_diff(_analyze(a, th), _analyze(b, th), str(a), str(b), th.diff), form, output)
+    emit(run_diff(_analyze(a, th), _analyze(b, th), str(a), str(b), th.diff, th), form, output)
 
 
 @app.command()

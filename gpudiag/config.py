@@ -321,39 +321,65 @@ STRAGGLER_MODES = ("fail", "warn", "off")
 
 @dataclass(frozen=True)
 class GateConfig:
-    """Every number that changes a gate verdict; ratios in [0, 1].
+    """Every number that changes a gate verdict; ratios in [0, 1] (docs/gate.md).
 
     ``max_idle_ratio`` left at ``None`` uses the analysis's ``idle_ratio_max``, so the gate
     and the idle finding never disagree on the limit.
+
+    Timing (a baseline of n runs, each reduced to its steady median step time):
+    ``min_effect_ratio`` is the smallest slowdown worth failing for (``--min-effect``, also
+    accepted as the older ``--max-regression``); ``run_alpha`` the one-sided level of the
+    run-level t test, whose critical value also sets the noise floor (the minimum detectable
+    effect); ``single_run_min_effect_ratio`` the slowdown that fails against a single
+    baseline run (no between-run spread to measure), together with the within-run
+    Mann-Whitney test at ``alpha``; ``max_runs_advice`` caps the "need ≥ N runs" advice.
+
+    Contention (the candidate's recorded run conditions; any one above its limit and the
+    timing check cannot fail): ``max_other_cpu_ratio`` (mean CPU share of all CPUs used by
+    processes outside the job), ``max_steal_ratio`` (mean steal share),
+    ``max_gpu_slowdown_ratio`` (share of a GPU's samples with a slowdown or power-cap throttle
+    reason), ``max_gpu_other_process_ratio`` (share of a GPU's samples with another process
+    on it).
     """
 
     max_idle_ratio: float | None = None
     max_comm_wait_ratio: float | None = None
     max_data_wait_ratio: float | None = None
-    max_regression_ratio: float = 0.10
+    min_effect_ratio: float = 0.05
     alpha: float = 0.01
+    run_alpha: float = 0.05
+    single_run_min_effect_ratio: float = 0.50
+    max_runs_advice: int = 30
     min_samples: int = 8
     warmup_steps: int | None = None  # None: the steady-step rule of the analysis
     stragglers: str = "fail"
     inconclusive_ok: bool = False
+    max_other_cpu_ratio: float = 0.25
+    max_steal_ratio: float = 0.10
+    max_gpu_slowdown_ratio: float = 0.10
+    max_gpu_other_process_ratio: float = 0.10
 
     def __post_init__(self) -> None:
-        for name, opt in (("max_idle_ratio", "--max-idle-ratio"),
-                          ("max_comm_wait_ratio", "--max-comm-wait"),
-                          ("max_data_wait_ratio", "--max-data-wait"),
-                          ("alpha", "--alpha")):  # fmt: skip
+        ratios = {"max_idle_ratio": "--max-idle-ratio", "max_comm_wait_ratio": "--max-comm-wait",
+                  "max_data_wait_ratio": "--max-data-wait", "alpha": "--alpha"}  # fmt: skip
+        contention = ("max_other_cpu_ratio", "max_steal_ratio", "max_gpu_slowdown_ratio",
+                      "max_gpu_other_process_ratio")  # fmt: skip
+        ratios.update((k, k) for k in ("run_alpha", *contention))
+        for name, opt in ratios.items():
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0):
                 raise UsageError(f"gate: {opt} {_value(v)} is not a ratio between 0 and 1",
                                  "0.3 means 30%")  # fmt: skip
-        if self.max_regression_ratio < 0:
+        if self.min_effect_ratio < 0 or self.single_run_min_effect_ratio < 0:
             raise UsageError(
-                f"gate: --max-regression {self.max_regression_ratio * 100:g} is negative",
-                "give a percentage such as 10",
+                f"gate: --min-effect {self.min_effect_ratio * 100:g} is negative",
+                "give a percentage such as 5",
             )
         if self.min_samples < 2 or (self.warmup_steps is not None and self.warmup_steps < 0):
             raise UsageError("gate: --min-samples must be 2 or more and --warmup-steps 0 or more",
                              "")  # fmt: skip
+        if self.max_runs_advice < 2:
+            raise UsageError("gate: max_runs_advice must be 2 or more", "")
         if self.stragglers not in STRAGGLER_MODES:
             raise UsageError(
                 f"gate: --stragglers {self.stragglers} is not one of fail, warn or off",
@@ -365,10 +391,14 @@ class GateConfig:
         return th.idle_ratio_max if self.max_idle_ratio is None else self.max_idle_ratio
 
 
-# Config-file keys → GateConfig fields; the regression limit is written in percent there.
-_GATE_KEYS = {f.name for f in fields(GateConfig)} - {"max_regression_ratio"} | {
-    "max_regression_pct"
+# Config-file keys → GateConfig fields; effects are written in percent there
+# (``max_regression_pct`` is the older name of ``min_effect_pct``).
+_PCT_KEYS = {
+    "min_effect_pct": "min_effect_ratio",
+    "max_regression_pct": "min_effect_ratio",
+    "single_run_min_effect_pct": "single_run_min_effect_ratio",
 }
+_GATE_KEYS = {f.name for f in fields(GateConfig)} - set(_PCT_KEYS.values()) | set(_PCT_KEYS)
 
 
 def gate_config(table: dict[str, Any] | None = None, **overrides: Any) -> GateConfig:
@@ -380,8 +410,9 @@ def gate_config(table: dict[str, Any] | None = None, **overrides: Any) -> GateCo
             f"[tool.gpudiag.gate]: unknown setting(s) {', '.join(unknown)}",
             f"known settings: {', '.join(sorted(_GATE_KEYS))}",
         )
-    if "max_regression_pct" in table:
-        table["max_regression_ratio"] = float(table.pop("max_regression_pct")) / 100.0
+    for key, field_name in _PCT_KEYS.items():
+        if key in table:
+            table[field_name] = float(table.pop(key)) / 100.0
     table.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return GateConfig(**table)

@@ -1,14 +1,13 @@
-"""Re-running a real job when the shared test host, not gpudiag, is the likely culprit.
+"""Re-running a real job a few times, logging how busy the shared host was; never skipping.
 
 On a 2-core VM the same balanced CPU DDP job sometimes has one rank compute twice as long
 for a step or two (seen in CI: 240 vs 480 ms of compute for one step, the ranks pinned to
-their own cores), and at times for a whole job (seen in CI: a balanced job flagged
-comm-bound in three runs in a row, within the first minutes of the test run). gpudiag then
-reports, correctly, what happened. Tests that assert that a *balanced* job draws no
-finding wait for the host to be quiet before each attempt and run the job again up to
-``attempts`` times. They fail if every attempt shows the finding on a quiet host (a gpudiag
-that always flagged balanced runs still fails), and skip, with the measurements, when other
-processes kept the CPUs busy around every attempt.
+their own cores), and at times for a whole job. gpudiag then reports, correctly, what
+happened. Tests that assert that a *balanced* job draws no finding run the job up to
+``attempts`` times and fail, with the host's measured load beside each attempt, if every
+attempt shows the finding. They neither wait for a quiet host nor skip on a busy one
+(issue 15): a test that passes only on a quiet machine, or skips when it would fail, is not
+a test of the product.
 """
 
 from __future__ import annotations
@@ -41,18 +40,6 @@ def host_busy(interval: float = 0.5) -> float | None:
     return (b[0] - a[0]) / (b[1] - a[1])
 
 
-BUSY_MAX = 0.05  # of all CPUs, while the test sleeps: an idle VM shows 0-1%
-
-
-def wait_for_quiet_host(limit_s: float = 20.0) -> float | None:
-    """Wait (up to ``limit_s``) until other processes leave the CPUs; the last busy share."""
-    t0 = time.monotonic()
-    busy = host_busy()
-    while busy is not None and busy > BUSY_MAX and time.monotonic() - t0 < limit_s:
-        busy = host_busy(1.0)
-    return busy
-
-
 def _pct(v: float | None) -> str:
     return "?" if v is None else f"{v:.0%}"
 
@@ -60,30 +47,20 @@ def _pct(v: float | None) -> str:
 def first_clean(
     make: Callable[[int], T], problems: Callable[[T], list[str]], attempts: int = 3
 ) -> T:
-    """``make(i)`` until ``problems`` of the result is empty.
+    """``make(i)`` until ``problems`` of the result is empty; AssertionError after ``attempts``.
 
-    After ``attempts`` an AssertionError, unless the host was busy (other processes on the
-    CPUs: more than ``BUSY_MAX`` of them just before or just after) around every attempt,
-    in which case the test is skipped, saying so: a balanced job cannot be balanced there.
+    Each failed attempt is logged (printed) with the share of the CPUs that were busy just
+    after it; nothing waits for the host to be quiet and nothing is skipped.
     """
-    import pytest
-
     seen: list[str] = []
-    disturbed = 0
     for i in range(attempts):
-        before = wait_for_quiet_host()
         result = make(i)
         found = problems(result)
         if not found:
             return result
-        after = host_busy()
-        busy = [v for v in (before, after) if v is not None]
-        disturbed += bool(busy) and max(busy) > BUSY_MAX
-        seen.append(f"attempt {i + 1} (host {_pct(before)} busy before it, {_pct(after)} "
-                    "after): " + "; ".join(found))  # fmt: skip
-    if disturbed == attempts:
-        pytest.skip("other processes kept the host's CPUs busy around every attempt: "
-                    + " | ".join(seen))  # fmt: skip
+        line = f"attempt {i + 1} (host {_pct(host_busy())} busy after it): " + "; ".join(found)
+        print(line)
+        seen.append(line)
     raise AssertionError("every attempt showed: " + " | ".join(seen))
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudiag.analysis.gate import describe_fingerprint_difference, fingerprint
+from gpudiag.analysis.gate import describe_fingerprint_difference, fingerprint, step_time_stats
 from gpudiag.analysis.model import Diagnosis, RankSummary, RunSummary
-from gpudiag.config import DiffRules
+from gpudiag.config import DiffRules, Thresholds
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,9 @@ _METRICS: list[tuple[str, str, bool]] = [
 ]
 
 
-def _values(s: RunSummary | RankSummary) -> dict[str, float]:
-    return {
+def _values(s: RunSummary | RankSummary, d: Diagnosis | None = None,
+            th: Thresholds | None = None) -> dict[str, float]:  # fmt: skip
+    out = {
         "step_time_median": float(s.step_time_ns_median),
         "step_time_p90": float(s.step_time_ns_p90),
         "compute_share": s.shares.compute,
@@ -67,6 +68,12 @@ def _values(s: RunSummary | RankSummary) -> dict[str, float]:
         "other_share": s.shares.other,
         "idle_ratio": s.idle_ratio,
     }
+    if d is not None:
+        # The run's step time is the gate's: per-step job times (slowest rank), steady steps.
+        median, p90, _ = step_time_stats(d, None, th)
+        if median is not None and p90 is not None:
+            out["step_time_median"], out["step_time_p90"] = median, p90
+    return out
 
 
 def _row(scope: str, rank: int | None, metric: str, unit: str, lower: bool,
@@ -88,16 +95,21 @@ def _row(scope: str, rank: int | None, metric: str, unit: str, lower: bool,
 
 def diff(
     a: Diagnosis, b: Diagnosis, a_name: str = "A", b_name: str = "B",
-    rules: DiffRules | None = None,
+    rules: DiffRules | None = None, th: Thresholds | None = None,
 ) -> RunDiff:  # fmt: skip
-    """Compare run summaries, then each rank present in either run."""
+    """Compare run summaries, then each rank present in either run.
+
+    The run's median and p90 step time come from :func:`gpudiag.analysis.gate.step_time_stats`
+    (the gate's numbers); ``th`` gives its steady-step rule.
+    """
     rules = rules or DiffRules()
     notes = []
     fa, fb = fingerprint(a), fingerprint(b)
     if fa != fb:
         notes.append(f"different setups (A vs B: {describe_fingerprint_difference(fa, fb)}); "
                      "differences may come from that")  # fmt: skip
-    rows = [_row("run", None, m, u, lo, _values(a.run)[m], _values(b.run)[m], rules)
+    va_run, vb_run = _values(a.run, a, th), _values(b.run, b, th)
+    rows = [_row("run", None, m, u, lo, va_run[m], vb_run[m], rules)
             for m, u, lo in _METRICS]  # fmt: skip
     ra = {r.rank: r for r in a.ranks}
     rb = {r.rank: r for r in b.ranks}

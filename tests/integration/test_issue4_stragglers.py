@@ -44,10 +44,10 @@ def stragglers(doc: dict) -> list[dict]:
 
 
 def verdict(tmp_path_factory, name: str, check: Callable[[dict], None]) -> None:
-    """``check`` (asserts) the diagnosis of job ``name`` run on a quiet host.
+    """``check`` (asserts) the diagnosis of job ``name``, up to 3 runs.
 
     A host whose other processes slow one rank's core makes that rank a real straggler
-    too; see tests/noisy_host.py for the re-runs and when the test skips instead.
+    too; see tests/noisy_host.py for the re-runs (logged, never skipped).
     """
 
     def problems(doc: dict) -> list[str]:

@@ -1,12 +1,21 @@
-"""Issue 5: the CI gate on real 2-rank CPU DDP runs captured with ``gpudiag run``.
+"""Issues 5 and 15: the CI gate's plumbing on real 2-rank CPU DDP runs under ``gpudiag run``.
 
-Noise on a shared 2-core machine: the CPU-bound demo's median step time drifts by up to
-±15% between identical runs while other processes compete for the cores (measured while
-writing this test: 62.8, 71.7 and 69.7 ms for three identical runs at --batch 512). The
-regression runs therefore use a job whose step is dominated by a fixed 100 ms wait on rank 0
-(a stand-in for I/O or GPU work, which the host's load does not stretch): identical runs then
-differ by a few percent (106–114 ms measured), the slowed run adds 25 ms (~+20%), and the
-gate's default rule (p < 0.01 and more than +10%) separates them with margin on both sides.
+These tests check exit codes, files, JUnit XML and Markdown, never a borderline number: the
+gate's statistics are tested on synthetic runs with known answers
+(tests/unit/test_issue15_gate_noise.py). Every injected effect here is many times larger
+than what other processes on a shared 2-core host do to the job (they stretch a CPU step by
+up to ±30%, measured while writing issue 15):
+
+* the starved job fetches ~0.3 s of data per step against ~1 ms of compute (data-wait
+  ≈ 99%), gated against a 20% data-wait limit;
+* the regression jobs are dominated by a fixed wait on rank 0 (a stand-in for I/O or GPU
+  work, which the host's load barely stretches): 0.1 s in the baseline runs, 0.3 s in the
+  slowed run, a step about 3× as long.
+
+The slowed run's timing fails only when its run conditions are not contended (a contended
+run cannot fail on timing, by design); the test that needs exit 1 therefore raises the
+contention limits in ``[tool.gpudiag.gate]``, and the default limits are checked to give
+exit 1 or, with the contention named, exit 5.
 """
 
 from __future__ import annotations
@@ -28,15 +37,21 @@ WAITING = ["--steps", "20", "--batch", "16", "--hidden", "64", "--layers", "2",
 REGRESSION_ONLY = ["--max-idle-ratio", "1", "--stragglers", "off"]
 JOBS = {
     "balanced": (["--steps", "8"], "2:8"),
-    # ~0.5 s of fetching per step against tens of ms of compute: data-wait ~90%, far from
-    # the 50% limit below even when other processes triple the compute time
-    "starved": (["--steps", "6", "--slow-data", "0.0005", "--batch", "1024"], "2:6"),
-    "base": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
-    "same1": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
-    "same2": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
-    "same3": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
-    "slow": ([*WAITING, "--sleep-s", "0.125"], "2:20"),
-}
+    "starved": (["--steps", "6", "--slow-data", "0.005", "--batch", "64", "--hidden", "64",
+                 "--layers", "2"], "2:6"),
+    "base1": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
+    "base2": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
+    "base3": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
+    "same": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
+    "slow": ([*WAITING, "--sleep-s", "0.3"], "2:20"),
+}  # fmt: skip
+# The gate's contention limits switched off: for the test that needs the 3× slowdown to fail.
+NO_CONTENTION = """[tool.gpudiag.gate]
+max_other_cpu_ratio = 1.0
+max_steal_ratio = 1.0
+max_gpu_slowdown_ratio = 1.0
+max_gpu_other_process_ratio = 1.0
+"""
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +73,8 @@ def gate(*args: str, cwd: Path) -> tuple[int, str, str]:
 
 
 def test_balanced_run_passes(runs: dict[str, Path], tmp_path: Path) -> None:
-    # Other processes on a shared 2-core box can stall one rank for a step or two, which the
-    # straggler analysis rightly reports; this test is about the idle-ratio limit.
-    code, out, err = gate(str(runs["balanced"]), "--max-idle-ratio", "0.30",
+    # A limit far above any idle ratio a balanced job shows, even on a busy host.
+    code, out, err = gate(str(runs["balanced"]), "--max-idle-ratio", "0.95",
                           "--stragglers", "warn", cwd=tmp_path)  # fmt: skip
     assert code == 0, out + err
     assert "gate passed (exit 0)" in out and "idle_ratio" in out
@@ -68,52 +82,65 @@ def test_balanced_run_passes(runs: dict[str, Path], tmp_path: Path) -> None:
 
 def test_data_starved_run_fails_on_idle_ratio_with_junit(runs: dict[str, Path],
                                                          tmp_path: Path) -> None:  # fmt: skip
-    junit = tmp_path / "gate.xml"
-    code, out, err = gate(str(runs["starved"]), "--junit", str(junit), "--max-data-wait", "0.5",
-                          cwd=tmp_path)  # fmt: skip
+    junit, md = tmp_path / "gate.xml", tmp_path / "gate.md"
+    code, out, err = gate(str(runs["starved"]), "--junit", str(junit), "--max-data-wait", "0.2",
+                          "--markdown", str(md), "-f", "json", cwd=tmp_path)  # fmt: skip
     assert code == 1, out + err
     assert "gate failed" in err
+    shares = [c["value"] for c in json.loads(out)["checks"] if c["name"] == "data_wait_share"]
+    print(f"data-wait shares {shares} (limit 0.2)")
     suite = ET.parse(junit).getroot().find("testsuite")
     assert suite is not None
     failed = {c.get("name") for c in suite.findall("testcase") if c.find("failure") is not None}
     assert {"idle_ratio[rank 0]", "idle_ratio[rank 1]"} <= failed
     assert {"data_wait_share[rank 0]", "data_wait_share[rank 1]"} <= failed
+    assert md.read_text().startswith("## gpudiag gate")
+
+
+def save_baseline(runs: dict[str, Path], tmp_path: Path) -> Path:
+    base = tmp_path / "baseline.json"
+    code, _, err = gate("--save-baseline", str(base), *(str(runs[f"base{i}"]) for i in (1, 2, 3)),
+                        *REGRESSION_ONLY, cwd=tmp_path)  # fmt: skip
+    assert code == 0, err
+    assert "baseline of 3 runs" in err
+    return base
 
 
 def regression(runs: dict[str, Path], name: str, tmp_path: Path) -> tuple[int, dict]:
-    base = tmp_path / "baseline.json"
-    if not base.exists():
-        code, _, err = gate(str(runs["base"]), "--save-baseline", str(base), *REGRESSION_ONLY,
-                            cwd=tmp_path)  # fmt: skip
-        assert code == 0, err
-    code, out, err = gate(str(runs[name]), "--baseline", str(base), *REGRESSION_ONLY,
+    base = save_baseline(runs, tmp_path)
+    code, out, _ = gate(str(runs[name]), "--baseline", str(base), *REGRESSION_ONLY,
                           "--format", "json", cwd=tmp_path)  # fmt: skip
     res = json.loads(out)
     check = next(c for c in res["checks"] if c["name"] == "step_time_regression")
-    print(f"{name}: exit {code}, effect {check['effect_ratio']:+.1%}, p {check['p_value']:.3g}, "
-          f"samples {check['samples']}")  # fmt: skip
+    print(f"{name}: exit {code}, {check['message']}; conditions {res['conditions']}")
     return code, check
 
 
-@pytest.mark.parametrize("rerun", ["same1", "same2", "same3"])
-def test_unchanged_rerun_passes_against_its_baseline(runs: dict[str, Path], rerun: str,
-                                                     tmp_path: Path) -> None:  # fmt: skip
-    code, check = regression(runs, rerun, tmp_path)
-    assert code == 0, check
-    assert check["status"] in ("pass", "warn")
+def test_unchanged_rerun_never_fails_against_three_baseline_runs(runs: dict[str, Path],
+                                                                 tmp_path: Path) -> None:  # fmt: skip
+    code, check = regression(runs, "same", tmp_path)
+    assert code in (0, 5), check
+    assert check["status"] in ("pass", "inconclusive")
+    assert check["details"]["baseline_runs"] == 3
     assert check["samples"][0] >= 8 and check["samples"][1] >= 8
 
 
 def test_slowed_job_fails_against_its_baseline(runs: dict[str, Path], tmp_path: Path) -> None:
+    # Default contention limits: fail, or inconclusive naming the contention.
+    code, check = regression(runs, "slow", tmp_path)
+    assert code in (1, 5), check
+    if code == 5:
+        assert "contended" in check["message"], check
+    (tmp_path / "pyproject.toml").write_text(NO_CONTENTION)
     code, check = regression(runs, "slow", tmp_path)
     assert code == 1, check
     assert check["status"] == "fail"
-    assert check["p_value"] < 0.01 and check["effect_ratio"] > 0.10
+    assert check["effect_ratio"] > 1.0 and check["effect_ratio"] > check["mde_ratio"]
     assert re.search(r"median step time [\d.]+ ms vs [\d.]+ ms baseline", check["message"])
 
 
 def test_diff_and_report_of_real_runs(runs: dict[str, Path], tmp_path: Path) -> None:
-    r = run_gpudiag(["diff", str(runs["base"]), str(runs["slow"]), "-f", "markdown"])
+    r = run_gpudiag(["diff", str(runs["base1"]), str(runs["slow"]), "-f", "markdown"])
     assert r.returncode == 0, r.stderr
     assert "| run | step time (median) |" in r.stdout and "🔺" in r.stdout
     html = tmp_path / "r.html"
