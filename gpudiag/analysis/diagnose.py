@@ -135,7 +135,7 @@ def _diagnose(
     results = [r for rs in per_source for r in rs]
     check_ranks(results, [r.source for r in results])
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
-    notes = list(run.notes)
+    notes = list(run.notes) + _busy_host(run)
     if not results and whole is not None and whole.steps:
         results = telemetry_results(whole, th)
         extra = extra + nvml_idle(whole, th)
@@ -143,6 +143,21 @@ def _diagnose(
         notes.append(TELEMETRY_NOTE.format(steps=ran))
     d = build_diagnosis(results, th, run.inputs, notes, whole_run=whole, extra_findings=extra)
     return d, results
+
+
+def _busy_host(run: RunTimeline) -> list[str]:
+    """A note when the run's recorded conditions were contended (the gate's limits)."""
+    from gpudiag.analysis.gate import contention
+    from gpudiag.config import GateConfig
+
+    cond = run.manifest.conditions if run.manifest is not None else None
+    why = contention(cond, GateConfig())
+    if not why:
+        return []
+    return [
+        "host busy during the run: " + "; ".join(why) + " — step times are slower and "
+        "noisier than on a quiet machine (conditions/ in the run directory)"
+    ]
 
 
 TELEMETRY_NOTE = (

@@ -252,6 +252,9 @@ def merge_manifests(manifests: Sequence[rundir.RunManifest]) -> rundir.RunManife
         m.diagnosis_incomplete = m.diagnosis_incomplete + list(other.diagnosis_incomplete)
         if other.exit_code not in (None, 0):
             m.exit_code = other.exit_code
+    from gpudiag.analysis.gate import merge_conditions
+
+    m.conditions = merge_conditions([x.conditions for x in manifests])
     return m
 
 
