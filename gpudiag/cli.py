@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, TextIO, cast
+from typing import Annotated, Any
 
 import typer
 
@@ -47,16 +47,20 @@ def thresholds(**overrides: Any) -> Thresholds:
 
 
 def emit(result: Any, fmt: str, output: Path | None, **options: Any) -> None:
-    """Render ``result`` on stdout, or into ``output`` written atomically."""
+    """Render ``result`` on stdout, or into ``output`` by the rules of :mod:`gpudiag.fileio`.
+
+    ``-`` is stdout; a regular file (or a new one) is replaced atomically; a device, FIFO
+    or symbolic link is written through; anything else is refused with one line.
+    """
     from gpudiag.report import render
 
-    if output is None:
+    if output is None or str(output) == "-":
         render(result, fmt, sys.stdout, **options)
         return
-    from gpudiag.rundir import atomic_write
+    from gpudiag.fileio import write_output
 
-    with atomic_write(output) as f:
-        render(result, fmt, cast(TextIO, f), **options)
+    with write_output(output) as f:
+        render(result, fmt, f, **options)
     print(f"wrote {output}", file=sys.stderr)
 
 
@@ -132,6 +136,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:
+        # The reader of stdout went away (`gpudiag … | head`): stop quietly, as cat does.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
     except Exception as e:
         show = getattr(e, "show", None)
         if callable(show) and hasattr(e, "exit_code"):  # click/typer usage errors
