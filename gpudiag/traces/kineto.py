@@ -432,6 +432,7 @@ _NO_ID = "events without pid or tid ignored"
 _NO_NAME = "events without a name kept, named ''"
 _NO_PH = "events without ph ignored"
 _ODD_PH = "events of an unknown phase (ph) ignored"
+_EMPTY_STEP = "step ranges of zero duration ignored"
 _FAR = "events more than 7 days away from the rest of the trace ignored (damaged timestamps)"
 
 
@@ -661,8 +662,8 @@ def _stream(path: Path, cols: _Columns) -> _Trace:
     The text before the array and after it is decoded as a trace with those events only.
 
     Time and memory are linear in the file whatever its shape: the text after the last cut
-    is kept as a list of blocks, joined once when the next cut is found, and only the new
-    block is searched for a cut, so a 200 MB string is read like 200 MB of events.
+    grows in place (a bytearray) until the next cut is found, and only the new block is
+    searched for a cut, so a 200 MB string is read like 200 MB of events.
     """
     with open_input(path) as raw:
         try:
@@ -682,21 +683,23 @@ def _stream_events(path: Path, f: IO[bytes], cols: _Columns) -> _Trace:
             raise _Fallback
         buf += block  # at most a few blocks before the event array
     head = _DECODER.decode(buf[: m.end()] + b"]}")
-    pending: list[bytes] = [buf[m.end() :]]  # the text after the last cut
-    size = len(pending[0])
+    # The text after the last cut, as a JSON array opened by "[": appended to in place
+    # (amortised linear), decoded and replaced at each cut.
+    text = bytearray(b"[")
+    text += memoryview(buf)[m.end() :]
     del buf
     while block := f.read(_BLOCK):
         cut = _BOUNDARY_REVERSED.search(block[::-1])
         if cut is None:
-            pending.append(block)
-            size += len(block)
-            if size > MAX_WHOLE_FILE_BYTES:
+            text += block
+            if len(text) > MAX_WHOLE_FILE_BYTES:
                 raise _too_large(path)
             continue
-        end = len(block) - cut.end() + 1  # just after the "}" that ends the last whole event
-        text = b"".join([b"[", *pending, memoryview(block)[:end], b"]"])
-        pending = [block[end:]]
-        size = len(pending[0])
+        # In the reversed block the match is "{ , }": map it back to just after the "}" that
+        # ends the last whole event, and to the "{" that starts the next one.
+        end, nxt = len(block) - cut.end() + 1, len(block) - 1 - cut.start()
+        text += memoryview(block)[:end]
+        text += b"]"
         evs: list[Any]
         try:
             evs = _EVENTS_DECODER.decode(text)
@@ -704,11 +707,11 @@ def _stream_events(path: Path, f: IO[bytes], cols: _Columns) -> _Trace:
         except msgspec.ValidationError:
             evs = _lenient_events(path, _RAW_LIST_DECODER.decode(text), cols.dropped)
             cols.add(evs, map(_GET_PH, evs))
-        del evs, text
-    text = b"".join([b'{"traceEvents":[', *pending])
-    del pending
-    if pending_key := _EVENTS_KEY.search(text, 16):
-        del pending_key
+        del evs
+        text = bytearray(b"[")
+        text += memoryview(block)[nxt:]
+    text[:1] = b'{"traceEvents":['
+    if _EVENTS_KEY.search(text, 16):
         raise _Fallback  # a second `traceEvents` array: the whole-file path counts it
     try:
         tail: _TailTrace | _RawTailTrace = _TAIL_DECODER.decode(text)
@@ -877,6 +880,10 @@ def _finish(path: Path, trace: _Trace, cols: _Columns, rank: int | None) -> Rank
         start_f = ts * 1000.0 + base
         columns = _keep(columns, (start_f <= TIME_MAX_NS) & (start_f + dur * 1000.0 <= TIME_MAX_NS),
                         cols.dropped, _BAD_TIME)  # fmt: skip
+    # A step range that lasts no time is damaged (a training step always takes some), and
+    # would make the median step of a run zero.
+    columns = _keep(columns, (columns[2] != Kind.STEP) | (columns[1] > 0), cols.dropped,
+                    _EMPTY_STEP)  # fmt: skip
     ts = columns[0]
     if len(ts) and float(ts.max() - ts.min()) * 1000.0 > MAX_SPAN_NS:
         mid = float(np.median(ts))

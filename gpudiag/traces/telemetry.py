@@ -89,6 +89,7 @@ def read_steps_file(
 
 
 _WAITS = ("data_wait_ns", "comm_wait_ns", "backward_ns")
+_NO_STEP = "step records without a valid step, start_ns or end_ns (or of no duration) ignored"
 
 
 def _int_in(v: Any, lo: int, hi: int) -> bool:
@@ -98,7 +99,7 @@ def _int_in(v: Any, lo: int, hi: int) -> bool:
 def usable_steps(steps: list[dict[str, Any]], dropped: Counter[str]) -> list[dict[str, Any]]:
     """The step records whose fields have their types and ranges; the others counted.
 
-    ``step``, ``start_ns`` and ``end_ns`` are needed (integers, ``start_ns ≤ end_ns``, times
+    ``step``, ``start_ns`` and ``end_ns`` are needed (integers, ``start_ns < end_ns``, times
     within ±146 years); a wait that is not a non-negative integer or null is left out
     (read as not measured), a ``profiled`` that is not a boolean is read as false.
     """
@@ -107,8 +108,8 @@ def usable_steps(steps: list[dict[str, Any]], dropped: Counter[str]) -> list[dic
         start: Any = rec.get("start_ns")
         end: Any = rec.get("end_ns")
         if not (_int_in(rec.get("step"), 0, STEP_MAX) and _int_in(start, 0, TIME_MAX_NS)
-                and _int_in(end, 0, TIME_MAX_NS) and start <= end):  # fmt: skip
-            dropped["step records without a valid step, start_ns or end_ns ignored"] += 1
+                and _int_in(end, 0, TIME_MAX_NS) and start < end):  # fmt: skip
+            dropped[_NO_STEP] += 1
             continue
         rec = dict(rec)
         for k in _WAITS:
