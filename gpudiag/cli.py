@@ -118,6 +118,12 @@ def _warn_steps(d: Any) -> None:
             print(f"gpudiag: warning: rank {who}: {f.message}", file=sys.stderr)
 
 
+def _printable(text: str) -> str:
+    """One line without control characters: messages quote file names and file contents."""
+    text = " ".join(str(text).splitlines())
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; print GpudiagError as one line plus a hint, exit with its code."""
     try:
@@ -125,9 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     except GpudiagError as e:
         if _state["debug"]:
             raise
-        print(f"gpudiag: error: {e.message}", file=sys.stderr)
+        print(f"gpudiag: error: {_printable(e.message)}", file=sys.stderr)
         if e.hint:
-            print(f"  hint: {e.hint}", file=sys.stderr)
+            print(f"  hint: {_printable(e.hint)}", file=sys.stderr)
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)

@@ -34,12 +34,12 @@ from gpudiag.traces.nsys.export import (
     resolve_report,
 )
 from gpudiag.traces.nsys.sql import (
-    CORRUPT_HINT,
     I64A,
     RANK_VARS,
     SIZE_VARS,
     Export,
     check_schema,
+    corrupt,
     gpu_metrics,
     gpu_names,
     gpu_rows,
@@ -78,7 +78,7 @@ def load_nsys(
     try:
         return _load(ex, NamePatterns(options or LoadOptions()), source or str(path))
     except sqlite3.Error as e:  # DatabaseError (malformed pages), OperationalError, …
-        raise InputError(path, f"corrupt SQLite database ({e})", CORRUPT_HINT) from e
+        raise corrupt(path, e) from e
     finally:
         ex.close()
 

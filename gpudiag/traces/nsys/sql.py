@@ -102,10 +102,20 @@ def connect(path: Path) -> tuple[sqlite3.Connection, Path | None]:
     except sqlite3.Error as e:
         if private is not None:
             shutil.rmtree(private, ignore_errors=True)
-        raise InputError(path, f"cannot open as SQLite ({e})", CORRUPT_HINT) from e
+        raise InputError(path, f"cannot open as SQLite ({one_line(e)})", CORRUPT_HINT) from e
     # Some 2021–2022 exports hold text that is not UTF-8.
     con.text_factory = lambda b: b.decode("utf-8", "replace")
     return con, private
+
+
+def one_line(e: BaseException) -> str:
+    """An exception's text on one line (SQLite quotes a damaged schema's SQL, newlines too)."""
+    return " ".join(str(e).split())[:300]
+
+
+def corrupt(path: Path, e: BaseException) -> InputError:
+    """The error for a database SQLite cannot read."""
+    return InputError(path, f"corrupt SQLite database ({one_line(e)})", CORRUPT_HINT)
 
 
 def quoted(name: str) -> str:
@@ -136,7 +146,7 @@ class Export:
             rows = self.con.execute("SELECT type, name FROM sqlite_master").fetchall()
         except sqlite3.DatabaseError as e:
             self.close()
-            raise InputError(path, f"corrupt SQLite database ({e})", CORRUPT_HINT) from e
+            raise corrupt(path, e) from e
         names = [str(n) for t, n in rows if t == "table" and isinstance(n, str)]
         self.tables = resolve_tables(names)
         views = resolve_tables([str(n) for t, n in rows if t == "view" and isinstance(n, str)])
