@@ -288,3 +288,132 @@ def mutants(bases: list[Base], seed: int, count: int, start: int = 0) -> Iterato
             data = _dump(doc, rng, i in targets)
             files[_name(rng, base, i, data[:2] == b"\x1f\x8b")] = data
         yield Mutant(f"mutant-{seed}-{k}-{base.name}", files, done)
+
+
+# ---- Nsight exports: SQL mutations of a copy, then damage to the file's bytes
+
+NSYS_BASES = ["nsys-ai/healthy_1pct.sqlite", "nsys-ai/mfu_2gpu_before.sqlite"]
+NSYS_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
+               "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS",
+               "StringIds", "TARGET_INFO_GPU", "META_DATA_EXPORT"]  # fmt: skip
+SQL_NASTY = ["'x'", "''", "x'00ff'", "NULL", "-9223372036854775808", "9223372036854775807",
+             "1.5", "-1", "0", "'²'", "'MPI Rank 3'", "1e300"]  # fmt: skip
+
+
+def _sql_ops(rng: random.Random, con: Any) -> list[str]:
+    """1–3 random SQL changes to an open export; returns what was done."""
+    tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    present = [t for t in NSYS_TABLES if t in tables] or tables
+    done = []
+    for _ in range(rng.choice([1, 1, 2, 3])):
+        t = rng.choice(present)
+        cols = [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')]
+        if not cols:
+            continue
+        c = rng.choice(cols)
+        op = rng.choices(["set", "delete", "drop", "rename", "view", "insert"],
+                         [10, 2, 1, 2, 1, 2])[0]  # fmt: skip
+        frac = rng.choice([1, 2, 5, 50])
+        stmt = {
+            "set": f'UPDATE "{t}" SET "{c}" = {rng.choice(SQL_NASTY)} WHERE abs(random()) % {frac} = 0',
+            "delete": f'DELETE FROM "{t}" WHERE abs(random()) % {frac} = 0',
+            "drop": f'DROP TABLE "{t}"',
+            "rename": f'ALTER TABLE "{t}" RENAME COLUMN "{c}" TO "{c}_renamed"',
+            "view": f'ALTER TABLE "{t}" RENAME TO "{t}_T"; CREATE VIEW "{t}" AS SELECT * FROM "{t}_T"',
+            "insert": f'INSERT INTO "{t}" ("{c}") VALUES ({rng.choice(SQL_NASTY)})',
+        }[op]
+        try:
+            con.executescript(stmt)
+            done.append(f"{op} {t}.{c}")
+        except Exception as e:  # constraints (INTEGER PRIMARY KEY …): the file is as it was
+            done.append(f"{op} {t}.{c} refused by SQLite ({type(e).__name__})")
+    return done
+
+
+def nsys_mutants(shared: Path, seed: int, count: int, start: int = 0) -> Iterator[Mutant]:
+    """``count`` damaged copies of the shared exports (SQL changes, then byte damage)."""
+    import sqlite3
+    import tempfile
+
+    for k in range(start, start + count):
+        rng = random.Random(f"nsys:{seed}:{k}")
+        base = NSYS_BASES[k % len(NSYS_BASES)]
+        with tempfile.TemporaryDirectory() as tmp:
+            p = Path(tmp) / "x.sqlite"
+            p.write_bytes((shared / "nsys" / base).read_bytes())
+            con = sqlite3.connect(p)
+            done = _sql_ops(rng, con)
+            con.commit()
+            con.close()
+            data = bytearray(p.read_bytes())
+        r = rng.random()
+        if r < 0.08:  # zeroed pages
+            page = int.from_bytes(data[16:18], "big") or 65536
+            a = rng.randrange(1, max(2, len(data) // page)) * page
+            n = min(len(data) - a, page * rng.choice([1, 4]))
+            data[a : a + n] = bytes(n)
+            done.append(f"zeroed {n} bytes from byte {a}")
+        elif r < 0.12:
+            data = data[: rng.randrange(100, len(data))]
+            done.append("truncated")
+        elif r < 0.16:
+            for _ in range(rng.randrange(1, 50)):
+                data[rng.randrange(len(data))] = rng.randrange(256)
+            done.append("bytes flipped")
+        yield Mutant(f"nsys-{seed}-{k}-{base.split('/')[-1]}", {"report.sqlite": bytes(data)}, done)
+
+
+# ---- run directories: damaged manifest, telemetry and NVML records
+
+
+def _perturb_json(rng: random.Random, obj: Any, depth: int = 0) -> Any:
+    """``obj`` with one value somewhere in it replaced, removed or retyped."""
+    if isinstance(obj, dict) and obj and depth < 4 and rng.random() < 0.7:
+        k = rng.choice(list(obj))
+        out = dict(obj)
+        if rng.random() < 0.15:
+            del out[k]
+        else:
+            out[k] = _perturb_json(rng, obj[k], depth + 1)
+        return out
+    if isinstance(obj, list) and obj and depth < 4 and rng.random() < 0.7:
+        out2 = list(obj)
+        i = rng.randrange(len(out2))
+        out2[i] = _perturb_json(rng, out2[i], depth + 1)
+        return out2
+    return _nasty(rng, obj)
+
+
+def run_dir_mutants(run: Path, seed: int, count: int, start: int = 0) -> Iterator[Mutant]:
+    """``count`` damaged copies of the run directory ``run`` (files relative to it)."""
+    files = {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    jsonl = [n for n in files if n.endswith(".jsonl")]
+    for k in range(start, start + count):
+        rng = random.Random(f"run:{seed}:{k}")
+        out = dict(files)
+        done = []
+        for _ in range(rng.choice([1, 1, 2])):
+            target = rng.choice(["manifest.json", *jsonl, *jsonl])
+            if target == "manifest.json":
+                doc = json.loads(out[target])
+                out[target] = json.dumps(_perturb_json(rng, doc), allow_nan=True).encode()
+                done.append("manifest perturbed")
+                continue
+            lines = out[target].decode().splitlines()
+            i = rng.randrange(len(lines))
+            r = rng.random()
+            if r < 0.6:
+                lines[i] = json.dumps(_perturb_json(rng, json.loads(lines[i])), allow_nan=True)
+                what = "perturbed"
+            elif r < 0.75:
+                lines.insert(i, lines[i])
+                what = "duplicated"
+            elif r < 0.9:
+                del lines[i]
+                what = "dropped"
+            else:
+                lines[i] = lines[i][: rng.randrange(len(lines[i]) + 1)]
+                what = "truncated"
+            out[target] = ("\n".join(lines) + ("\n" if rng.random() < 0.9 else "")).encode()
+            done.append(f"{target} line {i + 1} {what}")
+        yield Mutant(f"run-{seed}-{k}", {f"run/{n}": b for n, b in out.items()}, done)
