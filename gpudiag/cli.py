@@ -74,14 +74,17 @@ def _analyze(path: Path, th: Thresholds, **kw: Any) -> Any:
 @app.command()
 def analyze(
     paths: Annotated[
-        list[Path], typer.Argument(help="Run directory, trace files, or directories of traces.")
+        list[Path],
+        typer.Argument(
+            help="Run directory, trace files, or directories of traces.", readable=False
+        ),
     ],
     steps: Annotated[bool, typer.Option("--steps", help="Also print the per-step table.")] = False,
     fmt: Annotated[
         str | None, typer.Option("--format", "-f", help="table, json, csv, markdown or html.")
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write the report here.")
+        Path | None, typer.Option("--output", "-o", help="Write the report here.", readable=False)
     ] = None,
     idle_threshold: Annotated[
         float | None, typer.Option("--idle-threshold", help="Flag idle ratios above this (0.3).")
@@ -335,12 +338,16 @@ def doctor(
 
 @app.command()
 def gate(
-    path: Annotated[Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.")],
+    path: Annotated[
+        Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.", readable=False)
+    ],
     baseline: Annotated[
-        Path | None, typer.Option("--baseline", help="Saved diagnosis to compare against.")
+        Path | None,
+        typer.Option("--baseline", help="Saved diagnosis to compare against.", readable=False),
     ] = None,
     save_baseline: Annotated[
-        Path | None, typer.Option("--save-baseline", help="Save PATH's diagnosis here.")
+        Path | None,
+        typer.Option("--save-baseline", help="Save PATH's diagnosis here.", readable=False),
     ] = None,
     max_idle_ratio: Annotated[
         float | None, typer.Option(help="Per rank (default: the idle threshold, 0.3).")
@@ -359,8 +366,12 @@ def gate(
     inconclusive_ok: Annotated[
         bool | None, typer.Option("--inconclusive-ok", help="Exit 0, not 5, if undecided.")
     ] = None,
-    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML.")] = None,
-    markdown: Annotated[Path | None, typer.Option("--markdown", help="Write Markdown.")] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Write JUnit XML.", readable=False)
+    ] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write Markdown.", readable=False)
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown.")] = "table",
 ) -> None:
     """CI performance gate: idle/wait limits, stragglers, regression against a baseline."""
@@ -390,12 +401,16 @@ def gate(
 
 @app.command()
 def diff(
-    a: Annotated[Path, typer.Argument(help="Run A (run dir, traces or diagnosis JSON).")],
-    b: Annotated[Path, typer.Argument(help="Run B, compared with A.")],
+    a: Annotated[
+        Path, typer.Argument(help="Run A (run dir, traces or diagnosis JSON).", readable=False)
+    ],
+    b: Annotated[Path, typer.Argument(help="Run B, compared with A.", readable=False)],
     fmt: Annotated[
         str | None, typer.Option("--format", "-f", help="table, markdown, json.")
     ] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here.", readable=False)
+    ] = None,
 ) -> None:
     """What changed between two runs: step time, shares, idle ratio, per rank."""
     from gpudiag.analysis.diff import diff as run_diff
@@ -408,10 +423,12 @@ def diff(
 
 @app.command()
 def report(
-    path: Annotated[Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path(
-        "gpudiag-report.html"
-    ),
+    path: Annotated[
+        Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.", readable=False)
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The HTML file to write.", readable=False)
+    ] = Path("gpudiag-report.html"),
 ) -> None:
     """Write one self-contained HTML report (charts inline, works offline)."""
     emit(_analyze(path, thresholds()), "html", output)

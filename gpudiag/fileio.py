@@ -253,6 +253,8 @@ def check_output(path: Path | str) -> str:
         )
     if stat.S_ISLNK(lst.st_mode) or not stat.S_ISREG(target):
         return "direct"
+    if not os.access(p, os.W_OK):  # a rename would replace it anyway: respect the mode
+        raise _write_error(p, PermissionError(errno.EACCES, "read-only file"))
     return "replace"
 
 
