@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         peak = max(peak, out.peak_rss or 0)
         if not out.ok:
             others.append(f"{out.describe()} {ops}")
+            print(f"  ANYTHING ELSE: {others[-1]}", file=sys.stderr, flush=True)
 
     with tempfile.TemporaryDirectory(prefix="gpudiag-fuzz-") as tmp_s:
         tmp = Path(tmp_s)

@@ -745,3 +745,14 @@ CASES += [
          '{"gpudiag_version": "x", "schema_version": 1, "a": ' + DEEP_JSON + "}")], "error",
          "nested too deeply"),
 ]  # fmt: skip
+
+
+@case(expect="corrupt SQLite database")
+def nsys_schema_not_utf8(d: Path) -> list[Path]:
+    # SQLite quotes the damaged schema in its error message, which Python cannot decode
+    p = export_copy(d)
+    data = bytearray(p.read_bytes())
+    i = data.find(b"CREATE TABLE", data.find(b"CREATE TABLE") + 1)
+    data[i + 6 : i + 8] = b"\xbc\xd7"
+    p.write_bytes(bytes(data))
+    return [p]

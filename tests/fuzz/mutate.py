@@ -403,7 +403,11 @@ def run_dir_mutants(run: Path, seed: int, count: int, start: int = 0) -> Iterato
             i = rng.randrange(len(lines))
             r = rng.random()
             if r < 0.6:
-                lines[i] = json.dumps(_perturb_json(rng, json.loads(lines[i])), allow_nan=True)
+                try:
+                    rec = json.loads(lines[i])
+                except ValueError:  # already cut by an earlier change of this case
+                    rec = {}
+                lines[i] = json.dumps(_perturb_json(rng, rec), allow_nan=True)
                 what = "perturbed"
             elif r < 0.75:
                 lines.insert(i, lines[i])

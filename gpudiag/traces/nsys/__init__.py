@@ -77,7 +77,9 @@ def load_nsys(
     ex = Export(path)
     try:
         return _load(ex, NamePatterns(options or LoadOptions()), source or str(path))
-    except sqlite3.Error as e:  # DatabaseError (malformed pages), OperationalError, …
+    except (sqlite3.Error, UnicodeDecodeError) as e:
+        # DatabaseError (malformed pages), OperationalError, …; and an error message that
+        # quotes a damaged schema in bytes that are not UTF-8 fails to decode itself.
         raise corrupt(path, e) from e
     finally:
         ex.close()

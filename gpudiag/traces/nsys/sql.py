@@ -99,7 +99,7 @@ def connect(path: Path) -> tuple[sqlite3.Connection, Path | None]:
         uri = f"file:{quote(str(private / 'export.sqlite'))}"
     try:
         con = sqlite3.connect(uri, uri=True)
-    except sqlite3.Error as e:
+    except (sqlite3.Error, UnicodeDecodeError) as e:
         if private is not None:
             shutil.rmtree(private, ignore_errors=True)
         raise InputError(path, f"cannot open as SQLite ({one_line(e)})", CORRUPT_HINT) from e
@@ -144,7 +144,7 @@ class Export:
         self.notes: list[str] = []
         try:
             rows = self.con.execute("SELECT type, name FROM sqlite_master").fetchall()
-        except sqlite3.DatabaseError as e:
+        except (sqlite3.Error, UnicodeDecodeError) as e:  # see load_nsys
             self.close()
             raise corrupt(path, e) from e
         names = [str(n) for t, n in rows if t == "table" and isinstance(n, str)]
