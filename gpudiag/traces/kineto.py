@@ -208,6 +208,9 @@ _DTYPE_BYTES = {
 # The whole-file path (odd layouts, malformed files) holds the whole JSON text in memory;
 # past this size a trace must be streamable (a gzip bomb stops here, not in the OOM killer).
 MAX_WHOLE_FILE_BYTES = 4 << 30
+# While streaming, text without an event boundary for this long is refused: no event of a
+# real trace comes near it, and a gzip bomb of one endless string stops here.
+MAX_EVENT_BYTES = 1 << 30
 NOT_A_TRACE_HINT = ("expected the output of torch.profiler export_chrome_trace / "
                     "tensorboard_trace_handler")  # fmt: skip
 
@@ -692,8 +695,12 @@ def _stream_events(path: Path, f: IO[bytes], cols: _Columns) -> _Trace:
         cut = _BOUNDARY_REVERSED.search(block[::-1])
         if cut is None:
             text += block
-            if len(text) > MAX_WHOLE_FILE_BYTES:
-                raise _too_large(path)
+            if len(text) > MAX_EVENT_BYTES:
+                raise InputError(
+                    path,
+                    f"more than {MAX_EVENT_BYTES >> 20} MiB of JSON without an event boundary",
+                    "the file is damaged (or not a PyTorch Profiler trace); re-capture it",
+                )
             continue
         # In the reversed block the match is "{ , }": map it back to just after the "}" that
         # ends the last whole event, and to the "{" that starts the next one.

@@ -217,3 +217,19 @@ def test_streaming_is_linear_in_one_huge_string(shared_traces: Path, tmp_path: P
     t_small = min(_load_cpu_s(small) for _ in range(3))
     t_big = min(_load_cpu_s(big) for _ in range(2))
     assert t_big < 20 * max(t_small, 0.01), (t_small, t_big)
+
+
+def test_endless_event_is_refused_while_streaming(
+    shared_traces: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gzip bomb of one endless string stops at the limit, not when memory runs out
+    (the limit is 1 GiB; lowered here so that the test writes 8 MB, not gigabytes)."""
+    from gpudiag.traces import kineto
+
+    monkeypatch.setattr(kineto, "MAX_EVENT_BYTES", 4 << 20)
+    doc = _doc(shared_traces)
+    _x(doc)[0].setdefault("args", {})["note"] = "a" * 8_000_000
+    p = tmp_path / "rank-0.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(doc).encode(), mtime=0))
+    with pytest.raises(InputError, match="without an event boundary"):
+        load_kineto(p)
