@@ -106,7 +106,7 @@ def _discover_dir(d: Path, found: Inputs, opts: LoadOptions) -> None:
     if nodes:
         _discover_run_dir(d, nodes, found, opts)
         return
-    for f in walk_dir(d):
+    for f in sorted(walk_dir(d)):  # by whole path, as before: the order of `inputs`
         if _fmt_of(f) and _regular(f, found):
             _add_file(f, found, opts, explicit=False)
     if not found.traces:
