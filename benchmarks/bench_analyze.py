@@ -1,8 +1,8 @@
 """Benchmark ``gpudiag analyze`` on a directory of traces: throughput and peak memory.
 
-Part 1 runs ``python -m gpudiag analyze DIR --format json -o /dev/null`` in a subprocess and
-reports wall time, CPU time, events/s overall and per CPU-second, and peak RSS: per process
-(``/proc/<pid>/status`` VmHWM, polled for every process of the tree, and
+Part 1 runs ``python -m gpudiag analyze DIR --format json -o -`` (stdout discarded) in a
+subprocess and reports wall time, CPU time, events/s overall and per CPU-second, and peak
+RSS: per process (``/proc/<pid>/status`` VmHWM, polled for every process of the tree, and
 ``getrusage(RUSAGE_CHILDREN).ru_maxrss``) and for the whole tree (sum of RSS and of PSS,
 sampled). Part 2 loads one file in a fresh subprocess and times each phase.
 
@@ -93,13 +93,15 @@ def _tree(root: int) -> list[int]:
 
 def run_cli(directory: Path, jobs: int | None) -> dict[str, Any]:
     """One ``gpudiag analyze`` subprocess, measured."""
+    # The report goes to stdout, discarded here: never `-o /dev/null`, which older gpudiag
+    # replaced with a regular file through its temporary-file rename.
     cmd = [sys.executable, "-m", "gpudiag", "analyze", str(directory),
-           "--format", "json", "-o", os.devnull]  # fmt: skip
+           "--format", "json", "-o", "-"]  # fmt: skip
     if jobs:
         cmd += ["--jobs", str(jobs)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     hwm: dict[int, int] = {}
     tree_rss = tree_pss = 0
     while proc.poll() is None:

@@ -3,7 +3,7 @@
 Builds an export of about ``--size-mb`` MB (default 135) in a temporary directory by
 replicating the activity rows of a shared export back to back (kernels, copies, memsets,
 runtime calls and NVTX ranges, shifted in time by the capture span and in correlation id
-per copy), then runs ``python -m gpudiag analyze BIG.sqlite --format json -o /dev/null``
+per copy), then runs ``python -m gpudiag analyze BIG.sqlite --format json -o -`` (stdout discarded)
 ``--repeat`` times and reports wall and CPU time, peak RSS and rows per second.
 
 Usage::
@@ -75,10 +75,11 @@ def run_once(path: Path) -> tuple[float, float, int]:
     """Wall s, CPU s and peak RSS (bytes) of one ``gpudiag analyze`` subprocess."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
+    # The report goes to stdout (-o -), discarded by the parent: never `-o /dev/null`,
+    # which older gpudiag replaced with a regular file through its temporary-file rename.
     r = subprocess.run(
-        [sys.executable, "-m", "gpudiag", "analyze", str(path), "--format", "json",
-         "-o", os.devnull],
-        capture_output=True, text=True, cwd=ROOT, check=False,
+        [sys.executable, "-m", "gpudiag", "analyze", str(path), "--format", "json", "-o", "-"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, check=False,
     )  # fmt: skip
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -18,10 +18,15 @@ from gpudiag.analysis.model import Diagnosis
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError, UsageError
 from gpudiag.fanout import Mapper, Progress, dask_map, local_map
+from gpudiag.fileio import read_input
 from gpudiag.traces.common import LoadOptions
 from gpudiag.traces.load import load_run
 
 DIAGNOSIS_HEAD_BYTES = 4096
+# A saved diagnosis is a few MB even for thousands of ranks and steps.
+DIAGNOSIS_MAX_BYTES = 512 << 20
+_SAVE_HINT = ("save one with `gpudiag analyze RUN --format json -o FILE` "
+              "or `gpudiag gate RUN --save-baseline FILE`")  # fmt: skip
 
 
 def is_diagnosis_file(path: Path) -> bool:
@@ -42,18 +47,25 @@ def is_diagnosis_file(path: Path) -> bool:
 
 
 def load_diagnosis(path: str | os.PathLike[str]) -> Diagnosis:
-    """A Diagnosis saved by ``gpudiag analyze --format json`` or ``gate --save-baseline``."""
+    """A Diagnosis saved by ``gpudiag analyze --format json`` or ``gate --save-baseline``.
+
+    The document is checked against the Diagnosis JSON schema and its field types; an
+    InputError names the file and the first bad field by its JSON path.
+    """
     p = Path(path)
+    data = read_input(p, DIAGNOSIS_MAX_BYTES, "saved diagnosis")
     try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
+        doc = json.loads(data.decode("utf-8"))
+    except RecursionError as e:
+        raise InputError(p, "JSON nested too deeply to be a gpudiag diagnosis", _SAVE_HINT) from e
+    except (UnicodeDecodeError, ValueError) as e:
+        raise InputError(p, f"not a readable gpudiag diagnosis ({e})", _SAVE_HINT) from e
+    try:
         return Diagnosis.from_json(doc)
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
-        raise InputError(
-            p,
-            f"not a readable gpudiag diagnosis ({type(e).__name__}: {e})",
-            "save one with `gpudiag analyze RUN --format json -o FILE` "
-            "or `gpudiag gate RUN --save-baseline FILE`",
-        ) from e
+    except RecursionError as e:
+        raise InputError(p, "JSON nested too deeply to be a gpudiag diagnosis", _SAVE_HINT) from e
+    except ValueError as e:
+        raise InputError(p, f"not a valid gpudiag diagnosis: {e}", _SAVE_HINT) from e
 
 
 def analyze(

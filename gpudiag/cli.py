@@ -6,7 +6,7 @@ import dataclasses
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, TextIO, cast
+from typing import Annotated, Any
 
 import typer
 
@@ -62,16 +62,20 @@ def thresholds(**overrides: Any) -> Thresholds:
 
 
 def emit(result: Any, fmt: str, output: Path | None, **options: Any) -> None:
-    """Render ``result`` on stdout, or into ``output`` written atomically."""
+    """Render ``result`` on stdout, or into ``output`` by the rules of :mod:`gpudiag.fileio`.
+
+    ``-`` is stdout; a regular file (or a new one) is replaced atomically; a device, FIFO
+    or symbolic link is written through; anything else is refused with one line.
+    """
     from gpudiag.report import render
 
-    if output is None:
+    if output is None or str(output) == "-":
         render(result, fmt, sys.stdout, **options)
         return
-    from gpudiag.rundir import atomic_write
+    from gpudiag.fileio import write_output
 
-    with atomic_write(output) as f:
-        render(result, fmt, cast(TextIO, f), **options)
+    with write_output(output) as f:
+        render(result, fmt, f, **options)
     print(f"wrote {output}", file=sys.stderr)
 
 
@@ -85,14 +89,17 @@ def _analyze(path: Path, th: Thresholds, **kw: Any) -> Any:
 @app.command()
 def analyze(
     paths: Annotated[
-        list[Path], typer.Argument(help="Run directory, trace files, or directories of traces.")
+        list[Path],
+        typer.Argument(
+            help="Run directory, trace files, or directories of traces.", readable=False
+        ),
     ],
     steps: Annotated[bool, typer.Option("--steps", help="Also print the per-step table.")] = False,
     fmt: Annotated[
         str | None, typer.Option("--format", "-f", help="table, json, csv, markdown or html.")
     ] = None,
     output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Write the report here.")
+        Path | None, typer.Option("--output", "-o", help="Write the report here.", readable=False)
     ] = None,
     idle_threshold: Annotated[
         float | None, typer.Option("--idle-threshold", help="Flag idle ratios above this (0.3).")
@@ -197,6 +204,12 @@ def _warn_steps(d: Any) -> None:
             print(f"gpudiag: warning: rank {who}: {f.message}", file=sys.stderr)
 
 
+def _printable(text: str) -> str:
+    """One line without control characters: messages quote file names and file contents."""
+    text = " ".join(str(text).splitlines())
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; print GpudiagError as one line plus a hint, exit with its code."""
     try:
@@ -204,9 +217,9 @@ def main(argv: list[str] | None = None) -> None:
     except GpudiagError as e:
         if _state["debug"]:
             raise
-        print(f"gpudiag: error: {e.message}", file=sys.stderr)
+        print(f"gpudiag: error: {_printable(e.message)}", file=sys.stderr)
         if e.hint:
-            print(f"  hint: {e.hint}", file=sys.stderr)
+            print(f"  hint: {_printable(e.hint)}", file=sys.stderr)
         sys.exit(e.exit_code)
     except typer.Exit as e:
         sys.exit(e.exit_code)
@@ -215,6 +228,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:
+        # The reader of stdout went away (`gpudiag … | head`): stop quietly, as cat does.
+        # Point stdout at /dev/null so the interpreter's final flush does not fail again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
     except Exception as e:
         show = getattr(e, "show", None)
         if callable(show) and hasattr(e, "exit_code"):  # click/typer usage errors
@@ -449,15 +469,21 @@ def gate(
         list[Path],
         typer.Argument(
             help="Run directory, traces or diagnosis JSON (several with "
-            "--save-baseline, or extra baseline runs after --baseline)."
+            "--save-baseline, or extra baseline runs after --baseline).",
+            readable=False,
         ),
     ],
     baseline: Annotated[
         list[Path] | None,
-        typer.Option("--baseline", help="Baseline run(s): run dirs, diagnoses, baseline files."),
+        typer.Option(
+            "--baseline",
+            help="Baseline run(s): run dirs, diagnoses, baseline files.",
+            readable=False,
+        ),
     ] = None,
     save_baseline: Annotated[
-        Path | None, typer.Option("--save-baseline", help="Save the runs as a baseline here.")
+        Path | None,
+        typer.Option("--save-baseline", help="Save the runs as a baseline here.", readable=False),
     ] = None,
     max_idle_ratio: Annotated[
         float | None, typer.Option(help="Per rank (default: the idle threshold, 0.3).")
@@ -479,8 +505,12 @@ def gate(
     inconclusive_ok: Annotated[
         bool | None, typer.Option("--inconclusive-ok", help="Exit 0, not 5, if undecided.")
     ] = None,
-    junit: Annotated[Path | None, typer.Option("--junit", help="Write JUnit XML.")] = None,
-    markdown: Annotated[Path | None, typer.Option("--markdown", help="Write Markdown.")] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Write JUnit XML.", readable=False)
+    ] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write Markdown.", readable=False)
+    ] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown.")] = "table",
     no_color: NoColor = False,
 ) -> None:
@@ -547,12 +577,16 @@ def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form:
 
 @app.command()
 def diff(
-    a: Annotated[Path, typer.Argument(help="Run A (run dir, traces or diagnosis JSON).")],
-    b: Annotated[Path, typer.Argument(help="Run B, compared with A.")],
+    a: Annotated[
+        Path, typer.Argument(help="Run A (run dir, traces or diagnosis JSON).", readable=False)
+    ],
+    b: Annotated[Path, typer.Argument(help="Run B, compared with A.", readable=False)],
     fmt: Annotated[
         str | None, typer.Option("--format", "-f", help="table, markdown, json.")
     ] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write here.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here.", readable=False)
+    ] = None,
     no_color: NoColor = False,
 ) -> None:
     """What changed between two runs: step time, shares, idle ratio, per rank."""
@@ -566,10 +600,12 @@ def diff(
 
 @app.command()
 def report(
-    path: Annotated[Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")] = Path(
-        "gpudiag-report.html"
-    ),
+    path: Annotated[
+        Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.", readable=False)
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The HTML file to write.", readable=False)
+    ] = Path("gpudiag-report.html"),
 ) -> None:
     """Write one self-contained HTML report (charts inline, works offline)."""
     emit(_analyze(path, thresholds()), "html", output)

@@ -40,6 +40,7 @@ NVML_DIR = "nvml"
 NSYS_DIR = "nsys"
 CONDITIONS_DIR = "conditions"
 CONTROL = "control.json"
+MANIFEST_MAX_BYTES = 16 << 20  # a manifest is a few KB; thousands of ranks stay under 2 MB
 
 
 def trace_path(run_dir: Path, rank: int) -> Path:
@@ -124,18 +125,122 @@ class RunManifest:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunManifest:
-        """Parse ``manifest.json`` content; unknown keys are kept in ``extra``."""
+    def from_json(cls, data: Any) -> RunManifest:
+        """Parse ``manifest.json`` content; unknown keys are kept in ``extra``.
+
+        Every known field is checked against its type (a manifest is edited by hand at
+        times, or damaged): ValueError names the first bad one, ``ranks[2].rank: expected
+        an integer ≥ 0, got a string``.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"expected an object, got {_words(data)}")
         known = set(cls.__dataclass_fields__)
-        kw = {k: v for k, v in data.items() if k in known}
-        kw["ranks"] = [RankInfo(**_known(RankInfo, r)) for r in data.get("ranks", [])]
+        kw: dict[str, Any] = {}
+        for key, check in _MANIFEST_FIELDS.items():
+            if key in data:
+                kw[key] = check(data[key], key)
+        ranks = _of(list, data.get("ranks", []), "ranks")
+        kw["ranks"] = [
+            RankInfo(**_known(RankInfo, _rank_info(r, f"ranks[{i}]"))) for i, r in enumerate(ranks)
+        ]
+        sources = _of(dict, data.get("sources", {}), "sources")
         kw["sources"] = {
-            k: SourceStatus(**_known(SourceStatus, v)) for k, v in data.get("sources", {}).items()
+            str(k): SourceStatus(**_known(SourceStatus, _source(v, f"sources.{k}")))
+            for k, v in sources.items()
         }
-        extra = dict(data.get("extra", {}))
+        extra = dict(_of(dict, data.get("extra", {}), "extra"))
         extra.update({k: v for k, v in data.items() if k not in known})
         kw["extra"] = extra
         return cls(**kw)
+
+
+# ---- checking manifest fields: each returns the value or raises ValueError naming it
+
+_INT64 = 2**63 - 1
+_RANK_MAX = 2**31 - 1
+
+
+def _words(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, (int, float)):
+        return f"{v!r:.40}"
+    if isinstance(v, str):
+        return "a string"
+    return "a list" if isinstance(v, list) else "an object"
+
+
+def _of(tp: type, v: Any, where: str) -> Any:
+    if not isinstance(v, tp):
+        want = "a list" if tp is list else "an object" if tp is dict else "a string"
+        raise ValueError(f"{where}: expected {want}, got {_words(v)}")
+    return v
+
+
+def _int(v: Any, where: str, lo: int = -_INT64, hi: int = _INT64, null: bool = False) -> Any:
+    if v is None and null:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        bound = f" {lo} … {hi}" if (lo, hi) != (-_INT64, _INT64) else ""
+        raise ValueError(f"{where}: expected an integer{bound}, got {_words(v)}")
+    return v
+
+
+def _strs(v: Any, where: str) -> list[str]:
+    for i, x in enumerate(_of(list, v, where)):
+        _of(str, x, f"{where}[{i}]")
+    return list(v)
+
+
+def _opt_str(v: Any, where: str) -> str | None:
+    return None if v is None else str(_of(str, v, where))
+
+
+_MANIFEST_FIELDS: dict[str, Any] = {
+    "schema_version": lambda v, w: _int(v, w, 0, _INT64),
+    "gpudiag_version": lambda v, w: _of(str, v, w),
+    "argv": _strs,
+    "started_ns": lambda v, w: _int(v, w, 0, _INT64, null=True),
+    "ended_ns": lambda v, w: _int(v, w, 0, _INT64, null=True),
+    "exit_code": lambda v, w: _int(v, w, null=True),
+    "hosts": _strs,
+    "node_rank": lambda v, w: _int(v, w, 0, _RANK_MAX),
+    "world_size": lambda v, w: _int(v, w, 1, _RANK_MAX, null=True),
+    "profile_steps": _opt_str,
+    "diagnosis_incomplete": _strs,
+}  # fmt: skip
+
+
+def _rank_info(r: Any, where: str) -> dict[str, Any]:
+    _of(dict, r, where)
+    if "rank" not in r:
+        raise ValueError(f"{where}.rank: missing")
+    _int(r["rank"], f"{where}.rank", 0, _RANK_MAX)
+    if "local_rank" in r:
+        _int(r["local_rank"], f"{where}.local_rank", 0, _RANK_MAX)
+    if "pid" in r:
+        _int(r["pid"], f"{where}.pid", 0, _INT64, null=True)
+    if "host" in r:
+        _of(str, r["host"], f"{where}.host")
+    for k in ("gpu_uuid", "device"):
+        if k in r:
+            _opt_str(r[k], f"{where}.{k}")
+    return dict(r)
+
+
+def _source(v: Any, where: str) -> dict[str, Any]:
+    _of(dict, v, where)
+    if "captured" not in v:
+        raise ValueError(f"{where}.captured: missing")
+    if not isinstance(v["captured"], bool):
+        raise ValueError(f"{where}.captured: expected true or false, got {_words(v['captured'])}")
+    if "reason" in v:
+        _of(str, v["reason"], f"{where}.reason")
+    if "files" in v:
+        _strs(v["files"], f"{where}.files")
+    return dict(v)
 
 
 def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
@@ -153,16 +258,28 @@ def write_manifest(run_dir: Path, manifest: RunManifest) -> Path:
 
 
 def read_manifest(path: Path) -> RunManifest:
-    """Read a manifest; raises ValueError (with the reason) on anything unreadable."""
+    """Read a manifest; raises ValueError (with the reason) on anything unreadable.
+
+    Only a regular file of at most :data:`MANIFEST_MAX_BYTES` is read (a FIFO or a link to
+    a device is refused before it is opened), and every field is checked.
+    """
+    from gpudiag.errors import InputError
+    from gpudiag.fileio import read_input
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        data = json.loads(read_input(path, MANIFEST_MAX_BYTES, "manifest").decode("utf-8"))
+    except InputError as e:
+        raise ValueError(e.problem) from e
+    except RecursionError as e:
+        raise ValueError("unreadable manifest (JSON nested too deeply)") from e
+    except (UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"unreadable manifest ({e})") from e
     if not isinstance(data, dict) or "schema_version" not in data:
         raise ValueError("not a gpudiag manifest (no schema_version)")
-    if int(data["schema_version"]) > MANIFEST_SCHEMA_VERSION:
+    version = _int(data["schema_version"], "schema_version", 0, _INT64)
+    if version > MANIFEST_SCHEMA_VERSION:
         raise ValueError(
-            f"manifest schema {data['schema_version']} is newer than this gpudiag "
+            f"manifest schema {version} is newer than this gpudiag "
             f"understands ({MANIFEST_SCHEMA_VERSION})"
         )
     return RunManifest.from_json(data)
@@ -174,9 +291,13 @@ def is_run_dir(path: Path) -> bool:
 
 
 def node_dirs(run_dir: Path) -> list[Path]:
-    """The directories holding a manifest: the run directory itself and/or its ``node-*``."""
-    found = [run_dir] if (run_dir / MANIFEST).is_file() else []
-    found += sorted(p for p in run_dir.glob("node-*") if (p / MANIFEST).is_file())
+    """The directories holding a manifest: the run directory itself and/or its ``node-*``.
+
+    Any entry named ``manifest.json`` counts (a FIFO or a dangling link too), so that
+    :func:`read_manifest` refuses it by name rather than the directory being misread.
+    """
+    found = [run_dir] if os.path.lexists(run_dir / MANIFEST) else []
+    found += sorted(p for p in run_dir.glob("node-*") if os.path.lexists(p / MANIFEST))
     return found
 
 

@@ -38,17 +38,20 @@ def write_outputs(
     markdown_path: Path | None,
     env: Mapping[str, str] | None = None,
 ) -> None:
-    """Write the requested files; append the Markdown to ``$GITHUB_STEP_SUMMARY`` if set."""
-    from gpudiag.rundir import atomic_write
+    """Write the requested files; append the Markdown to ``$GITHUB_STEP_SUMMARY`` if set.
+
+    The files follow the output rules of :mod:`gpudiag.fileio` (as ``-o`` does).
+    """
+    from gpudiag.fileio import write_output
 
     env = os.environ if env is None else env
     if junit_path is not None:
-        with atomic_write(junit_path) as f:
+        with write_output(junit_path) as f:
             junit.render(res, f)
         print(f"wrote {junit_path}", file=sys.stderr)
     md = gate_markdown(res)
     if markdown_path is not None:
-        with atomic_write(markdown_path) as f:
+        with write_output(markdown_path) as f:
             f.write(md)
         print(f"wrote {markdown_path}", file=sys.stderr)
     summary = env.get("GITHUB_STEP_SUMMARY")

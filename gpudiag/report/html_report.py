@@ -3,8 +3,9 @@ r"""One self-contained HTML file (template + embedded JSON, no CDN).
 Charts are inline SVG drawn here in Python, so the page needs no script to render and works
 offline. The Diagnosis is embedded as ``<script type="application/json" id="diagnosis">``
 for anyone who wants the numbers, every ``<`` written as ``\u003c`` so that ``</`` cannot
-end it. Every string that comes from a trace (kernel, range and file names, messages quoting
-them) is HTML-escaped.
+end it. Every value that comes from the Diagnosis is HTML-escaped where it is written —
+names and messages, and numbers too (a saved diagnosis is checked on load, but a renderer
+does not rely on that: a "rank" that turns out to be ``<script>`` is shown as text).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from typing import Any, TextIO
 
 from gpudiag.analysis import words
 from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, FindingKind, StepBreakdown
-from gpudiag.report.format import flagged, fmt_ns, idle_threshold, mode_label, window_label
-from gpudiag.report.format import pct as _pct
+from gpudiag.report.format import flagged, fmt_ns, idle_threshold, mode_label, pct, window_label
 
 COLORS = {"compute": "#2e7d32", "comm_wait": "#1565c0", "data_wait": "#ef6c00", "other": "#9e9e9e"}
 LABELS = {"compute": "compute", "comm_wait": "comm-wait", "data_wait": "data-wait",
@@ -46,7 +46,11 @@ def _e(x: object) -> str:
 
 
 def _ms(ns: float | None) -> str:
-    return fmt_ns(ns)
+    return _e(fmt_ns(ns))
+
+
+def _pct(x: float | None) -> str:
+    return _e(pct(x))
 
 
 def _parts(s: StepBreakdown) -> list[tuple[str, int]]:
@@ -67,8 +71,8 @@ def _stacked_bars(rank: int, steps: list[StepBreakdown], max_ns: int) -> str:
     h, w_axis = 140, 60
     bw = max(3, min(24, 900 // max(1, len(steps))))
     width = max(w_axis + bw * len(steps) + 10, 220)
-    out = [f'<svg class="bars" data-rank="{rank}" width="{width}" height="{h + 20}" '
-           f'role="img" aria-label="rank {rank} step breakdown">']  # fmt: skip
+    out = [f'<svg class="bars" data-rank="{_e(rank)}" width="{width}" height="{h + 20}" '
+           f'role="img" aria-label="rank {_e(rank)} step breakdown">']  # fmt: skip
     out.append(f'<text x="0" y="12">{_ms(max_ns)}</text><text x="0" y="{h}">0</text>')
     for i, s in enumerate(steps):
         x = w_axis + i * bw
@@ -78,12 +82,13 @@ def _stacked_bars(rank: int, steps: list[StepBreakdown], max_ns: int) -> str:
             if bh <= 0:
                 continue
             y -= bh
-            tip = f"rank {rank} step {s.step}: {LABELS[key]} {_ms(ns)} of {_ms(s.duration_ns)}"
+            tip = (f"rank {rank} step {s.step}: {LABELS[key]} {fmt_ns(ns)} of "
+                   f"{fmt_ns(s.duration_ns)}")  # fmt: skip
             out.append(f'<rect x="{x}" y="{y:.2f}" width="{bw - 1}" height="{bh:.2f}" '
                        f'fill="{COLORS[key]}"><title>{_e(tip)}</title></rect>')  # fmt: skip
     first, last = steps[0].step, steps[-1].step
     label = f"step {first}" if first == last else f"steps {first}–{last}"
-    out.append(f'<text x="{w_axis}" y="{h + 15}">{label}</text>')
+    out.append(f'<text x="{w_axis}" y="{h + 15}">{_e(label)}</text>')
     out.append("</svg>")
     return "".join(out)
 
@@ -100,7 +105,7 @@ def _timeline(by_rank: dict[int, list[StepBreakdown]]) -> str:
            'aria-label="steps on a timeline per rank">']  # fmt: skip
     for row, (rank, steps) in enumerate(sorted(by_rank.items())):
         y = row * row_h + 2
-        out.append(f'<text x="0" y="{y + 12}">rank {rank}</text>')
+        out.append(f'<text x="0" y="{y + 12}">rank {_e(rank)}</text>')
         for s in steps:
             x = left + plot_w * (s.start_ns - t0) / span
             total = max(1, s.duration_ns)
@@ -108,7 +113,8 @@ def _timeline(by_rank: dict[int, list[StepBreakdown]]) -> str:
                 w = plot_w * (s.duration_ns / span) * (ns / total)
                 if w <= 0:
                     continue
-                tip = f"rank {rank} step {s.step} ({_ms(s.duration_ns)}): {LABELS[key]} {_ms(ns)}"
+                tip = (f"rank {rank} step {s.step} ({fmt_ns(s.duration_ns)}): {LABELS[key]} "
+                       f"{fmt_ns(ns)}")  # fmt: skip
                 out.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h - 4}" '
                            f'fill="{COLORS[key]}"><title>{_e(tip)}</title></rect>')  # fmt: skip
                 x += w
@@ -128,9 +134,9 @@ def _rank_medians(d: Diagnosis) -> str:
     for i, r in enumerate(ranks):
         w = plot_w * r.step_time_ns_median / top
         y = i * row_h + 2
-        out.append(f'<text x="0" y="{y + 12}">rank {r.rank}</text>'
+        out.append(f'<text x="0" y="{y + 12}">rank {_e(r.rank)}</text>'
                    f'<rect x="{left}" y="{y}" width="{w:.2f}" height="{row_h - 4}" fill="#5c6bc0">'
-                   f"<title>rank {r.rank}: median {_ms(r.step_time_ns_median)}</title></rect>"
+                   f"<title>rank {_e(r.rank)}: median {_ms(r.step_time_ns_median)}</title></rect>"
                    f'<text x="{left + w + 6:.2f}" y="{y + 12}">'
                    f"{_ms(r.step_time_ns_median)}</text>")  # fmt: skip
     out.append("</svg>")
@@ -191,7 +197,7 @@ def _gpu_section(d: Diagnosis) -> str:
                 "or traces analysed without a run directory).</p>")  # fmt: skip
     rows = [[_e(g.gpu_uuid), _e("" if g.rank is None else g.rank), _e(g.samples),
              _pct(g.util_ratio), _pct(g.mem_util_ratio),
-             "n/a" if g.power_w is None else f"{g.power_w:.0f} W",
+             "n/a" if g.power_w is None else _e(f"{g.power_w:.0f} W"),
              _pct(g.slowdown_ratio)] for g in gpus]  # fmt: skip
     return _table(["GPU", "rank", "samples", "util", "mem util", "power", "slowdown"], rows) + (
         '<p class="muted">Averages over the run; the diagnosis does not keep the samples as a '
@@ -221,13 +227,13 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
     p: list[str] = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width">',
-        f"<title>gpudiag report: {r.ranks} ranks, {r.steps} steps</title>",
+        f"<title>gpudiag report: {_e(r.ranks)} ranks, {_e(r.steps)} steps</title>",
         f"<style>{_CSS}</style></head><body>",
         "<h1>gpudiag report</h1>",
         _verdict(d),
         f"<p>{_e(words.plural(r.ranks, 'rank'))}"
         + (f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else "")
-        + f" · {_e(mode_label(r.mode))} · {window_label(r.mode)}: "
+        + f" · {_e(mode_label(r.mode))} · {_e(window_label(r.mode))}: "
         f"{_e(words.plural(r.steps, 'step'))}, step time median "
         f"<b>{_ms(r.step_time_ns_median)}</b>, p90 {_ms(r.step_time_ns_p90)} · idle "
         f'<b class="{"bad" if (None, "idle") in flags else ""}">{_pct(r.idle_ratio)}</b>'
@@ -235,7 +241,7 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
         + f" · gpudiag {_e(d.gpudiag_version)}</p>",
         _whole_run_line(d),
     ]
-    rows = [[str(x.rank), str(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90),
+    rows = [[_e(x.rank), _e(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90),
              _pct(x.shares.compute), _pct(x.shares.comm_wait), _pct(x.shares.data_wait),
              _pct(x.shares.other),
              f'<span class="{"bad" if (x.rank, "idle") in flags else ""}">'
@@ -249,7 +255,7 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
     p.append(_kernels(d))
     p.append("<h2>Where each step's time goes, per rank</h2>" + _legend())
     for rank, steps in shown.items():
-        p.append(f'<div class="chart-title">rank {rank}</div>')
+        p.append(f'<div class="chart-title">rank {_e(rank)}</div>')
         p.append(_stacked_bars(rank, steps, max_ns))
     if shown:
         p.append("<h2>Steps on a timeline</h2>" + _legend())
@@ -277,8 +283,8 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
         p.append("<h2>Recommendations</h2><ul>" + "".join(
             f"<li><b>{_e(x.title)}</b>: {_e(x.detail)}</li>" for x in d.recommendations
         ) + "</ul>")  # fmt: skip
-    comm = [[str(x.rank), _e(x.evidence.get("comm_top", "")),
-             _e(", ".join(x.evidence.get("comm_names", []))), _pct(x.shares.comm_wait),
+    comm = [[_e(x.rank), _e(x.evidence.get("comm_top", "")),
+             _e(", ".join(map(str, x.evidence.get("comm_names", [])))), _pct(x.shares.comm_wait),
              _pct(x.comm_overlapped_ratio)]
             for x in d.ranks[:MAX_RANKS] if x.evidence.get("comm_names")]  # fmt: skip
     if comm:

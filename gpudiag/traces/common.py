@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +48,13 @@ OPTIMIZER_STEP = "Optimizer.step#"
 # Below this share of GPU ops with a launching runtime call, steps are assigned by time.
 LAUNCH_LINKED_MIN_RATIO = 0.5
 STEP_MAX = np.iinfo(np.int32).max
+
+# Every time a loader accepts lies in [TIME_MIN_NS, TIME_MAX_NS] (about 1897 … 2116 as
+# Unix epoch ns): the difference of any two then fits in int64, so the analysis's
+# subtractions cannot wrap. Values outside are damaged and dropped (counted in notes).
+TIME_MAX_NS = 2**62
+TIME_MIN_NS = -(2**61)
+RANK_MAX = np.iinfo(np.int32).max
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 # Per-operator ranges (``aten::mul``, ``MulBackward0``, NCCL/CUDA API calls): never steps,
@@ -142,6 +150,37 @@ def rank_from_filename(path: Path) -> int | None:
     """The rank number in a file name (``rank-3``, ``rank3``, ``worker_3``), if any."""
     m = _RANK_IN_NAME.search(path.name)
     return int(m.group(1)) if m else None
+
+
+def check_rank(value: Any, path: Path | str, what: str, hint: str, low: int = 0) -> int:
+    """``value`` as a rank (or a world size with ``low=1``); InputError when impossible.
+
+    A rank is an integer in [``low``, 2^31 − 1]; booleans, strings, negative and huge
+    values are refused with one line naming ``what``.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= RANK_MAX:
+        raise InputError(
+            path, f"{what} is {json_words(value)}: not a rank (an integer {low} … {RANK_MAX})", hint
+        )
+    return int(value)
+
+
+def json_words(value: Any) -> str:
+    """A JSON value in words for a message: the number itself, else its type."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"{value!r:.40}"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def dropped_notes(dropped: Mapping[str, int]) -> list[str]:
+    """One note per reason something was dropped: ``"12 events with invalid timestamps …"``."""
+    return [f"{n} {why}" for why, n in sorted(dropped.items()) if n]
 
 
 def main_lane(

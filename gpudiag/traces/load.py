@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import gzip
 import os
+import stat
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from gpudiag import rundir
 from gpudiag.errors import InputError
+from gpudiag.fileio import check_regular, kind_of, list_dir, walk_dir
 from gpudiag.traces.common import LoadOptions, rank_from_filename
 from gpudiag.traces.kineto import load_kineto_ranks
 from gpudiag.traces.schema import RankTimeline, RunTimeline, check_ranks
@@ -81,11 +83,16 @@ def discover(paths: Iterable[str | os.PathLike[str]], options: LoadOptions | Non
     found = Inputs(traces=[])
     for raw in paths:
         p = Path(raw)
-        if not p.exists():
-            raise InputError(p, "no such file or directory", "check the path")
-        if p.is_dir():
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            raise InputError(p, "no such file or directory", "check the path") from None
+        except OSError as e:
+            raise InputError(p, f"cannot read ({e.strerror or e})", "check its permissions") from e
+        if stat.S_ISDIR(st.st_mode):
             _discover_dir(p, found, opts)
         else:
+            check_regular(p)  # a FIFO or a device is refused before anything opens it
             _add_file(p, found, opts, explicit=True)
     if not found.traces and not found.telemetry_only:
         where = ", ".join(str(Path(p)) for p in paths) or "(nothing)"
@@ -102,15 +109,13 @@ def _discover_dir(d: Path, found: Inputs, opts: LoadOptions) -> None:
     if nodes:
         _discover_run_dir(d, nodes, found, opts)
         return
-    files = sorted(
-        f for f in d.rglob("*")
-        if f.is_file() and not any(part.startswith(".") for part in f.relative_to(d).parts)
-    )  # fmt: skip
     skipped = []
-    for f in files:
+    for f in sorted(walk_dir(d)):  # by whole path, as before: the order of `inputs`
+        if not _fmt_of(f) or not _regular(f, found):
+            continue
         if _fmt_of(f) == "kineto" and not looks_like_trace(f):
             skipped.append(f.name)
-        elif _fmt_of(f):
+        else:
             _add_file(f, found, opts, explicit=False)
     if skipped:
         found.notes.append(
@@ -136,10 +141,13 @@ def _discover_run_dir(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptio
             raise InputError(
                 node / rundir.MANIFEST, str(e), "is this a gpudiag run directory?"
             ) from e
-        for f in sorted((node / rundir.RANKS_DIR).glob("*")):
-            if f.is_file() and _fmt_of(f) == "kineto":
+        for f in list_dir(node / rundir.RANKS_DIR):
+            if _fmt_of(f) == "kineto" and _regular(f, found):
                 _add_file(f, found, opts, explicit=False)
-    exports = sorted(p for node in nodes for p in (node / rundir.NSYS_DIR).glob("*.sqlite"))
+    exports = [
+        p for node in nodes for p in list_dir(node / rundir.NSYS_DIR)
+        if p.name.endswith(".sqlite") and _regular(p, found)
+    ]  # fmt: skip
     if exports and any(t.path.is_relative_to(d) for t in found.traces):
         # one source per rank: the profiler traces; the Nsight export stays available
         found.notes.append(
@@ -213,6 +221,22 @@ def looks_like_trace(path: Path) -> bool:
     return not text.strip() or text.lstrip()[:1] not in (b"{", b"[") or b'"traceEvents"' in text
 
 
+def _regular(f: Path, found: Inputs) -> bool:
+    """True for a regular file; anything else found in a directory is skipped with a note."""
+    try:
+        mode = os.stat(f).st_mode
+    except FileNotFoundError:
+        found.notes.append(f"skipped {f}: a broken symbolic link")
+        return False
+    except OSError as e:
+        raise InputError(f, f"cannot read ({e.strerror or e})", "check its permissions") from e
+    if stat.S_ISREG(mode):
+        return True
+    if not stat.S_ISDIR(mode):
+        found.notes.append(f"skipped {f}: {kind_of(mode)}, not a regular file")
+    return False
+
+
 def _add_file(f: Path, found: Inputs, opts: LoadOptions, explicit: bool) -> None:
     fmt = _fmt_of(f)
     if fmt == "kineto":
@@ -270,8 +294,8 @@ def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None)
     from gpudiag.traces.telemetry import load_steps, steps_files
 
     inputs = discover(paths, options)
-    tele = [load_steps(d) for d in inputs.run_dirs if steps_files(d)]
-    samples = [load_samples(d) for d in inputs.run_dirs]
+    tele = [load_steps(d, inputs.notes) for d in inputs.run_dirs if steps_files(d)]
+    samples = [load_samples(d, inputs.notes) for d in inputs.run_dirs]
     return RunTimeline(
         sources=list(inputs.traces),
         manifest=merge_manifests(inputs.manifests),

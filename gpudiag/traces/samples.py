@@ -2,11 +2,14 @@
 
 Written by ``gpudiag run``'s sampler; the format is in docs/run-directory.md. Fields the
 GPU or driver did not support are ``null`` on disk and NaN here, never 0. A truncated
-last line is ignored.
+last line is ignored. A sample without a valid ``time_ns`` or ``gpu_uuid`` is dropped, a
+value that is not a number is read as unknown (NaN); both are counted in a note.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,8 @@ import pandas as pd
 
 from gpudiag import rundir
 from gpudiag.errors import InputError
+from gpudiag.fileio import list_dir
+from gpudiag.traces.common import TIME_MAX_NS, dropped_notes
 from gpudiag.traces.jsonl import records
 
 NVML_FORMAT = "gpudiag.nvml"
@@ -38,8 +43,10 @@ COLUMNS = ["time_ns", "host", "gpu_uuid", "index", *FLOAT_COLUMNS, "throttle_rea
 _HINT = "the file is not a gpudiag NVML sample file; re-run with `gpudiag run`, or remove it"
 
 
-def read_nvml_file(path: Path) -> tuple[dict[str, Any], pd.DataFrame]:
-    """(header, samples) of one NVML sample file."""
+def read_nvml_file(
+    path: Path, notes: list[str] | None = None
+) -> tuple[dict[str, Any], pd.DataFrame]:
+    """(header, samples) of one NVML sample file; what was dropped is counted in ``notes``."""
     header: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = []
     for _, rec in records(path, "NVML sample", _HINT):
@@ -57,14 +64,52 @@ def read_nvml_file(path: Path) -> tuple[dict[str, Any], pd.DataFrame]:
             rows.append(rec)
     if header is None:
         raise InputError(path, "empty NVML sample file (no header)", _HINT)
+    dropped: Counter[str] = Counter()
+    rows = _usable(rows, dropped)
+    if notes is not None:
+        notes.extend(f"{path}: {n}" for n in dropped_notes(dropped))
     return header, _frame(header, rows)
+
+
+def _is_int(v: Any, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _usable(rows: list[dict[str, Any]], dropped: Counter[str]) -> list[dict[str, Any]]:
+    """Samples with a time and a GPU, each value a number or null; the rest counted."""
+    out = []
+    for rec in rows:
+        if not _is_int(rec.get("time_ns"), 0, TIME_MAX_NS):
+            dropped["samples without a valid time_ns ignored"] += 1
+            continue
+        if not isinstance(rec.get("gpu_uuid"), str):
+            dropped["samples without a gpu_uuid ignored"] += 1
+            continue
+        rec = dict(rec)
+        if "mem_used_bytes" in rec and "mem_bytes" not in rec:
+            rec["mem_bytes"] = rec.pop("mem_used_bytes")
+        for c in FLOAT_COLUMNS:
+            v = rec.get(c)
+            if v is not None and not (
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            ):
+                dropped[f"{c} values that are not numbers (read as unknown)"] += 1
+                rec[c] = None
+        for c, hi in (("index", 2**31 - 1), ("throttle_reasons", 2**63 - 1)):
+            v = rec.get(c)
+            if v is not None and not _is_int(v, 0, hi):
+                dropped[f"{c} values that are not integers ≥ 0 (read as unknown)"] += 1
+                rec[c] = None
+        out.append(rec)
+    return out
 
 
 def _frame(header: dict[str, Any], rows: list[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame.from_records(rows)
     if "mem_used_bytes" in df:
         df = df.rename(columns={"mem_used_bytes": "mem_bytes"})
-    df["host"] = str(header.get("host", ""))
+    host = header.get("host", "")
+    df["host"] = host if isinstance(host, str) else ""
     for c in COLUMNS:
         if c not in df:
             df[c] = None
@@ -77,13 +122,14 @@ def _frame(header: dict[str, Any], rows: list[dict[str, Any]]) -> pd.DataFrame:
     return out
 
 
-def load_samples(run_dir: Path) -> pd.DataFrame:
+def load_samples(run_dir: Path, notes: list[str] | None = None) -> pd.DataFrame:
     """Every node's NVML samples of a run directory, sorted by time; empty if none."""
     bases = rundir.node_dirs(Path(run_dir)) or [Path(run_dir)]
     frames = [
-        read_nvml_file(path)[1]
+        read_nvml_file(path, notes)[1]
         for base in bases
-        for path in sorted((base / rundir.NVML_DIR).glob("*.jsonl"))
+        for path in list_dir(base / rundir.NVML_DIR)
+        if path.name.endswith(".jsonl")
     ]
     if not frames:
         empty: pd.DataFrame = pd.DataFrame({c: pd.Series(dtype="float64") for c in COLUMNS})

@@ -4,11 +4,14 @@ The format (written by ``gpudiag run``'s rank hook) is JSON lines: a ``header`` 
 then ``step``, ``profile``, ``error`` and ``exit`` records; see docs/run-directory.md.
 A rank restarted by torchrun appends a new header: only the last segment is kept. A
 truncated last line (the job was killed mid-write) is ignored; any other unreadable line
-is an :class:`~gpudiag.errors.InputError`.
+is an :class:`~gpudiag.errors.InputError`. A step record with a field of the wrong type or
+a time out of range is dropped and counted in a note; an impossible rank or step number
+(negative, beyond int32) is refused.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,14 @@ import pandas as pd
 
 from gpudiag import rundir
 from gpudiag.errors import InputError
+from gpudiag.fileio import list_dir
+from gpudiag.traces.common import (
+    STEP_MAX,
+    TIME_MAX_NS,
+    check_rank,
+    dropped_notes,
+    json_words,
+)
 from gpudiag.traces.jsonl import records
 
 STEPS_FORMAT = "gpudiag.steps"
@@ -44,7 +55,7 @@ def read_steps_file(
     header: dict[str, Any] | None = None
     steps: list[dict[str, Any]] = []
     other: list[dict[str, Any]] = []
-    for _, rec in records(path, "telemetry", _HINT):
+    for n, rec in records(path, "telemetry", _HINT):
         kind = rec["type"]
         if kind == "header":
             if rec.get("format") != STEPS_FORMAT:
@@ -56,10 +67,19 @@ def read_steps_file(
                     f"(known: {', '.join(map(str, KNOWN_VERSIONS))})",
                     "upgrade gpudiag to read this run",
                 )
+            check_rank(rec.get("rank"), path, f"line {n}: the header's rank", _HINT)
             header, steps, other = rec, [], []
         elif header is None:
             raise InputError(path, "telemetry does not start with a header record", _HINT)
         elif kind == "step":
+            step = rec.get("step")
+            if isinstance(step, int) and not isinstance(step, bool) and not 0 <= step <= STEP_MAX:
+                raise InputError(
+                    path,
+                    f"line {n}: step number {step} is out of range (steps are numbered 0 … "
+                    f"{STEP_MAX})",
+                    _HINT,
+                )
             steps.append(rec)
         else:
             other.append(rec)
@@ -68,13 +88,50 @@ def read_steps_file(
     return header, steps, other
 
 
+_WAITS = ("data_wait_ns", "comm_wait_ns", "backward_ns")
+_NO_STEP = "step records without a valid step, start_ns or end_ns (or of no duration) ignored"
+
+
+def _int_in(v: Any, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def usable_steps(steps: list[dict[str, Any]], dropped: Counter[str]) -> list[dict[str, Any]]:
+    """The step records whose fields have their types and ranges; the others counted.
+
+    ``step``, ``start_ns`` and ``end_ns`` are needed (integers, ``start_ns < end_ns``, times
+    within ±146 years); a wait that is not a non-negative integer or null is left out
+    (read as not measured), a ``profiled`` that is not a boolean is read as false.
+    """
+    out = []
+    for rec in steps:
+        start: Any = rec.get("start_ns")
+        end: Any = rec.get("end_ns")
+        if not (_int_in(rec.get("step"), 0, STEP_MAX) and _int_in(start, 0, TIME_MAX_NS)
+                and _int_in(end, 0, TIME_MAX_NS) and start < end):  # fmt: skip
+            dropped[_NO_STEP] += 1
+            continue
+        rec = dict(rec)
+        for k in _WAITS:
+            v = rec.get(k)
+            if v is not None and not _int_in(v, 0, TIME_MAX_NS):
+                dropped[f"step records with {k} {json_words(v)} (read as not measured)"] += 1
+                rec[k] = None
+        if not isinstance(rec.get("profiled", False), bool):
+            dropped["step records whose `profiled` is not true/false (read as false)"] += 1
+            rec["profiled"] = False
+        out.append(rec)
+    return out
+
+
 def steps_frame(header: dict[str, Any], steps: list[dict[str, Any]]) -> pd.DataFrame:
     """The step records of one rank as a DataFrame with :data:`COLUMNS`."""
     df = pd.DataFrame.from_records(
         steps, columns=[c for c in COLUMNS if c not in ("rank", "host", "duration_ns")]
     )
     df.insert(0, "rank", int(header["rank"]))
-    df["host"] = str(header.get("host", ""))
+    host = header.get("host", "")
+    df["host"] = host if isinstance(host, str) else ""
     for c in ("step", "start_ns", "end_ns"):
         df[c] = df[c].astype("int64")
     df["duration_ns"] = (df["end_ns"] - df["start_ns"]).astype("int64")
@@ -90,16 +147,20 @@ def steps_files(run_dir: Path) -> list[Path]:
     bases = rundir.node_dirs(run_dir) or [run_dir]
     found: list[Path] = []
     for base in bases:
-        found += sorted((base / rundir.RANKS_DIR).glob("rank-*.steps.jsonl"))
+        found += [
+            p for p in list_dir(base / rundir.RANKS_DIR)
+            if p.name.startswith("rank-") and p.name.endswith(".steps.jsonl")
+        ]  # fmt: skip
     return found
 
 
-def load_steps(run_dir: Path) -> pd.DataFrame:
+def load_steps(run_dir: Path, notes: list[str] | None = None) -> pd.DataFrame:
     """All ranks' steps of a run directory: one row per (rank, step), sorted.
 
     Columns: rank, step, start_ns, end_ns, duration_ns (int64, epoch ns of
     ``time.time_ns``), data_wait_ns, comm_wait_ns, backward_ns (nullable Int64: <NA>
-    where not measured), profiled (bool), host (str).
+    where not measured), profiled (bool), host (str). Records that were dropped or read
+    in part are counted in ``notes`` (one line per file and reason).
     """
     files = steps_files(Path(run_dir))
     if not files:
@@ -111,9 +172,13 @@ def load_steps(run_dir: Path) -> pd.DataFrame:
     frames = []
     for path in files:
         header, steps, _ = read_steps_file(path)
+        dropped: Counter[str] = Counter()
+        steps = usable_steps(steps, dropped)
+        if notes is not None:
+            notes.extend(f"{path}: {n}" for n in dropped_notes(dropped))
         try:
             frames.append(steps_frame(header, steps))
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise InputError(path, f"malformed step record ({e})", _HINT) from e
     df = pd.concat(frames, ignore_index=True)
     out: pd.DataFrame = df.sort_values(["rank", "step"], kind="stable")

@@ -22,6 +22,7 @@ from gpudiag.traces.common import (
     NamePatterns,
     RawColumns,
     build_rank,
+    check_rank,
     rank_from_filename,
 )
 from gpudiag.traces.nsys.export import (
@@ -33,12 +34,12 @@ from gpudiag.traces.nsys.export import (
     resolve_report,
 )
 from gpudiag.traces.nsys.sql import (
-    CORRUPT_HINT,
     I64A,
     RANK_VARS,
     SIZE_VARS,
     Export,
     check_schema,
+    corrupt,
     gpu_metrics,
     gpu_names,
     gpu_rows,
@@ -77,10 +78,12 @@ def load_nsys(
     ex = Export(path)
     try:
         return _load(ex, NamePatterns(options or LoadOptions()), source or str(path))
-    except sqlite3.DatabaseError as e:
-        raise InputError(path, f"corrupt SQLite database ({e})", CORRUPT_HINT) from e
+    except (sqlite3.Error, UnicodeDecodeError) as e:
+        # DatabaseError (malformed pages), OperationalError, …; and an error message that
+        # quotes a damaged schema in bytes that are not UTF-8 fails to decode itself.
+        raise corrupt(path, e) from e
     finally:
-        ex.con.close()
+        ex.close()
 
 
 class _Rows:
@@ -191,12 +194,16 @@ class _Rows:
 def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]:
     era, notes = check_schema(ex, ex.meta())
     rows = _Rows(ex, notes)
+    notes += ex.notes
     gp, rp, npc = pieces(rows.gpu, 1), pieces(rows.rt, 0), pieces(rows.nv, 0)
     opc = pieces(rows.os, 0)
     pids = sorted(gp, key=lambda p: (int(gp[p][:, 2].min()), p))
     env = ex.env()
     threads = thread_ranks(ex)
     file_rank = rank_from_filename(Path(source))
+    if file_rank is not None:
+        file_rank = check_rank(file_rank, source, "the rank in the file name",
+                               "rename the file with a rank below 2^31")  # fmt: skip
     capture = ex.install_version() or env.get("NSIGHT_SYSTEMS_VERSION")
     names_of = gpu_names(ex, sorted(set(rows.gpu[:, 2].tolist())))
     metrics = gpu_metrics(ex)
@@ -205,10 +212,10 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
     for order, pid in enumerate(pids):
         meta = RankMeta(source=source, fmt="nsys", era=era, notes=list(notes), pid=pid,
                         capture_version=capture)  # fmt: skip
-        rank, meta.rank_from = _rank(order, pid, len(pids), env, threads, file_rank)
+        rank, meta.rank_from = _rank(order, pid, len(pids), env, threads, file_rank, ex.path)
         if len(pids) == 1:
             size = next((env[v] for v in SIZE_VARS if v in env), None)
-            meta.world_size = int(size) if size and size.isdigit() else None
+            meta.world_size = _env_int(size, ex.path, "world size", 1)
         gi = np.flatnonzero(rows.gpu[:, 1] == pid)
         ri = np.flatnonzero(rows.rt[:, 0] == pid) if pid in rp else _EMPTY
         ni = np.flatnonzero(rows.nv[:, 0] == pid) if pid in npc else _EMPTY
@@ -229,6 +236,16 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
     return out
 
 
+def _env_int(value: str | None, path: Path, what: str, low: int = 0) -> int | None:
+    """A rank or size from a captured environment variable (None when it holds no number)."""
+    if value is None or not _DIGITS.fullmatch(value):
+        return None
+    return check_rank(int(value), path, what, "the export is damaged or edited", low=low)
+
+
+_DIGITS = re.compile(r"[0-9]{1,30}")
+
+
 def _rank(
     order: int,
     pid: int,
@@ -236,14 +253,16 @@ def _rank(
     env: dict[str, str],
     threads: dict[int, int],
     file_rank: int | None,
+    path: Path,
 ) -> tuple[int, str]:
     """A process's rank and where it came from (docs/formats.md, "Rank")."""
     if pid in threads:
         return threads[pid], "nvtx thread name"
     if nproc == 1:
         for v in RANK_VARS:
-            if env.get(v, "").isdigit():
-                return int(env[v]), f"environment {v}"
+            rank = _env_int(env.get(v), path, f"the captured environment's {v}")
+            if rank is not None:
+                return rank, f"environment {v}"
         if file_rank is not None:
             return file_rank, "file name"
         return 0, "default"

@@ -9,12 +9,24 @@ Schema drift (``docs/formats.md``, shared ``reference/nsys-export.md`` §2) is h
 resolving tables by name (exact, else the highest ``_V<n>`` suffix), checking columns
 before using optional ones, treating a missing table as "not captured", and decoding
 non-UTF-8 text with replacement characters.
+
+Damaged exports are handled in SQL too: a row whose needed cells are not numbers in range
+(text, blobs, NULL, int64 extremes) is filtered out with ``BETWEEN`` (in SQLite a text,
+blob or NULL is never between two integers, and the test costs nothing measurable, where
+``typeof`` cost 8% of the big queries) and counted in a note (:attr:`Export.notes`);
+optional cells that are not numbers in range read as "unknown" (-1). Only
+tables are read (a view could compute anything, forever), and the file is opened with
+``immutable=1``, so that SQLite never creates a ``-wal``/``-shm``/``-journal`` file beside
+the user's export; an export in WAL mode with a ``-wal`` file beside it is read from a
+private copy of both.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import sqlite3
+import tempfile
 from itertools import chain
 from pathlib import Path
 from typing import Any
@@ -24,6 +36,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpudiag.errors import InputError
+from gpudiag.fileio import open_input
+from gpudiag.traces.common import TIME_MAX_NS, TIME_MIN_NS, check_rank
 from gpudiag.traces.schema import Kind
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -53,23 +67,62 @@ def vtuple(v: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", v)[:4])
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    """Open an export read-only; InputError for anything that is not a SQLite file."""
+def connect(path: Path) -> tuple[sqlite3.Connection, Path | None]:
+    """Open an export read-only: (connection, private copy directory to remove or None).
+
+    InputError for anything that is not a regular SQLite file. Nothing is ever created
+    beside ``path``: it is opened ``immutable=1`` (no locks, no journal, no WAL index);
+    a WAL-mode export whose ``-wal`` file holds data is copied with it to a private
+    directory first, where SQLite may replay the WAL.
+    """
     try:
-        with path.open("rb") as f:
-            head = f.read(16)
+        with open_input(path) as f:
+            head = f.read(100)
     except OSError as e:
         raise InputError(path, f"cannot read ({e.strerror or e})") from e
-    if head != SQLITE_MAGIC:
+    if head[:16] != SQLITE_MAGIC:
         raise InputError(
             path,
             "not a SQLite database",
             "give an Nsight Systems export (`nsys export --type sqlite`) or the .nsys-rep",
         )
-    con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True)
+    wal = Path(f"{path}-wal")
+    private: Path | None = None
+    target = path.resolve()
+    uri = f"file:{quote(str(target))}?mode=ro&immutable=1"
+    if len(head) >= 20 and 2 in (head[18], head[19]) and wal.is_file() and wal.stat().st_size:
+        private = Path(tempfile.mkdtemp(prefix="gpudiag-nsys-"))
+        try:
+            shutil.copyfile(path, private / "export.sqlite")
+            shutil.copyfile(wal, private / "export.sqlite-wal")
+        except OSError as e:
+            shutil.rmtree(private, ignore_errors=True)
+            raise InputError(path, f"cannot copy the export and its WAL file ({e})") from e
+        uri = f"file:{quote(str(private / 'export.sqlite'))}"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+    except (sqlite3.Error, UnicodeDecodeError) as e:
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
+        raise InputError(path, f"cannot open as SQLite ({one_line(e)})", CORRUPT_HINT) from e
     # Some 2021–2022 exports hold text that is not UTF-8.
     con.text_factory = lambda b: b.decode("utf-8", "replace")
-    return con
+    return con, private
+
+
+def one_line(e: BaseException) -> str:
+    """An exception's text on one line (SQLite quotes a damaged schema's SQL, newlines too)."""
+    return " ".join(str(e).split())[:300]
+
+
+def corrupt(path: Path, e: BaseException) -> InputError:
+    """The error for a database SQLite cannot read."""
+    return InputError(path, f"corrupt SQLite database ({one_line(e)})", CORRUPT_HINT)
+
+
+def quoted(name: str) -> str:
+    """A table or column name quoted for SQL (a damaged file may name it anything)."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def resolve_tables(names: list[str]) -> dict[str, str]:
@@ -85,22 +138,31 @@ def resolve_tables(names: list[str]) -> dict[str, str]:
 
 
 class Export:
-    """An open export: its tables, columns and metadata."""
+    """An open export: its tables, columns and metadata, and notes on what was not read."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.con = connect(path)
+        self.con, self._private = connect(path)
+        self.notes: list[str] = []
         try:
-            rows = self.con.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
-            ).fetchall()
-        except sqlite3.DatabaseError as e:
-            raise InputError(path, f"corrupt SQLite database ({e})", CORRUPT_HINT) from e
-        self.tables = resolve_tables([r[0] for r in rows])
+            rows = self.con.execute("SELECT type, name FROM sqlite_master").fetchall()
+        except (sqlite3.Error, UnicodeDecodeError) as e:  # see load_nsys
+            self.close()
+            raise corrupt(path, e) from e
+        names = [str(n) for t, n in rows if t == "table" and isinstance(n, str)]
+        self.tables = resolve_tables(names)
+        views = resolve_tables([str(n) for t, n in rows if t == "view" and isinstance(n, str)])
+        self.views = {b: v for b, v in views.items() if b not in self.tables}
         self._cols: dict[str, set[str]] = {}
 
+    def close(self) -> None:
+        """Close the connection and remove the private copy, if one was made."""
+        self.con.close()
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)
+
     def table(self, name: str) -> str | None:
-        """The file's name for a canonical table, None when it is absent."""
+        """The file's name for a canonical table, None when it is absent (or only a view)."""
         return self.tables.get(name)
 
     def cols(self, name: str) -> set[str]:
@@ -109,7 +171,7 @@ class Export:
         if t is None:
             return set()
         if t not in self._cols:
-            self._cols[t] = {r[1] for r in self.con.execute(f'PRAGMA table_info("{t}")')}
+            self._cols[t] = {str(r[1]) for r in self.con.execute(f"PRAGMA table_info({quoted(t)})")}
         return self._cols[t]
 
     def rows(self, sql: str, *args: Any) -> list[Any]:
@@ -117,32 +179,73 @@ class Export:
         return self.con.execute(sql, args).fetchall()
 
     def ints(self, sql: str, ncols: int) -> I64A:
-        """An integer query as an (n, ncols) array, decoded in C (NULLs must be COALESCEd)."""
+        """An integer query as an (n, ncols) array, decoded in C.
+
+        The queries make every cell a number in range (``BETWEEN`` filters, ``CASE``
+        defaults); anything else reaching here is a damaged file, named as such.
+        """
         cur = self.con.execute(sql)
-        flat = np.fromiter(chain.from_iterable(cur), dtype=np.int64)
+        try:
+            flat = np.fromiter(chain.from_iterable(cur), dtype=np.int64)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InputError(self.path, f"a cell that is not an integer ({e})", CORRUPT_HINT) from e
         return flat.reshape(-1, ncols)
+
+    def count(self, name: str, where: str = "") -> int:
+        """Rows of a canonical table (``where``: an SQL condition), 0 when it is absent."""
+        t = self.tables.get(name)
+        if t is None:
+            return 0
+        (n,) = self.con.execute(
+            f"SELECT COUNT(*) FROM {quoted(t)}" + (f" WHERE {where}" if where else "")
+        ).fetchone()
+        return int(n)
+
+    def usable(self, name: str, needed: set[str]) -> str | None:
+        """The file's name of a canonical table that has the ``needed`` columns, else None.
+
+        A table that exists without them is noted (a renamed column is not read silently).
+        """
+        t = self.tables.get(name)
+        if t is None:
+            return None
+        lacking = sorted(needed - self.cols(name))
+        if lacking:
+            self.notes.append(f"{t} has no column {', '.join(lacking)} (renamed?): not read")
+            return None
+        return t
+
+    def dropped(self, what: str, n: int, why: str) -> None:
+        """Count ``n`` rows that were not read in a note."""
+        if n > 0:
+            self.notes.append(f"{n} {what} ignored ({why})")
 
     def meta(self) -> dict[str, str]:
         """The export's metadata table (schema and product versions)."""
-        for t in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
-            if self.table(t):
-                return {str(k): str(v) for k, v in self.rows(f'SELECT name, value FROM "{t}"')}
+        for canon in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+            t = self.usable(canon, {"name", "value"})
+            if t:
+                return {
+                    str(k): str(v) for k, v in self.rows(f"SELECT name, value FROM {quoted(t)}")
+                }
         return {}
 
     def env(self) -> dict[str, str]:
         """The launch environment's rank variables (values of other variables are not kept)."""
         want = set(RANK_VARS) | set(SIZE_VARS) | {"NSIGHT_SYSTEMS_VERSION"}
         out: dict[str, str] = {}
-        if self.table("META_DATA_CAPTURE"):
+        t = self.usable("META_DATA_CAPTURE", {"name", "value"})
+        if t:
             for (v,) in self.rows(
-                "SELECT value FROM \"META_DATA_CAPTURE\" WHERE name LIKE '%ENVIRONMENT_VARIABLE'"
+                f"SELECT value FROM {quoted(t)} WHERE name LIKE '%ENVIRONMENT_VARIABLE'"
             ):
                 k, _, val = str(v).partition("=")
                 if k in want:
                     out[k] = val.strip('"')
-        if self.table("TARGET_INFO_SYSTEM_ENV"):
+        t = self.usable("TARGET_INFO_SYSTEM_ENV", {"name", "value"})
+        if t:
             for (v,) in self.rows(
-                "SELECT value FROM \"TARGET_INFO_SYSTEM_ENV\" WHERE name = 'DeviceEnvironment'"
+                f"SELECT value FROM {quoted(t)} WHERE name = 'DeviceEnvironment'"
             ):
                 for item in str(v).split(";"):
                     k, _, val = item.partition("=")
@@ -152,11 +255,10 @@ class Export:
 
     def install_version(self) -> str | None:
         """The capturing nsys, from ``TargetInstallDir`` (the path names the release)."""
-        if not self.table("TARGET_INFO_SYSTEM_ENV"):
-            return None
-        for (v,) in self.rows(
-            "SELECT value FROM \"TARGET_INFO_SYSTEM_ENV\" WHERE name = 'TargetInstallDir'"
-        ):
+        t = self.tables.get("TARGET_INFO_SYSTEM_ENV")
+        if not t or not {"name", "value"} <= self.cols("TARGET_INFO_SYSTEM_ENV"):
+            return None  # noted by env()
+        for (v,) in self.rows(f"SELECT value FROM {quoted(t)} WHERE name = 'TargetInstallDir'"):
             m = re.search(r"/(\d{4}\.\d+\.\d+)", str(v))
             if m:
                 return m.group(1)
@@ -169,6 +271,16 @@ CORRUPT_HINT = "the file is damaged or truncated; export it again with `nsys exp
 def check_schema(ex: Export, meta: dict[str, str]) -> tuple[str, list[str]]:
     """The era label; InputError for exports gpudiag cannot read."""
     notes: list[str] = []
+    for needed in ("StringIds", "CUPTI_ACTIVITY_KIND_KERNEL"):
+        if needed in ex.views:
+            raise InputError(
+                ex.path,
+                f"{ex.views[needed]} is a view, not a table (the export was edited?)",
+                "gpudiag reads the tables `nsys export --type sqlite` writes; export again",
+            )
+    for base, name in sorted(ex.views.items()):
+        if base in READ_TABLES:
+            notes.append(f"{name} is a view, not a table: not read")
     if not ex.table("StringIds") or not (
         meta or any(t.startswith("CUPTI_ACTIVITY_KIND_") or t == "NVTX_EVENTS" for t in ex.tables)
     ):
@@ -199,8 +311,45 @@ def check_schema(ex: Export, meta: dict[str, str]) -> tuple[str, list[str]]:
             "captured",
             "profile with CUDA tracing on: `nsys profile -t cuda,nvtx …`",
         )
+    missing = sorted(GPU_COLUMNS - ex.cols("CUPTI_ACTIVITY_KIND_KERNEL"))
+    if missing:
+        raise InputError(
+            ex.path,
+            f"the kernel table {ex.table('CUPTI_ACTIVITY_KIND_KERNEL')} has no column "
+            f"{', '.join(missing)} (renamed?), so no kernel can be placed",
+            "the export is damaged or edited; export the report again with `nsys export`",
+        )
     era = f"nsys {product or '≤2021.3'}" + (f" schema {schema}" if schema else "")
     return era, notes
+
+
+# The tables gpudiag reads; a view in their place is noted (or refused, for the kernels).
+READ_TABLES = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+               "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS",
+               "StringIds", "TARGET_INFO_GPU", "GPU_METRICS", "TARGET_INFO_GPU_METRICS",
+               "META_DATA_EXPORT", "EXPORT_META_DATA", "META_DATA_CAPTURE",
+               "TARGET_INFO_SYSTEM_ENV"}  # fmt: skip
+GPU_COLUMNS = {"start", "end", "deviceId", "streamId"}
+_T_RANGE = f"BETWEEN {TIME_MIN_NS} AND {TIME_MAX_NS}"
+
+
+def _is_int(col: str, lo: int = -(2**63), hi: int = 2**63 - 1) -> str:
+    """SQL: ``col`` holds a number in [lo, hi], never text, a blob or NULL.
+
+    (A real number in range passes and is read as its integer part: an export never holds
+    one, and a damaged one is then at most 1 ns off.)
+    """
+    return f"{col} BETWEEN {lo} AND {hi}"
+
+
+def _int_or(col: str, default: int = -1, lo: int = -(2**63), hi: int = 2**63 - 1) -> str:
+    """SQL: ``col`` when it holds an integer (in [lo, hi]), else ``default``."""
+    return f"CASE WHEN {_is_int(col, lo, hi)} THEN {col} ELSE {default} END"
+
+
+def _times_ok(start: str, end: str) -> str:
+    """SQL: a start and end that are integer ns in range, end ≥ start."""
+    return f"{start} {_T_RANGE} AND {end} {_T_RANGE} AND {end} >= {start}"
 
 
 def gpu_rows(ex: Export) -> I64A:
@@ -212,58 +361,87 @@ def gpu_rows(ex: Export) -> I64A:
     kcols = ex.cols("CUPTI_ACTIVITY_KIND_KERNEL")
     by_pid = "globalPid" in kcols
     parts = []
+    read: dict[int, tuple[str, int]] = {}
     for canon, kind in (("CUPTI_ACTIVITY_KIND_KERNEL", Kind.COMPUTE),
                         ("CUPTI_ACTIVITY_KIND_MEMCPY", Kind.MEMCPY),
                         ("CUPTI_ACTIVITY_KIND_MEMSET", Kind.MEMSET)):  # fmt: skip
         t = ex.table(canon)
         c = ex.cols(canon)
-        if t is None or not {"start", "end", "deviceId", "streamId"} <= c:
+        if t is None:
             continue
-        pid = _PID.format(col="globalPid") if by_pid and "globalPid" in c else "0"
+        lacking = sorted(GPU_COLUMNS - c)  # the kernel table was checked in check_schema
+        if lacking:
+            ex.notes.append(f"{t} has no column {', '.join(lacking)} (renamed?): its "
+                            f"{ex.count(canon)} rows are not read")  # fmt: skip
+            continue
+        ok = (f'{_times_ok("start", quoted("end"))} AND {_is_int("deviceId", 0, 2**31 - 1)} '
+              f'AND {_is_int("streamId", 0, 2**32 - 1)}')  # fmt: skip
+        pid = "0"
+        if by_pid and "globalPid" in c:
+            pid = _PID.format(col="globalPid")
+            ok += f" AND {_is_int('globalPid')}"
         if kind == Kind.COMPUTE:
-            nm = next(
-                (f"COALESCE({n}, -1)" for n in ("shortName", "demangledName") if n in c), "-1"
-            )
+            nm = next((_int_or(n, -1, 0, 2**62) for n in ("shortName", "demangledName")
+                       if n in c), "-1")  # fmt: skip
         elif kind == Kind.MEMCPY:
-            nm = "COALESCE(copyKind, -1)" if "copyKind" in c else "-1"
+            nm = _int_or("copyKind", -1, 0, 2**31 - 1) if "copyKind" in c else "-1"
         else:
             nm = "-1"
-        nb = "COALESCE(bytes, -1)" if "bytes" in c else "-1"
-        corr = "COALESCE(correlationId, -1)" if "correlationId" in c else "-1"
+        nb = _int_or("bytes", -1, 0, 2**62) if "bytes" in c else "-1"
+        corr = _int_or("correlationId") if "correlationId" in c else "-1"
         parts.append(
             f"SELECT {int(kind)} AS kind, {pid} AS pid, deviceId AS dev, streamId AS stream, "
-            f'start, "end", {nm} AS nm, {nb} AS nb, {corr} AS corr FROM "{t}" '
-            f'WHERE start IS NOT NULL AND "end" >= start'
+            f'start, "end", {nm} AS nm, {nb} AS nb, {corr} AS corr FROM {quoted(t)} WHERE {ok}'
         )
+        read[int(kind)] = (t, ex.count(canon))
+    if not parts:
+        return np.zeros((0, 9), np.int64)
     rt = ex.table("CUPTI_ACTIVITY_KIND_RUNTIME")
     rcols = ex.cols("CUPTI_ACTIVITY_KIND_RUNTIME")
     sql = "WITH g AS (" + " UNION ALL ".join(parts) + ")"
     if rt and {"correlationId", "start"} <= rcols:
         rpid = _PID.format(col="globalTid") if by_pid and "globalTid" in rcols else "0"
+        r_ok = f"{_is_int('correlationId')} AND start {_T_RANGE}"
+        if rpid != "0":
+            r_ok += f" AND {_is_int('globalTid')}"
         sql += (
-            f', r AS (SELECT correlationId AS c, {rpid} AS p, MIN(start) AS s FROM "{rt}" '
-            "GROUP BY 1, 2) "
+            f", r AS (SELECT correlationId AS c, {rpid} AS p, MIN(start) AS s FROM {quoted(rt)} "
+            f"WHERE {r_ok} GROUP BY 1, 2) "
             'SELECT g.kind, g.pid, g.dev, g.stream, g.start, g."end", g.nm, g.nb, '
             "COALESCE(r.s, -1) FROM g LEFT JOIN r ON r.c = g.corr AND r.p = g.pid "
         )
     else:
         sql += ' SELECT kind, pid, dev, stream, start, "end", nm, nb, -1 FROM g '
-    return ex.ints(sql + "ORDER BY 2, 5", 9)
+    rows = ex.ints(sql + "ORDER BY 2, 5", 9)
+    got = np.bincount(rows[:, 0], minlength=4) if len(rows) else np.zeros(4, np.int64)
+    why = "start/end/deviceId/streamId missing, not integers, or out of range"
+    for k, (t, total) in read.items():
+        ex.dropped(f"rows of {t}", total - int(got[k]), why)
+    return rows
 
 
 def runtime_rows(ex: Export, by_pid: bool) -> I64A:
     """CUDA runtime/driver calls: pid, tid, start, end, name id; ordered by process, start."""
-    t = ex.table("CUPTI_ACTIVITY_KIND_RUNTIME")
-    c = ex.cols("CUPTI_ACTIVITY_KIND_RUNTIME")
-    if t is None or not {"start", "end", "globalTid"} <= c:
+    canon = "CUPTI_ACTIVITY_KIND_RUNTIME"
+    t = ex.table(canon)
+    c = ex.cols(canon)
+    if t is None:
+        return np.zeros((0, 5), np.int64)
+    if not {"start", "end", "globalTid"} <= c:
+        ex.notes.append(f"{t} has no column {', '.join(sorted({'start', 'end', 'globalTid'} - c))} "
+                        "(renamed?): runtime calls are not read, so no kernel has a launch "
+                        "time")  # fmt: skip
         return np.zeros((0, 5), np.int64)
     pid = _PID.format(col="globalTid") if by_pid else "0"
-    nm = "COALESCE(nameId, -1)" if "nameId" in c else "-1"
-    return ex.ints(
-        f'SELECT {pid}, {_TID.format(col="globalTid")}, start, "end", {nm} FROM "{t}" '
-        'WHERE start IS NOT NULL AND "end" >= start ORDER BY 1, 3',
+    nm = _int_or("nameId", -1, 0, 2**62) if "nameId" in c else "-1"
+    rows = ex.ints(
+        f'SELECT {pid}, {_TID.format(col="globalTid")}, start, "end", {nm} FROM {quoted(t)} '
+        f"WHERE {_times_ok('start', quoted('end'))} AND {_is_int('globalTid')} ORDER BY 1, 3",
         5,
     )
+    ex.dropped(f"rows of {t}", ex.count(canon) - len(rows),
+               "start/end/globalTid missing, not integers, or out of range")  # fmt: skip
+    return rows
 
 
 # OS runtime calls in which a thread blocks (waiting on a queue, a pipe, a lock or a timer):
@@ -314,51 +492,70 @@ def nvtx_rows(ex: Export, by_pid: bool) -> tuple[I64A, list[str]]:
     """
     t = ex.table("NVTX_EVENTS")
     c = ex.cols("NVTX_EVENTS")
-    if t is None or not {"start", "end", "eventType", "globalTid"} <= c:
+    if t is None:
         return np.zeros((0, 6), np.int64), []
-    txt = "n.text" if "text" in c else "NULL"
+    if not {"start", "end", "eventType", "globalTid"} <= c:
+        need = {"start", "end", "eventType", "globalTid"}
+        ex.notes.append(f"{t} has no column {', '.join(sorted(need - c))} (renamed?): NVTX "
+                        "ranges are not read")  # fmt: skip
+        return np.zeros((0, 6), np.int64), []
+    txt = "n.text" if "text" in c else "NULL"  # a blob or a number here is only a bad name
     join = ""
     if "textId" in c:
         txt += ", s.value"
-        join = "LEFT JOIN StringIds AS s ON s.id = n.textId "
+        join = f"LEFT JOIN {quoted(str(ex.table('StringIds')))} AS s ON s.id = n.textId "
     x = f"COALESCE({txt}, '')"
     # Cut at the first of the separators (they appear in this order when present).
     cut = "COALESCE(" + ", ".join(f"NULLIF(instr({x}, '{s}'), 0)" for s in _STRIP_ARGS) + ")"
     nm = f"CASE WHEN {cut} IS NULL THEN {x} ELSE substr({x}, 1, {cut} - 1) END"
-    if "domainId" in c:
+    if "domainId" in c and "text" in c:
         doms = ", ".join(f"'{d}'" for d in COMM_DOMAINS)
         comm = (
-            f'(n.domainId IN (SELECT domainId FROM "{t}" WHERE eventType = 75 '
-            f"AND text IN ({doms})))"
+            f"COALESCE(n.domainId IN (SELECT domainId FROM {quoted(t)} WHERE eventType = 75 "
+            f"AND text IN ({doms})), 0)"
         )
     else:
         comm = "0"
+    # Ranges are kept or dropped by `ok` after the query (few rows are left by then), so
+    # that bad ones are counted without a second pass over the table. A range without an
+    # end (never closed) is not a bad row: it is the capture that stopped.
+    end = 'n."end"'
+    ok = f"{_times_ok('n.start', end)} AND {_is_int('n.globalTid')}"
     pid = _PID.format(col="n.globalTid") if by_pid else "0"
     base = (
-        f"SELECT {pid} AS pid, {_TID.format(col='n.globalTid')} AS tid, n.start AS s, "
-        f'n."end" AS e, {nm} AS nm, {comm} AS cd FROM "{t}" AS n {join}'
-        'WHERE n.eventType IN (59, 60) AND n."end" IS NOT NULL AND n."end" >= n.start '
-        f"AND n.globalTid IS NOT NULL AND NOT ({_op_range(x)})"
+        f"SELECT {_int_or(pid, 0)} AS pid, {_int_or(_TID.format(col='n.globalTid'), 0)} AS tid, "
+        f"{_int_or('n.start', 0)} AS s, {_int_or(end, 0)} AS e, {nm} AS nm, "
+        f"{comm} AS cd, CASE WHEN {ok} THEN 1 ELSE 0 END AS ok FROM {quoted(t)} AS n {join}"
+        'WHERE n.eventType IN (59, 60) AND n."end" IS NOT NULL '
+        f"AND NOT ({_op_range(x)})"
     )
     names = [str(r[0]) for r in ex.rows(f"SELECT DISTINCT nm FROM ({base}) ORDER BY nm")]
     rows = ex.ints(
-        f"SELECT pid, tid, s, e, DENSE_RANK() OVER (ORDER BY nm) - 1, cd FROM ({base}) "
+        f"SELECT pid, tid, s, e, DENSE_RANK() OVER (ORDER BY nm) - 1, cd, ok FROM ({base}) "
         "ORDER BY pid, s",
-        6,
+        7,
     )
-    return rows, names
+    good = rows[:, 6] == 1
+    ex.dropped(f"NVTX ranges of {t}", int(np.count_nonzero(~good)),
+               "start/end/globalTid not integers or out of range, or end < start")  # fmt: skip
+    return np.ascontiguousarray(rows[good, :6]), names
 
 
 def strings(ex: Export, ids: I64A) -> dict[int, str]:
     """StringIds values of ``ids`` (kernel and runtime names: thousands, not rows)."""
     want = np.unique(ids[ids >= 0])
     out: dict[int, str] = {}
+    t = quoted(str(ex.table("StringIds")))
     for i in range(0, len(want), 900):  # SQLite's default limit on bound parameters
         chunk = want[i : i + 900].tolist()
         marks = ",".join("?" * len(chunk))
         out.update(
             (int(k), str(v))
-            for k, v in ex.rows(f"SELECT id, value FROM StringIds WHERE id IN ({marks})", *chunk)
+            for k, v in ex.rows(
+                f"SELECT id, CASE WHEN typeof(value) = 'text' THEN value ELSE '' END FROM {t} "
+                f"WHERE typeof(id) = 'integer' AND id IN ({marks})",
+                *chunk,
+            )
         )
     return out
 
@@ -376,25 +573,32 @@ def pieces(rows: I64A, pid_col: int) -> dict[int, I64A]:
 
 def thread_ranks(ex: Export) -> dict[int, int]:
     """Process id → rank from NVTX thread names ``MPI Rank N`` (as nsys MPI tracing sets)."""
-    if not ex.table("NVTX_EVENTS") or "text" not in ex.cols("NVTX_EVENTS"):
-        return {}
+    if not {"text", "eventType", "globalTid"} <= ex.cols("NVTX_EVENTS"):
+        return {}  # noted by nvtx_rows
     out: dict[int, int] = {}
-    t = ex.table("NVTX_EVENTS")
+    t = quoted(str(ex.table("NVTX_EVENTS")))
     for gtid, text in ex.rows(
-        f"SELECT globalTid, text FROM \"{t}\" WHERE eventType = 39 AND text LIKE 'MPI Rank %'"
+        f"SELECT globalTid, text FROM {t} WHERE eventType = 39 AND typeof(text) = 'text' "
+        "AND text LIKE 'MPI Rank %' AND typeof(globalTid) = 'integer'"
     ):
-        m = re.match(r"MPI Rank (\d+)$", str(text))
-        if m and gtid is not None:
-            out[(int(gtid) >> 24) & 0xFFFFFF] = int(m.group(1))
+        m = re.match(r"MPI Rank ([0-9]+)$", str(text))
+        if m:
+            rank = check_rank(int(m.group(1)), ex.path, f"the NVTX thread name {text!r:.40}",
+                              "the export is damaged or edited; export it again")  # fmt: skip
+            out[(int(gtid) >> 24) & 0xFFFFFF] = rank
     return out
 
 
 def gpu_names(ex: Export, nsys_dev: list[int]) -> dict[int, str]:
     """Device id → GPU model name, for the devices that ran work."""
-    t = ex.table("TARGET_INFO_GPU")
-    if t is None or not {"id", "name"} <= ex.cols("TARGET_INFO_GPU"):
+    t = ex.usable("TARGET_INFO_GPU", {"id", "name"})
+    if t is None:
         return {}
-    return {int(i): str(n) for i, n in ex.rows(f'SELECT id, name FROM "{t}"') if i in nsys_dev}
+    return {
+        int(i): str(n)
+        for i, n in ex.rows(f"SELECT id, name FROM {quoted(t)} WHERE typeof(id) = 'integer'")
+        if i in nsys_dev
+    }
 
 
 # GPU_METRICS counters gpudiag joins to steps: key → metricName prefix (names vary by
@@ -409,10 +613,13 @@ def gpu_metrics(ex: Export) -> dict[int, dict[str, tuple[list[int], list[float]]
     Values are percentages in the export; they become ratios in [0, 1]. The device is the
     low byte of ``typeId``.
     """
-    if not (ex.table("GPU_METRICS") and ex.table("TARGET_INFO_GPU_METRICS")):
+    gm = ex.usable("GPU_METRICS", {"timestamp", "typeId", "metricId", "value"})
+    info = ex.usable("TARGET_INFO_GPU_METRICS", {"metricId", "metricName"})
+    if not (gm and info):
         return {}
     names = ex.rows(
-        f'SELECT DISTINCT metricId, metricName FROM "{ex.table("TARGET_INFO_GPU_METRICS")}"'
+        "SELECT DISTINCT metricId, metricName FROM "
+        f"{quoted(info)} WHERE typeof(metricId) = 'integer'"
     )
     ids: dict[int, str] = {}
     for mid, name in names:
@@ -422,8 +629,10 @@ def gpu_metrics(ex: Export) -> dict[int, dict[str, tuple[list[int], list[float]]
     if not ids:
         return {}
     rows = ex.ints(
-        f"SELECT timestamp, typeId & 255, metricId, COALESCE(value, -1) FROM "
-        f'"{ex.table("GPU_METRICS")}" WHERE metricId IN ({",".join(map(str, ids))}) '
+        "SELECT timestamp, typeId & 255, metricId, CASE WHEN typeof(value) IN ('integer', "
+        "'real') AND value BETWEEN 0 AND 100 THEN CAST(value AS INTEGER) ELSE -1 END FROM "
+        f"{quoted(gm)} WHERE metricId IN ({','.join(map(str, ids))}) "
+        f"AND timestamp {_T_RANGE} AND {_is_int('typeId')} "
         "ORDER BY timestamp",
         4,
     )
