@@ -210,6 +210,7 @@ _MANIFEST_FIELDS: dict[str, Any] = {
     "world_size": lambda v, w: _int(v, w, 1, _RANK_MAX, null=True),
     "profile_steps": _opt_str,
     "diagnosis_incomplete": _strs,
+    "conditions": lambda v, w: None if v is None else _of(dict, v, w),
 }  # fmt: skip
 
 

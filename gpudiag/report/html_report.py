@@ -232,7 +232,7 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
         "<h1>gpudiag report</h1>",
         _verdict(d),
         f"<p>{_e(words.plural(r.ranks, 'rank'))}"
-        + (f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else "")
+        + (f" of {_e(r.world_size)}" if r.world_size and r.world_size != r.ranks else "")
         + f" · {_e(mode_label(r.mode))} · {_e(window_label(r.mode))}: "
         f"{_e(words.plural(r.steps, 'step'))}, step time median "
         f"<b>{_ms(r.step_time_ns_median)}</b>, p90 {_ms(r.step_time_ns_p90)} · idle "
