@@ -585,9 +585,10 @@ def _comm_wait_for_stragglers(
     out = []
     for f in findings:
         if f.kind == FindingKind.COMM_BOUND:
-            wait = sum(s.comm_wait_ns for s in steps if s.rank in f.ranks)
+            flagged = set(f.ranks)  # a set: thousands of ranks × steps
+            wait = sum(s.comm_wait_ns for s in steps if s.rank in flagged)
             # sync waits span whole collectives (hidden parts too): cap at the exposed wait
-            waited = min(sum(v for (r, _), v in sync.items() if r in f.ranks), wait)
+            waited = min(sum(v for (r, _), v in sync.items() if r in flagged), wait)
             share = waited / wait if wait else 0.0
             metrics = {**f.metrics, "sync_wait_share": share}
             if share > limit and slow:

@@ -249,19 +249,22 @@ def test_without_distributed_the_option_says_how_to_install_it():
     assert "pip install 'gpudiag[dask]'" in res.stderr
 
 
-def _held_on_a_worker(tmp_path: Path) -> tuple[Path, Path, int]:
-    """rank-0 (a real trace) and rank-1 (a named pipe); our own write end keeps readers waiting."""
+def _held_on_a_worker(tmp_path: Path, shared: Path) -> tuple[Path, Path]:
+    """rank-0 (a small trace) and rank-1 (a real 35 MB trace a worker reads for a while).
+
+    gpudiag reads regular files only (a named pipe is refused before it is opened), so the
+    worker is caught while it streams a large real trace: /proc shows it holding the file.
+    """
     src = DATA / "straggler_comms_id"
     shutil.copy(src / "rank-0.json.gz", tmp_path / "rank-0.json.gz")
-    fifo = tmp_path / "rank-1.json.gz"
-    os.mkfifo(fifo)
-    # O_RDWR never blocks: with a writer present a worker's open succeeds and its read waits
-    return tmp_path / "rank-0.json.gz", fifo, os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    big = tmp_path / "rank-1.json.gz"
+    shutil.copy(shared / "kineto" / "a100x8_r3" / "rank-3.json.gz", big)
+    return tmp_path / "rank-0.json.gz", big
 
 
-def _reader_of(fifo: Path, deadline: float, killed: set[int] | None = None) -> int:
-    """The pid of the process (a Dask worker) blocked reading ``fifo``, other than ``killed``."""
-    target = os.stat(fifo)
+def _reader_of(path: Path, deadline: float, killed: set[int] | None = None) -> int:
+    """The pid of the process (a Dask worker) holding ``path`` open, other than ``killed``."""
+    target = os.stat(path)
     while time.monotonic() < deadline:
         for pid in filter(str.isdigit, os.listdir("/proc")):
             if int(pid) == os.getpid() or int(pid) in (killed or set()):
@@ -277,8 +280,8 @@ def _reader_of(fifo: Path, deadline: float, killed: set[int] | None = None) -> i
                     continue
                 if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino):
                     return int(pid)
-        time.sleep(0.2)
-    raise AssertionError(f"no worker opened {fifo}")
+        time.sleep(0.005)
+    raise AssertionError(f"no worker opened {path}")
 
 
 def _analyze_in_background(address: str, *paths: Path) -> subprocess.Popen[str]:
@@ -289,45 +292,40 @@ def _analyze_in_background(address: str, *paths: Path) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def test_a_worker_killed_mid_analysis_is_retried(fresh_cluster, tmp_path):
-    r0, fifo, hold = _held_on_a_worker(tmp_path)
-    real = DATA / "straggler_comms_id" / "rank-1.json.gz"
-    proc = _analyze_in_background(fresh_cluster.scheduler_address, r0, fifo)
+def test_a_worker_killed_mid_analysis_is_retried(fresh_cluster, tmp_path, shared_traces):
+    r0, big = _held_on_a_worker(tmp_path, shared_traces)
+    proc = _analyze_in_background(fresh_cluster.scheduler_address, r0, big)
     try:
-        # WHEN the worker is killed while it analyses rank 1 ...
-        pid = _reader_of(fifo, time.monotonic() + START_S)
-        shutil.copy(real, tmp_path / "real.json.gz")
-        os.replace(tmp_path / "real.json.gz", fifo)  # ... the retry will find the real trace
+        # WHEN the worker is killed while it reads rank 1 ...
+        pid = _reader_of(big, time.monotonic() + START_S)
         os.kill(pid, 9)
         out, err = proc.communicate(timeout=START_S)
     finally:
-        os.close(hold)
         proc.kill()
     # THEN Dask runs the task again on a live worker, and the report is the local one
     assert proc.returncode == 0, err
-    assert json.loads(out) == json.loads(_json(gpudiag.analyze(r0, fifo)))
+    assert json.loads(out) == json.loads(_json(gpudiag.analyze(r0, big)))
 
 
-def test_a_rank_whose_workers_keep_dying_is_named(fresh_cluster, tmp_path):
-    r0, fifo, hold = _held_on_a_worker(tmp_path)
+def test_a_rank_whose_workers_keep_dying_is_named(fresh_cluster, tmp_path, shared_traces):
+    r0, big = _held_on_a_worker(tmp_path, shared_traces)
     t0 = time.monotonic()
-    proc = _analyze_in_background(fresh_cluster.scheduler_address, r0, fifo)
+    proc = _analyze_in_background(fresh_cluster.scheduler_address, r0, big)
     killed: set[int] = set()
     try:
         while proc.poll() is None and len(killed) < 5:
             try:
-                pid = _reader_of(fifo, time.monotonic() + 5, killed)
+                pid = _reader_of(big, time.monotonic() + 5, killed)
             except AssertionError:
                 continue
             os.kill(pid, 9)
             killed.add(pid)
         out, err = proc.communicate(timeout=START_S)
     finally:
-        os.close(hold)
         proc.kill()
     assert proc.returncode == 3, err
     line = _one_error(err)
-    assert f"{fifo}: the Dask workers analysing it died 2 times" in line
+    assert f"{big}: the Dask workers analysing it died 2 times" in line
     assert out == "" and len(killed) == 2
     assert time.monotonic() - t0 < 2 * START_S
 

@@ -87,7 +87,8 @@ def test_slow_dataset_is_data_bound_and_flagged(traces):
 def test_many_parameters_little_compute_is_comm_bound_and_flagged(traces):
     doc = analyse(traces["comm_heavy"])
     shares = doc["run"]["shares"]
-    assert shares["comm_wait"] > 0.3
+    # twice the comm-bound threshold (0.1): the verdict, not a borderline share
+    assert shares["comm_wait"] > 0.2
     assert shares["comm_wait"] > max(shares["data_wait"], shares["other"])
     comm = next(f for f in doc["findings"] if f["kind"] == "comm_bound")
     assert comm["ranks"] == [0, 1] and "gloo:all_reduce" in comm["message"]
