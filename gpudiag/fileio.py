@@ -28,7 +28,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from gpudiag.errors import EnvironmentProblem, InputError, UsageError
 
@@ -266,23 +266,38 @@ def write_output(path: Path | str, newline: str | None = None) -> Iterator[TextI
     a replaced file is renamed into place only then, and a direct target (a link, a FIFO,
     a device) receives the whole text at once at the end.
     """
+    with _output(path, "w", newline) as f:
+        yield f
+
+
+@contextlib.contextmanager
+def write_output_bytes(path: Path | str) -> Iterator[BinaryIO]:
+    """:func:`write_output` for binary outputs (a gzipped timeline)."""
+    with _output(path, "wb", None) as f:
+        yield f
+
+
+@contextlib.contextmanager
+def _output(path: Path | str, mode: str, newline: str | None) -> Iterator[Any]:
+    binary = "b" in mode
+    kw: dict[str, Any] = {} if binary else {"encoding": "utf-8", "newline": newline}
     how = check_output(path)
     if how == "stdout":
-        yield sys.stdout
+        yield sys.stdout.buffer if binary else sys.stdout
         sys.stdout.flush()
         return
     if how == "direct":
-        buf = io.StringIO(newline=newline)
+        buf: Any = io.BytesIO() if binary else io.StringIO(newline=newline)
         yield buf
         fd = _descriptor(str(path))
         try:
             if fd is not None:
                 if fd in (1, 2):
                     (sys.stdout if fd == 1 else sys.stderr).flush()
-                with os.fdopen(os.dup(fd), "w", encoding="utf-8", newline=newline) as f:
+                with os.fdopen(os.dup(fd), mode, **kw) as f:
                     f.write(buf.getvalue())
             else:
-                with open(path, "w", encoding="utf-8", newline=newline) as f:
+                with open(path, mode, **kw) as f:
                     f.write(buf.getvalue())
         except OSError as e:
             raise _write_error(path, e) from e
@@ -290,9 +305,9 @@ def write_output(path: Path | str, newline: str | None = None) -> Iterator[TextI
     target = Path(path)
     try:
         old = os.stat(target)
-        mode = stat.S_IMODE(old.st_mode)
+        perm = stat.S_IMODE(old.st_mode)
     except FileNotFoundError:
-        mode = 0o666 & ~_umask()
+        perm = 0o666 & ~_umask()
     except OSError as e:
         raise _write_error(path, e) from e
     try:
@@ -300,10 +315,10 @@ def write_output(path: Path | str, newline: str | None = None) -> Iterator[TextI
     except OSError as e:
         raise _write_error(path, e) from e
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline=newline) as f:
+        with os.fdopen(fd, mode, **kw) as f:
             yield f
             f.flush()
-            os.fchmod(f.fileno(), mode)
+            os.fchmod(f.fileno(), perm)
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except OSError as e:

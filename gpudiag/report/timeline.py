@@ -35,6 +35,7 @@ import msgspec
 
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.analysis.timeline import PARTS, Timeline
+from gpudiag.fileio import write_output_bytes
 
 TRACKS = ("steps", *PARTS, "collectives")
 _TID = {name: i + 1 for i, name in enumerate(TRACKS)}
@@ -161,15 +162,16 @@ def _findings(d: Diagnosis, tl: Timeline, us: Any) -> Iterator[dict[str, Any]]:
 def write(d: Diagnosis, tl: Timeline, path: Path) -> Path:
     """Write the timeline to ``path`` (gzip when it ends in ``.gz``); returns the path."""
     path = Path(path)
-    opener: Any = gzip.open if path.name.endswith(".gz") else open
-    tmp = path.with_name(path.name + ".partial")
-    with opener(tmp, "wb") as f:
-        _write_to(f, d, tl)
-    tmp.replace(path)
+    with write_output_bytes(path) as raw:  # -o's rules: never replaces a device, FIFO or link
+        if path.name.endswith(".gz"):
+            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as f:
+                _write_to(f, d, tl)
+        else:
+            _write_to(raw, d, tl)
     return path
 
 
-def _write_to(f: IO[bytes], d: Diagnosis, tl: Timeline) -> None:
+def _write_to(f: IO[bytes] | gzip.GzipFile, d: Diagnosis, tl: Timeline) -> None:
     other = {"tool": "gpudiag", "gpudiag_version": d.gpudiag_version,
              "resolution_ns": {str(r.rank): r.resolution_ns for r in tl.ranks},
              "inputs": d.inputs}  # fmt: skip

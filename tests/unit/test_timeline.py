@@ -117,3 +117,15 @@ def test_a_saved_diagnosis_has_no_timeline(tmp_path, kineto_sets):
     saved.write_text(json.dumps(gpudiag.analyze(kineto_sets / "edge_cpu_only", jobs=1).to_json()))
     with pytest.raises(UsageError):
         gpudiag.analyze(saved, timeline=tmp_path / "t.json")
+
+
+def test_the_timeline_never_replaces_a_link_and_refuses_a_directory(tmp_path, kineto_sets):
+    # the rules of -o (gpudiag/fileio.py): a link is written through, a directory refused
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    gpudiag.analyze(kineto_sets / "edge_cpu_only", jobs=1, timeline=link)
+    assert link.is_symlink() and json.loads(target.read_text())["otherData"]["tool"] == "gpudiag"
+    with pytest.raises(UsageError):
+        gpudiag.analyze(kineto_sets / "edge_cpu_only", jobs=1, timeline=tmp_path)
