@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from gpudiag import rundir
+from gpudiag.collect import faults as F
 from gpudiag.collect import hook as H
+from gpudiag.collect import patches as P
 from gpudiag.traces.telemetry import read_steps_file
 
 
@@ -27,14 +29,14 @@ def _records(tmp_path: Path) -> list[dict[str, Any]]:
 
 
 def test_parse_faults() -> None:
-    assert H.parse_faults("hook:data, hook:step@3,write:enospc@3-5,hook:comm@4-,nvml:x") == {
+    assert F.parse_faults("hook:data, hook:step@3,write:enospc@3-5,hook:comm@4-,nvml:x") == {
         "hook:data": (0, None),
         "hook:step": (3, 3),
         "write:enospc": (3, 5),
         "hook:comm": (4, None),
     }
     with pytest.raises(ValueError, match="unknown site"):
-        H.parse_faults("hook:nope")
+        F.parse_faults("hook:nope")
 
 
 def test_full_disk_drops_records_whole_and_says_what_was_lost(
@@ -102,9 +104,9 @@ class Boom(Exception):
 @pytest.mark.parametrize(
     ("site", "make"),
     [
-        ("hook:data", lambda h, f: H._wrap_data(h, f)),
-        ("hook:comm", lambda h, f: H._wrap_comm(h, f, is_wait=False)),
-        ("hook:backward", lambda h, f: H._wrap_backward(h, f)),
+        ("hook:data", lambda h, f: P._wrap_data(h, f)),
+        ("hook:comm", lambda h, f: P._wrap_comm(h, f, is_wait=False)),
+        ("hook:backward", lambda h, f: P._wrap_backward(h, f)),
     ],
 )
 def test_wrapper_faults_never_change_the_jobs_call(tmp_path: Path, site: str, make: Any) -> None:
@@ -140,7 +142,7 @@ def test_jobs_exception_passes_through_a_failing_wrapper(tmp_path: Path) -> None
         raise StopIteration
 
     with pytest.raises(StopIteration):
-        H._wrap_data(h, job_next)(object())
+        P._wrap_data(h, job_next)(object())
     assert not h.enabled
 
 
