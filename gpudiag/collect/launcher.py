@@ -243,30 +243,9 @@ def run(
     # --nsys without nsys fails before anything is created or launched
     nsys_bin, nsys_ver = nsys_capture.resolve() if opts.nsys else ("", "")
     out, run_dir, node_rank = layout(opts, env0)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        from gpudiag.errors import GpudiagError
-
-        raise GpudiagError(
-            f"cannot create the run directory {run_dir} ({e}); the job was not started",
-            "pass --out DIR on a writable filesystem",
-            exit_code=3,
-        ) from e
+    _make_run_dir(run_dir)
     host = socket.gethostname()
-    m = rundir.RunManifest(
-        gpudiag_version=gpudiag.__version__,
-        argv=list(opts.command),
-        started_ns=time.time_ns(),
-        hosts=[host],
-        node_rank=node_rank,
-        profile_steps=opts.profile_steps,
-        extra={"gpudiag_argv": list(sys.argv), "run_dir": str(run_dir)},
-    )
-    problem = python_flags_problem(opts.command)
-    if problem:
-        log(problem)
-        m.diagnosis_incomplete.append(problem)
+    m = _new_manifest(opts, run_dir, host, node_rank)
     command = list(opts.command)
     if nsys_bin:
         (run_dir / rundir.NSYS_DIR).mkdir(parents=True, exist_ok=True)
@@ -275,41 +254,12 @@ def run(
         m.extra["nsys"] = {"binary": nsys_bin, "version": nsys_ver, "range": opts.nsys_range}
     sampler, nvml_mod = _start_sampler(opts, run_dir, host, m)
     _safe_write_manifest(run_dir, m)
-    try:
-        child = subprocess.Popen(
-            command, env=child_env(run_dir, node_rank, opts), start_new_session=True
-        )
-    except OSError as e:
-        if sampler is not None:
-            sampler.stop()
-        from gpudiag.errors import GpudiagError
-
-        # What a shell would exit with: 127 not found, 126 not executable.
-        code = 127 if isinstance(e, FileNotFoundError) else 126
-        raise GpudiagError(
-            f"cannot start {opts.command[0]!r}: {e}", "check the command after `--`", exit_code=code
-        ) from e
+    child = _spawn(opts, command, run_dir, node_rank, sampler)
     m.extra["child_pid"] = child.pid
     conditions = _start_conditions(opts, run_dir, host, child.pid, nvml_mod, m)
     _safe_write_manifest(run_dir, m)  # a gpudiag killed now leaves the child's pid behind
-    tail = StepsTail(run_dir)
-    t0 = time.monotonic()
     with forward_signals(child) as received:
-        while True:
-            try:
-                rc = child.wait(timeout=progress_interval_s)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            if progress is not None:
-                try:
-                    snap = Progress(run_dir, time.monotonic() - t0, ranks=dict(tail.poll()))
-                    if sampler is not None:
-                        snap.gpus = list(sampler.latest.values())
-                    progress(snap)
-                except Exception as e:
-                    log(f"live display stopped ({e})")
-                    progress = None
+        rc = _wait(child, run_dir, sampler, progress, progress_interval_s)
     code = exit_status(rc)
     m.ended_ns = time.time_ns()
     m.exit_code = code
@@ -323,12 +273,7 @@ def run(
         if sampler.errors:
             m.diagnosis_incomplete.extend(sampler.errors)
     if nsys_bin:
-        try:
-            m.sources["nsys"] = nsys_capture.collect(nsys_bin, run_dir, node_rank)
-        except Exception as e:
-            m.sources["nsys"] = rundir.SourceStatus(False, f"nsys export failed: {e}")
-        if not m.sources["nsys"].captured:
-            log(f"Nsight Systems: {m.sources['nsys'].reason}")
+        _collect_nsys(nsys_bin, run_dir, node_rank, m)
     try:
         finish_manifest(run_dir, m)
     except Exception as e:
@@ -337,6 +282,95 @@ def run(
         m.diagnosis_incomplete.append(msg)
     _safe_write_manifest(run_dir, m)
     return RunResult(out, run_dir, code, m)
+
+
+def _make_run_dir(run_dir: Path) -> None:
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        from gpudiag.errors import GpudiagError
+
+        raise GpudiagError(
+            f"cannot create the run directory {run_dir} ({e}); the job was not started",
+            "pass --out DIR on a writable filesystem",
+            exit_code=3,
+        ) from e
+
+
+def _new_manifest(opts: RunOptions, run_dir: Path, host: str, node_rank: int) -> rundir.RunManifest:
+    m = rundir.RunManifest(
+        gpudiag_version=gpudiag.__version__,
+        argv=list(opts.command),
+        started_ns=time.time_ns(),
+        hosts=[host],
+        node_rank=node_rank,
+        profile_steps=opts.profile_steps,
+        extra={"gpudiag_argv": list(sys.argv), "run_dir": str(run_dir)},
+    )
+    problem = python_flags_problem(opts.command)
+    if problem:
+        log(problem)
+        m.diagnosis_incomplete.append(problem)
+    return m
+
+
+def _spawn(
+    opts: RunOptions,
+    command: list[str],
+    run_dir: Path,
+    node_rank: int,
+    sampler: NvmlSampler | None,
+) -> subprocess.Popen[bytes]:
+    """Start the job in its own session; a command that cannot start stops the sampler."""
+    try:
+        return subprocess.Popen(
+            command, env=child_env(run_dir, node_rank, opts), start_new_session=True
+        )
+    except OSError as e:
+        if sampler is not None:
+            sampler.stop()
+        from gpudiag.errors import GpudiagError
+
+        # What a shell would exit with: 127 not found, 126 not executable.
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        raise GpudiagError(
+            f"cannot start {opts.command[0]!r}: {e}", "check the command after `--`", exit_code=code
+        ) from e
+
+
+def _wait(
+    child: subprocess.Popen[bytes],
+    run_dir: Path,
+    sampler: NvmlSampler | None,
+    progress: Callable[[Progress], None] | None,
+    interval_s: float,
+) -> int:
+    """Wait for the job, showing progress every ``interval_s``; its return code."""
+    tail = StepsTail(run_dir)
+    t0 = time.monotonic()
+    while True:
+        try:
+            return child.wait(timeout=interval_s)
+        except subprocess.TimeoutExpired:
+            pass
+        if progress is not None:
+            try:
+                snap = Progress(run_dir, time.monotonic() - t0, ranks=dict(tail.poll()))
+                if sampler is not None:
+                    snap.gpus = list(sampler.latest.values())
+                progress(snap)
+            except Exception as e:
+                log(f"live display stopped ({e})")
+                progress = None
+
+
+def _collect_nsys(nsys_bin: str, run_dir: Path, node_rank: int, m: rundir.RunManifest) -> None:
+    try:
+        m.sources["nsys"] = nsys_capture.collect(nsys_bin, run_dir, node_rank)
+    except Exception as e:
+        m.sources["nsys"] = rundir.SourceStatus(False, f"nsys export failed: {e}")
+    if not m.sources["nsys"].captured:
+        log(f"Nsight Systems: {m.sources['nsys'].reason}")
 
 
 def _start_sampler(
