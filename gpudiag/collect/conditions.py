@@ -28,20 +28,18 @@ written stops the sampler, logged once. The job never waits for the sampler.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
-import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from contextlib import suppress
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gpudiag.collect.nvml import GpuIdentity, gpu_pids, list_gpus
+from gpudiag.collect.sampler import Clock, PeriodicSampler, Wait, clock_reasons_fn, nvml_call
 
 FORMAT = "gpudiag.conditions"
 FORMAT_VERSION = 1
@@ -62,9 +60,6 @@ THROTTLE_REASONS = {
     0x80: "hw_power_brake_slowdown",
     0x100: "display_clock_setting",
 }
-
-Clock = Callable[[], int]
-Wait = Callable[[float], bool]
 
 
 # -- /proc parsing (pure functions over file contents) -------------------------------
@@ -274,13 +269,17 @@ class _GpuSeen:
     other_pids: dict[int, str | None] = field(default_factory=dict)
 
 
-class ConditionsSampler:
+class ConditionsSampler(PeriodicSampler):
     """Samples host and GPU conditions every ``interval_s`` on a background thread.
 
     ``job_pid`` is the launched command (set before :meth:`start` or later with
     :attr:`job_pid`); ``proc`` reads ``/proc``; ``nvml`` is an initialised NVML module or
     None; ``clock`` and ``wait`` are injected like the NVML sampler's.
     """
+
+    thread_name = "gpudiag-conditions"
+    blocked_message = "run-conditions sampler still blocked 5 s after the job ended; left"
+    tick_at_stop = True
 
     def __init__(
         self,
@@ -295,37 +294,30 @@ class ConditionsSampler:
         self_pid: int | None = None,
         faults: str | None = None,
     ) -> None:
-        if interval_s <= 0:
-            raise ValueError("interval_s must be > 0")
-        self.path = path
+        super().__init__(path, interval_s, clock, wait)
         self.host = host
         self.job_pid = job_pid
-        self.interval_s = interval_s
         self.proc = proc or ProcFS()
         self.nvml = nvml
-        self.clock = clock
-        self._stop = threading.Event()
-        self.wait: Wait = wait if wait is not None else self._stop.wait
         self.self_pid = os.getpid() if self_pid is None else self_pid
         self.gpus: list[tuple[GpuIdentity, Any, int | None]] = []
         if nvml is not None:
             for g, h in list_gpus(nvml):
-                mx = _call(nvml, "nvmlDeviceGetMaxClockInfo", h, getattr(nvml, "NVML_CLOCK_SM", 1))
+                mx = nvml_call(
+                    nvml, "nvmlDeviceGetMaxClockInfo", h, getattr(nvml, "NVML_CLOCK_SM", 1)
+                )
                 self.gpus.append((g, h, int(mx) if mx is not None else None))
+        self._reason_fn = clock_reasons_fn(nvml) if nvml is not None else None
         self.fail_at = _fault_samples(faults)
         self.samples: list[dict[str, Any]] = []
         self.samples_written = 0
         self.failed_samples = 0
         self.cost_ns: list[int] = []
-        self.errors: list[str] = []
         self._prev: _Prev | None = None
         self._gpu_seen: dict[str, _GpuSeen] = {}
         self._names: dict[int, str] = {}
-        self._file: IO[str] | None = None
-        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._logged_sample_error = False
-        self._header: dict[str, Any] | None = None
 
     # -- one sample ----------------------------------------------------------------
 
@@ -414,16 +406,9 @@ class ConditionsSampler:
         self, g: GpuIdentity, h: Any, tree: set[int], procs: dict[int, ProcStat]
     ) -> dict[str, Any]:
         nv = self.nvml
-        sm = _call(nv, "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
-        temp = _call(nv, "nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
-        reasons = None
-        for name in (
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            "nvmlDeviceGetCurrentClocksThrottleReasons",
-        ):
-            if hasattr(nv, name):
-                reasons = _call(nv, name, h)
-                break
+        sm = nvml_call(nv, "nvmlDeviceGetClockInfo", h, getattr(nv, "NVML_CLOCK_SM", 1))
+        temp = nvml_call(nv, "nvmlDeviceGetTemperature", h, getattr(nv, "NVML_TEMPERATURE_GPU", 0))
+        reasons = nvml_call(nv, self._reason_fn, h) if self._reason_fn else None
         on_gpu = gpu_pids(nv, h)
         other = None
         if on_gpu is not None:
@@ -495,30 +480,10 @@ class ConditionsSampler:
         }
 
     def _write(self, rec: dict[str, Any]) -> None:
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
-            self._header = self.header()
-            self._file.write(json.dumps(self._header, separators=(",", ":")) + "\n")
-        self._file.write(json.dumps(rec, separators=(",", ":")) + "\n")
-        self._file.flush()
+        self._write_line(rec)
         self.samples_written += 1
 
     # -- loop ----------------------------------------------------------------------
-
-    def run(self) -> None:
-        """The sampling loop: fixed cadence, never bursts to catch up; one last sample at stop."""
-        next_t = self.clock()
-        while True:
-            if not self._tick():
-                return
-            next_t += int(self.interval_s * 1e9)
-            now = self.clock()
-            if next_t < now:
-                next_t = now
-            if self.wait((next_t - now) / 1e9):
-                self._tick()  # the tail of the run, on this thread: NVML may block
-                return
 
     def _tick(self) -> bool:
         """One sample; False when the sampler must stop (its file cannot be written)."""
@@ -534,31 +499,6 @@ class ConditionsSampler:
                 self._fail(f"run-conditions sample failed ({type(e).__name__}: {e}); continuing")
         return True
 
-    def _fail(self, msg: str) -> None:
-        self.errors.append(msg)
-        with suppress(Exception):
-            print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
-
-    def start(self) -> None:
-        """Start the background thread."""
-        self._thread = threading.Thread(target=self.run, name="gpudiag-conditions", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the thread (after its last sample) and close the file; waits at most 5 s."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            if self._thread.is_alive():
-                self._fail("run-conditions sampler still blocked 5 s after the job ended; left")
-                return  # the thread may still write: the file stays open, lines stay whole
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError as e:
-                self._fail(f"closing {self.path}: {e}")
-            self._file = None
-
     # -- summary -------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
@@ -568,7 +508,7 @@ class ConditionsSampler:
         s: dict[str, Any] = {
             "samples": len(samples),
             "interval_s": self.interval_s,
-            "cpus": (self._header or {}).get("cpus"),
+            "cpus": (self.written_header or {}).get("cpus"),
             "failed_samples": self.failed_samples,
         }
         # Means weigh each sample by its interval; percentiles and maxima leave out the
@@ -632,16 +572,6 @@ def _fault_samples(text: str | None) -> set[int]:
         if site == "conditions:sample":
             out.add(int(n or 0))
     return out
-
-
-def _call(nvml: Any, name: str, *args: Any) -> Any:
-    fn = getattr(nvml, name, None)
-    if fn is None:
-        return None
-    try:
-        return fn(*args)
-    except Exception:
-        return None
 
 
 def _weighted_mean(samples: list[dict[str, Any]], key: str) -> float | None:

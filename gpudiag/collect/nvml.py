@@ -16,22 +16,17 @@ sample file that cannot be written (the sampler stops).
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+from gpudiag.collect.sampler import Clock, PeriodicSampler, Wait, clock_reasons_fn, nvml_call
 
 FORMAT = "gpudiag.nvml"
 FORMAT_VERSION = 1
-
-Clock = Callable[[], int]
-Wait = Callable[[float], bool]
 
 
 @dataclass
@@ -74,7 +69,7 @@ def load_nvml(nvml: Any | None = None) -> NvmlOpen:
         nvml.nvmlInit()
     except Exception as e:
         return NvmlOpen(None, _nvml_reason(e))
-    driver = _call(nvml, "nvmlSystemGetDriverVersion")
+    driver = nvml_call(nvml, "nvmlSystemGetDriverVersion")
     return NvmlOpen(nvml, "", _text(driver) if driver is not None else None)
 
 
@@ -85,30 +80,20 @@ def _nvml_reason(e: BaseException) -> str:
     return f"NVML init failed ({msg})"
 
 
-def _call(nvml: Any, name: str, *args: Any) -> Any:
-    fn = getattr(nvml, name, None)
-    if fn is None:
-        return None
-    try:
-        return fn(*args)
-    except Exception:
-        return None
-
-
 def list_gpus(nvml: Any) -> list[tuple[GpuIdentity, Any]]:
     """Every GPU NVML reports, with its handle; GPUs without a UUID are skipped."""
-    count = _call(nvml, "nvmlDeviceGetCount") or 0
+    count = nvml_call(nvml, "nvmlDeviceGetCount") or 0
     out: list[tuple[GpuIdentity, Any]] = []
     for i in range(int(count)):
-        h = _call(nvml, "nvmlDeviceGetHandleByIndex", i)
+        h = nvml_call(nvml, "nvmlDeviceGetHandleByIndex", i)
         if h is None:
             continue
-        uuid = _call(nvml, "nvmlDeviceGetUUID", h)
+        uuid = nvml_call(nvml, "nvmlDeviceGetUUID", h)
         if uuid is None:
             continue
-        name = _call(nvml, "nvmlDeviceGetName", h)
-        mem = _call(nvml, "nvmlDeviceGetMemoryInfo", h)
-        pci = _call(nvml, "nvmlDeviceGetPciInfo", h)
+        name = nvml_call(nvml, "nvmlDeviceGetName", h)
+        mem = nvml_call(nvml, "nvmlDeviceGetMemoryInfo", h)
+        pci = nvml_call(nvml, "nvmlDeviceGetPciInfo", h)
         bus = getattr(pci, "busId", None) if pci is not None else None
         out.append(
             (
@@ -131,7 +116,7 @@ def gpu_pids(nvml: Any, handle: Any) -> set[int] | None:
     ok = False
     for kind in ("Compute", "Graphics"):
         for suffix in ("_v3", "_v2", ""):
-            procs = _call(nvml, f"nvmlDeviceGet{kind}RunningProcesses{suffix}", handle)
+            procs = nvml_call(nvml, f"nvmlDeviceGet{kind}RunningProcesses{suffix}", handle)
             if procs is not None:
                 ok = True
                 pids.update(int(p.pid) for p in procs)
@@ -156,13 +141,20 @@ class _Rate:
         return (value - prev[1]) / ((t_ns - prev[0]) / 1e9)
 
 
-class NvmlSampler:
+class NvmlSampler(PeriodicSampler):
     """Samples the selected GPUs every ``interval_s`` on a background thread.
 
     ``clock`` returns epoch nanoseconds (``time.time_ns``, the clock Kineto's
     ``baseTimeNanoseconds`` uses); ``wait(seconds)`` sleeps and returns True when the
     sampler should stop. Both are injected so tests run with a fake NVML and fake time.
     """
+
+    thread_name = "gpudiag-nvml"
+    blocked_message = (
+        "NVML sampler still blocked in an NVML call 5 s after the job ended; "
+        "left behind, its samples end there"
+    )
+    watch_slow_rounds = True
 
     def __init__(
         self,
@@ -175,63 +167,36 @@ class NvmlSampler:
         gpus: Iterable[str] | None = None,
         driver_version: str | None = None,
     ) -> None:
-        if interval_s <= 0:
-            raise ValueError("interval_s must be > 0")
+        super().__init__(path, interval_s, clock, wait)
         self.nvml = nvml
-        self.path = path
         self.host = host
-        self.interval_s = interval_s
-        self.clock = clock
-        self._stop = threading.Event()
-        self.wait: Wait = wait if wait is not None else self._stop.wait
         self.driver_version = driver_version
         wanted = set(gpus) if gpus is not None else None
         self.gpus = [(g, h) for g, h in list_gpus(nvml) if wanted is None or g.uuid in wanted]
         self.latest: dict[str, dict[str, Any]] = {}
         self.samples_written = 0
-        self.errors: list[str] = []
         self._rates = _Rate()
         self._last_error: str | None = None
         self._answered: set[str] = set()
         self._lost: set[str] = set()
         self._slow_reported = False
-        self._file: IO[str] | None = None
-        self._thread: threading.Thread | None = None
-        self._reason_fn = self._probe_reasons_fn()
-
-    def _probe_reasons_fn(self) -> str | None:
-        for name in (
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            "nvmlDeviceGetCurrentClocksThrottleReasons",
-        ):
-            if hasattr(self.nvml, name):
-                return name
-        return None
+        self._reason_fn = clock_reasons_fn(nvml)
 
     # -- writing -------------------------------------------------------------------
 
-    def _open(self) -> IO[str]:
-        if self._file is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
-            header = {
-                "type": "header",
-                "format": FORMAT,
-                "version": FORMAT_VERSION,
-                "host": self.host,
-                "pid": os.getpid(),
-                "clock": "time.time_ns",
-                "interval_s": self.interval_s,
-                "driver_version": self.driver_version,
-                "gpus": [g.__dict__ for g, _ in self.gpus],
-            }
-            self._write(header)
-        return self._file
-
-    def _write(self, record: dict[str, Any]) -> None:
-        assert self._file is not None
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
-        self._file.flush()
+    def header(self) -> dict[str, Any]:
+        """The file's first record: the host, the cadence and the GPUs sampled."""
+        return {
+            "type": "header",
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "host": self.host,
+            "pid": os.getpid(),
+            "clock": "time.time_ns",
+            "interval_s": self.interval_s,
+            "driver_version": self.driver_version,
+            "gpus": [g.__dict__ for g, _ in self.gpus],
+        }
 
     # -- sampling ------------------------------------------------------------------
 
@@ -305,7 +270,7 @@ class NvmlSampler:
         f_rx = getattr(nv, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", None)
         if f_tx is None or f_rx is None:
             return None, None
-        vals = _call(nv, "nvmlDeviceGetFieldValues", h, [f_rx, f_tx])
+        vals = nvml_call(nv, "nvmlDeviceGetFieldValues", h, [f_rx, f_tx])
         if not vals or len(vals) != 2:
             return None, None
         out: list[float | None] = []
@@ -325,57 +290,21 @@ class NvmlSampler:
         for gpu, h in self.gpus:
             rec = self.read_gpu(gpu, h, t)
             self.latest[gpu.uuid] = rec
-            self._write(rec)
+            self._write_line(rec)
             self.samples_written += 1
 
-    def run(self) -> None:
-        """The sampling loop: keeps a fixed cadence, stops when ``wait`` says so."""
-        next_t = self.clock()
-        slow_ns = int(max(1.0, 10 * self.interval_s) * 1e9)
-        while True:
-            t0 = self.clock()
-            try:
-                self.sample_once()
-            except Exception as e:  # disk full, closed file, a broken backend
-                self._fail(f"NVML sampler stopped: {type(e).__name__}: {e}")
-                return
-            next_t += int(self.interval_s * 1e9)
-            now = self.clock()
-            if now - t0 > slow_ns and not self._slow_reported:
-                self._slow_reported = True
-                self._fail(
-                    f"NVML sampling slow: one round of NVML calls took {(now - t0) / 1e9:.1f} s "
-                    "(a call blocked); samples are further apart from then on"
-                )
-            if next_t < now:  # fell behind (suspended, slow NVML): do not burst to catch up
-                next_t = now
-            if self.wait((next_t - now) / 1e9):
-                return
+    def _tick(self) -> bool:
+        try:
+            self.sample_once()
+        except Exception as e:  # disk full, closed file, a broken backend
+            self._fail(f"NVML sampler stopped: {type(e).__name__}: {e}")
+            return False
+        return True
 
-    def _fail(self, msg: str) -> None:
-        self.errors.append(msg)
-        with contextlib.suppress(Exception):  # a closed stderr must not stop sampling
-            print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
-
-    def start(self) -> None:
-        """Start the background thread."""
-        self._thread = threading.Thread(target=self.run, name="gpudiag-nvml", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the thread and close the file."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5.0)
-            if self._thread.is_alive():
-                self._fail(
-                    "NVML sampler still blocked in an NVML call 5 s after the job ended; "
-                    "left behind, its samples end there"
-                )
-                return  # the thread may still write: the file stays open, lines stay whole
-        if self._file is not None:
-            try:
-                self._file.close()
-            except OSError as e:
-                self._fail(f"closing {self.path}: {e}")
-            self._file = None
+    def _slow_round(self, took_ns: int) -> None:
+        if not self._slow_reported:
+            self._slow_reported = True
+            self._fail(
+                f"NVML sampling slow: one round of NVML calls took {took_ns / 1e9:.1f} s "
+                "(a call blocked); samples are further apart from then on"
+            )
