@@ -13,6 +13,7 @@ import typer
 from gpudiag import __version__
 from gpudiag.config import Thresholds, load_project_config, thresholds_from_config
 from gpudiag.errors import EXIT_USAGE, GpudiagError
+from gpudiag.runconditions import RunConditions
 
 app = typer.Typer(
     name="gpudiag",
@@ -431,10 +432,9 @@ def doctor(
 # ---- gate, report, diff ----
 
 
-def _run_conditions(path: Path) -> dict[str, Any] | None:
+def _run_conditions(path: Path) -> RunConditions | None:
     """The run conditions a run directory's manifests recorded (None when there are none)."""
-    from gpudiag import rundir
-    from gpudiag.analysis.gate import merge_conditions
+    from gpudiag import runconditions, rundir
 
     if not rundir.is_run_dir(path):
         return None
@@ -444,7 +444,7 @@ def _run_conditions(path: Path) -> dict[str, Any] | None:
             found.append(rundir.read_manifest(node / rundir.MANIFEST).conditions)
         except ValueError:
             continue
-    return merge_conditions(found)
+    return runconditions.merge(found)
 
 
 def _gate_runs(path: Path, th: Thresholds, cfg: Any) -> list[Any]:

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from gpudiag.runconditions import RunConditions
+
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA_VERSION = 1
 RANKS_DIR = "ranks"
@@ -118,11 +120,13 @@ class RunManifest:
     diagnosis_incomplete: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
     # summary of conditions/<host>.jsonl (docs/run-directory.md); None when not sampled
-    conditions: dict[str, Any] | None = None
+    conditions: RunConditions | None = None
 
     def to_json(self) -> dict[str, Any]:
         """A plain dict for ``manifest.json``."""
-        return asdict(self)
+        out = asdict(self)
+        out["conditions"] = self.conditions.to_json() if self.conditions is not None else None
+        return out
 
     @classmethod
     def from_json(cls, data: Any) -> RunManifest:
@@ -210,7 +214,7 @@ _MANIFEST_FIELDS: dict[str, Any] = {
     "world_size": lambda v, w: _int(v, w, 1, _RANK_MAX, null=True),
     "profile_steps": _opt_str,
     "diagnosis_incomplete": _strs,
-    "conditions": lambda v, w: None if v is None else _of(dict, v, w),
+    "conditions": lambda v, w: None if v is None else RunConditions.from_json(v, w),
 }  # fmt: skip
 
 

@@ -135,7 +135,7 @@ def _diagnose(
     results = [r for rs in per_source for r in rs]
     check_ranks(results, [r.source for r in results])
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
-    notes = list(run.notes) + _busy_host(run)
+    notes = list(run.notes) + _busy_host(run, th)
     if not results and whole is not None and whole.steps:
         results = telemetry_results(whole, th)
         extra = extra + nvml_idle(whole, th)
@@ -145,13 +145,13 @@ def _diagnose(
     return d, results
 
 
-def _busy_host(run: RunTimeline) -> list[str]:
-    """A note when the run's recorded conditions were contended (the gate's limits)."""
-    from gpudiag.analysis.gate import contention
-    from gpudiag.config import GateConfig
+def _busy_host(run: RunTimeline, th: Thresholds) -> list[str]:
+    """A note when the run's recorded conditions were contended (the configured gate limits)."""
+    from gpudiag.config import gate_config
+    from gpudiag.runconditions import contention
 
     cond = run.manifest.conditions if run.manifest is not None else None
-    why = contention(cond, GateConfig())
+    why = contention(cond, gate_config(th.extra.get("gate")))
     if not why:
         return []
     return [

@@ -59,6 +59,8 @@ from gpudiag.analysis.model import Diagnosis, FindingKind, RunStep, StrEnum
 from gpudiag.analysis.steady import steady_steps
 from gpudiag.config import GateConfig, Thresholds
 from gpudiag.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
+from gpudiag.runconditions import RunConditions, contention
+from gpudiag.runconditions import describe as describe_run_conditions
 
 
 class CheckStatus(StrEnum):
@@ -336,7 +338,7 @@ class RunStat:
 def run_stat(
     d: Diagnosis,
     name: str = "",
-    conditions: dict[str, Any] | None = None,
+    conditions: RunConditions | None = None,
     warmup_steps: int | None = None,
     th: Thresholds | None = None,
 ) -> RunStat:
@@ -346,7 +348,8 @@ def run_stat(
     stragglers = sorted({r for f in d.findings if f.kind == FindingKind.STRAGGLER
                          for r in f.ranks})  # fmt: skip
     return RunStat(name, median, samples, d.run.shares.as_dict(), d.run.idle_ratio,
-                   fingerprint(d), stragglers, conditions)  # fmt: skip
+                   fingerprint(d), stragglers,
+                   conditions.to_json() if conditions is not None else None)  # fmt: skip
 
 
 BASELINE_FORMAT = "gpudiag.baseline"
@@ -378,67 +381,6 @@ def baseline_from_json(doc: dict[str, Any]) -> list[RunStat]:
         return [RunStat(**r) for r in doc["runs"]]
     except (KeyError, TypeError) as e:
         raise ValueError(f"malformed baseline file ({e})") from e
-
-
-# ---- run conditions ----
-
-
-def merge_conditions(summaries: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
-    """One summary from each node's manifest ``conditions``: the worst node's CPU figures."""
-    found = [c for c in summaries if c]
-    if not found:
-        return None
-    out: dict[str, Any] = {"gpus": {}}
-    for key in ("other_cpu_ratio_mean", "steal_ratio_mean", "cpu_busy_ratio_mean"):
-        vals = [c[key] for c in found if c.get(key) is not None]
-        out[key] = max(vals) if vals else None
-    for c in found:
-        out["gpus"].update(c.get("gpus") or {})
-    out["top_other"] = [t for c in found for t in c.get("top_other") or []]
-    return out
-
-
-def _gpu_ratio(g: dict[str, Any], key: str) -> float:
-    n = g.get("samples") or 0
-    return (g.get(key) or 0) / n if n else 0.0
-
-
-def contention(conditions: dict[str, Any] | None, cfg: GateConfig) -> list[str]:
-    """Why the recorded conditions are contended (empty: quiet, or not recorded)."""
-    if not conditions:
-        return []
-    out = []
-    other = conditions.get("other_cpu_ratio_mean")
-    if other is not None and other > cfg.max_other_cpu_ratio:
-        out.append(f"other processes used {other:.0%} of the CPUs (limit "
-                   f"{cfg.max_other_cpu_ratio:.0%})")  # fmt: skip
-    steal = conditions.get("steal_ratio_mean")
-    if steal is not None and steal > cfg.max_steal_ratio:
-        out.append(f"steal time {steal:.0%} of the CPUs (limit {cfg.max_steal_ratio:.0%})")
-    for uuid, g in sorted((conditions.get("gpus") or {}).items()):
-        slow = _gpu_ratio(g, "slowdown_samples")
-        if slow > cfg.max_gpu_slowdown_ratio:
-            out.append(f"GPU {uuid} throttled in {slow:.0%} of samples (limit "
-                       f"{cfg.max_gpu_slowdown_ratio:.0%})")  # fmt: skip
-        shared = _gpu_ratio(g, "other_process_samples")
-        if shared > cfg.max_gpu_other_process_ratio:
-            out.append(f"GPU {uuid} had other processes in {shared:.0%} of samples (limit "
-                       f"{cfg.max_gpu_other_process_ratio:.0%})")  # fmt: skip
-    return out
-
-
-def describe_conditions(conditions: dict[str, Any] | None) -> str:
-    """``other processes 46% of CPUs, steal 0%, 1 GPU throttled 0%``, or not recorded."""
-    if not conditions:
-        return "run conditions not recorded"
-    parts = []
-    for key, label in (("other_cpu_ratio_mean", "other processes"), ("steal_ratio_mean", "steal")):
-        v = conditions.get(key)
-        parts.append(f"{label} {'?' if v is None else format(v, '.0%')} of CPUs")
-    for uuid, g in sorted((conditions.get("gpus") or {}).items()):
-        parts.append(f"GPU {uuid} throttled {_gpu_ratio(g, 'slowdown_samples'):.0%}, shared "
-                     f"{_gpu_ratio(g, 'other_process_samples'):.0%} of samples")  # fmt: skip
-    return ", ".join(parts)
 
 
 def fingerprint(d: Diagnosis) -> dict[str, Any]:
@@ -572,7 +514,7 @@ def _regression_check(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig,
                   f"the baseline runs vary by ±{cv:.1%}; more runs will not detect {target}: "
                   "use a quieter runner")  # fmt: skip
     details["min_effect_ratio"] = limit
-    noisy = [b.name or f"run {i + 1}" for i, b in enumerate(base) if contention(b.conditions, cfg)]
+    noisy = [b.name or f"run {i + 1}" for i, b in enumerate(base) if contention(_recorded(b), cfg)]
     if noisy:
         # A contended baseline run widens the spread (a larger noise floor), never hides one.
         desc += f"; contended baseline runs: {', '.join(noisy)}"
@@ -593,6 +535,11 @@ def _regression_check(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig,
                  **kw)  # fmt: skip
 
 
+def _recorded(b: RunStat) -> RunConditions | None:
+    """A baseline run's recorded run conditions (kept as JSON in the baseline file)."""
+    return RunConditions(b.conditions) if b.conditions is not None else None
+
+
 def _as_runs(baseline: Diagnosis | RunStat | Sequence[Diagnosis | RunStat] | None,
              cfg: GateConfig, th: Thresholds) -> list[RunStat]:  # fmt: skip
     if baseline is None:
@@ -609,25 +556,26 @@ def evaluate(
     subject: str = "",
     baseline_name: str | None = None,
     th: Thresholds | None = None,
-    conditions: dict[str, Any] | None = None,
+    conditions: RunConditions | None = None,
 ) -> GateResult:
     """Run every configured check on ``d`` (and against the baseline runs) and decide.
 
     ``th``: the analysis thresholds in force (the idle limit and the steady-step rule);
-    ``conditions``: the subject's recorded run conditions (:func:`merge_conditions`).
+    ``conditions``: the subject's recorded run conditions (:func:`gpudiag.runconditions.merge`).
     """
     th = th or Thresholds()
     base = _as_runs(baseline, cfg, th)
     fp = fingerprint(d)
     base_fp = base[0].fingerprint if base else None
     contended = contention(conditions, cfg)
-    note = f" (run contended: {describe_conditions(conditions)})" if contended else ""
+    recorded = conditions.to_json() if conditions is not None else None
+    note = f" (run contended: {describe_run_conditions(conditions)})" if contended else ""
     checks = _limit_checks(d, cfg, th, note) + _straggler_checks(d, cfg, base)
-    if conditions:
+    if recorded:
         checks.append(Check("run_conditions", None, WARN if contended else PASS, None, None,
                             ("contended: " + "; ".join(contended)) if contended else
-                            f"quiet: {describe_conditions(conditions)}",
-                            details=conditions))  # fmt: skip
+                            f"quiet: {describe_run_conditions(conditions)}",
+                            details=recorded))  # fmt: skip
     mismatch = False
     if base:
         odd = next((b for b in base if b.fingerprint != fp), None)
@@ -650,4 +598,4 @@ def evaluate(
     else:
         status = GateStatus.PASSED
     return GateResult(status, checks, subject, baseline_name, fp, base_fp, cfg.inconclusive_ok,
-                      asdict(cfg), conditions)  # fmt: skip
+                      asdict(cfg), recorded)  # fmt: skip

@@ -30,14 +30,19 @@ from gpudiag.analysis.model import (
 )
 from gpudiag.analysis.steady import steady_steps
 from gpudiag.config import SteadyRules
+from gpudiag.runconditions import (
+    CLOCK_SLOWDOWN_MASK,
+    SW_POWER_CAP,
+    THROTTLE_REASONS,
+    reason_bits,
+)
 
 if TYPE_CHECKING:  # pandas is imported only when a run directory is analysed
     import pandas as pd
 
-SLOWDOWN_BITS = {0x8: "HwSlowdown", 0x20: "SwThermalSlowdown", 0x40: "HwThermalSlowdown",
-                 0x80: "HwPowerBrakeSlowdown"}  # fmt: skip
-OTHER_BITS = {0x4: "SwPowerCap", 0x2: "ApplicationsClocksSetting", 0x10: "SyncBoost"}
-SLOWDOWN_MASK = sum(SLOWDOWN_BITS)
+# The throttle reasons a GpuStats names: the thermal/hardware slowdowns, then the power cap
+# and the settings; its slowdown_ratio counts CLOCK_SLOWDOWN_MASK only (gpudiag.runconditions).
+_NAMED_REASONS = (*reason_bits(CLOCK_SLOWDOWN_MASK), SW_POWER_CAP, 0x2, 0x10)
 
 
 def _missing(v: Any) -> bool:
@@ -120,7 +125,7 @@ def _gpu_stats(
         thr = g["throttle_reasons"].dropna()
         thr_i = thr.astype(np.int64).to_numpy() if len(thr) else np.zeros(0, np.int64)
         seen = int(np.bitwise_or.reduce(thr_i)) if thr_i.size else 0
-        reasons = [n for b, n in {**SLOWDOWN_BITS, **OTHER_BITS}.items() if seen & b]
+        reasons = [THROTTLE_REASONS[b][1] for b in _NAMED_REASONS if seen & b]
         out.append(
             GpuStats(
                 gpu_uuid=str(uuid),
@@ -132,7 +137,9 @@ def _gpu_stats(
                 power_w=_opt_float(g["power_w"].mean()),
                 sm_clock_mhz=_opt_float(g["sm_clock_mhz"].mean()),
                 temp_c_max=_opt_float(g["temp_c"].max()),
-                slowdown_ratio=float(np.mean((thr_i & SLOWDOWN_MASK) != 0)) if thr_i.size else None,
+                slowdown_ratio=(
+                    float(np.mean((thr_i & CLOCK_SLOWDOWN_MASK) != 0)) if thr_i.size else None
+                ),
                 slowdown_reasons=reasons,
             )
         )

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpudiag import runconditions
 from gpudiag.collect.nvml import GpuIdentity, gpu_pids, list_gpus
 from gpudiag.collect.sampler import Clock, PeriodicSampler, Wait, clock_reasons_fn, nvml_call
 
@@ -47,19 +48,8 @@ DEFAULT_INTERVAL_S = 1.0
 TOP_OTHER = 3
 TOP_OTHER_MIN_RATIO = 0.01
 
-# nvmlClocksEventReasons bits (nvml.h); "gpu_idle" and "applications_clocks_setting" are
-# not slowdowns of a busy GPU, the others are.
-THROTTLE_REASONS = {
-    0x1: "gpu_idle",
-    0x2: "applications_clocks_setting",
-    0x4: "sw_power_cap",
-    0x8: "hw_slowdown",
-    0x10: "sync_boost",
-    0x20: "sw_thermal_slowdown",
-    0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown",
-    0x100: "display_clock_setting",
-}
+# nvmlClocksEventReasons bits by their manifest names (the table is gpudiag.runconditions')
+THROTTLE_REASONS = {bit: names[0] for bit, names in runconditions.THROTTLE_REASONS.items()}
 
 
 # -- /proc parsing (pure functions over file contents) -------------------------------
@@ -255,9 +245,6 @@ class _Prev:
     procs: dict[int, ProcStat]
 
 
-SLOWDOWN_MASK = sum(b for b, n in THROTTLE_REASONS.items() if "slowdown" in n or "cap" in n)
-
-
 @dataclass
 class _GpuSeen:
     n: int = 0
@@ -446,7 +433,7 @@ class ConditionsSampler(PeriodicSampler):
         if gpu["temp_c"] is not None:
             seen.temp.append(int(gpu["temp_c"]))
         if gpu["throttle_reasons"] is not None:
-            seen.slowdown += bool(gpu["throttle_reasons"] & SLOWDOWN_MASK)
+            seen.slowdown += bool(gpu["throttle_reasons"] & runconditions.CLOCKS_LIMITED_MASK)
             for bit, name in THROTTLE_REASONS.items():
                 if gpu["throttle_reasons"] & bit:
                     seen.throttle[name] = seen.throttle.get(name, 0) + 1

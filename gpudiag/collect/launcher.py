@@ -38,6 +38,7 @@ from gpudiag.collect import bootstrap
 from gpudiag.collect import nsys as nsys_capture
 from gpudiag.collect.conditions import DEFAULT_INTERVAL_S, ConditionsSampler
 from gpudiag.collect.nvml import NvmlSampler, load_nvml
+from gpudiag.runconditions import RunConditions
 
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
@@ -438,10 +439,11 @@ def _start_conditions(
 def _finish_conditions(c: ConditionsSampler, run_dir: Path, m: rundir.RunManifest) -> None:
     try:
         c.stop()
-        m.conditions = c.summary()
+        summary = c.summary()
+        m.conditions = RunConditions(summary)
         if c.samples_written:
-            m.conditions["file"] = str(c.path.relative_to(run_dir))
-            m.sources["conditions"] = rundir.SourceStatus(True, files=[m.conditions["file"]])
+            summary["file"] = str(c.path.relative_to(run_dir))
+            m.sources["conditions"] = rundir.SourceStatus(True, files=[summary["file"]])
         else:
             m.sources["conditions"] = rundir.SourceStatus(
                 False, "; ".join(c.errors) or "no sample was taken"

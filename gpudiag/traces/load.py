@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpudiag import rundir
+from gpudiag import runconditions, rundir
 from gpudiag.errors import InputError
 from gpudiag.fileio import check_regular, kind_of, list_dir, walk_dir
 from gpudiag.traces.common import LoadOptions, rank_from_filename
@@ -276,9 +276,7 @@ def merge_manifests(manifests: Sequence[rundir.RunManifest]) -> rundir.RunManife
         m.diagnosis_incomplete = m.diagnosis_incomplete + list(other.diagnosis_incomplete)
         if other.exit_code not in (None, 0):
             m.exit_code = other.exit_code
-    from gpudiag.analysis.gate import merge_conditions
-
-    m.conditions = merge_conditions([x.conditions for x in manifests])
+    m.conditions = runconditions.merge(x.conditions for x in manifests)
     return m
 
 

@@ -391,7 +391,7 @@ def test_job_with_worker_processes(tmp_path: Path, direct_runs: Any, extra: list
         assert sorted(df.loc[df["rank"] == rank, "step"]) == list(range(STEPS))
     assert m.sources["kineto"].captured
     assert m.sources["conditions"].captured
-    assert m.conditions is not None and m.conditions["samples"] >= 1
+    assert m.conditions is not None and m.conditions.samples >= 1
 
 
 EXEC_JOB = """

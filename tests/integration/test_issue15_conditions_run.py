@@ -58,8 +58,8 @@ def test_cpu_hog_beside_the_job_is_other_cpu(tmp_path: Path) -> None:
     hog_share = (h1 - h0) / (t1 - t0)
     assert hog_share >= 0.15  # it really ran: at least 0.3 of a core on a 2-CPU host
     m = rundir.read_manifest(out / "manifest.json")
-    c = m.conditions
-    assert c is not None
+    assert m.conditions is not None
+    c = m.conditions.to_json()
     assert m.sources["conditions"].files == [c["file"]]
     samples = [json.loads(x) for x in (out / c["file"]).read_text().splitlines()][1:]
     assert c["samples"] == len(samples) >= 4
@@ -97,8 +97,8 @@ def test_conditions_faults_never_reach_the_job(tmp_path: Path) -> None:
         assert r.returncode == 7, r.stderr
         assert r.stdout == "job output\n"
     m = rundir.read_manifest(tmp_path / "a" / "manifest.json")
-    assert m.conditions is not None and m.conditions["failed_samples"] == 1
-    assert m.conditions["samples"] >= 2
+    assert m.conditions is not None and m.conditions.failed_samples == 1
+    assert m.conditions.samples >= 2
     assert sum("run-conditions sample failed" in x for x in m.diagnosis_incomplete) == 1
     assert failing.stderr.count("run-conditions sample failed") == 1
     m = rundir.read_manifest(blocked / "manifest.json")

@@ -270,8 +270,9 @@ def test_unwritable_file_stops_sampler_once(tmp_path: Path) -> None:
 
 def test_manifest_keeps_conditions_and_reads_old_manifests(tmp_path: Path) -> None:
     from gpudiag import rundir
+    from gpudiag.runconditions import RunConditions
 
-    m = rundir.RunManifest(conditions={"samples": 3, "other_cpu_ratio_mean": 0.5})
+    m = rundir.RunManifest(conditions=RunConditions({"samples": 3, "other_cpu_ratio_mean": 0.5}))
     rundir.write_manifest(tmp_path, m)
     assert rundir.read_manifest(tmp_path / "manifest.json").conditions == m.conditions
     old = {k: v for k, v in m.to_json().items() if k != "conditions"}

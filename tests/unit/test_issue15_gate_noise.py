@@ -25,7 +25,6 @@ from gpudiag.analysis.gate import (
     contention,
     evaluate,
     fingerprint,
-    merge_conditions,
     run_stat,
     runs_needed,
     step_time_stats,
@@ -34,9 +33,11 @@ from gpudiag.analysis.gate import (
 )
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.config import GateConfig
+from gpudiag.runconditions import RunConditions, merge
 
 QUIET = {"other_cpu_ratio_mean": 0.02, "steal_ratio_mean": 0.0, "gpus": {}}
 BUSY = {"other_cpu_ratio_mean": 0.46, "steal_ratio_mean": 0.0, "gpus": {}}
+QUIET_RUN, BUSY_RUN = RunConditions(QUIET), RunConditions(BUSY)  # the subject's, typed
 
 
 def run(median_ms: float, n: int = 20, jitter: float = 0.02, seed: int = 0,
@@ -163,16 +164,16 @@ def test_host_noise_pair_with_contention_recorded_is_inconclusive():
     # GIVEN a quiet, tight 3-run baseline and a candidate 30% slower while other processes
     # held 46% of the CPUs: it would fail on timing, but cannot
     base = [run(m, seed=i, conditions=QUIET) for i, m in enumerate((99, 100, 101))]
-    busy = evaluate(candidate(130), GateConfig(), baseline=base, conditions=BUSY)
+    busy = evaluate(candidate(130), GateConfig(), baseline=base, conditions=BUSY_RUN)
     reg = regression(busy)
     assert reg.status == "inconclusive" and busy.exit_code == 5
     assert "contended (other processes used 46% of the CPUs (limit 25%))" in reg.message
     cond = next(c for c in busy.checks if c.name == "run_conditions")
     assert cond.status == "warn" and busy.conditions == BUSY
-    quiet = evaluate(candidate(130), GateConfig(), baseline=base, conditions=QUIET)
+    quiet = evaluate(candidate(130), GateConfig(), baseline=base, conditions=QUIET_RUN)
     assert regression(quiet).status == "fail"
     # and a pair (one baseline run) with that noise is inconclusive too
-    pair = evaluate(candidate(130), GateConfig(), baseline=run(100), conditions=BUSY)
+    pair = evaluate(candidate(130), GateConfig(), baseline=run(100), conditions=BUSY_RUN)
     assert pair.status == "inconclusive"
     # a contended baseline run is named
     noisy_base = [*base[:2], run(101, seed=2, conditions=BUSY)]
@@ -182,7 +183,7 @@ def test_host_noise_pair_with_contention_recorded_is_inconclusive():
 
 
 def test_share_limits_still_apply_when_contended_with_conditions_beside_them():
-    res = evaluate(candidate(100), GateConfig(max_idle_ratio=0.01), conditions=BUSY)
+    res = evaluate(candidate(100), GateConfig(max_idle_ratio=0.01), conditions=BUSY_RUN)
     idle = [c for c in res.checks if c.name == "idle_ratio"]
     assert res.status == "failed" and {c.status for c in idle} == {"fail"}
     assert "run contended: other processes 46% of CPUs" in idle[0].message
@@ -205,9 +206,9 @@ def test_single_baseline_run_rule():
 ])  # fmt: skip
 def test_contention_limits(key, gpu, reason):
     cfg = GateConfig()
-    assert contention(None, cfg) == [] and contention(QUIET, cfg) == []
-    assert "steal time 20%" in contention({"steal_ratio_mean": 0.2}, cfg)[0]
-    found = contention({"gpus": {"GPU-1": gpu}}, cfg)
+    assert contention(None, cfg) == [] and contention(QUIET_RUN, cfg) == []
+    assert "steal time 20%" in contention(RunConditions({"steal_ratio_mean": 0.2}), cfg)[0]
+    found = contention(RunConditions({"gpus": {"GPU-1": gpu}}), cfg)
     assert len(found) == 1 and reason in found[0]
 
 
@@ -251,13 +252,13 @@ def test_conditions_merge_takes_the_worst_node(tmp_path):
     for k, other in ((0, 0.1), (1, 0.4)):
         node = tmp_path / f"node-{k}"
         node.mkdir()
-        rundir.write_manifest(node, rundir.RunManifest(conditions={
+        rundir.write_manifest(node, rundir.RunManifest(conditions=RunConditions({
             "other_cpu_ratio_mean": other, "steal_ratio_mean": 0.0,
-            "gpus": {f"GPU-{k}": {"samples": 3}}}))  # fmt: skip
+            "gpus": {f"GPU-{k}": {"samples": 3}}})))  # fmt: skip
     merged = _run_conditions(tmp_path)
-    assert merged is not None and merged["other_cpu_ratio_mean"] == 0.4
-    assert set(merged["gpus"]) == {"GPU-0", "GPU-1"}
-    assert merge_conditions([None, None]) is None and _run_conditions(tmp_path / "x") is None
+    assert merged is not None and merged.other_cpu_ratio_mean == 0.4
+    assert set(merged.gpus) == {"GPU-0", "GPU-1"}
+    assert merge([None, None]) is None and _run_conditions(tmp_path / "x") is None
 
 
 def save(tmp_path, name, d):
@@ -307,9 +308,10 @@ def test_cli_save_baseline_of_several_runs_then_gate(tmp_path):
 REC = Path(__file__).resolve().parents[1] / "data" / "issue15_gate"
 
 
-def recorded(name: str) -> tuple[Diagnosis, dict]:
+def recorded(name: str) -> tuple[Diagnosis, RunConditions]:
     d = Diagnosis.from_json(json.loads((REC / f"{name}.diagnosis.json").read_text()))
-    return d, json.loads((REC / f"{name}.conditions.json").read_text())
+    cond = json.loads((REC / f"{name}.conditions.json").read_text())
+    return d, RunConditions.from_json(cond)
 
 
 def recorded_baseline(name: str) -> list[RunStat]:
@@ -336,7 +338,7 @@ def test_recorded_unchanged_cpu_runs_beside_a_hog_do_not_fail(name):
 def test_recorded_30pct_slowdown_fails_on_timing_and_is_inconclusive_when_contended():
     base = recorded_baseline("wait")
     d, cond = recorded("wait_slow")
-    assert cond["other_cpu_ratio_mean"] > 0.25  # recorded on a busy host
+    assert (cond.other_cpu_ratio_mean or 0) > 0.25  # recorded on a busy host
     reg = regression(evaluate(d, NO_CONTENTION, base, conditions=cond))
     assert reg.status == "fail" and reg.effect_ratio == pytest.approx(0.32, abs=0.01)
     assert reg.mde_ratio == pytest.approx(0.081, abs=0.002)
