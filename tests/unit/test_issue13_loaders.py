@@ -184,11 +184,12 @@ def test_nsys_export_in_place_creates_nothing(shared_traces: Path, tmp_path: Pat
 
 
 def _streams(path: Path) -> None:
-    """Read ``path`` on the streaming path; ``_Fallback`` if it would decode the whole file."""
-    from gpudiag.traces import kineto
+    """Read ``path`` on the streaming path; ``Fallback`` if it would decode the whole file."""
     from gpudiag.traces.common import LoadOptions, NamePatterns
+    from gpudiag.traces.kineto.columns import Columns
+    from gpudiag.traces.kineto.stream import stream_trace
 
-    kineto._stream(path, kineto._Columns(NamePatterns(LoadOptions())))
+    stream_trace(path, Columns(NamePatterns(LoadOptions())))
 
 
 def test_well_formed_traces_are_streamed(kineto_sets: Path) -> None:
@@ -224,9 +225,9 @@ def test_endless_event_is_refused_while_streaming(
 ) -> None:
     """A gzip bomb of one endless string stops at the limit, not when memory runs out
     (the limit is 1 GiB; lowered here so that the test writes 8 MB, not gigabytes)."""
-    from gpudiag.traces import kineto
+    from gpudiag.traces.kineto import stream
 
-    monkeypatch.setattr(kineto, "MAX_EVENT_BYTES", 4 << 20)
+    monkeypatch.setattr(stream, "MAX_EVENT_BYTES", 4 << 20)
     doc = _doc(shared_traces)
     _x(doc)[0].setdefault("args", {})["note"] = "a" * 8_000_000
     p = tmp_path / "rank-0.json.gz"
