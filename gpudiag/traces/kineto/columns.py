@@ -123,18 +123,17 @@ class EventColumns(NamedTuple):
     @staticmethod
     def empty(n: int) -> EventColumns:
         """Uninitialised columns for ``n`` events, of the record's dtypes."""
-        f64, i64, i32 = np.float64, np.int64, np.int32
         return EventColumns(
-            ts_us=np.empty(n, f64),
-            dur_us=np.empty(n, f64),
+            ts_us=np.empty(n, np.float64),
+            dur_us=np.empty(n, np.float64),
             kind=np.empty(n, np.int8),
-            name=np.empty(n, i32),
-            lane_key=np.empty(n, i64),
-            corr=np.empty(n, i64),
-            nbytes=np.empty(n, i64),
+            name=np.empty(n, np.int32),
+            lane_key=np.empty(n, np.int64),
+            corr=np.empty(n, np.int64),
+            nbytes=np.empty(n, np.int64),
             is_gpu=np.empty(n, np.bool_),
-            coll_id=np.empty(n, i64),
-            coll_name=np.empty(n, i32),
+            coll_id=np.empty(n, np.int64),
+            coll_name=np.empty(n, np.int32),
         )
 
 
