@@ -122,3 +122,34 @@ def test_load_run_orders_ranks(kineto_sets):
     assert [r.rank for r in run.ranks] == [0, 1]
     df = run.ranks[1].to_frame()
     assert {"lane", "kind", "name", "start_ns", "end_ns", "step"} <= set(df.columns)
+
+
+@pytest.mark.parametrize("slice_len", [1, 997])
+def test_event_columns_do_not_depend_on_slicing(kineto_sets, slice_len):
+    """The per-slice records (EventColumns) join into the same columns, in event order and
+    with the record's dtypes, however the event list was cut."""
+    from gpudiag.traces.common import LoadOptions, NamePatterns
+    from gpudiag.traces.kineto import decode, read_bytes
+    from gpudiag.traces.kineto.columns import GET_PH, Columns, EventColumns
+
+    p = kineto_sets / "sampled_2rank_a2a/rank-0.json.gz"
+    events = decode(p, read_bytes(p)).traceEvents
+    whole, sliced = Columns(NamePatterns(LoadOptions())), Columns(NamePatterns(LoadOptions()))
+    whole.add(events, map(GET_PH, events))
+    for i in range(0, len(events), slice_len):
+        sliced.add(events[i : i + slice_len], map(GET_PH, events[i : i + slice_len]))
+    a, b = whole.columns(), sliced.columns()
+    assert len(a.ts_us) > 1000
+    for field, x, y, empty in zip(EventColumns._fields, a, b, EventColumns.empty(0), strict=True):
+        assert x.dtype == y.dtype == empty.dtype, field
+        if field not in ("name", "coll_name", "lane_key"):  # ids: compared as what they name
+            assert np.array_equal(x, y), field
+    assert [whole.lanes[k] for k in a.lane_key.tolist()] == [
+        sliced.lanes[k] for k in b.lane_key.tolist()
+    ]
+    names_a, names_b = list(whole.names), list(sliced.names)
+    assert [names_a[i] for i in a.name] == [names_b[i] for i in b.name]
+    assert [names_a[i] if i >= 0 else None for i in a.coll_name] == [
+        names_b[i] if i >= 0 else None for i in b.coll_name
+    ]
+    assert whole.columns().ts_us.size == 0  # the slices were handed over, not kept
