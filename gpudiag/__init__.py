@@ -4,7 +4,7 @@ The public API is small::
 
     import gpudiag
     diag = gpudiag.analyze("runs/exp1")       # run directory, trace file(s) or directory
-    diag.steps_frame()                         # pandas DataFrame, one row per (rank, step)
+    gpudiag.steps_frame(diag)                  # pandas DataFrame, one row per (rank, step)
     run = gpudiag.load_run("traces/")          # the interval model, for your own analysis
     diag = gpudiag.diagnose(run)               # the same analysis on a loaded (or built) run
 
@@ -22,8 +22,10 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from gpudiag.analysis.diagnose import diagnose
     from gpudiag.analysis.model import Diagnosis
-    from gpudiag.api import analyze, load_diagnosis
+    from gpudiag.api import analyze, load_diagnosis, to_markdown
     from gpudiag.config import Thresholds
+    from gpudiag.frames import findings_frame, steps_frame
+    from gpudiag.serialise import diagnosis_from_json
     from gpudiag.traces.common import LoadOptions
     from gpudiag.traces.load import load_run
     from gpudiag.traces.schema import RankTimeline, RunTimeline
@@ -31,6 +33,10 @@ if TYPE_CHECKING:
 _LAZY = {
     "analyze": "gpudiag.api",
     "load_diagnosis": "gpudiag.api",
+    "to_markdown": "gpudiag.api",
+    "steps_frame": "gpudiag.frames",
+    "findings_frame": "gpudiag.frames",
+    "diagnosis_from_json": "gpudiag.serialise",
     "diagnose": "gpudiag.analysis.diagnose",
     "Diagnosis": "gpudiag.analysis.model",
     "Thresholds": "gpudiag.config",
@@ -42,7 +48,8 @@ _LAZY = {
 
 __all__ = [
     "Diagnosis", "LoadOptions", "RankTimeline", "RunTimeline", "Thresholds", "__version__",
-    "analyze", "diagnose", "load_diagnosis", "load_run",
+    "analyze", "diagnose", "diagnosis_from_json", "findings_frame", "load_diagnosis",
+    "load_run", "steps_frame", "to_markdown",
 ]  # fmt: skip
 
 

@@ -2,11 +2,13 @@
 
 ``analyze(paths)`` is ``diagnose(load_run(paths))``, per rank in local processes or on an
 existing Dask cluster (``scheduler=``); a saved diagnosis JSON (``gpudiag analyze … -f
-json``) is read back instead of analysed.
+json``) is read back instead of analysed. ``to_markdown(d)`` renders a Diagnosis as the
+Markdown report; the pandas frames are in :mod:`gpudiag.frames`.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Callable
@@ -19,6 +21,7 @@ from gpudiag.config import Thresholds
 from gpudiag.errors import InputError, UsageError
 from gpudiag.fanout import Mapper, Progress, dask_map, local_map
 from gpudiag.fileio import read_input
+from gpudiag.serialise import diagnosis_from_json
 from gpudiag.traces.common import LoadOptions
 from gpudiag.traces.load import load_run
 
@@ -61,11 +64,20 @@ def load_diagnosis(path: str | os.PathLike[str]) -> Diagnosis:
     except (UnicodeDecodeError, ValueError) as e:
         raise InputError(p, f"not a readable gpudiag diagnosis ({e})", _SAVE_HINT) from e
     try:
-        return Diagnosis.from_json(doc)
+        return diagnosis_from_json(doc)
     except RecursionError as e:
         raise InputError(p, "JSON nested too deeply to be a gpudiag diagnosis", _SAVE_HINT) from e
     except ValueError as e:
         raise InputError(p, f"not a valid gpudiag diagnosis: {e}", _SAVE_HINT) from e
+
+
+def to_markdown(d: Diagnosis) -> str:
+    """The Markdown report (``gpudiag analyze … --format markdown``) as a string."""
+    from gpudiag.report.markdown import render
+
+    buf = io.StringIO()
+    render(d, buf)
+    return buf.getvalue()
 
 
 def analyze(

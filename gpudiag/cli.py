@@ -203,8 +203,11 @@ def _analysis_progress() -> tuple[Any, Any]:
 
 def _warn_steps(d: Any) -> None:
     """Say on stderr when steps were not found from markers: every number depends on them."""
+    from gpudiag.analysis.metrics import SourceMissingMetrics
+
     for f in d.findings:
-        if f.kind == "source_missing" and f.metrics.get("missing") == "steps":
+        m = f.metrics
+        if isinstance(m, SourceMissingMetrics) and m.missing == "steps":
             who = ", ".join(map(str, f.ranks))
             print(f"gpudiag: warning: rank {who}: {f.message}", file=sys.stderr)
 

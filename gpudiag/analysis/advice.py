@@ -35,14 +35,8 @@ same exposed transfer — so their gains are not additive: each recommendation l
 others it overlaps with (``overlaps_with``), and ``what_if.if_all_ns`` gives the step time
 with every modelled change at once.
 
-The what-if figures (``Diagnosis.what_if``) model each profiled step as synchronous:
-``step ≈ max_r busy_r + min_r wait_r`` — the last rank's own work (busy = step − comm
-wait), then the transfer, taken as the least wait of any rank (the last arrival waits only
-for the transfer). "Communication fully overlapped" drops the transfer:
-``median_s max_r busy``; "no data wait" subtracts each rank's data wait from its busy
-time; "straggler at median speed" gives each persistent straggler the median busy time of
-the other ranks; "all" applies the three together. The current step time is the median
-of the longest rank's step; every figure is clamped between 0 and it.
+The what-if step times are modelled in :mod:`gpudiag.analysis.whatif`, the min/max
+across ranks in :mod:`gpudiag.analysis.spread`.
 """
 
 from __future__ import annotations
@@ -55,6 +49,14 @@ from typing import Any
 
 import numpy as np
 
+from gpudiag.analysis.metrics import (
+    CommBoundMetrics,
+    ComputeMetrics,
+    LateArrivalMetrics,
+    PipelineSummary,
+    ShareMetrics,
+    StragglerMetrics,
+)
 from gpudiag.analysis.model import (
     Cause,
     Finding,
@@ -63,9 +65,7 @@ from gpudiag.analysis.model import (
     RankSummary,
     Recommendation,
     RunSummary,
-    SpreadEntry,
     StepBreakdown,
-    WhatIf,
     by_rank,
 )
 from gpudiag.config import AdviceRules
@@ -176,7 +176,7 @@ DATA = Remedy(
     detail=_data_detail,
     gain=_data_gain,
     evidence=lambda f, c: {"data_wait_ns_per_step": _data_gain(f, c), "ranks": f.ranks,
-                           "per_rank_share": f.metrics.get("per_rank", {}),
+                           "per_rank_share": f.metrics_as(ShareMetrics).per_rank,
                            "single_process_loader": _single_loader(f, c)},
 )  # fmt: skip
 
@@ -200,7 +200,7 @@ def _is_transfer(f: Finding, c: Context) -> bool:
 
 def _comm_evidence(f: Finding, c: Context) -> dict[str, Any]:
     return {"comm_wait_ns_per_step": _comm_wait(f, c), "ranks": f.ranks,
-            "comm_hidden_ratio": f.metrics.get("comm_hidden_ratio", {}),
+            "comm_hidden_ratio": f.metrics_as(CommBoundMetrics).comm_hidden_ratio,
             "transfer_wait_ns_per_step": _transfer(f, c)}  # fmt: skip
 
 
@@ -400,7 +400,8 @@ def _cause(f: Finding) -> Cause:
 
 
 def _excess(f: Finding) -> int:
-    return int(f.metrics.get("median_excess_ns", 0))
+    m = f.metrics
+    return m.median_excess_ns if isinstance(m, (StragglerMetrics, LateArrivalMetrics)) else 0
 
 
 STRAGGLER = Remedy(
@@ -419,29 +420,42 @@ STRAGGLER = Remedy(
 # ---- pipeline ----
 
 
+def _pipe(f: Finding) -> PipelineSummary:
+    return f.metrics_as(PipelineSummary)
+
+
 def _pipe_gain(f: Finding, c: Context) -> int | None:
-    pm = f.metrics
-    ideal, at = float(pm["ideal_bubble_ratio"]), float(pm["bubble_ratio_at_target"])
-    return round(max(0.0, ideal - at) * c.step_ns) or None
+    pm = _pipe(f)
+    return round(max(0.0, pm.ideal_bubble_ratio - pm.bubble_ratio_at_target) * c.step_ns) or None
+
+
+def _pipe_title(f: Finding, _c: Context) -> str:
+    pm = _pipe(f)
+    return (f"Use at least {pm.target_micro_batches} micro-batches per step "
+            f"({pm.target_micro_batches // pm.stages}× the {pm.stages} stages) and a 1F1B "
+            "schedule")  # fmt: skip
+
+
+def _pipe_detail(f: Finding, _c: Context) -> str:
+    pm = _pipe(f)
+    return (
+        f"With m = {pm.micro_batches} the schedule alone idles "
+        f"{pm.ideal_bubble_ratio:.0%} of each stage; with "
+        f"m = {pm.target_micro_batches} it would idle "
+        f"{pm.bubble_ratio_at_target:.0%}. Interleaved 1F1B (virtual stages) "
+        "cuts the bubble further; if the measured bubble "
+        f"({pm.bubble_ratio:.0%}) stays above the schedule's, balance layers "
+        "across stages."
+    )
 
 
 PIPELINE = Remedy(
     id=_const("pipeline-microbatches"),
-    title=lambda f, c: (f"Use at least {f.metrics['target_micro_batches']} micro-batches per step "
-                        f"({f.metrics['target_micro_batches'] // f.metrics['stages']}× the "
-                        f"{f.metrics['stages']} stages) and a 1F1B schedule"),
-    detail=lambda f, c: (
-        f"With m = {f.metrics['micro_batches']} the schedule alone idles "
-        f"{float(f.metrics['ideal_bubble_ratio']):.0%} of each stage; with "
-        f"m = {f.metrics['target_micro_batches']} it would idle "
-        f"{float(f.metrics['bubble_ratio_at_target']):.0%}. Interleaved 1F1B (virtual stages) "
-        "cuts the bubble further; if the measured bubble "
-        f"({float(f.metrics['bubble_ratio']):.0%}) stays above the schedule's, balance layers "
-        "across stages."
-    ),
+    title=_pipe_title,
+    detail=_pipe_detail,
     gain=_pipe_gain,
-    evidence=lambda f, c: dict(f.metrics),
-)  # fmt: skip
+    evidence=lambda f, c: f.metrics.to_json(),
+)
 
 
 # ---- host ----
@@ -557,19 +571,21 @@ HOST = (
 # ---- compute ----
 
 
-def _m(f: Finding, key: str) -> float:
-    return float(f.metrics.get(key, 0.0))
+def _cm(f: Finding) -> ComputeMetrics:
+    return f.metrics_as(ComputeMetrics)
 
 
 def _compute_evidence(f: Finding, _c: Context) -> dict[str, Any]:
-    keys = ("compute_share", "unit", "fusable_share", "gemm_share", "fp32_gemm_share", "top")
-    return {k: f.metrics[k] for k in keys if k in f.metrics}
+    m = _cm(f)
+    return {"compute_share": m.compute_share, "unit": m.unit, "fusable_share": m.fusable_share,
+            "gemm_share": m.gemm_share, "fp32_gemm_share": m.fp32_gemm_share,
+            "top": list(m.top)}  # fmt: skip
 
 
 def _fusion_detail(f: Finding, _c: Context) -> str:
-    unit = "operators" if f.metrics.get("unit") == "operator" else "kernels"
+    unit = "operators" if _cm(f).unit == "operator" else "kernels"
     return (
-        f"Elementwise, reduction and normalisation {unit} take {_m(f, 'fusable_share'):.0%} of "
+        f"Elementwise, reduction and normalisation {unit} take {_cm(f).fusable_share:.0%} of "
         "compute: each reads and writes its tensors from memory. torch.compile(model) fuses "
         "chains of them into few kernels (Inductor/Triton); fused optimizers (foreach=True or "
         "fused=True) and fused layers (e.g. apex/Transformer Engine LayerNorm, "
@@ -578,9 +594,9 @@ def _fusion_detail(f: Finding, _c: Context) -> str:
 
 
 def _precision_detail(f: Finding, _c: Context) -> str:
-    cpu = f.metrics.get("unit") == "operator"
+    cpu = _cm(f).unit == "operator"
     text = (
-        f"GEMMs take {_m(f, 'gemm_share'):.0%} of compute and {_m(f, 'fp32_gemm_share'):.0%} of "
+        f"GEMMs take {_cm(f).gemm_share:.0%} of compute and {_cm(f).fp32_gemm_share:.0%} of "
         "their time runs in full fp32: "
     )
     if cpu:
@@ -603,7 +619,7 @@ COMPUTE = (
         detail=_fusion_detail,
         gain=lambda f, c: None,
         evidence=_compute_evidence,
-        applies=lambda f, c: _m(f, "fusable_share") >= c.rules.fusion_share,
+        applies=lambda f, c: _cm(f).fusable_share >= c.rules.fusion_share,
     ),
     Remedy(
         id=_const("reduced-precision"),
@@ -611,8 +627,8 @@ COMPUTE = (
         detail=_precision_detail,
         gain=lambda f, c: None,
         evidence=_compute_evidence,
-        applies=lambda f, c: (_m(f, "gemm_share") >= c.rules.gemm_share
-                              and _m(f, "fp32_gemm_share") >= c.rules.fp32_gemm_share),
+        applies=lambda f, c: (_cm(f).gemm_share >= c.rules.gemm_share
+                              and _cm(f).fp32_gemm_share >= c.rules.fp32_gemm_share),
     ),
 )  # fmt: skip
 
@@ -677,70 +693,3 @@ def _with_overlaps(out: list[Recommendation], groups: list[list[int]]) -> list[R
             links.setdefault(i, set()).update(out[j].id for j in g if j != i)
     return [dataclasses.replace(r, overlaps_with=sorted(links.get(i, set())))
             for i, r in enumerate(out)]  # fmt: skip
-
-
-def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> WhatIf | None:
-    """First-order step times under three changes (see the module docstring)."""
-    if not steps:
-        return None
-    by_step: dict[int, list[StepBreakdown]] = {}
-    for s in steps:
-        by_step.setdefault(s.step, []).append(s)
-    stragglers = {
-        f.ranks[0] for f in findings if f.kind == FindingKind.STRAGGLER and f.persistent and f.ranks
-    }
-
-    def model(busy: dict[int, float], wait: dict[int, float]) -> float:
-        # a synchronous step: the last rank's own work, then the transfer (the least wait)
-        return max(busy.values()) + min(wait.values())
-
-    def at_median(busy: dict[int, float]) -> dict[int, float]:
-        others = [b for r, b in busy.items() if r not in stragglers]
-        if not stragglers or not others:
-            return busy
-        med = float(np.median(others))
-        return {r: (med if r in stragglers else b) for r, b in busy.items()}
-
-    cur, no_comm, no_data, no_strag, everything = [], [], [], [], []
-    for v in by_step.values():
-        busy = {x.rank: float(x.duration_ns - x.comm_wait_ns) for x in v}
-        wait = {x.rank: float(x.comm_wait_ns) for x in v}
-        fed = {x.rank: busy[x.rank] - x.data_wait_ns for x in v}
-        cur.append(max(x.duration_ns for x in v))
-        no_comm.append(max(busy.values()))
-        no_data.append(model(fed, wait))
-        if stragglers:
-            no_strag.append(model(at_median(busy), wait))
-        everything.append(max(at_median(fed).values()))
-    now = float(np.median(cur))
-
-    def clamped(values: list[float]) -> int:
-        # a first-order model never predicts a step slower than now, nor below zero
-        return round(min(now, max(0.0, float(np.median(values)))))
-
-    return WhatIf(
-        step_time_ns=round(now),
-        if_comm_overlapped_ns=clamped(no_comm),
-        if_no_data_wait_ns=clamped(no_data),
-        if_straggler_at_median_speed_ns=clamped(no_strag) if no_strag else None,
-        if_all_ns=clamped(everything),
-    )
-
-
-def rank_spread(ranks: Sequence[RankSummary]) -> dict[str, SpreadEntry]:
-    """Megatron-style min and max across ranks, with the rank that holds each."""
-    if len(ranks) < 2:
-        return {}
-    metrics: dict[str, Callable[[RankSummary], float]] = {
-        "step_time_ns_median": lambda r: r.step_time_ns_median,
-        "compute_ratio": lambda r: r.shares.compute,
-        "comm_wait_ratio": lambda r: r.shares.comm_wait,
-        "data_wait_ratio": lambda r: r.shares.data_wait,
-        "idle_ratio": lambda r: r.idle_ratio,
-    }
-    out: dict[str, SpreadEntry] = {}
-    for name, get in metrics.items():
-        lo = min(ranks, key=get)
-        hi = max(ranks, key=get)
-        out[name] = SpreadEntry(get(lo), lo.rank, get(hi), hi.rank)
-    return out

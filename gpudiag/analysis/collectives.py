@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag.analysis.metrics import BandwidthMetrics
 from gpudiag.analysis.model import (
     CollectiveRow,
     CollectivesSummary,
@@ -322,8 +323,7 @@ def bandwidth_findings(section: CollectivesSummary | None, rules: CollectiveRule
             message=(f"{row.type} of {row.size_bucket} reaches "
                      f"{row.busbw_gbps:.0f} GB/s bus bandwidth, {eff:.0%} of the "
                      f"{row.peak_gbps:.0f} GB/s NVLink peak"),
-            metrics={"type": row.type, "size_bucket": row.size_bucket, "count": row.count,
-                     "bytes_median": row.bytes_median, "busbw_gbps": row.busbw_gbps,
-                     "peak_gbps": row.peak_gbps, "efficiency": eff},
+            metrics=BandwidthMetrics(row.type, row.size_bucket, row.count, row.bytes_median,
+                                     row.busbw_gbps, row.peak_gbps, eff),
         ))  # fmt: skip
     return out

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudiag.analysis import words
+from gpudiag.analysis.metrics import ComputeMetrics
 from gpudiag.analysis.model import Finding, FindingKind, RunSummary, Severity
 from gpudiag.config import AdviceRules
 
@@ -47,15 +48,15 @@ def compute_bound(run: RunSummary, kernels: dict[str, Any], rules: AdviceRules) 
             kind=FindingKind.COMPUTE_BOUND,
             severity=Severity.INFO,
             message=text,
-            metrics={
-                "compute_share": share,
-                "threshold": rules.compute_bound_share,
-                "unit": kernels.get("unit", "kernel"),
-                "families": fams,
-                "fusable_share": sum(fams.get(f, 0.0) for f in FUSABLE),
-                "gemm_share": fams.get("GEMM", 0.0),
-                "fp32_gemm_share": float(kernels.get("fp32_gemm_share", 0.0)),
-                "top": names[:5],
-            },
+            metrics=ComputeMetrics(
+                compute_share=share,
+                threshold=rules.compute_bound_share,
+                unit=kernels.get("unit", "kernel"),
+                families=fams,
+                fusable_share=sum(fams.get(f, 0.0) for f in FUSABLE),
+                gemm_share=fams.get("GEMM", 0.0),
+                fp32_gemm_share=float(kernels.get("fp32_gemm_share", 0.0)),
+                top=names[:5],
+            ),
         )
     ]

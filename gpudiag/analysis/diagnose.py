@@ -21,7 +21,7 @@ import numpy as np
 from gpudiag import __version__
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis import words
-from gpudiag.analysis.advice import rank_spread, recommend, what_if
+from gpudiag.analysis.advice import recommend
 from gpudiag.analysis.classify import (
     RankSets,
     classify_steps,
@@ -47,6 +47,13 @@ from gpudiag.analysis.compute import compute_bound
 from gpudiag.analysis.idle import idle_findings
 from gpudiag.analysis.kernels import breakdown as kernel_breakdown
 from gpudiag.analysis.kernels import combine as combine_kernels
+from gpudiag.analysis.metrics import (
+    CommBoundMetrics,
+    IdleMetrics,
+    ShareMetrics,
+    SourceMissingMetrics,
+    WarmupMetrics,
+)
 from gpudiag.analysis.model import (
     Cause,
     Diagnosis,
@@ -59,15 +66,18 @@ from gpudiag.analysis.model import (
     Severity,
     Shares,
     StepBreakdown,
+    StepSource,
     WholeRun,
     by_rank,
 )
 from gpudiag.analysis.pipeline import analyse_pipeline
+from gpudiag.analysis.spread import rank_spread
 from gpudiag.analysis.steady import steady_steps, warmup_steps
 from gpudiag.analysis.steps import StepWindows, find_steps
 from gpudiag.analysis.stragglers import find_stragglers, late_arrival
 from gpudiag.analysis.timeline import RankLanes, Timeline, rank_lanes
 from gpudiag.analysis.verdict import verdict
+from gpudiag.analysis.whatif import what_if
 from gpudiag.analysis.wholerun import whole_run
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
@@ -89,7 +99,7 @@ class RankResult:
     rank: int
     meta: RankMeta
     mode: Mode
-    step_source: str
+    step_source: StepSource
     steps: list[StepBreakdown]
     notes: list[str] = field(default_factory=list)
     evidence: dict[str, Any] = field(default_factory=dict)
@@ -191,7 +201,7 @@ def telemetry_results(whole: WholeRun, th: Thresholds) -> list[RankResult]:
         if rows:
             meta = RankMeta(source="step telemetry", fmt="telemetry", rank_from="telemetry")
             out.append(RankResult(rank=rank, meta=meta, mode=Mode.TELEMETRY,
-                                  step_source="telemetry", steps=rows,
+                                  step_source=StepSource.TELEMETRY, steps=rows,
                                   source="step telemetry"))  # fmt: skip
     return out
 
@@ -213,8 +223,8 @@ def nvml_idle(whole: WholeRun, th: Thresholds) -> list[Finding]:
         message=(f"{who}: GPU idle {span} of the run by NVML's utilisation (idle ratio above "
                  f"the {th.idle_ratio_max:.0%} threshold; no trace to split the steps)"),
         ranks=sorted(flagged),
-        metrics={"per_rank": {str(r): v for r, v in sorted(flagged.items())},
-                 "threshold": th.idle_ratio_max, "source": "nvml"},
+        metrics=IdleMetrics({str(r): v for r, v in sorted(flagged.items())},
+                            th.idle_ratio_max, source="nvml"),
     )]  # fmt: skip
 
 
@@ -516,7 +526,7 @@ def build_diagnosis(
     findings.sort(
         key=lambda f: (
             Severity(f.severity).order,
-            -max(f.metrics.get("per_rank", {0: 0}).values(), default=0),
+            -(f.metrics.share() if isinstance(f.metrics, ShareMetrics) else 0),
         )
     )
     return Diagnosis(
@@ -556,8 +566,8 @@ def _without_warmup(
     msg = (f"{which}: {took}, warm-up ({ratio:.0f}× the median of the steps after it), left "
            "out of the statistics (--include-warmup keeps it)")  # fmt: skip
     finding = Finding(FindingKind.WARMUP, Severity.INFO, msg, ranks=sorted(r.rank for r in results),
-                      steps=nums, metrics={"duration_ns": {str(n): round(warm[n]) for n in nums},
-                                           "steady_median_ns": round(median)})  # fmt: skip
+                      steps=nums, metrics=WarmupMetrics({str(n): round(warm[n]) for n in nums},
+                                                          round(median)))  # fmt: skip
     return kept, [finding]
 
 
@@ -590,7 +600,7 @@ def _comm_wait_for_stragglers(
             # sync waits span whole collectives (hidden parts too): cap at the exposed wait
             waited = min(sum(v for (r, _), v in sync.items() if r in flagged), wait)
             share = waited / wait if wait else 0.0
-            metrics = {**f.metrics, "sync_wait_share": share}
+            metrics = dataclasses.replace(f.metrics_as(CommBoundMetrics), sync_wait_share=share)
             if share > limit and slow:
                 who = ", ".join(map(str, slow))
                 f = dataclasses.replace(
@@ -643,8 +653,9 @@ def _drop_ranks(findings: list[Finding], explained: set[int], kind: FindingKind)
             if not left:
                 continue
             if len(left) != len(f.ranks):
-                per = {k: v for k, v in f.metrics.get("per_rank", {}).items() if int(k) in left}
-                f = dataclasses.replace(f, ranks=left, metrics={**f.metrics, "per_rank": per})
+                m = f.metrics_as(ShareMetrics)
+                per = {k: v for k, v in m.per_rank.items() if int(k) in left}
+                f = dataclasses.replace(f, ranks=left, metrics=dataclasses.replace(m, per_rank=per))
         out.append(f)
     return out
 
@@ -654,18 +665,18 @@ def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Fin
     out: list[Finding] = []
     by_note: dict[str, list[int]] = {}
     for r in results:
-        if r.step_source not in ("ProfilerStep", "marker", "user_range", "telemetry"):
+        if not r.step_source.is_marked:
             by_note.setdefault(r.step_note or f"steps from {r.step_source}", []).append(r.rank)
     for note, ranks in by_note.items():
         out.append(Finding(FindingKind.SOURCE_MISSING, Severity.INFO, note, ranks=ranks,
-                           metrics={"missing": "steps"}))  # fmt: skip
+                           metrics=SourceMissingMetrics("steps")))  # fmt: skip
     cpu_with_gpus = [r.rank for r in results if r.mode == Mode.CPU and r.meta.devices]
     if cpu_with_gpus:
         out.append(Finding(
             FindingKind.SOURCE_MISSING, Severity.WARNING,
             "the trace lists GPUs but holds no GPU activity: classified from CPU threads "
             "(profile with ProfilerActivity.CUDA to see the GPU)",
-            ranks=cpu_with_gpus, metrics={"missing": "gpu_events"},
+            ranks=cpu_with_gpus, metrics=SourceMissingMetrics("gpu_events"),
         ))  # fmt: skip
     truncated = [(r.rank, r.truncated_step) for r in results if r.truncated_step is not None]
     if truncated:
@@ -683,7 +694,7 @@ def _source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Fin
             f"{run.ranks} of {run.world_size} ranks {'has' if run.ranks == 1 else 'have'} traces "
             f"({_span(present)}); "
             "cross-rank findings cover only those",
-            ranks=present, metrics={"missing": "ranks", "world_size": run.world_size},
+            ranks=present, metrics=SourceMissingMetrics("ranks", world_size=run.world_size),
         ))  # fmt: skip
     return out
 
@@ -692,7 +703,7 @@ def _step_range_notes(results: Sequence[RankResult]) -> list[str]:
     """Where automatically found steps came from: once per distinct note, with the ranks."""
     by_note: dict[str, list[int]] = {}
     for r in results:
-        if r.step_source == "user_range" and r.step_note:
+        if r.step_source == StepSource.USER_RANGE and r.step_note:
             by_note.setdefault(r.step_note, []).append(r.rank)
     if len(by_note) == 1:
         return list(by_note)

@@ -30,9 +30,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gpudiag.analysis import words
+from gpudiag.analysis.metrics import (
+    CommBoundMetrics,
+    DataBoundMetrics,
+    IdleMetrics,
+    ShareMetrics,
+)
 from gpudiag.analysis.model import (
     Finding,
     FindingKind,
@@ -129,7 +134,8 @@ class ShareRule:
     strict: bool  # flagged above the limit (idle), else at or above it
     can_be_severe: bool  # an error from severe_share_ratio up, else a warning
     text: Callable[[Sequence[RankSummary], set[int]], str]  # after "ranks …: X% of step time"
-    evidence: Callable[[Sequence[RankSummary], set[int]], dict[str, Any]]
+    # the finding's metrics from (ranks, flagged, per-rank values, threshold)
+    metrics: Callable[[Sequence[RankSummary], set[int], dict[str, float], float], ShareMetrics]
 
 
 def _frac(part: str) -> Callable[[StepBreakdown], float]:
@@ -188,22 +194,40 @@ def _host_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
     return f"in neither compute, communication nor data: {why}"
 
 
-def _nothing(_r: Sequence[RankSummary], _f: set[int]) -> dict[str, Any]:
-    return {}
+def _idle_metrics(
+    _r: Sequence[RankSummary], _f: set[int], per: dict[str, float], limit: float
+) -> ShareMetrics:
+    return IdleMetrics(per, limit)
+
+
+def _host_metrics(
+    _r: Sequence[RankSummary], _f: set[int], per: dict[str, float], limit: float
+) -> ShareMetrics:
+    return ShareMetrics(per, limit)
+
+
+def _data_metrics(
+    rs: Sequence[RankSummary], f: set[int], per: dict[str, float], limit: float
+) -> ShareMetrics:
+    return DataBoundMetrics(per, limit, data_range=next(iter(_data_names(rs, f)), None))
+
+
+def _comm_metrics(
+    rs: Sequence[RankSummary], f: set[int], per: dict[str, float], limit: float
+) -> ShareMetrics:
+    hidden = {str(r.rank): r.comm_hidden_ratio for r in rs if r.rank in f}
+    return CommBoundMetrics(per, limit, comm_hidden_ratio=hidden)
 
 
 RULES: tuple[ShareRule, ...] = (
     ShareRule(FindingKind.IDLE_RATIO, lambda r: r.idle_ratio, lambda s: s.idle_ratio,
-              lambda th: th.idle_ratio_max, True, False, _idle_text, _nothing),
+              lambda th: th.idle_ratio_max, True, False, _idle_text, _idle_metrics),
     ShareRule(FindingKind.DATA_BOUND, lambda r: r.shares.data_wait, _frac("data_wait_ns"),
-              lambda th: th.data_bound_ratio, False, True, _data_text,
-              lambda rs, f: {"data_range": next(iter(_data_names(rs, f)), None)}),
+              lambda th: th.data_bound_ratio, False, True, _data_text, _data_metrics),
     ShareRule(FindingKind.COMM_BOUND, lambda r: r.shares.comm_wait, _frac("comm_wait_ns"),
-              lambda th: th.comm_bound_ratio, False, True, _comm_text,
-              lambda rs, f: {"comm_hidden_ratio": {str(r.rank): r.comm_hidden_ratio
-                                                   for r in rs if r.rank in f}}),
+              lambda th: th.comm_bound_ratio, False, True, _comm_text, _comm_metrics),
     ShareRule(FindingKind.HOST_BOUND, lambda r: r.shares.other, _frac("other_ns"),
-              lambda th: th.host_bound_ratio, False, False, _host_text, _nothing),
+              lambda th: th.host_bound_ratio, False, False, _host_text, _host_metrics),
 )  # fmt: skip
 
 
@@ -233,7 +257,6 @@ def idle_findings(
             message=f"{_ranks_text(flagged)} of step time {text}{suffix}",
             ranks=sorted(flagged),
             steps=_steps_over(steps, set(flagged), rule.per_step, limit),
-            metrics={"per_rank": _per_rank(flagged), "threshold": limit,
-                     **rule.evidence(ranks, set(flagged))},
+            metrics=rule.metrics(ranks, set(flagged), _per_rank(flagged), limit),
         ))  # fmt: skip
     return out

@@ -34,7 +34,6 @@ other: the diagnosis drops those findings for stage ranks.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
 
 import numpy as np
 
@@ -141,7 +140,7 @@ def analyse_pipeline(
                  f"blocked waiting for the neighbouring stage ({stages_text}); the schedule's "
                  f"bubble (p−1)/(m+p−1) is {ideal:.0%}" + ("; " + "; ".join(why) if why else "")),
         ranks=stage_ranks,
-        metrics=asdict(section),
+        metrics=section,
     )  # fmt: skip
     return section, [finding]
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from gpudiag.analysis.kinds import StepSource
 from gpudiag.traces.common import LAUNCH_LINKED_MIN_RATIO
 from gpudiag.traces.schema import GPU_BUSY_KINDS, I32, I64, Kind, RankTimeline
 
@@ -39,7 +40,7 @@ class StepWindows:
     start: I64
     end: I64
     gpu_ops: I64
-    source: str  # "ProfilerStep", "marker", "user_range", "optimizer", "whole"
+    source: StepSource
     owner: I32  # per interval of the timeline: the step number it belongs to, else -1
     notes: list[str] = field(default_factory=list)
 
@@ -60,10 +61,10 @@ def find_steps(tl: RankTimeline) -> StepWindows:
         lo = int(tl.start_ns[work].min()) if work.any() else 0
         hi = int(tl.end_ns[work].max()) if work.any() else 0
         host_s, host_e = np.array([lo], np.int64), np.array([hi], np.int64)
-        numbers, source, notes = np.zeros(1, np.int32), "whole", []
+        numbers, source, notes = np.zeros(1, np.int32), StepSource.WHOLE, []
     else:
         host_s, host_e = hs.start_ns, hs.end_ns
-        numbers, source, notes = hs.number.astype(np.int32), hs.source, list(hs.notes)
+        numbers, source, notes = hs.number.astype(np.int32), StepSource(hs.source), list(hs.notes)
     n = host_s.size
     bound = np.empty(n, np.int64)  # a host step owns launches in [host_s[i], bound[i])
     bound[:-1] = host_s[1:]

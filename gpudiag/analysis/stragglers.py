@@ -73,6 +73,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag.analysis.metrics import LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.model import (
     Cause,
     CollectivesSummary,
@@ -499,22 +500,22 @@ def _finding(
         message=msg,
         ranks=[rank],
         steps=[] if persistent else steps,
-        metrics={
-            "source": m.source,
-            "wait_attribution": attribution,
-            "score": score,
-            "median_excess_ns": round(median_excess),
-            "median_excess_ratio": median_excess / step_median if step_median else 0.0,
-            "slow_steps": len(steps),
-            "steps_compared": len(m.steps),
-            "excess_by_part_ns": {k: round(v) for k, v in parts.items()},
-            "also": also,
-            "step_time_ns_median": round(step_median),
-            "step_time_ns_if_median_speed": round(
+        metrics=StragglerMetrics(
+            source=m.source,
+            wait_attribution=attribution,
+            score=score,
+            median_excess_ns=round(median_excess),
+            median_excess_ratio=median_excess / step_median if step_median else 0.0,
+            slow_steps=len(steps),
+            steps_compared=len(m.steps),
+            excess_by_part_ns={k: round(v) for k, v in parts.items()},
+            also=also,
+            step_time_ns_median=round(step_median),
+            step_time_ns_if_median_speed=round(
                 min(step_median, max(0.0, step_median - (median_excess if persistent else 0.0)))
             ),
-            "short_window": short,
-        },
+            short_window=short,
+        ),
         cause=cause,
         persistent=persistent,
         wait_caused_ns=caused,
@@ -589,18 +590,18 @@ def late_arrival(
         message=msg,
         ranks=[rank],
         steps=list(trace.steps),
-        metrics={
-            "source": "late_arrival",
-            "last_at": top.last,
-            "collectives_matched": coll.matched,
-            "next_rank_last_at": second,
-            "wait_share": wait_share,
-            "waited_ns_per_step": round(per_step),
-            "median_excess_ns": round(per_step),
-            "excess_by_part_ns": {k: round(v) for k, v in parts.items()},
-            "steps_compared": len(trace.steps),
-            "step_time_ns_median": round(step),
-        },
+        metrics=LateArrivalMetrics(
+            source="late_arrival",
+            last_at=top.last,
+            collectives_matched=coll.matched,
+            next_rank_last_at=second,
+            wait_share=wait_share,
+            waited_ns_per_step=round(per_step),
+            median_excess_ns=round(per_step),
+            excess_by_part_ns={k: round(v) for k, v in parts.items()},
+            steps_compared=len(trace.steps),
+            step_time_ns_median=round(step),
+        ),
         cause=cause,
         persistent=None,
         wait_caused_ns=top.waited_ns,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpudiag.analysis.metrics import JobFailedMetrics, SourceMissingMetrics
 from gpudiag.analysis.model import (
     Finding,
     FindingKind,
@@ -157,7 +158,7 @@ def _source_findings(manifest: Any) -> list[Finding]:
         Finding(
             kind=FindingKind.SOURCE_MISSING, severity=Severity.INFO,
             message=f"{labels[name]} not captured: {src.reason}",
-            metrics={"missing": name, "reason": src.reason},
+            metrics=SourceMissingMetrics(name, reason=src.reason),
         )
         for name, src in sorted(getattr(manifest, "sources", {}).items())
         if name in labels and not src.captured and src.reason != "not requested"
@@ -165,11 +166,11 @@ def _source_findings(manifest: Any) -> list[Finding]:
     for problem in getattr(manifest, "diagnosis_incomplete", []):
         out.append(Finding(kind=FindingKind.SOURCE_MISSING, severity=Severity.WARNING,
                            message=f"capture incomplete: {problem}",
-                           metrics={"missing": "capture"}))  # fmt: skip
+                           metrics=SourceMissingMetrics("capture")))  # fmt: skip
     code = getattr(manifest, "exit_code", None)
     if code not in (None, 0):
         out.append(Finding(kind=FindingKind.JOB_FAILED, severity=Severity.WARNING,
                            message=f"the training job exited with code {code}; "
                                    "the diagnosis covers the steps it completed",
-                           metrics={"exit_code": code}))  # fmt: skip
+                           metrics=JobFailedMetrics(code)))  # fmt: skip
     return out

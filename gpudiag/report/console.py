@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpudiag.analysis import words
-from gpudiag.analysis.model import Diagnosis, RankSummary, Severity
+from gpudiag.analysis.model import Diagnosis, RankSummary, Severity, Verdict
 from gpudiag.report.format import (
     flagged,
     fmt_ns,
@@ -107,9 +107,9 @@ def render(
     idle_flag = (None, "idle") in flags
     v = d.verdict
     if v:
-        style = "bold green" if v.get("bottleneck") == "none" else "bold"
+        style = "bold green" if v.bottleneck == "none" else "bold"
         _print_wrapped(con, Text("verdict: ", style="bold"),
-                       f"{v['headline']} ({_basis(v)})", style=style)  # fmt: skip
+                       f"{v.headline} ({_basis(v)})", style=style)  # fmt: skip
     head = Text()
     head.append("gpudiag", style="bold")
     head.append(f" · {words.plural(r.ranks, 'rank')}")
@@ -183,8 +183,8 @@ def render(
         _print_wrapped(con, Text("note: ", style="dim"), note, style="dim")
 
 
-def _basis(v: dict[str, Any]) -> str:
-    return f"from the {v.get('basis', 'profiled window')}"
+def _basis(v: Verdict) -> str:
+    return f"from the {v.basis}"
 
 
 def _kernel_block(con: Console, k: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ the Diagnosis names that rank and that quantity, with the finding's severity.
 
 from __future__ import annotations
 
+from gpudiag.analysis.metrics import ShareMetrics
 from gpudiag.analysis.model import Diagnosis, FindingKind, Severity
 
 # The column of the per-rank table that each share finding speaks about.
@@ -75,8 +76,8 @@ def flagged(d: Diagnosis) -> dict[tuple[int | None, str], Severity]:
 def idle_threshold(d: Diagnosis) -> float | None:
     """The idle limit the idle finding was judged against, if there is one."""
     for f in d.findings:
-        if f.kind == FindingKind.IDLE_RATIO and "threshold" in f.metrics:
-            return float(f.metrics["threshold"])
+        if f.kind == FindingKind.IDLE_RATIO and isinstance(f.metrics, ShareMetrics):
+            return f.metrics.threshold
     return None
 
 

@@ -159,9 +159,9 @@ def _verdict(d: Diagnosis) -> str:
     v = d.verdict
     if not v:
         return ""
-    cls = "verdict ok" if v.get("bottleneck") == "none" else "verdict"
-    basis = _e(v.get("basis", "profiled window"))
-    return (f'<p class="{cls}"><b>{_e(v["headline"])}</b> '
+    cls = "verdict ok" if v.bottleneck == "none" else "verdict"
+    basis = _e(v.basis)
+    return (f'<p class="{cls}"><b>{_e(v.headline)}</b> '
             f'<span class="muted">(from the {basis})</span></p>')  # fmt: skip
 
 

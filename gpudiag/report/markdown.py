@@ -75,7 +75,7 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     out.write(f"## gpudiag: {words.plural(r.ranks, 'rank')} · {mode_label(r.mode)}\n\n")
     v = d.verdict
     if v:
-        out.write(f"**{cell(v['headline'])}** (from the {v.get('basis', 'profiled window')})\n\n")
+        out.write(f"**{cell(v.headline)}** (from the {v.basis})\n\n")
     label = window_label(r.mode).capitalize()
     out.write(f"{label}: {words.plural(r.steps, 'step')}, step time median "
               f"**{fmt_ns(r.step_time_ns_median)}**, p90 "

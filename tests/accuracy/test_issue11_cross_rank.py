@@ -19,9 +19,9 @@ from cli_runner import job_env
 from noisy_host import TEARDOWN_CRASH
 
 import gpudiag
-from gpudiag.analysis.advice import what_if
 from gpudiag.analysis.model import StepBreakdown
 from gpudiag.analysis.stragglers import find_stragglers
+from gpudiag.analysis.whatif import what_if
 
 pytest.importorskip("torch")
 
@@ -58,8 +58,8 @@ def test_periodic_stall_in_a_six_step_window_is_named_not_called_persistent(tmp_
     assert f.ranks == [1] and f.persistent is False and f.steps == [3, 7]
     assert "stalled in 2 of 6 profiled steps (3 and 7" in f.message
     assert "too few steps to tell persistent from periodic" in f.message
-    assert 0.4e9 < f.metrics["median_excess_ns"] < 0.7e9  # the injected 0.5 s
-    assert 0 <= f.metrics["step_time_ns_if_median_speed"] <= f.metrics["step_time_ns_median"]
+    assert 0.4e9 < f.metrics.median_excess_ns < 0.7e9  # the injected 0.5 s
+    assert 0 <= f.metrics.step_time_ns_if_median_speed <= f.metrics.step_time_ns_median
 
 
 @pytest.mark.slow
@@ -69,14 +69,14 @@ def test_late_rank_is_named_from_one_profiled_step(tmp_path):
     d = gpudiag.analyze(tmp_path, jobs=1)
     assert d.run.ranks == 4 and d.run.steps == 1
     (f,) = [f for f in d.findings if f.kind == "straggler"]
-    assert f.ranks == [2] and f.metrics["source"] == "late_arrival"
+    assert f.ranks == [2] and f.metrics.source == "late_arrival"
     assert f.cause == "host"
     late = d.collectives.late_arrival
     # everyone waits for it at the step's first collective; on a busy host the later
     # ones are a race, so the waiting, not the count, names it
     assert late["2"].waited_ns >= 0.5 * sum(v.waited_ns for v in late.values())
-    assert f.metrics["wait_share"] >= 0.5
-    assert 0.2e9 < f.metrics["waited_ns_per_step"] < 0.5e9  # the injected 0.3 s
+    assert f.metrics.wait_share >= 0.5
+    assert 0.2e9 < f.metrics.waited_ns_per_step < 0.5e9  # the injected 0.3 s
     (comm,) = [f for f in d.findings if f.kind == "comm_bound"]
     assert "waiting for the straggler (rank 2)" in comm.message
 
@@ -91,7 +91,7 @@ def test_balanced_run_names_no_late_rank(tmp_path):
     # 4 ranks on 2 cores: a rank the scheduler descheduled for tens of ms really is late,
     # but nothing comes near the injected 300 ms (a third of it at most)
     late = [f for f in d.findings if f.kind == "straggler"]
-    assert all(f.metrics.get("waited_ns_per_step", 0) < 100 * MS for f in late), late
+    assert all(getattr(f.metrics, "waited_ns_per_step", 0) < 100 * MS for f in late), late
 
 
 @pytest.fixture(scope="module", params=[2, 8])

@@ -30,12 +30,12 @@ def bases(kineto_sets: Path) -> list[Any]:
 def checked_analysis(paths: list[Path]) -> Any:
     """The Diagnosis, after the checks a saved one goes through on load."""
     import gpudiag
-    from gpudiag.analysis.model import Diagnosis, schema_problem
+    from gpudiag.serialise import diagnosis_from_json, schema_problem
 
     d = gpudiag.analyze(*paths, jobs=1)
     problem = schema_problem(d.to_json())
     assert problem is None, problem
-    Diagnosis.from_json(d.to_json())
+    diagnosis_from_json(d.to_json())
     return d
 
 

@@ -136,7 +136,7 @@ def test_python_api_steps_frame(kineto_sets):
     import gpudiag
 
     d = gpudiag.analyze(kineto_sets / "mi300x_ddp8_r0_rccl")
-    df = d.steps_frame()
+    df = gpudiag.steps_frame(d)
     assert list(df["step"]) == [15, 16, 17]
     # attributed by launch: ~19 ms steps, 6.4 ms compute, 11.4-12.0 ms exposed NCCL
     assert df["duration_ns"].between(18.5e6, 19.1e6).all()

@@ -50,7 +50,7 @@ def test_comms_id_matching_splits_transfer_from_sync_wait():
     (f,) = [f for f in d.findings if f.kind == "straggler"]
     assert (f.ranks, f.cause, f.persistent) == ([1], "compute", True)
     assert f.wait_caused_ns == 20 * MS
-    assert f.metrics["wait_attribution"] == "synchronisation wait of matched collectives"
+    assert f.metrics.wait_attribution == "synchronisation wait of matched collectives"
 
 
 def test_order_matching_drops_size_mismatches():

@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 from cli_runner import run_cli
 
-from gpudiag.analysis.model import Diagnosis, diagnosis_schema, schema_problem
 from gpudiag.report import html_report
+from gpudiag.serialise import diagnosis_from_json, diagnosis_schema, schema_problem
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 SCRIPT = "<script>alert(1)</script>"
@@ -72,7 +72,7 @@ def test_our_validator_agrees_with_jsonschema_on_mutated_documents() -> None:
 def test_golden_diagnoses_pass_and_round_trip(name: str) -> None:
     doc = _golden(name)
     assert schema_problem(doc) is None
-    assert Diagnosis.from_json(doc).to_json() == doc
+    assert diagnosis_from_json(doc).to_json() == doc
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_bad_fields_are_named_by_their_json_path(path, value, message) -> None:
         target = target[k]
     target[path[-1]] = value
     with pytest.raises(ValueError, match=re.escape(message)):
-        Diagnosis.from_json(doc)
+        diagnosis_from_json(doc)
 
 
 def test_report_of_a_saved_diagnosis_with_script_is_refused(tmp_path: Path) -> None:
@@ -122,7 +122,7 @@ def test_report_of_a_saved_diagnosis_with_script_is_refused(tmp_path: Path) -> N
 
 def test_html_escapes_numbers_that_are_not_numbers() -> None:
     """A Diagnosis built in code (not checked on load) with markup in numeric fields."""
-    d = Diagnosis.from_json(_golden())
+    d = diagnosis_from_json(_golden())
     steps = [dataclasses.replace(s, rank=SCRIPT, step=SCRIPT) for s in d.steps]  # type: ignore[arg-type]
     ranks = [dataclasses.replace(r, rank=SCRIPT, steps=SCRIPT, devices=[SCRIPT])  # type: ignore[arg-type]
              for r in d.ranks]  # fmt: skip

@@ -34,6 +34,7 @@ from gpudiag.analysis.gate import (
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.config import GateConfig
 from gpudiag.runconditions import RunConditions, merge
+from gpudiag.serialise import diagnosis_from_json
 
 QUIET = {"other_cpu_ratio_mean": 0.02, "steal_ratio_mean": 0.0, "gpus": {}}
 BUSY = {"other_cpu_ratio_mean": 0.46, "steal_ratio_mean": 0.0, "gpus": {}}
@@ -309,7 +310,7 @@ REC = Path(__file__).resolve().parents[1] / "data" / "issue15_gate"
 
 
 def recorded(name: str) -> tuple[Diagnosis, RunConditions]:
-    d = Diagnosis.from_json(json.loads((REC / f"{name}.diagnosis.json").read_text()))
+    d = diagnosis_from_json(json.loads((REC / f"{name}.diagnosis.json").read_text()))
     cond = json.loads((REC / f"{name}.conditions.json").read_text())
     return d, RunConditions.from_json(cond)
 

@@ -11,17 +11,19 @@ import gpudiag
 from gpudiag.analysis import words
 from gpudiag.analysis.advice import recommend
 from gpudiag.analysis.compute import compute_bound
+from gpudiag.analysis.metrics import ShareMetrics
 from gpudiag.analysis.model import (
-    Diagnosis,
     Finding,
     FindingKind,
     Mode,
     RunSummary,
     Severity,
     Shares,
+    Verdict,
 )
 from gpudiag.analysis.verdict import verdict
 from gpudiag.config import AdviceRules
+from gpudiag.serialise import diagnosis_from_json
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -34,7 +36,7 @@ def _run(compute: float, comm: float = 0.0, data: float = 0.0) -> RunSummary:
 
 def _share_finding(kind: FindingKind, sev: Severity, per_rank: dict[str, float]) -> Finding:
     return Finding(kind, sev, "m", ranks=sorted(int(r) for r in per_rank),
-                   metrics={"per_rank": per_rank})  # fmt: skip
+                   metrics=ShareMetrics(per_rank, 0.1))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -56,8 +58,7 @@ def test_words():
 
 def test_no_bottleneck_says_how_the_step_splits():
     v = verdict(_run(0.93), [])
-    assert v == {"headline": "no bottleneck: compute 93%, idle 7%", "bottleneck": "none",
-                 "share": 0.93, "ranks": [], "basis": "profiled window"}  # fmt: skip
+    assert v == Verdict("no bottleneck: compute 93%, idle 7%", "none", 0.93, [], "profiled window")
 
 
 def test_most_severe_then_largest_share_wins():
@@ -65,12 +66,12 @@ def test_most_severe_then_largest_share_wins():
     comm = _share_finding(FindingKind.COMM_BOUND, Severity.WARNING, {"0": 0.12})
     idle = _share_finding(FindingKind.IDLE_RATIO, Severity.WARNING, {"0": 0.9})
     v = verdict(_run(0.4, 0.12, 0.46), [idle, comm, data])
-    assert v["bottleneck"] == "data" and v["ranks"] == [0, 1]
-    assert v["headline"] == "data-bound: ranks 0–1 wait for input 46% of each step"
+    assert v.bottleneck == "data" and v.ranks == [0, 1]
+    assert v.headline == "data-bound: ranks 0–1 wait for input 46% of each step"
     severe = _share_finding(FindingKind.COMM_BOUND, Severity.ERROR, {"1": 0.31})
     v = verdict(_run(0.4, 0.31, 0.2), [data, severe])
-    assert v["bottleneck"] == "communication"
-    assert v["headline"] == "communication-bound: rank 1 waits for collectives 31% of each step"
+    assert v.bottleneck == "communication"
+    assert v.headline == "communication-bound: rank 1 waits for collectives 31% of each step"
 
 
 def test_saved_diagnosis_without_a_verdict_gets_one(tmp_path):
@@ -78,11 +79,11 @@ def test_saved_diagnosis_without_a_verdict_gets_one(tmp_path):
     doc = d.to_json()
     assert list(doc)[:4] == ["schema_version", "gpudiag_version", "inputs", "verdict"]
     del doc["verdict"], doc["kernels"]
-    back = Diagnosis.from_json(doc)
+    back = diagnosis_from_json(doc)
     assert back.verdict == d.verdict and back.kernels == {}
     path = tmp_path / "old.json"
     path.write_text(json.dumps(doc))
-    assert gpudiag.analyze(path).verdict["bottleneck"] == "data"
+    assert gpudiag.analyze(path).verdict.bottleneck == "data"
 
 
 def _kernels(families: dict[str, float], fp32: float = 0.0) -> dict:
@@ -98,23 +99,23 @@ def test_compute_bound_remedies_follow_the_kernels():
     fused = compute_bound(run, _kernels({"elementwise": 0.4, "normalisation": 0.2,
                                          "GEMM": 0.3, "communication": 0.1}), rules)  # fmt: skip
     assert fused[0].kind == FindingKind.COMPUTE_BOUND and fused[0].severity == Severity.INFO
-    assert fused[0].metrics["fusable_share"] == pytest.approx(0.6 / 0.9)
+    assert fused[0].metrics.fusable_share == pytest.approx(0.6 / 0.9)
     ids = [r.id for r in recommend(run, [], [], fused, None, rules)]
     assert ids == ["fuse-kernels"]
     fp32 = compute_bound(run, _kernels({"GEMM": 0.8, "elementwise": 0.2}, fp32=0.9), rules)
     assert [r.id for r in recommend(run, [], [], fp32, None, rules)] == ["reduced-precision"]
     bf16 = compute_bound(run, _kernels({"GEMM": 0.8, "elementwise": 0.2}, fp32=0.1), rules)
     assert recommend(run, [], [], bf16, None, rules) == []
-    assert verdict(run, fused)["bottleneck"] == "none"
+    assert verdict(run, fused).bottleneck == "none"
 
 
 def test_frames_and_markdown():
     pytest.importorskip("pandas")
     d = gpudiag.analyze(TESTS / "data" / "straggler_comms_id", jobs=1)
-    f = d.findings_frame()
+    f = gpudiag.findings_frame(d)
     assert list(f.columns[:5]) == ["kind", "severity", "message", "ranks", "steps"]
     assert len(f) == len(d.findings) and f["kind"].iloc[0] == str(d.findings[0].kind)
-    md = d.to_markdown()
+    md = gpudiag.to_markdown(d)
     assert md.splitlines()[2].startswith("**straggler: rank 1")
 
 

@@ -32,9 +32,9 @@ def test_the_rank_everyone_waited_for_is_named_even_when_the_count_is_a_race():
             "1": LateArrival(2, 10 * MS, 4 * MS, 6 * MS),
             "3": LateArrival(1, 5 * MS, 5 * MS, 5 * MS)}  # fmt: skip
     (f,) = late_arrival(_summary(late, 6), _steps(2, 300), [])
-    assert f.ranks == [2] and f.metrics["source"] == "late_arrival"
-    assert f.metrics["wait_share"] > 0.95
-    assert 250 * MS < f.metrics["waited_ns_per_step"] < 350 * MS
+    assert f.ranks == [2] and f.metrics.source == "late_arrival"
+    assert f.metrics.wait_share > 0.95
+    assert 250 * MS < f.metrics.waited_ns_per_step < 350 * MS
     assert f.cause == "host"  # its excess is in "other", not compute or data
     assert "rank 2 arrives last at 3 of 6 collectives" in f.message
 

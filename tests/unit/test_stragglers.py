@@ -2,10 +2,12 @@
 
 import pytest
 
-from gpudiag.analysis.advice import recommend, what_if
+from gpudiag.analysis.advice import recommend
 from gpudiag.analysis.diagnose import _comm_wait_for_stragglers
+from gpudiag.analysis.metrics import CommBoundMetrics
 from gpudiag.analysis.model import Finding, GpuStats, RunStep, StepBreakdown, WholeRun
 from gpudiag.analysis.stragglers import find_stragglers
+from gpudiag.analysis.whatif import what_if
 
 MS = 1_000_000
 
@@ -57,8 +59,8 @@ def test_persistent_compute_straggler_with_cost():
     assert f.steps == []  # persistent: every step
     # three other ranks wait 20 ms for it in each of 8 steps
     assert f.wait_caused_ns == 3 * 20 * MS * 8
-    assert f.metrics["median_excess_ns"] == 20 * MS
-    assert f.metrics["score"] == pytest.approx(70 / 90)
+    assert f.metrics.median_excess_ns == 20 * MS
+    assert f.metrics.score == pytest.approx(70 / 90)
     assert f.severity == "error"
 
 
@@ -116,8 +118,8 @@ def test_whole_run_telemetry_is_used_when_present():
     whole = WholeRun(ranks=[], steps=tele)
     trace = sync_steps(ranks=2, steps=3, extra={(1, s): (0, 0, 40) for s in range(3)})
     (f,) = stragglers(trace, whole)
-    assert f.metrics["source"] == "telemetry"
-    assert f.metrics["steps_compared"] == 11  # the warm-up step is left out
+    assert f.metrics.source == "telemetry"
+    assert f.metrics.steps_compared == 11  # the warm-up step is left out
     assert (f.ranks, f.cause, f.persistent) == ([1], "host", True)
 
 
@@ -157,16 +159,16 @@ def test_periodic_stall_through_the_profiled_window_is_confirmed_by_the_trace():
 def test_a_second_part_of_similar_size_is_named_too():
     # rank 3 sleeps 25 ms and computes 20 ms longer in every step (a contended core)
     (f,) = stragglers(sync_steps(extra={(3, s): (20, 0, 25) for s in range(8)}))
-    assert (f.cause, f.metrics["also"]) == ("host", ["compute"])
+    assert (f.cause, f.metrics.also) == ("host", ["compute"])
     assert "(+25 ms a step) and computing longer (+20 ms)" in f.message
     # a small second part is left out
     (g,) = stragglers(sync_steps(extra={(3, s): (4, 0, 25) for s in range(8)}))
-    assert g.metrics["also"] == [] and "computing" not in g.message
+    assert g.metrics.also == [] and "computing" not in g.message
 
 
 def _comm_bound(ranks, share=0.2):
     return Finding("comm_bound", "warning", "rank 0: 20% of step time waiting", ranks=ranks,
-                   metrics={"per_rank": {str(r): share for r in ranks}})  # fmt: skip
+                   metrics=CommBoundMetrics({str(r): share for r in ranks}, 0.1))  # fmt: skip
 
 
 def test_comm_wait_spent_waiting_for_late_ranks_is_called_imbalance():
@@ -175,7 +177,7 @@ def test_comm_wait_spent_waiting_for_late_ranks_is_called_imbalance():
              for s in range(4)]  # fmt: skip
     sync = {(0, s): 16 * MS for s in range(4)}
     (f,) = _comm_wait_for_stragglers([_comm_bound([0])], steps, sync)
-    assert f.severity == "warning" and f.metrics["sync_wait_share"] == pytest.approx(0.8)
+    assert f.severity == "warning" and f.metrics.sync_wait_share == pytest.approx(0.8)
     assert "80% of it is waiting for other ranks to reach the collective" in f.message
     # with a straggler named, the straggler finding carries the lost time
     slow = Finding("straggler", "error", "rank 1 …", ranks=[1], cause="compute")
@@ -183,7 +185,7 @@ def test_comm_wait_spent_waiting_for_late_ranks_is_called_imbalance():
     assert g.severity == "info" and "waiting for the straggler (rank 1)" in g.message
     # mostly transfer: the finding is left as it was, with the share for the record
     (h,) = _comm_wait_for_stragglers([_comm_bound([0])], steps, {(0, 0): 4 * MS})
-    assert h.message == "rank 0: 20% of step time waiting" and h.metrics["sync_wait_share"] == 0.05
+    assert h.message == "rank 0: 20% of step time waiting" and h.metrics.sync_wait_share == 0.05
 
 
 def test_straggler_computing_longer_in_backward_comes_from_the_trace_window():
@@ -199,10 +201,10 @@ def test_straggler_computing_longer_in_backward_comes_from_the_trace_window():
     assert stragglers(sync_steps(ranks=2, steps=5), tele(6)) == []
     (f,) = stragglers(trace, tele(6))
     assert (f.ranks, f.cause, f.persistent) == ([1], "compute", True)
-    assert f.metrics["source"] == "trace" and "seen in the profiled steps" in f.message
+    assert f.metrics.source == "trace" and "seen in the profiled steps" in f.message
     # the profiled window alone, with telemetry that does not lean that way: the profiler
     # perturbs its few steps, so nothing is named
     assert stragglers(trace, tele(0)) == []
     # a rank the telemetry already names is not named twice
     (g,) = stragglers(trace, tele(40))
-    assert g.metrics["source"] == "telemetry"
+    assert g.metrics.source == "telemetry"

@@ -1,0 +1,241 @@
+"""The numbers behind each finding: one frozen dataclass per finding kind (``Finding.metrics``).
+
+A kind's metrics class names the kinds it serves in ``kinds``; defining the class
+registers it (:data:`BY_KIND`), which is all a new finding kind needs to be written to
+JSON and read back. ``to_json`` gives the fields in declaration order, leaving out those
+declared with :func:`omitted_if_none` while they are ``None``; the JSON is the one
+docs/json-schema.md documents. ``share`` and ``mean_share`` are the share of step time a
+finding is about (its largest and mean per-rank value), which the verdict ranks by.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+from gpudiag.analysis.kinds import FindingKind
+
+_OMIT = "omit_if_none"
+
+
+def omitted_if_none() -> Any:
+    """A field that is left out of the JSON while it is ``None`` (absent, not null)."""
+    return field(default=None, metadata={_OMIT: True})
+
+
+BY_KIND: dict[FindingKind, list[type[FindingMetrics]]] = {}
+
+
+@dataclass(frozen=True)
+class FindingMetrics:
+    """The base of every kind's metrics; on its own, a finding without numbers."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = ()
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        for k in cls.__dict__.get("kinds", ()):
+            BY_KIND.setdefault(k, []).append(cls)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``metrics`` object of the JSON finding."""
+        omit = {f.name for f in self.__dataclass_fields__.values() if f.metadata.get(_OMIT)}
+        return {k: v for k, v in asdict(self).items() if not (v is None and k in omit)}
+
+    def share(self) -> float:
+        """The share of step time the finding is about: its largest per-rank value."""
+        return 0.0
+
+    def mean_share(self) -> float:
+        """The mean per-rank share of step time (``share`` when there is one value)."""
+        return self.share()
+
+
+@dataclass(frozen=True)
+class NoMetrics(FindingMetrics):
+    """A finding whose message says it all (``truncated_step``)."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.TRUNCATED_STEP,)
+
+
+@dataclass(frozen=True)
+class ShareMetrics(FindingMetrics):
+    """A share of step time over a threshold: each flagged rank's value (``host_bound``)."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.HOST_BOUND,)
+
+    per_rank: dict[str, float]  # rank (a JSON key: a string) → its share
+    threshold: float
+
+    def share(self) -> float:  # noqa: D102
+        return max(self.per_rank.values(), default=0.0)
+
+    def mean_share(self) -> float:  # noqa: D102
+        vals = list(self.per_rank.values())
+        return sum(vals) / len(vals) if vals else self.share()
+
+
+@dataclass(frozen=True)
+class IdleMetrics(ShareMetrics):
+    """``idle_ratio``: 1 − compute / step time; ``source`` is ``nvml`` without a trace."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.IDLE_RATIO,)
+
+    source: str | None = omitted_if_none()
+
+
+@dataclass(frozen=True)
+class DataBoundMetrics(ShareMetrics):
+    """``data_bound``: the data-wait share, and the host range the ranks waited in."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.DATA_BOUND,)
+
+    data_range: str | None = None
+
+
+@dataclass(frozen=True)
+class CommBoundMetrics(ShareMetrics):
+    """``comm_bound``: the exposed comm-wait share, how much of it was hidden, and synced."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.COMM_BOUND,)
+
+    comm_hidden_ratio: dict[str, float | None] = field(default_factory=dict)
+    # of the wait, the share spent waiting for a slower rank (matched collectives)
+    sync_wait_share: float | None = omitted_if_none()
+
+
+@dataclass(frozen=True)
+class StragglerMetrics(FindingMetrics):
+    """A straggler from the step-time rule (profiled window or step telemetry)."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.STRAGGLER,)
+
+    source: str  # "trace" or "telemetry"
+    wait_attribution: str
+    score: float
+    median_excess_ns: int
+    median_excess_ratio: float
+    slow_steps: int
+    steps_compared: int
+    excess_by_part_ns: dict[str, int]
+    also: list[str]
+    step_time_ns_median: int
+    step_time_ns_if_median_speed: int
+    short_window: bool
+
+    def share(self) -> float:  # noqa: D102
+        return self.median_excess_ratio
+
+
+@dataclass(frozen=True)
+class LateArrivalMetrics(FindingMetrics):
+    """A straggler from matched collectives: the rank the others wait for (late arrival)."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.STRAGGLER,)
+
+    source: str  # "late_arrival"
+    last_at: int
+    collectives_matched: int
+    next_rank_last_at: int
+    wait_share: float
+    waited_ns_per_step: int
+    median_excess_ns: int
+    excess_by_part_ns: dict[str, int]
+    steps_compared: int
+    step_time_ns_median: int
+
+
+@dataclass(frozen=True)
+class BandwidthMetrics(FindingMetrics):
+    """``low_bandwidth``: one collective type and size bucket against the link's peak."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.LOW_BANDWIDTH,)
+
+    type: str
+    size_bucket: str
+    count: int
+    bytes_median: int | None
+    busbw_gbps: float
+    peak_gbps: float
+    efficiency: float
+
+
+@dataclass(frozen=True)
+class PipelineSummary(FindingMetrics):
+    """Pipeline stages found from point-to-point traffic and their bubble.
+
+    The ``collectives.pipeline`` section, and the ``pipeline_bubble`` finding's metrics.
+    """
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.PIPELINE_BUBBLE,)
+
+    stages: int
+    stage_ranks: list[int]
+    micro_batches: int
+    bubble_ratio: float
+    ideal_bubble_ratio: float
+    bubble_ratio_at_target: float
+    target_micro_batches: int
+    stage_compute_ratio: dict[str, float]
+    schedule: str = "unknown"  # "gpipe", "1f1b", "unknown"
+    stage_bubble_ratio: dict[str, float] = field(default_factory=dict)
+
+    def share(self) -> float:
+        """The measured bubble, or the schedule's (which counts end-of-step drain)."""
+        return max(self.bubble_ratio, self.ideal_bubble_ratio)
+
+
+@dataclass(frozen=True)
+class ComputeMetrics(FindingMetrics):
+    """``compute_bound``: compute's share and the kernel families behind it."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.COMPUTE_BOUND,)
+
+    compute_share: float
+    threshold: float
+    unit: str  # "kernel" or "operator"
+    families: dict[str, float]
+    fusable_share: float
+    gemm_share: float
+    fp32_gemm_share: float
+    top: list[str]
+
+
+@dataclass(frozen=True)
+class SourceMissingMetrics(FindingMetrics):
+    """``source_missing``: what the inputs lack (steps, gpu_events, ranks, a capture source)."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.SOURCE_MISSING,)
+
+    missing: str
+    world_size: int | None = omitted_if_none()
+    reason: str | None = omitted_if_none()
+
+
+@dataclass(frozen=True)
+class WarmupMetrics(FindingMetrics):
+    """``warmup``: each warm-up step's duration and the steady median after them."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.WARMUP,)
+
+    duration_ns: dict[str, int]
+    steady_median_ns: int
+
+
+@dataclass(frozen=True)
+class JobFailedMetrics(FindingMetrics):
+    """``job_failed``: the job's exit code."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.JOB_FAILED,)
+
+    exit_code: int
+
+
+@dataclass(frozen=True)
+class SavedMetrics(FindingMetrics):
+    """Metrics read back from a saved diagnosis in a shape this version does not define."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:  # noqa: D102
+        return dict(self.values)

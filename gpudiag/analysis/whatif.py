@@ -1,0 +1,70 @@
+"""The step-time model behind ``Diagnosis.what_if``: first-order step times under three changes.
+
+The what-if figures (``Diagnosis.what_if``) model each profiled step as synchronous:
+``step ≈ max_r busy_r + min_r wait_r`` — the last rank's own work (busy = step − comm
+wait), then the transfer, taken as the least wait of any rank (the last arrival waits only
+for the transfer). "Communication fully overlapped" drops the transfer:
+``median_s max_r busy``; "no data wait" subtracts each rank's data wait from its busy
+time; "straggler at median speed" gives each persistent straggler the median busy time of
+the other ranks; "all" applies the three together. The current step time is the median
+of the longest rank's step; every figure is clamped between 0 and it.
+
+Remedies (analysis/advice.py) estimate their gains per finding; this model answers
+"what if all of them worked" for the run as a whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from gpudiag.analysis.model import Finding, FindingKind, StepBreakdown, WhatIf
+
+
+def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> WhatIf | None:
+    """First-order step times under three changes (the module docstring states the model)."""
+    if not steps:
+        return None
+    by_step: dict[int, list[StepBreakdown]] = {}
+    for s in steps:
+        by_step.setdefault(s.step, []).append(s)
+    stragglers = {
+        f.ranks[0] for f in findings if f.kind == FindingKind.STRAGGLER and f.persistent and f.ranks
+    }
+
+    def model(busy: dict[int, float], wait: dict[int, float]) -> float:
+        # a synchronous step: the last rank's own work, then the transfer (the least wait)
+        return max(busy.values()) + min(wait.values())
+
+    def at_median(busy: dict[int, float]) -> dict[int, float]:
+        others = [b for r, b in busy.items() if r not in stragglers]
+        if not stragglers or not others:
+            return busy
+        med = float(np.median(others))
+        return {r: (med if r in stragglers else b) for r, b in busy.items()}
+
+    cur, no_comm, no_data, no_strag, everything = [], [], [], [], []
+    for v in by_step.values():
+        busy = {x.rank: float(x.duration_ns - x.comm_wait_ns) for x in v}
+        wait = {x.rank: float(x.comm_wait_ns) for x in v}
+        fed = {x.rank: busy[x.rank] - x.data_wait_ns for x in v}
+        cur.append(max(x.duration_ns for x in v))
+        no_comm.append(max(busy.values()))
+        no_data.append(model(fed, wait))
+        if stragglers:
+            no_strag.append(model(at_median(busy), wait))
+        everything.append(max(at_median(fed).values()))
+    now = float(np.median(cur))
+
+    def clamped(values: list[float]) -> int:
+        # a first-order model never predicts a step slower than now, nor below zero
+        return round(min(now, max(0.0, float(np.median(values)))))
+
+    return WhatIf(
+        step_time_ns=round(now),
+        if_comm_overlapped_ns=clamped(no_comm),
+        if_no_data_wait_ns=clamped(no_data),
+        if_straggler_at_median_speed_ns=clamped(no_strag) if no_strag else None,
+        if_all_ns=clamped(everything),
+    )

@@ -1,0 +1,44 @@
+"""pandas DataFrames of a Diagnosis: the step table and the findings (the Python API).
+
+pandas is imported here, when a frame is built, and nowhere in analysis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from gpudiag.analysis.model import Diagnosis
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+STEP_COLUMNS = ["rank", "step", "start_ns", "duration_ns", "compute_ns", "comm_wait_ns",
+                "data_wait_ns", "other_ns", "comm_overlapped_ns", "gpu_ops"]  # fmt: skip
+FINDING_COLUMNS = ["kind", "severity", "message", "ranks", "steps", "cause", "persistent",
+                   "wait_caused_ns", "metrics"]  # fmt: skip
+
+
+def steps_frame(d: Diagnosis) -> pd.DataFrame:
+    """One row per (rank, step) as a pandas DataFrame, with ``idle_ratio`` and the shares."""
+    import pandas as pd
+
+    df = pd.DataFrame([asdict(s) for s in d.steps], columns=STEP_COLUMNS)
+    df["gpu_ops"] = df["gpu_ops"].astype("Int64")
+    dur = df["duration_ns"].where(df["duration_ns"] > 0)
+    df["idle_ratio"] = 1.0 - df["compute_ns"] / dur
+    out: pd.DataFrame = df
+    return out
+
+
+def findings_frame(d: Diagnosis) -> pd.DataFrame:
+    """One row per finding: kind, severity, message, ranks, steps, … and ``metrics`` as JSON."""
+    import pandas as pd
+
+    rows = [{**asdict(f), "kind": str(f.kind), "severity": str(f.severity),
+             "cause": None if f.cause is None else str(f.cause), "metrics": f.metrics.to_json()}
+            for f in d.findings]  # fmt: skip
+    df = pd.DataFrame(rows, columns=FINDING_COLUMNS)
+    df["wait_caused_ns"] = df["wait_caused_ns"].astype("Int64")
+    out: pd.DataFrame = df
+    return out
