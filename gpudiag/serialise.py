@@ -46,14 +46,12 @@ def diagnosis_from_json(d: Any) -> Diagnosis:
                             "inputs", "thresholds", "notes", "gpudiag_version",
                             "schema_version", "spread", "whole_run", "verdict", "kernels")
           if k in d}  # fmt: skip
-    for k in ("what_if", "collectives", "whole_run", "verdict"):
+    for k in ("what_if", "collectives", "whole_run", "verdict", "kernels"):
         if not d.get(k):
             kw.pop(k, None)
         else:
             kw[k] = d[k]
     out: Diagnosis = _typed(Diagnosis, kw, "")
-    for i, r in enumerate(out.ranks):
-        _check_evidence(r.evidence, f"ranks[{i}].evidence")
     findings = [_with_metrics(f, d["findings"][i].get("metrics", {}), f"findings[{i}].metrics")
                 for i, f in enumerate(out.findings)]  # fmt: skip
     out = dataclasses.replace(out, findings=findings)
@@ -273,17 +271,3 @@ def _value(v: Any, tp: Any, path: str) -> Any:
         want = {bool: "a boolean", str: "a string", int: "an integer", float: "a number"}[tp]
         raise ValueError(f"{path}: expected {want}, got {_json_words(v)}")
     return v
-
-
-# Evidence keys that renderers read from a rank: name → what it must be.
-_EVIDENCE_TYPES: dict[str, Any] = {
-    "comm_top": str, "comm_names": list[str], "data_range": str, "backend": str,
-    "gpu_ops": int, "gpu_metrics": dict[str, float | None],
-    "gpu_metrics_per_step": dict[str, list[float | None]],
-}  # fmt: skip
-
-
-def _check_evidence(evidence: dict[str, Any], path: str) -> None:
-    for k, tp in _EVIDENCE_TYPES.items():
-        if k in evidence:
-            _value(evidence[k], tp, _at(path, k))

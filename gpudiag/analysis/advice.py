@@ -62,6 +62,7 @@ from gpudiag.analysis.model import (
     Finding,
     FindingKind,
     Mode,
+    RankEvidence,
     RankSummary,
     Recommendation,
     RunSummary,
@@ -112,9 +113,9 @@ class Context:
         """The run's median step time (≥ 1 ns), the base of every gain ratio."""
         return max(self.run.step_time_ns_median, 1)
 
-    def evidence_of(self, ranks: Sequence[int], key: str) -> set[str]:
-        """One evidence value (``data_range``, ``backend`` …) over some ranks."""
-        return {str(self.ranks[r].evidence.get(key, "")) for r in ranks if r in self.ranks}
+    def evidence(self, ranks: Sequence[int]) -> list[RankEvidence]:
+        """The evidence of those of ``ranks`` the run has."""
+        return [self.ranks[r].evidence for r in ranks if r in self.ranks]
 
 
 Text = Callable[[Finding, Context], str]
@@ -146,7 +147,7 @@ def _const(text: str) -> Text:
 
 
 def _single_loader(f: Finding, c: Context) -> bool:
-    return any("_SingleProcessDataLoaderIter" in n for n in c.evidence_of(f.ranks, "data_range"))
+    return any("_SingleProcessDataLoaderIter" in (e.data_range or "") for e in c.evidence(f.ranks))
 
 
 def _data_detail(f: Finding, c: Context) -> str:
@@ -209,7 +210,7 @@ def _k(c: Context) -> int:
 
 
 def _backends(f: Finding, c: Context) -> set[str]:
-    return c.evidence_of(f.ranks, "backend")
+    return {e.backend or "" for e in c.evidence(f.ranks)}
 
 
 # What the exposed communication is made of decides the remedy: gradient synchronisation
@@ -228,10 +229,9 @@ def _pattern(f: Finding, c: Context) -> str:
     (``nccl:all_to_all`` or ``nccl:send``): NCCL runs both with the same kernel.
     """
     share: dict[str, float] = {}
-    for r in f.ranks:
-        ev = c.ranks[r].evidence if r in c.ranks else {}
-        host = {t: v for t, v in ev.get("host_comm_types", {}).items() if t != "sendrecv"}
-        for t, v in ev.get("comm_types", {}).items():
+    for ev in c.evidence(f.ranks):
+        host = {t: v for t, v in (ev.host_comm_types or {}).items() if t != "sendrecv"}
+        for t, v in (ev.comm_types or {}).items():
             split = host if t == "sendrecv" and host else {t: 1.0}
             norm = sum(split.values())
             for ht, hv in split.items():
@@ -245,10 +245,7 @@ def _amd(f: Finding, c: Context) -> bool:
     names = " ".join(d for r in f.ranks if r in c.ranks for d in c.ranks[r].devices)
     return (
         bool(re.search(r"\bAMD\b|Instinct|\bMI\d{3}|Radeon", names))
-        or "rccl"
-        in " ".join(
-            n for r in f.ranks if r in c.ranks for n in c.ranks[r].evidence.get("comm_names", [])
-        ).lower()
+        or "rccl" in " ".join(n for e in c.evidence(f.ranks) for n in e.comm_names or []).lower()
     )
 
 
@@ -467,12 +464,11 @@ def _other(f: Finding, c: Context) -> int:
 
 def _idle_in_steps(f: Finding, c: Context) -> dict[str, Any]:
     """The flagged ranks' GPU-idle gaps inside their steps, summed (analysis evidence)."""
-    out: dict[str, Any] = {"total_ns": 0, "short_gaps": 0, "short_gaps_ns": 0, "long_gaps": 0}
-    for r in f.ranks:
-        ev = c.ranks[r].evidence.get("gpu_idle_in_steps", {}) if r in c.ranks else {}
-        for k in out:
-            out[k] += int(ev.get(k) or 0)
-    return out
+    gaps = [g for e in c.evidence(f.ranks) if (g := e.gpu_idle_in_steps) is not None]
+    return {"total_ns": sum(g.total_ns for g in gaps),
+            "short_gaps": sum(g.short_gaps for g in gaps),
+            "short_gaps_ns": sum(g.short_gaps_ns for g in gaps),
+            "long_gaps": sum(g.long_gaps for g in gaps)}  # fmt: skip
 
 
 def _launch_share(f: Finding, c: Context) -> float:
@@ -484,8 +480,7 @@ def _launch_share(f: Finding, c: Context) -> float:
 def _copy_share(f: Finding, c: Context) -> float:
     """The share of the flagged ranks' "other" time in copies with nothing beside them."""
     other = sum(s.other_ns for s in c.steps if s.rank in f.ranks)
-    copies = sum(int(c.ranks[r].evidence.get("copies_alone_ns") or 0)
-                 for r in f.ranks if r in c.ranks)  # fmt: skip
+    copies = sum(e.copies_alone_ns or 0 for e in c.evidence(f.ranks))
     return copies / other if other else 0.0
 
 

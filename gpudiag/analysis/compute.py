@@ -11,38 +11,38 @@ hold ``advice.gemm_share`` and ``advice.fp32_gemm_share`` of GEMM time is in fp3
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpudiag.analysis import words
 from gpudiag.analysis.metrics import ComputeMetrics
-from gpudiag.analysis.model import Finding, FindingKind, RunSummary, Severity
+from gpudiag.analysis.model import Finding, FindingKind, KernelBreakdown, RunSummary, Severity
 from gpudiag.config import AdviceRules
 
 NOT_COMPUTE = ("communication", "memcpy")
 FUSABLE = ("elementwise", "reduction", "normalisation")
 
 
-def compute_families(kernels: dict[str, Any]) -> dict[str, float]:
+def compute_families(kernels: KernelBreakdown | None) -> dict[str, float]:
     """Family → share of compute kernel (or operator) time, communication and copies left out."""
-    fams = {f: float(v) for f, v in (kernels.get("families") or {}).items()}
+    fams = dict(kernels.families) if kernels else {}
     rest = sum(v for f, v in fams.items() if f not in NOT_COMPUTE)
     if rest <= 0:
         return {}
     return {f: v / rest for f, v in fams.items() if f not in NOT_COMPUTE}
 
 
-def compute_bound(run: RunSummary, kernels: dict[str, Any], rules: AdviceRules) -> list[Finding]:
+def compute_bound(
+    run: RunSummary, kernels: KernelBreakdown | None, rules: AdviceRules
+) -> list[Finding]:
     """The ``compute_bound`` finding, or none (module docstring)."""
     share = run.shares.compute
     if share < rules.compute_bound_share:
         return []
     fams = compute_families(kernels)
-    unit = "operators" if kernels.get("unit") == "operator" else "kernels"
+    unit = "operators" if kernels and kernels.unit == "operator" else "kernels"
     text = f"compute holds {words.percent(share)} of step time"
     if fams:
         top = sorted(fams.items(), key=lambda kv: -kv[1])[:3]
         text += f"; its {unit} are mostly " + ", ".join(f"{f} ({words.percent(v)})" for f, v in top)
-    names = [str(e["name"]) for e in (kernels.get("top") or []) if e["family"] not in NOT_COMPUTE]
+    names = [e.name for e in (kernels.top if kernels else []) if e.family not in NOT_COMPUTE]
     return [
         Finding(
             kind=FindingKind.COMPUTE_BOUND,
@@ -51,11 +51,11 @@ def compute_bound(run: RunSummary, kernels: dict[str, Any], rules: AdviceRules) 
             metrics=ComputeMetrics(
                 compute_share=share,
                 threshold=rules.compute_bound_share,
-                unit=kernels.get("unit", "kernel"),
+                unit=kernels.unit if kernels else "kernel",
                 families=fams,
                 fusable_share=sum(fams.get(f, 0.0) for f in FUSABLE),
                 gemm_share=fams.get("GEMM", 0.0),
-                fp32_gemm_share=float(kernels.get("fp32_gemm_share", 0.0)),
+                fp32_gemm_share=kernels.fp32_gemm_share if kernels else 0.0,
                 top=names[:5],
             ),
         )

@@ -61,6 +61,7 @@ from gpudiag.analysis.model import (
     FindingKind,
     Mode,
     PipelineSummary,
+    RankEvidence,
     RankSummary,
     RunSummary,
     Severity,
@@ -102,7 +103,7 @@ class RankResult:
     step_source: StepSource
     steps: list[StepBreakdown]
     notes: list[str] = field(default_factory=list)
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: RankEvidence = field(default_factory=RankEvidence)
     truncated_step: int | None = None
     collectives: Collectives | None = None
     source: str = ""
@@ -269,7 +270,7 @@ def analyze_rank(tl: RankTimeline, th: Thresholds, timeline: str | None = None) 
     colls = extract(tl, parts.mode, win.owner, th.comm_op_re)
     evidence = _evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th)
     top = kernel_breakdown(tl, (win.start[keep], win.end[keep]), gpu=mode == Mode.GPU)
-    if top:
+    if top is not None:
         evidence["kernels"] = top
     if colls.type:
         evidence["comm_types"] = comm_type_shares(colls)
@@ -286,7 +287,7 @@ def analyze_rank(tl: RankTimeline, th: Thresholds, timeline: str | None = None) 
         step_source=win.source,
         steps=steps,
         notes=list(tl.meta.notes) + win.notes,
-        evidence=evidence,
+        evidence=RankEvidence.of(evidence),
         truncated_step=truncated,
         source=tl.meta.source,
         step_note=win.notes[0] if win.notes else "",
@@ -496,7 +497,7 @@ def build_diagnosis(
     notes = list(notes) + _step_range_notes(results)
     findings = idle_findings(ranks, steps, th) + _source_findings(results, run) + warm
     findings += list(extra_findings)
-    kernels = combine_kernels([r.evidence.get("kernels") or {} for r in ranks])
+    kernels = combine_kernels([r.evidence.kernels for r in ranks])
     findings += compute_bound(run, kernels, th.advice)
     colls = [r.collectives for r in results if r.collectives is not None]
     coll, sync_by_step = analyse(colls, run.world_size, th.collectives)

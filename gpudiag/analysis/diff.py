@@ -6,7 +6,7 @@ differences in percentage points (B − A). ``direction`` says whether the chang
 ``diff.time_noise_ratio`` (2%, relative, times) or ``diff.ratio_noise`` (1 point, ratios) —
 small enough to be noise on most machines; the renderers only colour with it.
 Communication is compared by the names of the dominant collectives
-(``RankSummary.evidence["comm_names"]``); the Diagnosis holds no byte counts.
+(``RankSummary.evidence.comm_names``); the Diagnosis holds no byte counts.
 """
 
 from __future__ import annotations
@@ -120,8 +120,8 @@ def diff(
                  for m, u, lo in _METRICS]  # fmt: skip
     comm = []
     for rank in sorted(set(ra) & set(rb)):
-        na = list(ra[rank].evidence.get("comm_names", []))
-        nb = list(rb[rank].evidence.get("comm_names", []))
+        na = list(ra[rank].evidence.comm_names or [])
+        nb = list(rb[rank].evidence.comm_names or [])
         if na != nb:
             comm.append(f"rank {rank}: dominant collectives {na or ['none']} → {nb or ['none']}")
     ka = {(f.kind, tuple(f.ranks)): f for f in a.findings}

@@ -148,8 +148,7 @@ def _idle_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
 
 
 def _data_names(ranks: Sequence[RankSummary], flagged: set[int]) -> list[str]:
-    return sorted({str(r.evidence["data_range"]) for r in ranks
-                   if r.rank in flagged and r.evidence.get("data_range")})  # fmt: skip
+    return sorted({n for r in ranks if r.rank in flagged and (n := r.evidence.data_range)})
 
 
 # OS calls a thread blocks in when it waits on a queue, a pipe or a lock (a DataLoader's
@@ -163,13 +162,13 @@ def _data_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
         return "waiting for data in " + (
             pretty_range(names[0]) if len(names) == 1 else "the data loader"
         )
-    between = [r.evidence["between_steps"] for r in ranks
-               if r.rank in flagged and r.evidence.get("between_steps")]  # fmt: skip
+    between = [b for r in ranks
+               if r.rank in flagged and (b := r.evidence.between_steps) is not None]  # fmt: skip
     if not between:
         return "waiting for data in the data loader"
     blocked: dict[str, float] = {}
     for b in between:
-        for n, share in b.get("blocked_in", {}).items():
+        for n, share in b.blocked_in.items():
             blocked[n] = max(blocked.get(n, 0.0), share)
     calls = [n for n, _ in sorted(blocked.items(), key=lambda kv: -kv[1])[:2]]
     why = ""
@@ -181,8 +180,7 @@ def _data_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
 
 
 def _comm_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
-    names = [str(r.evidence["comm_top"]) for r in ranks
-             if r.rank in flagged and r.evidence.get("comm_top")]  # fmt: skip
+    names = [t for r in ranks if r.rank in flagged and (t := r.evidence.comm_top)]
     mostly = f" (mostly {pretty_range(names[0])})" if names else ""
     return f"waiting for communication not hidden behind compute{mostly}"
 

@@ -22,12 +22,12 @@ TF32 or a reduced type — is counted in ``fp32_gemm_share``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag.analysis.model import KernelBreakdown, TopEntry
 from gpudiag.traces.schema import Kind, RankTimeline
 
 FAMILIES: tuple[tuple[str, str], ...] = (
@@ -79,21 +79,6 @@ def is_fp32_gemm(name: str) -> bool:
     return bool(_FP32_GEMM.search(name)) and not _REDUCED.search(name)
 
 
-@dataclass(frozen=True)
-class TopEntry:
-    """One kernel (or operator) name and its time."""
-
-    name: str
-    family: str
-    time_ns: int
-    count: int
-    share: float  # of all kernel (operator) time of the rank or run
-
-    def to_json(self) -> dict[str, Any]:  # noqa: D102
-        return {"name": self.name, "family": self.family, "time_ns": self.time_ns,
-                "count": self.count, "share": self.share}  # fmt: skip
-
-
 def _exclusive(start: npt.NDArray[np.int64], end: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Self time of nested ranges on one thread (sorted by start, outer first)."""
     self_t = (end - start).copy()
@@ -110,16 +95,15 @@ def _exclusive(start: npt.NDArray[np.int64], end: npt.NDArray[np.int64]) -> npt.
 
 def breakdown(
     tl: RankTimeline, within: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]], gpu: bool
-) -> dict[str, Any]:
+) -> KernelBreakdown | None:
     """Per-name time, count and family of the rank's kernels (or operators) in ``within``.
 
-    ``within`` are the analysed steps' (start, end) periods. Returns ``{"top": [...],
-    "families": {family: share}, "total_ns": …, "unit": "kernel" | "operator",
-    "fp32_gemm_share": …}`` (empty when there is nothing to count).
+    ``within`` are the analysed steps' (start, end) periods; None when there is nothing
+    to count.
     """
     lo, hi = within
     if not len(tl) or not lo.size:
-        return {}
+        return None
     lane_gpu = tl.gpu_lane_mask()[tl.lane]
     if gpu:
         mask = lane_gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM, Kind.MEMCPY, Kind.MEMSET])
@@ -134,13 +118,13 @@ def breakdown(
             order = sel[np.lexsort((-tl.end_ns[idx[sel]], tl.start_ns[idx[sel]]))]
             t[order] = _exclusive(tl.start_ns[idx[order]], tl.end_ns[idx[order]])
     if not idx.size:
-        return {}
+        return None
     k = np.searchsorted(lo, tl.start_ns[idx], side="right") - 1
     inside = (k >= 0) & (tl.start_ns[idx] < hi[np.maximum(k, 0)])
     idx, t = idx[inside], t[inside]
     total = int(t.sum())
     if total <= 0:
-        return {}
+        return None
     names = tl.name[idx]
     time_by = np.bincount(names, weights=t.astype(np.float64), minlength=len(tl.names))
     count_by = np.bincount(names, minlength=len(tl.names))
@@ -157,43 +141,40 @@ def breakdown(
     top = [TopEntry(tl.names[i], family(tl.names[i], int(kind_of[i])), int(time_by[i]),
                     int(count_by[i]), float(time_by[i] / total))
            for i in order.tolist() if time_by[i] > 0]  # fmt: skip
-    return {
-        "unit": "kernel" if gpu else "operator",
-        "total_ns": total,
-        "top": [e.to_json() for e in top],
-        "families": {f: v / total for f, v in sorted(fams.items(), key=lambda kv: -kv[1])},
-        "fp32_gemm_share": fp32 / fams["GEMM"] if fams.get("GEMM") else 0.0,
-    }
+    return KernelBreakdown(
+        unit="kernel" if gpu else "operator",
+        total_ns=total,
+        top=top,
+        families={f: v / total for f, v in sorted(fams.items(), key=lambda kv: -kv[1])},
+        fp32_gemm_share=fp32 / fams["GEMM"] if fams.get("GEMM") else 0.0,
+    )
 
 
-def combine(per_rank: list[dict[str, Any]]) -> dict[str, Any]:
+def combine(per_rank: Sequence[KernelBreakdown | None]) -> KernelBreakdown | None:
     """The run's breakdown from the ranks': times summed by name and by family."""
-    per_rank = [p for p in per_rank if p]
-    if not per_rank:
-        return {}
-    total = sum(int(p["total_ns"]) for p in per_rank)
-    by_name: dict[str, list[Any]] = {}
+    present = [p for p in per_rank if p is not None]
+    if not present:
+        return None
+    total = sum(p.total_ns for p in present)
+    by_name: dict[str, tuple[str, int, int]] = {}
     fams: dict[str, float] = {}
     fp32 = gemm = 0.0
-    for p in per_rank:
-        for e in p["top"]:
-            agg = by_name.setdefault(e["name"], [e["family"], 0, 0])
-            agg[1] += int(e["time_ns"])
-            agg[2] += int(e["count"])
-        for f, share in p["families"].items():
-            fams[f] = fams.get(f, 0.0) + share * int(p["total_ns"])
-        g = p["families"].get("GEMM", 0.0) * int(p["total_ns"])
+    for p in present:
+        for e in p.top:
+            fam, t, c = by_name.get(e.name, (e.family, 0, 0))
+            by_name[e.name] = (fam, t + e.time_ns, c + e.count)
+        for f, share in p.families.items():
+            fams[f] = fams.get(f, 0.0) + share * p.total_ns
+        g = p.families.get("GEMM", 0.0) * p.total_ns
         gemm += g
-        fp32 += float(p.get("fp32_gemm_share", 0.0)) * g
+        fp32 += p.fp32_gemm_share * g
     top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:TOP]
-    return {
-        "unit": per_rank[0]["unit"],
-        "total_ns": total,
-        "top": [
-            TopEntry(n, f, t, c, t / total if total else 0.0).to_json() for n, (f, t, c) in top
-        ],
-        "families": {f: v / total for f, v in sorted(fams.items(), key=lambda kv: -kv[1])}
+    return KernelBreakdown(
+        unit=present[0].unit,
+        total_ns=total,
+        top=[TopEntry(n, f, t, c, t / total if total else 0.0) for n, (f, t, c) in top],
+        families={f: v / total for f, v in sorted(fams.items(), key=lambda kv: -kv[1])}
         if total
         else {},
-        "fp32_gemm_share": fp32 / gemm if gemm else 0.0,
-    }
+        fp32_gemm_share=fp32 / gemm if gemm else 0.0,
+    )

@@ -3,24 +3,28 @@
 A kind's metrics class names the kinds it serves in ``kinds``; defining the class
 registers it (:data:`BY_KIND`), which is all a new finding kind needs to be written to
 JSON and read back. ``to_json`` gives the fields in declaration order, leaving out those
-declared with :func:`omitted_if_none` while they are ``None``; the JSON is the one
+declared with :data:`OMIT_IF_NONE` while they are ``None``; the JSON is the one
 docs/json-schema.md documents. ``share`` and ``mean_share`` are the share of step time a
 finding is about (its largest and mean per-rank value), which the verdict ranks by.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from gpudiag.analysis.kinds import FindingKind
 
 _OMIT = "omit_if_none"
+# field metadata: the field is left out of the JSON while it is ``None`` (absent, not null)
+OMIT_IF_NONE = MappingProxyType({_OMIT: True})
 
 
-def omitted_if_none() -> Any:
-    """A field that is left out of the JSON while it is ``None`` (absent, not null)."""
-    return field(default=None, metadata={_OMIT: True})
+def without_omitted(obj: Any) -> dict[str, Any]:
+    """A dataclass as a JSON object, less its :data:`OMIT_IF_NONE` fields that are None."""
+    omit = {f.name for f in fields(obj) if f.metadata.get(_OMIT)}
+    return {k: v for k, v in asdict(obj).items() if not (v is None and k in omit)}
 
 
 BY_KIND: dict[FindingKind, list[type[FindingMetrics]]] = {}
@@ -39,8 +43,7 @@ class FindingMetrics:
 
     def to_json(self) -> dict[str, Any]:
         """The ``metrics`` object of the JSON finding."""
-        omit = {f.name for f in self.__dataclass_fields__.values() if f.metadata.get(_OMIT)}
-        return {k: v for k, v in asdict(self).items() if not (v is None and k in omit)}
+        return without_omitted(self)
 
     def share(self) -> float:
         """The share of step time the finding is about: its largest per-rank value."""
@@ -81,7 +84,7 @@ class IdleMetrics(ShareMetrics):
 
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.IDLE_RATIO,)
 
-    source: str | None = omitted_if_none()
+    source: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class CommBoundMetrics(ShareMetrics):
 
     comm_hidden_ratio: dict[str, float | None] = field(default_factory=dict)
     # of the wait, the share spent waiting for a slower rank (matched collectives)
-    sync_wait_share: float | None = omitted_if_none()
+    sync_wait_share: float | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)
@@ -208,8 +211,8 @@ class SourceMissingMetrics(FindingMetrics):
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.SOURCE_MISSING,)
 
     missing: str
-    world_size: int | None = omitted_if_none()
-    reason: str | None = omitted_if_none()
+    world_size: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    reason: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)

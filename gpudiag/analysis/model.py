@@ -71,6 +71,83 @@ class Shares:
 
 
 @dataclass(frozen=True)
+class TopEntry:
+    """One kernel (or operator) name and its time."""
+
+    name: str
+    family: str
+    time_ns: int
+    count: int
+    share: float  # of all kernel (operator) time of the rank or run
+
+
+@dataclass(frozen=True)
+class KernelBreakdown:
+    """The kernels (GPU) or operators (CPU) behind compute, by name and by family."""
+
+    unit: str  # "kernel" or "operator"
+    total_ns: int
+    top: list[TopEntry]
+    families: dict[str, float]  # family → share of total_ns, largest first
+    fp32_gemm_share: float  # of GEMM time, in full fp32
+
+
+@dataclass(frozen=True)
+class GpuIdleInSteps:
+    """GPU-idle gaps while the host is inside its steps (short ones: launch overhead)."""
+
+    total_ns: int
+    short_gaps: int
+    short_gaps_ns: int
+    long_gaps: int
+    long_gap_ns_median: int | None
+
+
+@dataclass(frozen=True)
+class BetweenSteps:
+    """What the training thread did in the input gaps between its step ranges."""
+
+    gap_ns: int
+    blocked_in: dict[str, float]  # blocking OS call → share of the gap time
+    ranges: dict[str, float]  # host range → share of the gap time
+
+
+@dataclass(frozen=True)
+class RankEvidence:
+    """Names and counts that messages and remedies quote; ``None``: not seen (not in the JSON)."""
+
+    data_range: str | None = None  # the dominant data-loading range
+    comm_top: str | None = None  # the dominant collective …
+    comm_names: list[str] | None = None  # … and the top three
+    gpu_ops: int | None = None
+    backend: str | None = None  # the process group's backend
+    gpu_metrics: dict[str, float | None] | None = None  # Nsight's sampled GPU metrics …
+    gpu_metrics_per_step: dict[str, list[float | None]] | None = None  # … and per step
+    between_steps: BetweenSteps | None = None
+    copies_alone_ns: int | None = None  # copies with nothing beside them
+    gpu_idle_in_steps: GpuIdleInSteps | None = None
+    kernels: KernelBreakdown | None = None
+    comm_types: dict[str, float] | None = None  # collective type → share
+    p2p_recv_wait_ns: int | None = None  # blocked in receives, computing nothing …
+    p2p_recv_wait_ns_per_step: list[int] | None = None  # … and per step
+    host_comm_types: dict[str, float] | None = None  # by host-side operation
+
+    @classmethod
+    def of(cls, parts: dict[str, Any]) -> RankEvidence:
+        """From the per-rank analysis' named parts (nested parts as plain dicts)."""
+        kw = dict(parts)
+        if kw.get("between_steps") is not None:
+            kw["between_steps"] = BetweenSteps(**kw["between_steps"])
+        if kw.get("gpu_idle_in_steps") is not None:
+            kw["gpu_idle_in_steps"] = GpuIdleInSteps(**kw["gpu_idle_in_steps"])
+        return cls(**kw)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``evidence`` object of a JSON rank: only what was seen (no nulls)."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class RankSummary:
     """One rank over all its analysed steps (time-weighted)."""
 
@@ -87,7 +164,7 @@ class RankSummary:
     source: str
     devices: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    evidence: dict[str, Any] = field(default_factory=dict)
+    evidence: RankEvidence = field(default_factory=RankEvidence)
 
 
 @dataclass(frozen=True)
@@ -307,7 +384,7 @@ class Diagnosis:
     # the one-line verdict every renderer shows first (analysis/verdict.py)
     verdict: Verdict | None = None  # None only for a Diagnosis built by hand
     # the kernels (GPU) or operators (CPU) behind compute, over every rank (analysis/kernels.py)
-    kernels: dict[str, Any] = field(default_factory=dict)
+    kernels: KernelBreakdown | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -315,9 +392,11 @@ class Diagnosis:
         d["run"]["shares"] = self.run.shares.as_dict()
         for r, rs in zip(d["ranks"], self.ranks, strict=True):
             r["shares"] = rs.shares.as_dict()
+            r["evidence"] = rs.evidence.to_json()
         d["what_if"] = d["what_if"] or {}
         d["collectives"] = self.collectives.to_json() if self.collectives else {}
         d["verdict"] = d["verdict"] or {}
+        d["kernels"] = d["kernels"] or {}
         for fd, f in zip(d["findings"], self.findings, strict=True):
             fd["metrics"] = f.metrics.to_json()
         order = ["schema_version", "gpudiag_version", "inputs", "verdict", "run", "ranks",

@@ -148,7 +148,7 @@ def analyse_pipeline(
 def _bubble(rank: RankSummary, steps: Sequence[StepBreakdown]) -> float:
     """A stage's measured bubble: receive wait ÷ step time (its idle ratio without it)."""
     total = sum(s.duration_ns for s in steps)
-    wait = rank.evidence.get("p2p_recv_wait_ns")
+    wait = rank.evidence.p2p_recv_wait_ns
     if wait is None or not total:
         return rank.idle_ratio
     return float(wait) / total

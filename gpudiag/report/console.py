@@ -6,14 +6,14 @@ import os
 import re
 import textwrap
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from gpudiag.analysis import words
-from gpudiag.analysis.model import Diagnosis, RankSummary, Severity, Verdict
+from gpudiag.analysis.model import Diagnosis, KernelBreakdown, RankSummary, Severity, Verdict
 from gpudiag.report.format import (
     flagged,
     fmt_ns,
@@ -141,7 +141,7 @@ def render(
     for text in _spread_and_what_if(d):
         label, _, rest = text.partition(": ")
         _print_wrapped(con, Text(f"{label}: ", style="dim"), rest, style="dim")
-    if d.kernels and d.kernels.get("top"):
+    if d.kernels and d.kernels.top:
         con.print()
         _kernel_block(con, d.kernels)
     if show_steps:
@@ -187,9 +187,9 @@ def _basis(v: Verdict) -> str:
     return f"from the {v.basis}"
 
 
-def _kernel_block(con: Console, k: dict[str, Any]) -> None:
+def _kernel_block(con: Console, k: KernelBreakdown) -> None:
     """The run's top five kernels or operators, with family and share of their time."""
-    unit = "operators" if k.get("unit") == "operator" else "kernels"
+    unit = "operators" if k.unit == "operator" else "kernels"
     where = "CPU" if unit == "operators" else "GPU"
     con.print(Text(f"top {unit} by {where} time, all ranks", style="bold"))
     fixed = 13 + 9 + 6 + 3 * 2
@@ -201,13 +201,12 @@ def _kernel_block(con: Console, k: dict[str, Any]) -> None:
         t.add_column("family", no_wrap=True)
         t.add_column("time", justify="right", no_wrap=True)
         t.add_column("share", justify="right", no_wrap=True)
-        for e in k["top"][:5]:
-            t.add_row(short_name(str(e["name"])), str(e["family"]), fmt_ns(e["time_ns"]),
-                      _pct(e["share"]))  # fmt: skip
+        for e in k.top[:5]:
+            t.add_row(short_name(e.name), e.family, fmt_ns(e.time_ns), _pct(e.share))
         return t
 
     con.print(_fit(con, build))
-    fams = k.get("families") or {}
+    fams = k.families
     if fams:
         text = " · ".join(f"{f} {_pct(v)}" for f, v in list(fams.items())[:6])
         _print_wrapped(con, Text("by family: ", style="dim"), text, style="dim")
@@ -319,7 +318,7 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
             else:
                 parts.append(f"{label} {lo} (r{v.min_rank})–{hi} (r{v.max_rank})")
         lines.append("across ranks: " + " · ".join(parts))
-    gm = [(r.rank, r.evidence["gpu_metrics"]) for r in d.ranks if r.evidence.get("gpu_metrics")]
+    gm = [(r.rank, m) for r in d.ranks if (m := r.evidence.gpu_metrics)]
     if gm:
         labels = {
             "sm_active": "SM active",

@@ -178,12 +178,12 @@ def _whole_run_line(d: Diagnosis) -> str:
 def _kernels(d: Diagnosis) -> str:
     """The run's top kernels or operators, with family and share."""
     k = d.kernels
-    if not k or not k.get("top"):
+    if not k or not k.top:
         return ""
-    unit = "operator" if k.get("unit") == "operator" else "kernel"
-    rows = [[_e(e["name"]), _e(e["family"]), _ms(int(e["time_ns"])), _e(e["count"]),
-             _pct(float(e["share"]))] for e in k["top"]]  # fmt: skip
-    fams = " · ".join(f"{_e(f)} {_pct(float(v))}" for f, v in (k.get("families") or {}).items())
+    unit = "operator" if k.unit == "operator" else "kernel"
+    rows = [[_e(e.name), _e(e.family), _ms(int(e.time_ns)), _e(e.count),
+             _pct(float(e.share))] for e in k.top]  # fmt: skip
+    fams = " · ".join(f"{_e(f)} {_pct(float(v))}" for f, v in k.families.items())
     return (f"<h2>Top {unit}s by {'CPU' if unit == 'operator' else 'GPU'} time, all ranks</h2>"
             + _table([unit, "family", "time", "count", "share"], rows, left=2)
             + (f'<p class="muted">by family: {fams}</p>' if fams else ""))  # fmt: skip
@@ -283,10 +283,10 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
         p.append("<h2>Recommendations</h2><ul>" + "".join(
             f"<li><b>{_e(x.title)}</b>: {_e(x.detail)}</li>" for x in d.recommendations
         ) + "</ul>")  # fmt: skip
-    comm = [[_e(x.rank), _e(x.evidence.get("comm_top", "")),
-             _e(", ".join(map(str, x.evidence.get("comm_names", [])))), _pct(x.shares.comm_wait),
+    comm = [[_e(x.rank), _e(x.evidence.comm_top or ""),
+             _e(", ".join(map(str, x.evidence.comm_names or []))), _pct(x.shares.comm_wait),
              _pct(x.comm_overlapped_ratio)]
-            for x in d.ranks[:MAX_RANKS] if x.evidence.get("comm_names")]  # fmt: skip
+            for x in d.ranks[:MAX_RANKS] if x.evidence.comm_names]  # fmt: skip
     if comm:
         p.append(
             "<h2>Collectives</h2>"

@@ -93,12 +93,12 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         n = words.plural(max(x.steps for x in wr), "steady step")
         out.write(f"\nWhole run (telemetry): {n} per rank, step time median {fmt_ns(med)}\n")
     k = d.kernels
-    if k and k.get("top"):
-        unit = "operator" if k.get("unit") == "operator" else "kernel"
+    if k and k.top:
+        unit = "operator" if k.unit == "operator" else "kernel"
         out.write(f"\n### Top {unit}s, all ranks\n\n")
         _table(out, [unit, "family", "time", "share"],
-               [[short_name(e["name"]), e["family"], fmt_ns(e["time_ns"]), pct(e["share"])]
-                for e in k["top"][:5]], "llrr")  # fmt: skip
+               [[short_name(e.name), e.family, fmt_ns(e.time_ns), pct(e.share)]
+                for e in k.top[:5]], "llrr")  # fmt: skip
     if d.findings:
         out.write("\n### Findings\n\n")
         for f in d.findings[:MAX_ROWS]:

@@ -42,9 +42,9 @@ def test_loader_gap_is_data_wait_with_the_loader_remedy_first(nsys_cases):
     assert "pthread_cond_timedwait" in data.message
     assert d.recommendations[0].id == "dataloader"
     assert d.recommendations[0].estimated_gain_ns == pytest.approx((N - 1) * 15 * MS / N, rel=1e-6)
-    ev = d.ranks[0].evidence["between_steps"]
-    assert ev["gap_ns"] == (N - 1) * 15 * MS
-    assert ev["blocked_in"]["pthread_cond_timedwait"] == pytest.approx(14.9 / 15, abs=1e-3)
+    ev = d.ranks[0].evidence.between_steps
+    assert ev is not None and ev.gap_ns == (N - 1) * 15 * MS
+    assert ev.blocked_in["pthread_cond_timedwait"] == pytest.approx(14.9 / 15, abs=1e-3)
 
 
 def test_gpu_busy_between_ranges_is_not_data_wait(nsys_cases):

@@ -15,6 +15,7 @@ from gpudiag.analysis.metrics import ShareMetrics
 from gpudiag.analysis.model import (
     Finding,
     FindingKind,
+    KernelBreakdown,
     Mode,
     RunSummary,
     Severity,
@@ -80,15 +81,14 @@ def test_saved_diagnosis_without_a_verdict_gets_one(tmp_path):
     assert list(doc)[:4] == ["schema_version", "gpudiag_version", "inputs", "verdict"]
     del doc["verdict"], doc["kernels"]
     back = diagnosis_from_json(doc)
-    assert back.verdict == d.verdict and back.kernels == {}
+    assert back.verdict == d.verdict and back.kernels is None
     path = tmp_path / "old.json"
     path.write_text(json.dumps(doc))
     assert gpudiag.analyze(path).verdict.bottleneck == "data"
 
 
-def _kernels(families: dict[str, float], fp32: float = 0.0) -> dict:
-    return {"unit": "kernel", "total_ns": 100, "top": [], "families": families,
-            "fp32_gemm_share": fp32}  # fmt: skip
+def _kernels(families: dict[str, float], fp32: float = 0.0) -> KernelBreakdown:
+    return KernelBreakdown("kernel", 100, [], families, fp32)
 
 
 def test_compute_bound_remedies_follow_the_kernels():

@@ -15,7 +15,7 @@ from builders import gpu_run
 from cli_runner import run_cli
 
 from gpudiag.analysis.diagnose import diagnose
-from gpudiag.analysis.model import Finding
+from gpudiag.analysis.model import Finding, RankEvidence
 from gpudiag.report.html_report import render
 
 EVIL = '</script><script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -37,7 +37,7 @@ def chromium() -> str:
 def evil_diagnosis():
     d = diagnose(gpu_run(steps=4))
     f = Finding("straggler", "warning", f"rank 1 slow in {EVIL}", ranks=[1], steps=[0, 1])
-    ranks = [dataclasses.replace(r, evidence={"comm_names": [EVIL], "comm_top": EVIL})
+    ranks = [dataclasses.replace(r, evidence=RankEvidence(comm_names=[EVIL], comm_top=EVIL))
              for r in d.ranks]  # fmt: skip
     return dataclasses.replace(d, findings=[f], ranks=ranks, notes=[EVIL])
 

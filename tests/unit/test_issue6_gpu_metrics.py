@@ -36,13 +36,15 @@ def export_with_metrics(tmp_path, shared_traces):
 def test_gpu_metrics_are_averaged_over_the_steps(export_with_metrics):
     d = gpudiag.analyze(export_with_metrics, jobs=1)
     (r,) = d.ranks
-    gm = r.evidence["gpu_metrics"]
+    gm = r.evidence.gpu_metrics
+    assert gm is not None
     assert set(gm) == {"sm_active", "tensor_active"}  # DRAM is not joined
     assert gm["sm_active"] == pytest.approx(0.6, abs=0.01)
     assert gm["tensor_active"] == pytest.approx(0.10)
-    assert r.evidence["gpu_metrics_per_step"]["sm_active"] == [pytest.approx(0.6, abs=0.01)]
+    assert r.evidence.gpu_metrics_per_step["sm_active"] == [pytest.approx(0.6, abs=0.01)]
 
 
 def test_export_without_gpu_metrics_has_none(shared_traces):
     d = gpudiag.analyze(shared_traces / "nsys/nsys-ai/healthy_1pct.sqlite", jobs=1)
-    assert "gpu_metrics" not in d.ranks[0].evidence
+    assert d.ranks[0].evidence.gpu_metrics is None
+    assert "gpu_metrics" not in d.to_json()["ranks"][0]["evidence"]
