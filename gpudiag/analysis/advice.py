@@ -657,6 +657,7 @@ def recommend(
     )
     out: list[Recommendation] = []
     groups: list[list[int]] = []  # remedies acting on the same time, by index into out
+    data_stragglers: list[int] = []
     for f in findings:
         group = []
         for remedy in RULES.get(f.kind, ()):
@@ -664,6 +665,8 @@ def recommend(
                 continue
             gain = remedy.gain(f, ctx)
             group.append(len(out))
+            if f.kind == FindingKind.STRAGGLER and _cause(f) == Cause.DATA:
+                data_stragglers.append(len(out))
             out.append(Recommendation(
                 id=remedy.id(f, ctx), title=remedy.title(f, ctx), detail=remedy.detail(f, ctx),
                 finding=f.kind, evidence=remedy.evidence(f, ctx), estimated_gain_ns=gain,
@@ -672,9 +675,7 @@ def recommend(
         groups.append(group)
     # a straggler slowed by its own data waits for the same loader the data remedy fixes
     data = [i for i, r in enumerate(out) if r.id == "dataloader"]
-    for i, r in enumerate(out):
-        if r.finding == FindingKind.STRAGGLER and r.evidence.get("cause") == Cause.DATA:
-            groups.append([i, *data])
+    groups += [[i, *data] for i in data_stragglers]
     out = _with_overlaps(out, groups)
     out.sort(key=lambda r: -(r.estimated_gain_ns or 0))
     return out

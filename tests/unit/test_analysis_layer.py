@@ -1,0 +1,35 @@
+"""Analysis imports neither renderers nor the API: lint refuses such an import (issue 19)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _lint_as(path: str, source: str) -> subprocess.CompletedProcess[str]:
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff not installed (pip install -e .[lint])")
+    return subprocess.run([ruff, "check", "--no-cache", "--select", "TID251",
+                           "--stdin-filename", path, "-"], input=source, cwd=ROOT,
+                          capture_output=True, text=True, check=False)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["gpudiag.report.markdown", "gpudiag.api", "gpudiag.cli", "gpudiag.frames",
+     "gpudiag.serialise"],
+)  # fmt: skip
+def test_an_analysis_module_may_not_import_the_layers_above(module):
+    r = _lint_as("gpudiag/analysis/probe.py", f"import {module}\n")
+    assert r.returncode == 1 and "TID251" in r.stdout, r.stdout + r.stderr
+
+
+def test_the_api_layer_may():
+    r = _lint_as("gpudiag/probe.py", "import gpudiag.report.markdown\nimport gpudiag.serialise\n")
+    assert r.returncode == 0, r.stdout + r.stderr
