@@ -1,10 +1,13 @@
-"""The Diagnosis and the frozen dataclasses it is made of; JSON round-trip with ``schema_version``.
+"""The Diagnosis and the frozen dataclasses it is made of; ``to_json`` with ``schema_version``.
 
 This is the contract between analysis and every renderer, and (as JSON) with users'
 scripts and CI systems. docs/json-schema.md documents it and
 ``gpudiag/schema/diagnosis.schema.json`` checks it; bump :data:`SCHEMA_VERSION` on any
-incompatible change. Kinds, severities, causes and modes are string enums: they compare
-equal to, and serialise as, the plain strings of the JSON.
+incompatible change. Kinds, severities, causes, modes and step sources are string enums
+(:mod:`gpudiag.analysis.kinds`): they compare equal to, and serialise as, the plain
+strings of the JSON. Each finding kind's metrics are a class of
+:mod:`gpudiag.analysis.metrics`. Reading a saved document back is
+:func:`gpudiag.serialise.diagnosis_from_json`; rendering and frames are above analysis.
 """
 
 from __future__ import annotations
@@ -232,7 +235,7 @@ class SpreadEntry:
 
 @dataclass(frozen=True)
 class WhatIf:
-    """First-order step times under three changes (analysis/advice.py states the model)."""
+    """First-order step times under three changes (analysis/whatif.py states the model)."""
 
     step_time_ns: int
     if_comm_overlapped_ns: int
