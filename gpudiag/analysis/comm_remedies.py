@@ -1,0 +1,207 @@
+"""The remedies for exposed communication (the ``comm_bound`` row of the advice table).
+
+Only the transfer part of the wait counts: comm-wait minus the synchronisation wait of
+matched collectives (waiting for a slower rank is the straggler's cost, not the
+network's); the remedies are left out when under ``advice.min_transfer_share`` of the wait
+is transfer. What the exposed communication is made of decides the remedy: gradient
+synchronisation, parameter gathering (FSDP/ZeRO-3), token exchange (mixture of experts) or
+point-to-point traffic outside a pipeline; AMD GPUs get RCCL's tools and settings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from gpudiag.analysis.metrics import CommBoundMetrics
+from gpudiag.analysis.model import Finding, Mode
+from gpudiag.analysis.remedy import Context, Remedy, exposed_transfer, median_part
+from gpudiag.analysis.remedy import const as _const
+
+
+def _comm_wait(f: Finding, c: Context) -> int:
+    return median_part(c.steps, f.ranks, "comm_wait_ns")
+
+
+def _transfer(f: Finding, c: Context) -> int:
+    """The exposed transfer per step: comm-wait less the wait for slower ranks."""
+    return exposed_transfer(c.steps, f.ranks, c.sync) if c.sync else _comm_wait(f, c)
+
+
+def _is_transfer(f: Finding, c: Context) -> bool:
+    """Enough of the wait is transfer for a communication remedy to help."""
+    return not c.sync or _transfer(f, c) >= c.rules.min_transfer_share * _comm_wait(f, c)
+
+
+def _comm_evidence(f: Finding, c: Context) -> dict[str, Any]:
+    return {"comm_wait_ns_per_step": _comm_wait(f, c), "ranks": f.ranks,
+            "comm_hidden_ratio": f.metrics_as(CommBoundMetrics).comm_hidden_ratio,
+            "transfer_wait_ns_per_step": _transfer(f, c)}  # fmt: skip
+
+
+def _k(c: Context) -> int:
+    return c.rules.accumulation_micro_batches
+
+
+def _backends(f: Finding, c: Context) -> set[str]:
+    return {e.backend or "" for e in c.evidence(f.ranks)}
+
+
+# What the exposed communication is made of decides the remedy: gradient synchronisation
+# (DDP's all-reduce, ZeRO/FSDP's reduce-scatter), parameter gathering (FSDP's all-gather),
+# token exchange (MoE's all-to-all), or point-to-point traffic outside a pipeline.
+PATTERNS = {
+    "allreduce": "gradients", "reducescatter": "gradients", "allgather": "parameters",
+    "alltoall": "tokens", "send": "p2p", "recv": "p2p", "sendrecv": "p2p",
+}  # fmt: skip
+
+
+def _pattern(f: Finding, c: Context) -> str:
+    """The flagged ranks' dominant communication pattern (``gradients`` by default).
+
+    A ``SendRecv`` kernel's share is split by the host-side operations of the rank
+    (``nccl:all_to_all`` or ``nccl:send``): NCCL runs both with the same kernel.
+    """
+    share: dict[str, float] = {}
+    for ev in c.evidence(f.ranks):
+        host = {t: v for t, v in (ev.host_comm_types or {}).items() if t != "sendrecv"}
+        for t, v in (ev.comm_types or {}).items():
+            split = host if t == "sendrecv" and host else {t: 1.0}
+            norm = sum(split.values())
+            for ht, hv in split.items():
+                p = PATTERNS.get(ht, "other")
+                share[p] = share.get(p, 0.0) + float(v) * hv / norm
+    return max(share, key=lambda k: share[k]) if share else "gradients"
+
+
+def _amd(f: Finding, c: Context) -> bool:
+    """The GPUs are AMD's (ROCm/RCCL): different tools and settings apply."""
+    names = " ".join(d for r in f.ranks if r in c.ranks for d in c.ranks[r].devices)
+    return (
+        bool(re.search(r"\bAMD\b|Instinct|\bMI\d{3}|Radeon", names))
+        or "rccl" in " ".join(n for e in c.evidence(f.ranks) for n in e.comm_names or []).lower()
+    )
+
+
+def _for(*patterns: str) -> Callable[[Finding, Context], bool]:
+    return lambda f, c: _is_transfer(f, c) and _pattern(f, c) in patterns
+
+
+def _comm_evidence_with_pattern(f: Finding, c: Context) -> dict[str, Any]:
+    return {**_comm_evidence(f, c), "pattern": _pattern(f, c)}
+
+
+def _tuning_detail(f: Finding, c: Context) -> str:
+    if _amd(f, c):
+        return ("Compare RCCL's algorithms and protocols for your message sizes (RCCL honours "
+                "NCCL_ALGO / NCCL_PROTO; see also RCCL_* settings), confirm traffic uses xGMI "
+                "within a node (rocm-smi --showtopo, rccl-tests) and RDMA across nodes "
+                "(NCCL_DEBUG=INFO shows the transport), and trace the transfers with "
+                "rocprofv3 or omnitrace.")  # fmt: skip
+    return ("Compare NCCL_ALGO=Ring and Tree for your message sizes, confirm NCCL uses NVLink "
+            "within a node and InfiniBand/RDMA across nodes (NCCL_DEBUG=INFO shows the "
+            "transport; nvidia-smi topo -m the links), and use hierarchical or topology-aware "
+            "collectives (HSDP, 2-D process groups) across nodes.")  # fmt: skip
+
+
+COMM = (
+    Remedy(
+        id=_const("comm-overlap"),
+        title=_const("Hide gradient communication behind backward"),
+        detail=_const(
+            "Only part of the gradient synchronisation overlaps compute. With DDP keep "
+            "find_unused_parameters=False, set gradient_as_bucket_view=True and "
+            "static_graph=True where the graph is static, and tune bucket_cap_mb "
+            "(smaller buckets start earlier); make sure no synchronising call "
+            "(.item(), .cpu(), a barrier) sits between backward and the optimizer step."
+        ),
+        gain=_transfer,
+        evidence=_comm_evidence_with_pattern,
+        applies=_for("gradients"),
+    ),
+    Remedy(
+        id=_const("grad-accumulation"),
+        title=lambda f, c: f"Accumulate gradients over {_k(c)} micro-batches with no_sync()",
+        detail=lambda f, c: (
+            f"Communicating once per {_k(c)} micro-batches divides the communication per "
+            f"sample by {_k(c)}: wrap the first {_k(c) - 1} backward passes in "
+            "`with model.no_sync():` and scale the learning rate or loss accordingly."
+        ),
+        gain=lambda f, c: round(_transfer(f, c) * (1 - 1 / _k(c))),
+        evidence=lambda f, c: {**_comm_evidence_with_pattern(f, c), "k": _k(c)},
+        applies=_for("gradients"),
+    ),
+    Remedy(
+        id=_const("grad-compression"),
+        title=_const("Compress gradients: bf16/fp16 hooks or PowerSGD"),
+        detail=_const(
+            "model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook) "
+            "(or fp16_compress_hook) halves the bytes of every all-reduce; PowerSGD "
+            "(powerSGD_hook) cuts them far more for large layers at some accuracy cost."
+        ),
+        gain=lambda f, c: _transfer(f, c) // 2,  # half the bytes
+        evidence=_comm_evidence_with_pattern,
+        applies=_for("gradients"),
+    ),
+    Remedy(
+        id=_const("fsdp-prefetch"),
+        title=_const("Prefetch parameter all-gathers (FSDP/ZeRO-3)"),
+        detail=_const(
+            "The exposed communication is mostly all-gathers of sharded parameters: enable "
+            "forward_prefetch=True and backward_prefetch=BACKWARD_PRE (FSDP2: "
+            "set_modules_to_forward_prefetch / reshard_after_forward=False for the last "
+            "blocks), wrap larger units so fewer, bigger gathers run, and keep "
+            "limit_all_gathers so prefetching does not stall on memory."
+        ),
+        gain=_transfer,
+        evidence=_comm_evidence_with_pattern,
+        applies=_for("parameters"),
+    ),
+    Remedy(
+        id=_const("moe-all-to-all"),
+        title=_const("Cut and hide the all-to-all token exchange (expert parallelism)"),
+        detail=_const(
+            "The exposed communication is mostly all-to-all, as in mixture-of-experts "
+            "dispatch and combine or sharded embeddings: lower the capacity factor or drop "
+            "overflow tokens, use a hierarchical all-to-all (intra-node first, then across "
+            "nodes), and overlap dispatch/combine with expert compute (chunked or "
+            "pipelined all-to-all, e.g. DeepEP or Tutel). DDP's gradient remedies do not "
+            "apply to this traffic."
+        ),
+        gain=_transfer,
+        evidence=_comm_evidence_with_pattern,
+        applies=_for("tokens"),
+    ),
+    Remedy(
+        id=_const("p2p-overlap"),
+        title=_const("Post point-to-point transfers early and batch them"),
+        detail=_const(
+            "The exposed communication is point-to-point send/recv outside a pipeline "
+            "schedule: post irecv before the compute that precedes its use, batch pairs "
+            "with dist.batch_isend_irecv, and wait only where the data is needed."
+        ),
+        gain=_transfer,
+        evidence=_comm_evidence_with_pattern,
+        applies=_for("p2p"),
+    ),
+    Remedy(
+        id=_const("nccl-backend"),
+        title=_const("Use the NCCL backend for GPU tensors"),
+        detail=_const("init_process_group('nccl'): gloo stages GPU tensors through the host."),
+        gain=lambda f, c: None,
+        evidence=lambda f, c: {**_comm_evidence(f, c), "backend": "gloo"},
+        applies=lambda f, c: (_is_transfer(f, c) and c.run.mode == Mode.GPU
+                              and "gloo" in _backends(f, c)),
+    ),
+    Remedy(
+        id=lambda f, c: "rccl-tuning" if _amd(f, c) else "nccl-tuning",
+        title=lambda f, c: ("Check RCCL's algorithm, protocol and transport (xGMI, RDMA)"
+                            if _amd(f, c) else "Check NCCL's algorithm, protocol and transport"),
+        detail=_tuning_detail,
+        gain=lambda f, c: None,
+        evidence=_comm_evidence_with_pattern,
+        applies=lambda f, c: (_is_transfer(f, c) and c.run.mode == Mode.GPU
+                              and "gloo" not in _backends(f, c)),
+    ),
+)  # fmt: skip
