@@ -24,7 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gpudiag.analysis.gate import RunStat, evaluate, run_stat, t_ppf
+from gpudiag.analysis.baseline import RunStat, run_stat
+from gpudiag.analysis.gate import evaluate
+from gpudiag.analysis.stats import t_ppf
 from gpudiag.api import analyze
 from gpudiag.cli import _run_conditions
 from gpudiag.config import GateConfig, Thresholds

@@ -454,7 +454,7 @@ def _gate_runs(path: Path, th: Thresholds, cfg: Any) -> list[Any]:
     """A baseline path as RunStats: a baseline file's runs, or one analysed run."""
     import json
 
-    from gpudiag.analysis.gate import BASELINE_FORMAT, baseline_from_json, run_stat
+    from gpudiag.analysis.baseline import BASELINE_FORMAT, baseline_from_json, run_stat
     from gpudiag.errors import InputError
 
     if path.is_file() and path.suffix == ".json":
@@ -559,7 +559,8 @@ def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form:
     """Write a baseline file of several runs; gate each run's own limits; the worst exit."""
     import json
 
-    from gpudiag.analysis.gate import GateStatus, baseline_to_json, evaluate, run_stat
+    from gpudiag.analysis.baseline import baseline_to_json, run_stat
+    from gpudiag.analysis.gate import GateStatus, evaluate
     from gpudiag.report import ci
     from gpudiag.rundir import atomic_write
 

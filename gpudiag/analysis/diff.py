@@ -13,7 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpudiag.analysis.gate import describe_fingerprint_difference, fingerprint, step_time_stats
+from gpudiag.analysis.baseline import (
+    describe_fingerprint_difference,
+    fingerprint,
+    step_time_stats,
+)
 from gpudiag.analysis.model import Diagnosis, RankSummary, RunSummary
 from gpudiag.config import DiffRules, Thresholds
 
@@ -99,7 +103,7 @@ def diff(
 ) -> RunDiff:  # fmt: skip
     """Compare run summaries, then each rank present in either run.
 
-    The run's median and p90 step time come from :func:`gpudiag.analysis.gate.step_time_stats`
+    The run's median and p90 step time come from :func:`gpudiag.analysis.baseline.step_time_stats`
     (the gate's numbers); ``th`` gives its steady-step rule.
     """
     rules = rules or DiffRules()

@@ -9,10 +9,11 @@ Pure: no I/O, no globals. The rules (docs/gate.md states them for users):
 * **Stragglers**: every Finding of kind ``straggler`` (whoever produced it) is a failing
   check (``stragglers="fail"``), a warning (``"warn"``) or ignored (``"off"``).
 * **Regression against a baseline** of one or more runs. Each run is reduced to its
-  steady median job step time (:func:`step_time_stats`, the function ``diff`` uses too):
-  per step number the slowest rank's duration (a synchronous step ends when its slowest
-  rank does), over the steady steps only (:mod:`gpudiag.analysis.steady`; ``warmup_steps``
-  overrides the leading steps left out). A run with fewer than ``min_samples`` (8) steady
+  steady median job step time (:func:`gpudiag.analysis.baseline.step_time_stats`, which
+  ``diff`` uses too): per step number the slowest rank's duration (a synchronous step
+  ends when its slowest rank does), over the steady steps only
+  (:mod:`gpudiag.analysis.steady`; ``warmup_steps`` overrides the leading steps left out).
+  A run with fewer than ``min_samples`` (8) steady
   steps makes the check *inconclusive*. Steps of one run share that run's host conditions,
   so they are not independent samples of the code's speed: the comparison is between
   *runs*. With baseline medians b_1..b_n (mean m, sample standard deviation s) and the
@@ -55,8 +56,14 @@ from typing import Any
 
 import numpy as np
 
-from gpudiag.analysis.model import Diagnosis, FindingKind, RunStep, StrEnum
-from gpudiag.analysis.steady import steady_steps
+from gpudiag.analysis.baseline import (
+    RunStat,
+    describe_fingerprint_difference,
+    fingerprint,
+    run_stat,
+)
+from gpudiag.analysis.model import Diagnosis, FindingKind, StrEnum
+from gpudiag.analysis.stats import mann_whitney_u, t_ppf, t_sf
 from gpudiag.config import GateConfig, Thresholds
 from gpudiag.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
 from gpudiag.runconditions import RunConditions, contention
@@ -140,275 +147,6 @@ class GateResult:
         d = asdict(self)
         d["exit_code"] = self.exit_code
         return d
-
-
-# ---- Mann-Whitney U ----
-
-
-def _exact_sf(u: float, n1: int, n2: int) -> float:
-    """P(U ≥ u) under H0 for untied samples, from the exact distribution of U."""
-    # f[j] over (i, j): counts of arrangements of i x's and j y's with U = index;
-    # recurrence f(i, j, u) = f(i-1, j, u-j) + f(i, j-1, u).
-    size = n1 * n2 + 1
-    prev = [np.zeros(size) for _ in range(n2 + 1)]
-    for j in range(n2 + 1):
-        prev[j][0] = 1.0  # i = 0: only U = 0
-    for _ in range(n1):
-        cur = [np.zeros(size) for _ in range(n2 + 1)]
-        cur[0][0] = 1.0
-        for j in range(1, n2 + 1):
-            shifted = np.zeros(size)
-            shifted[j:] = prev[j][: size - j]
-            cur[j] = shifted + cur[j - 1]
-        prev = cur
-    counts = prev[n2]
-    k = math.ceil(u - 1e-9)
-    return float(counts[k:].sum() / counts.sum())
-
-
-CONTINUITY = 0.5  # the normal approximation's continuity correction of U
-
-
-def _norm_sf(z: float) -> float:
-    return 0.5 * math.erfc(z / math.sqrt(2.0))
-
-
-def mann_whitney_u(
-    x: Sequence[float], y: Sequence[float], alternative: str = "greater", method: str = "auto"
-) -> tuple[float, float]:
-    """Mann-Whitney U of ``x`` against ``y``: (U of x, p-value).
-
-    ``alternative="greater"`` tests whether x tends to be larger than y (a slowdown when x
-    are the candidate's step times). ``method``: ``"exact"`` (no ties only), ``"asymptotic"``
-    (normal approximation with tie and continuity correction) or ``"auto"`` (exact when
-    both samples have at most 50 values and there are no ties). Same conventions as
-    ``scipy.stats.mannwhitneyu``.
-    """
-    a = np.asarray(x, dtype=np.float64)
-    b = np.asarray(y, dtype=np.float64)
-    n1, n2 = a.size, b.size
-    if n1 == 0 or n2 == 0:
-        raise ValueError("both samples need at least one value")
-    if alternative not in ("greater", "less", "two-sided"):
-        raise ValueError(f"alternative={alternative!r}")
-    both = np.concatenate([a, b])
-    order = np.argsort(both, kind="mergesort")
-    sorted_v = both[order]
-    ranks = np.empty(both.size)
-    # Average ranks of ties.
-    _, first, counts = np.unique(sorted_v, return_index=True, return_counts=True)
-    avg = first + (counts + 1) / 2.0
-    ranks[order] = np.repeat(avg, counts)
-    u1 = float(ranks[:n1].sum() - n1 * (n1 + 1) / 2.0)
-    u2 = n1 * n2 - u1
-    ties = bool((counts > 1).any())
-    if method == "auto":
-        method = "exact" if max(n1, n2) <= 50 and not ties else "asymptotic"
-    if method == "exact":
-        if alternative == "greater":
-            p = _exact_sf(u1, n1, n2)
-        elif alternative == "less":
-            p = _exact_sf(u2, n1, n2)
-        else:
-            p = min(1.0, 2.0 * _exact_sf(max(u1, u2), n1, n2))
-        return u1, p
-    n = n1 + n2
-    tie_term = float((counts.astype(np.float64) ** 3 - counts).sum()) / (n * (n - 1))
-    sigma = math.sqrt(n1 * n2 / 12.0 * ((n + 1) - tie_term))
-    mu = n1 * n2 / 2.0
-    if sigma == 0:
-        return u1, 1.0
-    if alternative == "greater":
-        p = _norm_sf((u1 - mu - CONTINUITY) / sigma)
-    elif alternative == "less":
-        p = _norm_sf((u2 - mu - CONTINUITY) / sigma)
-    else:
-        p = min(1.0, 2.0 * _norm_sf((max(u1, u2) - mu - CONTINUITY) / sigma))
-    return u1, p
-
-
-# ---- Student's t (run-level test) ----
-
-
-def _betacf(a: float, b: float, x: float) -> float:
-    """Continued fraction of the regularised incomplete beta (modified Lentz)."""
-    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)),
-                   -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):  # fmt: skip
-            d = 1.0 + aa * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + aa / c
-            c = c if abs(c) > tiny else tiny
-            h *= d * c
-        if abs(d * c - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betai(a: float, b: float, x: float) -> float:
-    """Regularised incomplete beta I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    ln = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
-    front = math.exp(ln + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_sf(t: float, df: int) -> float:
-    """P(T > t) for Student's t with ``df`` degrees of freedom."""
-    tail = 0.5 * _betai(df / 2.0, 0.5, df / (df + t * t))
-    return tail if t >= 0 else 1.0 - tail
-
-
-def t_ppf(q: float, df: int) -> float:
-    """The ``q`` quantile (0.5 < q < 1) of Student's t with ``df`` degrees of freedom."""
-    lo, hi = 0.0, 1e7
-    for _ in range(200):
-        mid = (lo + hi) / 2.0
-        if 1.0 - t_sf(mid, df) < q:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2.0
-
-
-# ---- samples and fingerprints ----
-
-
-def step_samples(
-    d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
-) -> list[int]:
-    """Per-step job step times (ns): per steady step number, the slowest rank.
-
-    Uses the run directory's telemetry (every step) when the Diagnosis has it and it holds
-    more steady steps than the profiled window, else the profiled steps; either way only
-    the steady steps (:func:`gpudiag.analysis.steady.steady_steps`) count.
-    """
-    th = th or Thresholds()
-    window = [RunStep(s.rank, s.step, s.start_ns, s.duration_ns, None, None, None, False)
-              for s in d.steps]  # fmt: skip
-    tele = list(d.whole_run.steps) if d.whole_run else []
-    # The window's first step is not the job's: only --warmup-steps drops it there.
-    keep = steady_steps(window, th.steady, warmup_steps or 0)
-    rows = window
-    if tele:
-        keep_t = steady_steps(tele, th.steady, warmup_steps)
-        if len({st for _, st in keep_t}) > len({st for _, st in keep}):
-            rows, keep = tele, keep_t
-    per_step: dict[int, int] = {}
-    for s in rows:
-        if (s.rank, s.step) in keep and s.duration_ns > 0:
-            per_step[s.step] = max(per_step.get(s.step, 0), s.duration_ns)
-    return [per_step[k] for k in sorted(per_step)]
-
-
-def step_time_stats(
-    d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
-) -> tuple[float | None, float | None, int]:
-    """(median, p90, count) of :func:`step_samples`, in ns; ``gate`` and ``diff`` share it."""
-    samples = step_samples(d, warmup_steps, th)
-    if not samples:
-        return None, None, 0
-    return float(np.median(samples)), float(np.percentile(samples, 90)), len(samples)
-
-
-@dataclass(frozen=True)
-class RunStat:
-    """One run reduced to what the run-level comparison needs (a baseline file's entry)."""
-
-    name: str
-    step_time_ns_median: float | None
-    step_time_ns: list[int]  # the steady per-step job step times
-    shares: dict[str, float]
-    idle_ratio: float
-    fingerprint: dict[str, Any]
-    stragglers: list[int] = field(default_factory=list)
-    conditions: dict[str, Any] | None = None
-
-
-def run_stat(
-    d: Diagnosis,
-    name: str = "",
-    conditions: RunConditions | None = None,
-    warmup_steps: int | None = None,
-    th: Thresholds | None = None,
-) -> RunStat:
-    """Reduce a Diagnosis (and its recorded run conditions) to a :class:`RunStat`."""
-    samples = step_samples(d, warmup_steps, th)
-    median = step_time_stats(d, warmup_steps, th)[0]
-    stragglers = sorted({r for f in d.findings if f.kind == FindingKind.STRAGGLER
-                         for r in f.ranks})  # fmt: skip
-    return RunStat(name, median, samples, d.run.shares.as_dict(), d.run.idle_ratio,
-                   fingerprint(d), stragglers,
-                   conditions.to_json() if conditions is not None else None)  # fmt: skip
-
-
-BASELINE_FORMAT = "gpudiag.baseline"
-BASELINE_VERSION = 1
-
-
-def baseline_to_json(runs: Sequence[RunStat], cfg: GateConfig, version: str = "") -> dict[str, Any]:
-    """The document ``gate --save-baseline FILE RUN…`` writes: one entry per run."""
-    return {
-        "format": BASELINE_FORMAT,
-        "version": BASELINE_VERSION,
-        "gpudiag_version": version,
-        "warmup_steps": cfg.warmup_steps,
-        "runs": [asdict(r) for r in runs],
-    }
-
-
-def is_baseline_json(doc: Any) -> bool:
-    """True for a document written by :func:`baseline_to_json`."""
-    return isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT
-
-
-def baseline_from_json(doc: dict[str, Any]) -> list[RunStat]:
-    """The runs of a baseline file; ValueError on a newer or malformed one."""
-    if int(doc.get("version", 0)) > BASELINE_VERSION:
-        raise ValueError(f"baseline file version {doc.get('version')} is newer than this "
-                         f"gpudiag understands ({BASELINE_VERSION})")  # fmt: skip
-    try:
-        return [RunStat(**r) for r in doc["runs"]]
-    except (KeyError, TypeError) as e:
-        raise ValueError(f"malformed baseline file ({e})") from e
-
-
-def fingerprint(d: Diagnosis) -> dict[str, Any]:
-    """What must match for two runs to be comparable: world size, device names, mode."""
-    devices = sorted({dev for r in d.ranks for dev in r.devices})
-    return {
-        "world_size": d.run.world_size or d.run.ranks,
-        "devices": devices,
-        "mode": str(d.run.mode),
-    }
-
-
-_FP_LABELS = {"world_size": "world size", "devices": "GPUs", "mode": "mode"}
-
-
-def _fp_value(key: str, v: Any) -> str:
-    if key == "devices":
-        return ", ".join(v) if v else "no GPUs"
-    return str(v)
-
-
-def describe_fingerprint_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """``world size 8 vs 4, GPUs H100 vs A100``: the keys that differ, in the user's words."""
-    return ", ".join(
-        f"{_FP_LABELS.get(k, k)} {_fp_value(k, a.get(k))} vs {_fp_value(k, b.get(k))}"
-        for k in a
-        if a.get(k) != b.get(k)
-    )
 
 
 # ---- the gate ----

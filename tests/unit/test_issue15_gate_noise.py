@@ -16,24 +16,21 @@ from builders import gpu_run
 from cli_runner import run_cli
 
 from gpudiag import rundir
-from gpudiag.analysis.diagnose import diagnose
-from gpudiag.analysis.diff import diff
-from gpudiag.analysis.gate import (
+from gpudiag.analysis.baseline import (
     RunStat,
     baseline_from_json,
     baseline_to_json,
-    contention,
-    evaluate,
     fingerprint,
     run_stat,
-    runs_needed,
     step_time_stats,
-    t_ppf,
-    t_sf,
 )
+from gpudiag.analysis.diagnose import diagnose
+from gpudiag.analysis.diff import diff
+from gpudiag.analysis.gate import evaluate, runs_needed
 from gpudiag.analysis.model import Diagnosis
+from gpudiag.analysis.stats import t_ppf, t_sf
 from gpudiag.config import GateConfig
-from gpudiag.runconditions import RunConditions, merge
+from gpudiag.runconditions import RunConditions, contention, merge
 from gpudiag.serialise import diagnosis_from_json
 
 QUIET = {"other_cpu_ratio_mean": 0.02, "steal_ratio_mean": 0.0, "gpus": {}}

@@ -12,10 +12,12 @@ import pytest
 from builders import gpu_run
 from cli_runner import run_cli
 
+from gpudiag.analysis.baseline import step_samples
 from gpudiag.analysis.diagnose import diagnose
 from gpudiag.analysis.diff import diff
-from gpudiag.analysis.gate import evaluate, mann_whitney_u, step_samples
+from gpudiag.analysis.gate import evaluate
 from gpudiag.analysis.model import Diagnosis, Finding
+from gpudiag.analysis.stats import mann_whitney_u
 from gpudiag.config import GateConfig, gate_config
 from gpudiag.errors import UsageError
 from gpudiag.report import ci, junit, markdown
