@@ -33,7 +33,7 @@ def rss():
     return int(d["VmRSS"].split()[0]) * 1024, int(d["VmHWM"].split()[0]) * 1024
 from gpudiag.config import Thresholds
 from gpudiag.traces import kineto
-from gpudiag.analysis.diagnose import analyze_rank
+from gpudiag.analysis.rank import rank_result
 path, th, out = Path(sys.argv[1]), Thresholds(), []
 t = time.perf_counter(); c = time.process_time()
 def mark(name):
@@ -45,7 +45,7 @@ trace = kineto.decode(path, data); mark("decode")
 del data; mark("free JSON bytes")
 tl = kineto.build_timeline(path, trace); mark("columns")
 del trace; mark("free structs")
-res = analyze_rank(tl, th); mark("steps+classify")
+res = rank_result(tl, th); mark("steps+classify")
 del tl, res
 tl = kineto.load_kineto(path); mark("streamed load")
 print(json.dumps(out))

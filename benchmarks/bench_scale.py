@@ -152,12 +152,12 @@ def shipped_per_rank(path: Path) -> tuple[int, int, Any]:
     """Pickled bytes of one rank's task (function + source) and of its result."""
     import functools
 
-    from gpudiag.analysis.diagnose import analyze_source
+    from gpudiag.analysis.rank import source_results
     from gpudiag.config import Thresholds
     from gpudiag.traces.load import load_run
 
     source = load_run(path).sources[0]
-    fn = functools.partial(analyze_source, thresholds=Thresholds())
+    fn = functools.partial(source_results, thresholds=Thresholds())
     task = len(pickle.dumps((fn, source), protocol=5))
     results = fn(source)
     return task, len(pickle.dumps(results, protocol=5)), results[0]

@@ -29,7 +29,7 @@ distributed = pytest.importorskip("distributed", reason="pip install -e '.[test]
 import dask  # noqa: E402
 
 import gpudiag  # noqa: E402
-from gpudiag.analysis.diagnose import analyze_source  # noqa: E402
+from gpudiag.analysis.rank import source_results  # noqa: E402
 from gpudiag.config import Thresholds, scheduler_address  # noqa: E402
 from gpudiag.traces.load import load_run  # noqa: E402
 
@@ -178,7 +178,7 @@ def test_rank_results_are_bounded_by_steps_and_collectives(tmp_path):
     )  # fmt: skip
     th = Thresholds()
     for path in (src, tmp_path / "rank-0.json.gz"):
-        (res,) = analyze_source(load_run(path).sources[0], th)
+        (res,) = source_results(load_run(path).sources[0], th)
         size = len(pickle.dumps(res, protocol=5))
         colls = len(res.collectives.type) if res.collectives else 0
         # THEN what crosses back costs a constant, ~100 B a step and ~60 B a collective

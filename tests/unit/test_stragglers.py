@@ -3,9 +3,9 @@
 import pytest
 
 from gpudiag.analysis.advice import recommend
-from gpudiag.analysis.diagnose import _comm_wait_for_stragglers
 from gpudiag.analysis.metrics import CommBoundMetrics
 from gpudiag.analysis.model import Finding, GpuStats, RunStep, StepBreakdown, WholeRun
+from gpudiag.analysis.reconcile import comm_wait_for_stragglers
 from gpudiag.analysis.stragglers import find_stragglers
 from gpudiag.analysis.whatif import what_if
 
@@ -124,8 +124,8 @@ def test_whole_run_telemetry_is_used_when_present():
 
 
 def test_recommendation_names_the_rank_cause_and_gain():
-    from gpudiag.analysis.diagnose import _shares  # noqa: F401  (shares are internal)
     from gpudiag.analysis.model import RunSummary, Shares
+    from gpudiag.analysis.summary import _shares  # noqa: F401  (shares are internal)
 
     steps = sync_steps(extra={(2, s): (20, 0, 0) for s in range(8)})
     fs = stragglers(steps)
@@ -176,15 +176,15 @@ def test_comm_wait_spent_waiting_for_late_ranks_is_called_imbalance():
     steps = [StepBreakdown(0, s, s * 100 * MS, 100 * MS, 70 * MS, 20 * MS, 5 * MS, 5 * MS, 0)
              for s in range(4)]  # fmt: skip
     sync = {(0, s): 16 * MS for s in range(4)}
-    (f,) = _comm_wait_for_stragglers([_comm_bound([0])], steps, sync)
+    (f,) = comm_wait_for_stragglers([_comm_bound([0])], steps, sync)
     assert f.severity == "warning" and f.metrics.sync_wait_share == pytest.approx(0.8)
     assert "80% of it is waiting for other ranks to reach the collective" in f.message
     # with a straggler named, the straggler finding carries the lost time
     slow = Finding("straggler", "error", "rank 1 …", ranks=[1], cause="compute")
-    _, g = _comm_wait_for_stragglers([slow, _comm_bound([0])], steps, sync)
+    _, g = comm_wait_for_stragglers([slow, _comm_bound([0])], steps, sync)
     assert g.severity == "info" and "waiting for the straggler (rank 1)" in g.message
     # mostly transfer: the finding is left as it was, with the share for the record
-    (h,) = _comm_wait_for_stragglers([_comm_bound([0])], steps, {(0, 0): 4 * MS})
+    (h,) = comm_wait_for_stragglers([_comm_bound([0])], steps, {(0, 0): 4 * MS})
     assert h.message == "rank 0: 20% of step time waiting" and h.metrics.sync_wait_share == 0.05
 
 

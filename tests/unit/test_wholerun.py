@@ -106,13 +106,14 @@ def test_diagnosis_with_whole_run_round_trips_and_matches_the_schema():
     jsonschema = pytest.importorskip("jsonschema")
     from builders import gpu_run
 
-    from gpudiag.analysis.diagnose import analyze_rank, build_diagnosis
+    from gpudiag.analysis.diagnose import build_diagnosis
+    from gpudiag.analysis.rank import rank_result
     from gpudiag.config import Thresholds
 
     th = Thresholds()
     tele = pd.concat([telemetry(0, [100] * 6), telemetry(1, [100] * 6)])
     w, extra = whole_run(tele, samples("GPU-a", 6, 0.9, 0x8), manifest())
-    d = build_diagnosis([analyze_rank(t, th) for t in gpu_run().ranks], th, whole_run=w,
+    d = build_diagnosis([rank_result(t, th) for t in gpu_run().ranks], th, whole_run=w,
                         extra_findings=extra)  # fmt: skip
     doc = json.loads(json.dumps(d.to_json()))
     schema = Path(__file__).resolve().parents[2] / "gpudiag/schema/diagnosis.schema.json"

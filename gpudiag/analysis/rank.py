@@ -1,0 +1,325 @@
+"""One rank's analysis: RankTimeline → RankResult (steps, their classification, evidence).
+
+:func:`source_results` is the unit of work :func:`gpudiag.analysis.diagnose.diagnose` maps
+over the run's sources (worker processes or a Dask cluster), so only compact per-rank
+results cross processes. Without a trace, :func:`telemetry_results` makes the same results
+from ``gpudiag run``'s step telemetry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from gpudiag.analysis import intervals as iv
+from gpudiag.analysis.classify import (
+    RankSets,
+    classify_steps,
+    copies_alone,
+    dominant_names,
+    idle_in_steps,
+    input_gaps,
+    rank_sets,
+    time_by_name,
+)
+from gpudiag.analysis.collectives import (
+    Collectives,
+    collective_type,
+    comm_type_shares,
+    extract,
+    host_comm_types,
+)
+from gpudiag.analysis.kernels import breakdown as kernel_breakdown
+from gpudiag.analysis.metrics import (
+    IdleMetrics,
+)
+from gpudiag.analysis.model import (
+    Finding,
+    FindingKind,
+    Mode,
+    RankEvidence,
+    Severity,
+    StepBreakdown,
+    StepSource,
+    WholeRun,
+    by_rank,
+)
+from gpudiag.analysis.steady import steady_steps
+from gpudiag.analysis.steps import StepWindows, find_steps
+from gpudiag.analysis.timeline import RankLanes, rank_lanes
+from gpudiag.config import Thresholds
+from gpudiag.traces.schema import (
+    Kind,
+    RankMeta,
+    RankSource,
+    RankTimeline,
+)
+
+
+@dataclass
+class RankResult:
+    """What one rank contributes to a Diagnosis; small enough to cross processes."""
+
+    rank: int
+    meta: RankMeta
+    mode: Mode
+    step_source: StepSource
+    steps: list[StepBreakdown]
+    notes: list[str] = field(default_factory=list)
+    evidence: RankEvidence = field(default_factory=RankEvidence)
+    truncated_step: int | None = None
+    collectives: Collectives | None = None
+    source: str = ""
+    step_note: str = ""  # how the steps were found, when not from step markers
+    events: int = 0  # how many intervals were loaded (a count, for progress rates)
+    lanes: RankLanes | None = None  # the classified timeline, when asked for
+
+
+TELEMETRY_NOTE = (
+    "no profiler trace: diagnosed from the step telemetry alone. Its 'compute' is each "
+    "step's busy time — compute and host work together, which only a trace tells apart — "
+    "and its data-wait and comm-wait are the job's measured blocking in the DataLoader and "
+    "in collectives; a trace adds kernels, launch gaps, overlap and matched collectives: "
+    "rerun with --profile-steps A:B within the job's {steps} steps"
+)
+
+
+def telemetry_results(whole: WholeRun, th: Thresholds) -> list[RankResult]:
+    """Per-rank results from ``gpudiag run``'s step telemetry when there is no trace.
+
+    Each steady step (:mod:`gpudiag.analysis.steady`) splits into data-wait and comm-wait
+    as the job measured them and *busy* = the rest, reported as compute (mode
+    ``telemetry``: compute and host work are not told apart, so neither the idle ratio nor
+    host-bound is judged from it; NVML's utilisation stands in for the idle ratio).
+    """
+    keep = steady_steps(whole.steps, th.steady)
+    out = []
+    for rank, steps in sorted(by_rank(whole.steps).items()):
+        rows = []
+        for s in steps:
+            if (rank, s.step) not in keep:
+                continue
+            data = min(max(s.data_wait_ns or 0, 0), s.duration_ns)
+            comm = min(max(s.comm_wait_ns or 0, 0), s.duration_ns - data)
+            rows.append(StepBreakdown(rank, s.step, s.start_ns, s.duration_ns,
+                                      s.duration_ns - data - comm, comm, data, 0, 0))  # fmt: skip
+        if rows:
+            meta = RankMeta(source="step telemetry", fmt="telemetry", rank_from="telemetry")
+            out.append(RankResult(rank=rank, meta=meta, mode=Mode.TELEMETRY,
+                                  step_source=StepSource.TELEMETRY, steps=rows,
+                                  source="step telemetry"))  # fmt: skip
+    return out
+
+
+def nvml_idle(whole: WholeRun, th: Thresholds) -> list[Finding]:
+    """Without a trace, the idle ratio comes from NVML: 1 − mean GPU utilisation."""
+    idle = {g.rank: 1.0 - g.util_ratio for g in whole.gpus
+            if g.rank is not None and g.util_ratio is not None}  # fmt: skip
+    flagged = {r: v for r, v in idle.items() if v > th.idle_ratio_max}
+    if not flagged:
+        return []
+    lo, hi = min(flagged.values()), max(flagged.values())
+    span = f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}–{hi:.0%}"
+    who = (f"rank {next(iter(flagged))}" if len(flagged) == 1
+           else "ranks " + ", ".join(map(str, sorted(flagged))))  # fmt: skip
+    return [Finding(
+        kind=FindingKind.IDLE_RATIO,
+        severity=Severity.WARNING,
+        message=(f"{who}: GPU idle {span} of the run by NVML's utilisation (idle ratio above "
+                 f"the {th.idle_ratio_max:.0%} threshold; no trace to split the steps)"),
+        ranks=sorted(flagged),
+        metrics=IdleMetrics({str(r): v for r, v in sorted(flagged.items())},
+                            th.idle_ratio_max, source="nvml"),
+    )]  # fmt: skip
+
+
+def source_results(
+    source: RankSource, thresholds: Thresholds, timeline: str | None = None
+) -> list[RankResult]:
+    """Load one source and analyse each of its ranks (the per-rank unit of work).
+
+    ``timeline`` (``parts`` or ``full``) also keeps each rank's classified timeline.
+    """
+    return [
+        dataclasses.replace(rank_result(tl, thresholds, timeline), source=source.label)
+        for tl in source.load()
+    ]
+
+
+def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -> RankResult:
+    """Steps and their classification for one rank."""
+    win = find_steps(tl)
+    sets = rank_sets(tl, th.comm_op_re)
+    parts = classify_steps(tl, win, sets)
+    mode = Mode(parts.mode)
+    keep = np.ones(len(win), bool)
+    truncated = _truncated(win, mode, th)
+    if truncated is not None:
+        keep[-1] = False
+    steps = [
+        StepBreakdown(
+            rank=tl.rank,
+            step=int(win.step[i]),
+            start_ns=int(win.start[i]),
+            duration_ns=int(win.end[i] - win.start[i]),
+            compute_ns=int(parts.compute[i]),
+            comm_wait_ns=int(parts.comm_wait[i]),
+            data_wait_ns=int(parts.data_wait[i]),
+            other_ns=int(parts.other[i]),
+            comm_overlapped_ns=int(parts.overlapped[i]),
+            gpu_ops=int(win.gpu_ops[i]) if mode == Mode.GPU else None,
+        )
+        for i in np.flatnonzero(keep).tolist()
+    ]
+    colls = extract(tl, parts.mode, win.owner, th.comm_op_re)
+    evidence = _evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th)
+    top = kernel_breakdown(tl, (win.start[keep], win.end[keep]), gpu=mode == Mode.GPU)
+    if top is not None:
+        evidence["kernels"] = top
+    if colls.type:
+        evidence["comm_types"] = comm_type_shares(colls)
+        evidence.update(_recv_wait(tl, colls, sets, win, keep))
+        if mode == Mode.GPU:
+            host = host_comm_types(tl, th.comm_op_re)
+            if host:
+                evidence["host_comm_types"] = host
+    return RankResult(
+        rank=tl.rank,
+        collectives=colls,
+        meta=_compact(tl.meta),
+        mode=mode,
+        step_source=win.source,
+        steps=steps,
+        notes=list(tl.meta.notes) + win.notes,
+        evidence=RankEvidence.of(evidence),
+        truncated_step=truncated,
+        source=tl.meta.source,
+        step_note=win.notes[0] if win.notes else "",
+        events=len(tl),
+        lanes=rank_lanes(tl, win, sets, keep, full=timeline == "full") if timeline else None,
+    )
+
+
+def _truncated(win: StepWindows, mode: Mode, th: Thresholds) -> int | None:
+    """The last step's number when the profiler stopped while its GPU work was launched."""
+    n = len(win)
+    if mode == Mode.GPU and n > 1 and win.gpu_ops[-1] < th.truncated_step_ratio * win.gpu_ops[-2]:
+        return int(win.step[-1])
+    return None
+
+
+def _compact(meta: RankMeta) -> RankMeta:
+    """The rank's metadata without the bulky per-sample series (they become evidence)."""
+    return dataclasses.replace(meta, gpu_metrics={}, thread_names={})
+
+
+def _evidence(tl: RankTimeline, win: StepWindows, keep: Any, mode: Mode) -> dict[str, Any]:
+    """Names and counts that messages quote: the data range, top collectives, GPU metrics."""
+    evidence: dict[str, Any] = {}
+    data = dominant_names(tl, Kind.DATALOADER, top=1)
+    if data:
+        evidence["data_range"] = data[0][0]
+    comm = dominant_names(tl, Kind.COMM, gpu=mode == Mode.GPU, top=3)
+    if comm:
+        evidence["comm_top"] = comm[0][0]
+        evidence["comm_names"] = [c[0] for c in comm]
+    if mode == Mode.GPU:
+        evidence["gpu_ops"] = int(win.gpu_ops.sum())
+    if tl.meta.backend:
+        evidence["backend"] = tl.meta.backend
+    if tl.meta.gpu_metrics:
+        evidence.update(_gpu_metrics_by_step(tl.meta.gpu_metrics, win, keep))
+    if tl.steps.user_ranges:
+        between = _between_steps(tl)
+        if between:
+            evidence["between_steps"] = between
+    return evidence
+
+
+def _recv_wait(
+    tl: RankTimeline, colls: Collectives, sets: RankSets, win: StepWindows, keep: Any
+) -> dict[str, Any]:
+    """Time blocked in point-to-point receives with nothing computing, over the kept steps.
+
+    A pipeline stage's bubble: while a ``recv`` is pending and the stage computes nothing,
+    it waits for its neighbour. A ``send`` in flight is not waiting. On CPU traces the
+    receive calls count as well as the backend's operation ranges: gloo may block in
+    either (``c10d::recv_`` or ``gloo:recv``). Waiting at the end of a step for one's own
+    sends to be taken is not a receive wait: the next step's first receive holds that
+    neighbour's delay (the job's own clock measures the same, see tests/accuracy).
+    """
+    recv = [i for i, t in enumerate(colls.type) if t == "recv"]
+    if not recv:
+        return {}
+    idx = np.asarray(recv)
+    pending = iv.union(colls.start[idx], colls.start[idx] + colls.dur[idx])
+    if sets.mode == "cpu":
+        is_recv = np.array([collective_type(n) == "recv" for n in tl.names], bool)
+        calls = (tl.kind == Kind.COMM) & is_recv[tl.name] & ~tl.gpu_lane_mask()[tl.lane]
+        pending = iv.join(pending, iv.union(tl.start_ns[calls], tl.end_ns[calls]))
+    s, e = win.start[keep], win.end[keep]
+    waiting = iv.measure(iv.subtract(pending, sets.compute), s, e)
+    return {"p2p_recv_wait_ns": int(waiting.sum()),
+            "p2p_recv_wait_ns_per_step": [int(x) for x in waiting]}  # fmt: skip
+
+
+def _launch_gaps(sets: RankSets, win: StepWindows, mode: Mode, th: Thresholds) -> dict[str, Any]:
+    """GPU-idle gaps while the host is inside its steps: short ones are launch overhead."""
+    if mode != Mode.GPU:
+        return {}
+    s, e = idle_in_steps(sets, win)
+    length = e - s
+    short = length < th.advice.launch_gap_ns
+    return {"copies_alone_ns": copies_alone(sets, win), "gpu_idle_in_steps": {
+        "total_ns": int(length.sum()),
+        "short_gaps": int(np.count_nonzero(short)),
+        "short_gaps_ns": int(length[short].sum()),
+        "long_gaps": int(np.count_nonzero(~short)),
+        "long_gap_ns_median": int(np.median(length[~short])) if (~short).any() else None,
+    }}  # fmt: skip
+
+
+def _between_steps(tl: RankTimeline) -> dict[str, Any]:
+    """What the training thread did in the input gaps between its step ranges.
+
+    Blocking OS calls (Nsight's OS-runtime trace) and the ranges inside the gaps, each
+    with its share of the gap time: the evidence behind data-wait found between steps.
+    """
+    gaps = input_gaps(tl)
+    total = iv.total(gaps)
+    if not total:
+        return {}
+    main = tl.lane == tl.meta.main_lane
+    blocked = time_by_name(tl, main & (tl.kind == Kind.OS_WAIT), gaps)
+    ranges = time_by_name(tl, main & np.isin(tl.kind, [Kind.ANNOTATION, Kind.DATALOADER]), gaps)
+    return {
+        "gap_ns": total,
+        "blocked_in": {n: round(t / total, 3) for n, t in blocked},
+        "ranges": {n: round(t / total, 3) for n, t in ranges},
+    }
+
+
+def _gpu_metrics_by_step(
+    metrics: dict[str, tuple[list[int], list[float]]], win: StepWindows, keep: Any
+) -> dict[str, Any]:
+    """Mean of each sampled GPU counter (Nsight ``GPU_METRICS``) per step and over all steps.
+
+    Samples are evenly spaced, so the mean of the samples inside a period is its
+    time-weighted mean; a step without samples gets ``None``.
+    """
+    starts, ends = win.start[keep], win.end[keep]
+    per_step: dict[str, list[float | None]] = {}
+    overall: dict[str, float | None] = {}
+    for key, (times, values) in metrics.items():
+        t = np.asarray(times, np.int64)
+        v = np.asarray(values, np.float64)
+        csum = np.concatenate(([0.0], np.cumsum(v)))
+        lo, hi = np.searchsorted(t, starts), np.searchsorted(t, ends)
+        n = hi - lo
+        sums = csum[hi] - csum[lo]
+        per_step[key] = [float(x / c) if c else None for x, c in zip(sums, n, strict=True)]
+        overall[key] = float(sums.sum() / n.sum()) if n.sum() else None
+    return {"gpu_metrics": overall, "gpu_metrics_per_step": per_step}

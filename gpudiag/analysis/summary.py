@@ -1,0 +1,76 @@
+"""Per-rank and run summaries of the analysed steps: medians, shares, idle ratio."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gpudiag.analysis.model import (
+    Mode,
+    RankSummary,
+    RunSummary,
+    Shares,
+    StepBreakdown,
+)
+from gpudiag.analysis.rank import RankResult
+
+
+def _percentile(values: np.ndarray[Any, Any], q: float) -> int:
+    return round(float(np.percentile(values, q))) if values.size else 0
+
+
+def _shares(steps: Sequence[StepBreakdown]) -> tuple[Shares, float, float, float | None]:
+    """Time-weighted shares, overlapped ratio, idle ratio and hidden ratio of some steps."""
+    total = sum(s.duration_ns for s in steps)
+    if total <= 0:
+        return Shares(0.0, 0.0, 0.0, 0.0), 0.0, 0.0, None
+    c = sum(s.compute_ns for s in steps)
+    w = sum(s.comm_wait_ns for s in steps)
+    d = sum(s.data_wait_ns for s in steps)
+    o = sum(s.other_ns for s in steps)
+    ov = sum(s.comm_overlapped_ns for s in steps)
+    hidden = ov / (ov + w) if (ov + w) > 0 else None
+    return Shares(c / total, w / total, d / total, o / total), ov / total, 1.0 - c / total, hidden
+
+
+def summarize_rank(res: RankResult) -> RankSummary:
+    """A rank's summary over its analysed steps."""
+    durs = np.array([s.duration_ns for s in res.steps], dtype=np.int64)
+    shares, ov, idle, hidden = _shares(res.steps)
+    return RankSummary(
+        rank=res.rank,
+        steps=len(res.steps),
+        step_time_ns_median=_percentile(durs, 50),
+        step_time_ns_p90=_percentile(durs, 90),
+        shares=shares,
+        comm_overlapped_ratio=ov,
+        comm_hidden_ratio=hidden,
+        idle_ratio=idle,
+        mode=res.mode,
+        step_source=res.step_source,
+        source=res.meta.source,
+        devices=sorted(set(res.meta.devices))[:1] if res.meta.devices else [],
+        notes=res.notes,
+        evidence=res.evidence,
+    )
+
+
+def run_summary(results: Sequence[RankResult], steps: Sequence[StepBreakdown]) -> RunSummary:
+    """The run's summary over every rank's analysed steps."""
+    durs = np.array([s.duration_ns for s in steps], dtype=np.int64)
+    shares, ov, idle, _ = _shares(steps)
+    modes = {r.mode for r in results}
+    world = [r.meta.world_size for r in results if r.meta.world_size]
+    return RunSummary(
+        ranks=len(results),
+        world_size=max(world) if world else None,
+        steps=len({s.step for s in steps}),
+        step_time_ns_median=_percentile(durs, 50),
+        step_time_ns_p90=_percentile(durs, 90),
+        shares=shares,
+        comm_overlapped_ratio=ov,
+        idle_ratio=idle,
+        mode=modes.pop() if len(modes) == 1 else Mode.MIXED,
+    )
