@@ -102,9 +102,24 @@ def render(
 ) -> None:
     """Print the verdict, the run summary, the per-rank table, findings and (optionally) steps."""
     con = make_console(out, width=width, color=color)
+    _summary(con, d)
+    con.print()
+    con.print(_fit(con, lambda pad: _rank_table(d, max_ranks, pad)))
+    for text in _spread_and_what_if(d):
+        label, _, rest = text.partition(": ")
+        _print_wrapped(con, Text(f"{label}: ", style="dim"), rest, style="dim")
+    _detail_tables(con, d, show_steps)
+    con.print()
+    _findings(con, d)
+    _recommendations(con, d)
+    for note in d.notes:
+        _print_wrapped(con, Text("note: ", style="dim"), note, style="dim")
+
+
+def _summary(con: Console, d: Diagnosis) -> None:
+    """The verdict, the run's head line, its step times and shares."""
     r = d.run
-    flags = flagged(d)
-    idle_flag = (None, "idle") in flags
+    idle_flag = (None, "idle") in flagged(d)
     v = d.verdict
     if v:
         style = "bold green" if v.bottleneck == "none" else "bold"
@@ -136,11 +151,10 @@ def render(
         line.append(f" (above {thr:.0%})", style="red")
     line.append(f" · comm overlapped by compute {_pct(r.comm_overlapped_ratio)}")
     con.print(line)
-    con.print()
-    con.print(_fit(con, lambda pad: _rank_table(d, max_ranks, pad)))
-    for text in _spread_and_what_if(d):
-        label, _, rest = text.partition(": ")
-        _print_wrapped(con, Text(f"{label}: ", style="dim"), rest, style="dim")
+
+
+def _detail_tables(con: Console, d: Diagnosis, show_steps: bool) -> None:
+    """Kernels, the profiled steps (when asked), collectives, the whole run and its GPUs."""
     if d.kernels and d.kernels.top:
         con.print()
         _kernel_block(con, d.kernels)
@@ -159,7 +173,9 @@ def render(
         if d.whole_run.gpus:
             con.print(Text("GPUs (NVML, over the steps)", style="bold"))
             con.print(_fit(con, lambda pad: _gpu_table(d, pad)))
-    con.print()
+
+
+def _findings(con: Console, d: Diagnosis) -> None:
     if d.findings:
         con.print(Text("Findings", style="bold"))
         for f in d.findings:
@@ -168,19 +184,21 @@ def render(
             _print_wrapped(con, mark, f.message)
     else:
         con.print(Text("No findings: compute dominates every rank's step time.", style="green"))
-    if d.recommendations:
-        con.print()
-        con.print(Text("Recommendations", style="bold"))
-        for rec in d.recommendations:
-            title = rec.title
-            if rec.estimated_gain_ns:
-                title += f" (could recover ~{fmt_ns(rec.estimated_gain_ns)} per step)"
-            if rec.overlaps_with:
-                title += f"; not additive with {', '.join(rec.overlaps_with)}"
-            _print_wrapped(con, Text(" → ", style="cyan"), title, style="bold")
-            _print_wrapped(con, Text("   "), rec.detail)
-    for note in d.notes:
-        _print_wrapped(con, Text("note: ", style="dim"), note, style="dim")
+
+
+def _recommendations(con: Console, d: Diagnosis) -> None:
+    if not d.recommendations:
+        return
+    con.print()
+    con.print(Text("Recommendations", style="bold"))
+    for rec in d.recommendations:
+        title = rec.title
+        if rec.estimated_gain_ns:
+            title += f" (could recover ~{fmt_ns(rec.estimated_gain_ns)} per step)"
+        if rec.overlaps_with:
+            title += f"; not additive with {', '.join(rec.overlaps_with)}"
+        _print_wrapped(con, Text(" → ", style="cyan"), title, style="bold")
+        _print_wrapped(con, Text("   "), rec.detail)
 
 
 def _basis(v: Verdict) -> str:

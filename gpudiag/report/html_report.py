@@ -214,17 +214,43 @@ def _doc_json(d: Diagnosis) -> str:
 
 def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
     """Write the whole page."""
-    r = d.run
-    flags = flagged(d)
-    thr = idle_threshold(d)
+    shown = _shown_steps(d)
+    p = _head(d) + _rank_section(d)
+    p.append(_kernels(d))
+    p.append("<h2>Where each step's time goes, per rank</h2>" + _legend())
+    max_ns = max((s.duration_ns for ss in shown.values() for s in ss), default=0)
+    for rank, steps in shown.items():
+        p.append(f'<div class="chart-title">rank {_e(rank)}</div>')
+        p.append(_stacked_bars(rank, steps, max_ns))
+    if shown:
+        p.append("<h2>Steps on a timeline</h2>" + _legend())
+        p.append('<p class="muted">Each step at its start time; its four parts are drawn in '
+                 "proportion, not at the instants they happened.</p>")  # fmt: skip
+        p.append(_timeline(shown))
+    p += _straggler_section(d)
+    p.append("<h2>GPU utilisation (NVML)</h2>" + _gpu_section(d))
+    p += _findings_section(d)
+    p += _tail(d)
+    out.write("\n".join(p))
+
+
+def _shown_steps(d: Diagnosis) -> dict[int, list[StepBreakdown]]:
+    """The steps drawn: the first MAX_RANKS ranks, each its first MAX_STEPS steps."""
     by_rank: dict[int, list[StepBreakdown]] = defaultdict(list)
     for s in d.steps:
         by_rank[s.rank].append(s)
     shown = dict(sorted(by_rank.items())[:MAX_RANKS])
     for k in shown:
         shown[k] = sorted(shown[k], key=lambda s: s.step)[:MAX_STEPS]
-    max_ns = max((s.duration_ns for ss in shown.values() for s in ss), default=0)
-    p: list[str] = [
+    return shown
+
+
+def _head(d: Diagnosis) -> list[str]:
+    """The document head, the verdict and the run's line."""
+    r = d.run
+    flags = flagged(d)
+    thr = idle_threshold(d)
+    return [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width">',
         f"<title>gpudiag report: {_e(r.ranks)} ranks, {_e(r.steps)} steps</title>",
@@ -241,28 +267,26 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
         + f" · gpudiag {_e(d.gpudiag_version)}</p>",
         _whole_run_line(d),
     ]
+
+
+def _rank_section(d: Diagnosis) -> list[str]:
+    flags = flagged(d)
     rows = [[_e(x.rank), _e(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90),
              _pct(x.shares.compute), _pct(x.shares.comm_wait), _pct(x.shares.data_wait),
              _pct(x.shares.other),
              f'<span class="{"bad" if (x.rank, "idle") in flags else ""}">'
              f"{_pct(x.idle_ratio)}</span>",
              _e(", ".join(x.devices) or "-")] for x in d.ranks[:MAX_RANKS]]  # fmt: skip
-    p.append("<h2>Ranks</h2>" + _table(
+    p = ["<h2>Ranks</h2>" + _table(
         ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other", "idle",
-         "device"], rows, left=0))  # fmt: skip
+         "device"], rows, left=0)]  # fmt: skip
     if len(d.ranks) > MAX_RANKS:
         p.append(f'<p class="muted">{len(d.ranks) - MAX_RANKS} more ranks not drawn.</p>')
-    p.append(_kernels(d))
-    p.append("<h2>Where each step's time goes, per rank</h2>" + _legend())
-    for rank, steps in shown.items():
-        p.append(f'<div class="chart-title">rank {_e(rank)}</div>')
-        p.append(_stacked_bars(rank, steps, max_ns))
-    if shown:
-        p.append("<h2>Steps on a timeline</h2>" + _legend())
-        p.append('<p class="muted">Each step at its start time; its four parts are drawn in '
-                 "proportion, not at the instants they happened.</p>")  # fmt: skip
-        p.append(_timeline(shown))
-    p.append("<h2>Stragglers</h2>")
+    return p
+
+
+def _straggler_section(d: Diagnosis) -> list[str]:
+    p = ["<h2>Stragglers</h2>"]
     strag = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
     if strag:
         p.append(_table(["ranks", "steps", "finding"],
@@ -271,8 +295,11 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
     else:
         p.append('<p class="muted">No straggler findings.</p>')
     p.append('<div class="chart-title">median step time per rank</div>' + _rank_medians(d))
-    p.append("<h2>GPU utilisation (NVML)</h2>" + _gpu_section(d))
-    p.append("<h2>Findings</h2>")
+    return p
+
+
+def _findings_section(d: Diagnosis) -> list[str]:
+    p = ["<h2>Findings</h2>"]
     if d.findings:
         p.append("<ul>" + "".join(
             f'<li class="sev-{_e(f.severity)}"><b>{_e(f.severity)}</b> {_e(f.message)}</li>'
@@ -283,6 +310,12 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
         p.append("<h2>Recommendations</h2><ul>" + "".join(
             f"<li><b>{_e(x.title)}</b>: {_e(x.detail)}</li>" for x in d.recommendations
         ) + "</ul>")  # fmt: skip
+    return p
+
+
+def _tail(d: Diagnosis) -> list[str]:
+    """Collectives, inputs and notes, and the Diagnosis itself as JSON."""
+    p = []
     comm = [[_e(x.rank), _e(x.evidence.comm_top or ""),
              _e(", ".join(map(str, x.evidence.comm_names or []))), _pct(x.shares.comm_wait),
              _pct(x.comm_overlapped_ratio)]
@@ -301,4 +334,4 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
                  + "</ul>")  # fmt: skip
     p.append(f'<script type="application/json" id="diagnosis">{_doc_json(d)}</script>')
     p.append("</body></html>\n")
-    out.write("\n".join(p))
+    return p
