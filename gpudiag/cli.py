@@ -80,11 +80,11 @@ def emit(result: Any, fmt: str, output: Path | None, **options: Any) -> None:
     print(f"wrote {output}", file=sys.stderr)
 
 
-def _analyze(path: Path, th: Thresholds, **kw: Any) -> Any:
+def _diagnosis(path: Path, th: Thresholds, **kw: Any) -> Any:
     """A Diagnosis: a saved diagnosis JSON read back, anything else analysed."""
-    from gpudiag.api import analyze as run_analysis
+    from gpudiag import api
 
-    return run_analysis(path, thresholds=th, **kw)
+    return api.analyze(path, thresholds=th, **kw)
 
 
 @app.command()
@@ -142,8 +142,6 @@ def analyze(
     no_color: NoColor = False,
 ) -> None:
     """Diagnose PyTorch Profiler traces, Nsight Systems reports or a gpudiag run directory."""
-    from gpudiag.api import analyze as run_analysis
-    from gpudiag.config import scheduler_address
     from gpudiag.report import pick_format
 
     form = pick_format("diagnosis", fmt, output)
@@ -153,6 +151,25 @@ def analyze(
     th = thresholds(idle_ratio_max=idle_threshold, step_re=step_marker, data_re=data_marker)
     if include_warmup:
         th = th.replace(steady=dataclasses.replace(th.steady, include_warmup=True))
+    d = _diagnose_paths(paths, th, jobs, nsys, scheduler, timeline, timeline_full)
+    _warn_steps(d)
+    emit(d, form, output, **({"show_steps": steps} if form == "table" else {}))
+
+
+def _diagnose_paths(
+    paths: list[Path],
+    th: Thresholds,
+    jobs: int | None,
+    nsys: Path | None,
+    scheduler: str | None,
+    timeline: Path | None,
+    timeline_full: bool,
+) -> Any:
+    """``api.analyze`` with the scheduler chosen and a progress bar on a terminal."""
+    from gpudiag import api
+    from gpudiag.config import scheduler_address
+    from gpudiag.report.live import analysis_progress
+
     address = scheduler_address(scheduler, th)
     if address is not None:  # stderr carries gpudiag's own lines: Dask's are retried noise
         import logging
@@ -161,44 +178,14 @@ def analyze(
     if address is not None and jobs is not None:
         raise GpudiagError("--jobs bounds local processes; with a Dask scheduler leave it out",
                            f"the cluster at {address} decides", EXIT_USAGE)  # fmt: skip
-    hook, bar = _analysis_progress()
+    hook, bar = analysis_progress()
     try:
-        d = run_analysis(*paths, thresholds=th, jobs=jobs, nsys=str(nsys) if nsys else None,
-                         scheduler=address, progress=hook, timeline=timeline,
-                         timeline_full=timeline_full)  # fmt: skip
+        return api.analyze(*paths, thresholds=th, jobs=jobs, nsys=str(nsys) if nsys else None,
+                           scheduler=address, progress=hook, timeline=timeline,
+                           timeline_full=timeline_full)  # fmt: skip
     finally:
         if bar is not None:
             bar.stop()
-    _warn_steps(d)
-    emit(d, form, output, **({"show_steps": steps} if form == "table" else {}))
-
-
-def _analysis_progress() -> tuple[Any, Any]:
-    """A rich progress bar on stderr when it is a terminal (trace files done, events/s)."""
-    if not sys.stderr.isatty():
-        return None, None
-    import time
-
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    bar = Progress(
-        TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TextColumn("rank traces"),
-        TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True,
-    )  # fmt: skip
-    task: list[Any] = []
-    t0 = time.monotonic()
-
-    def hook(done: int, total: int, events: int) -> None:
-        if not task:
-            bar.start()
-            task.append(bar.add_task("analyse", total=total, rate=""))
-        elapsed = time.monotonic() - t0
-        rate = f"{events / elapsed / 1e3:,.0f}k events/s" if events and elapsed > 0 else ""
-        bar.update(task[0], completed=done, rate=rate)
-
-    return hook, bar
 
 
 def _warn_steps(d: Any) -> None:
@@ -260,63 +247,18 @@ def main(argv: list[str] | None = None) -> None:
 # ---- capture commands (run, attach, doctor) ----
 
 
-def _progress_printer(quiet: bool) -> Any:
-    """A live rich panel on a terminal, plain lines on stderr every ~10 s otherwise."""
-    if quiet:
-        return None, None
-    if sys.stdout.isatty() and sys.stderr.isatty():
-        from rich.console import Console
-        from rich.live import Live
-        from rich.table import Table
-
-        live = Live(console=Console(stderr=True), refresh_per_second=1, transient=True)
-
-        def show(p: Any) -> None:
-            t = Table(title=f"gpudiag · {p.run_dir} · {p.elapsed_s:.0f}s", box=None)
-            t.add_column("GPU / rank")
-            t.add_column("util / steps", justify="right")
-            for g in p.gpus:
-                u = g.get("util_ratio")
-                t.add_row(f"gpu {g.get('index')}", "n/a" if u is None else f"{u:.0%}")
-            for r, rp in sorted(p.ranks.items()):
-                rate = "" if rp.steps_per_s is None else f" ({rp.steps_per_s:.2f}/s)"
-                t.add_row(f"rank {r}", f"{rp.steps}{rate}")
-            if not live.is_started:
-                live.start()
-            live.update(t)
-
-        return show, live
-    last = [0.0]
-
-    def line(p: Any) -> None:
-        if p.elapsed_s - last[0] < 10.0:
-            return
-        last[0] = p.elapsed_s
-        ranks = " ".join(f"r{r}:{rp.steps}" for r, rp in sorted(p.ranks.items()))
-        utils = " ".join(
-            "n/a" if g.get("util_ratio") is None else f"{g['util_ratio']:.0%}" for g in p.gpus
-        )
-        print(
-            f"gpudiag: {p.elapsed_s:.0f}s steps {ranks or '-'} gpu util {utils or 'n/a'}",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    return line, None
-
-
 TIMELINE_FILE = "timeline.json.gz"  # the annotated timeline in every run directory
 
 
-def _analyze_run(out_dir: Path, run_dir: Path) -> None:
+def _print_run_diagnosis(out_dir: Path, run_dir: Path) -> None:
     """Print the diagnosis of a finished run on stdout; failures only mark it incomplete."""
     from gpudiag.collect.launcher import log, record_incomplete
 
     try:
-        from gpudiag.api import analyze as run_analysis
+        from gpudiag import api
         from gpudiag.report.console import render
 
-        d = run_analysis(out_dir, thresholds=thresholds(), timeline=out_dir / TIMELINE_FILE)
+        d = api.analyze(out_dir, thresholds=thresholds(), timeline=out_dir / TIMELINE_FILE)
         sys.stdout.flush()
         render(d, sys.stdout)
     except Exception as e:
@@ -355,6 +297,7 @@ def run(
 ) -> None:
     """Run a training command unchanged and capture NVML, traces and step telemetry."""
     from gpudiag.collect import hook, launcher
+    from gpudiag.report.live import run_progress
 
     try:
         hook.parse_window(profile_steps)
@@ -365,7 +308,7 @@ def run(
                            "use --nsys-range window or --nsys-range all", EXIT_USAGE)  # fmt: skip
     opts = launcher.RunOptions(command, out, profile_steps, not no_nvml, nvml_interval, node_rank)
     opts.nsys, opts.nsys_range = nsys, nsys_range
-    show, live = _progress_printer(quiet)
+    show, live = run_progress(quiet)
     try:
         res = launcher.run(opts, progress=show)
     finally:
@@ -373,7 +316,7 @@ def run(
             live.stop()
     launcher.log(f"job exited with {res.exit_code}; run directory {res.out_dir}")
     if not no_analyze:
-        _analyze_run(res.out_dir, res.run_dir)
+        _print_run_diagnosis(res.out_dir, res.run_dir)
     print(f"run directory: {res.out_dir}", file=sys.stderr)
     sys.stdout.flush()
     # SystemExit, not typer.Exit: main() runs click with standalone_mode=False, which
@@ -466,7 +409,7 @@ def _gate_runs(path: Path, th: Thresholds, cfg: Any) -> list[Any]:
             except (ValueError, OSError) as e:
                 raise InputError(f"{path}: {e}", "write it again with `gpudiag gate "
                                  "--save-baseline FILE RUN…`") from e  # fmt: skip
-    d = _analyze(path, th)
+    d = _diagnosis(path, th)
     return [run_stat(d, str(path), _run_conditions(path), cfg.warmup_steps, th)]
 
 
@@ -522,9 +465,8 @@ def gate(
     no_color: NoColor = False,
 ) -> None:
     """CI performance gate: idle/wait limits, stragglers, regression against baseline runs."""
-    from gpudiag.analysis.gate import evaluate
     from gpudiag.config import gate_config
-    from gpudiag.report import ci, pick_format
+    from gpudiag.report import pick_format
 
     form = pick_format("gate", fmt, None)
     th = thresholds()
@@ -540,10 +482,27 @@ def gate(
     if len(paths) > 1 and not baseline:
         raise typer.BadParameter("one run to gate; several only with --baseline or "
                                  "--save-baseline")  # fmt: skip
-    path, base_paths = paths[0], [*(baseline or []), *paths[1:]]
-    d = _analyze(path, th)
-    if save_baseline is not None:
-        emit(d, "json", save_baseline)
+    base_paths = [*(baseline or []), *paths[1:]]
+    sys.exit(_gate_one(paths[0], base_paths, th, cfg, form, save_baseline, junit, markdown))
+
+
+def _gate_one(
+    path: Path,
+    base_paths: list[Path],
+    th: Thresholds,
+    cfg: Any,
+    form: str,
+    save_diagnosis: Path | None,
+    junit: Path | None,
+    markdown: Path | None,
+) -> int:
+    """Gate one run against the baseline runs; its exit code."""
+    from gpudiag.analysis.gate import evaluate
+    from gpudiag.report import ci
+
+    d = _diagnosis(path, th)
+    if save_diagnosis is not None:
+        emit(d, "json", save_diagnosis)
     base = [r for p in base_paths for r in _gate_runs(p, th, cfg)] or None
     names = " ".join(str(p) for p in base_paths) or None
     res = evaluate(d, cfg, base, str(path), names, th, _run_conditions(path))
@@ -551,7 +510,7 @@ def gate(
     ci.write_outputs(res, junit, markdown)
     if res.exit_code:
         print(f"gpudiag: gate {res.status} (exit {res.exit_code})", file=sys.stderr)
-    sys.exit(res.exit_code)
+    return int(res.exit_code)
 
 
 def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form: str,
@@ -566,7 +525,7 @@ def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form:
 
     runs, results = [], []
     for p in paths:
-        d, cond = _analyze(p, th), _run_conditions(p)
+        d, cond = _diagnosis(p, th), _run_conditions(p)
         runs.append(run_stat(d, str(p), cond, cfg.warmup_steps, th))
         results.append(evaluate(d, cfg, None, str(p), None, th, cond))
     with atomic_write(out) as f:
@@ -603,7 +562,7 @@ def diff(
 
     form = pick_format("diff", fmt, output)
     th = thresholds()
-    emit(run_diff(_analyze(a, th), _analyze(b, th), str(a), str(b), th.diff, th), form, output)
+    emit(run_diff(_diagnosis(a, th), _diagnosis(b, th), str(a), str(b), th.diff, th), form, output)
 
 
 @app.command()
@@ -616,4 +575,4 @@ def report(
     ] = Path("gpudiag-report.html"),
 ) -> None:
     """Write one self-contained HTML report (charts inline, works offline)."""
-    emit(_analyze(path, thresholds()), "html", output)
+    emit(_diagnosis(path, thresholds()), "html", output)

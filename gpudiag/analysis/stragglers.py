@@ -80,6 +80,7 @@ from gpudiag.analysis.model import (
     Finding,
     FindingKind,
     GpuStats,
+    LateArrival,
     Severity,
     StepBreakdown,
     WholeRun,
@@ -574,17 +575,33 @@ def late_arrival(
     late = wait_share >= crules.late_share and top.waited_ns >= 2 * next_wait
     if not (often or late) or per_step < rules.excess_ratio * step:
         return []
-    rank = int(rank_s)
+    then = f" (then rank {rest[0][0]}: {rest[0][1].last})" if rest and rest[0][1].last else ""
+    return [_late_finding(trace, rules, coll.matched, int(rank_s), top, then, second,
+                          wait_share, per_step)]  # fmt: skip
+
+
+def _late_finding(
+    trace: StepMatrix,
+    rules: StragglerRules,
+    matched: int,
+    rank: int,
+    top: LateArrival,
+    then: str,
+    second: int,
+    wait_share: float,
+    per_step: float,
+) -> Finding:
+    """The straggler finding of :func:`late_arrival`: the rank, its waiting and its cause."""
+    step = float(np.median(trace.duration))
     ctx = _Context(trace, (), rules, {}, {})
     cause, parts = _cause(trace, ctx, rank, trace.steps, True)
-    then = f" (then rank {rest[0][0]}: {rest[0][1].last})" if rest and rest[0][1].last else ""
     span = (fmt_ms(top.waited_ns_min) if top.waited_ns_min == top.waited_ns_max
             else f"{fmt_ms(top.waited_ns_min)}–{fmt_ms(top.waited_ns_max)}")  # fmt: skip
-    msg = (f"rank {rank} arrives last at {top.last} of {coll.matched} collectives{then}, "
+    msg = (f"rank {rank} arrives last at {top.last} of {matched} collectives{then}, "
            f"{wait_share:.0%} of all waiting for the last rank; "
            f"the other ranks wait {span} for it each time ({fmt_ms(per_step)} a step each, "
            f"{per_step / step:.0%} of a step), {_WORDS[cause]}")  # fmt: skip
-    return [Finding(
+    return Finding(
         kind=FindingKind.STRAGGLER,
         severity=Severity.WARNING,
         message=msg,
@@ -593,7 +610,7 @@ def late_arrival(
         metrics=LateArrivalMetrics(
             source="late_arrival",
             last_at=top.last,
-            collectives_matched=coll.matched,
+            collectives_matched=matched,
             next_rank_last_at=second,
             wait_share=wait_share,
             waited_ns_per_step=round(per_step),
@@ -605,4 +622,4 @@ def late_arrival(
         cause=cause,
         persistent=None,
         wait_caused_ns=top.waited_ns,
-    )]  # fmt: skip
+    )
