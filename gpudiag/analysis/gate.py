@@ -64,6 +64,7 @@ from gpudiag.analysis.baseline import (
 )
 from gpudiag.analysis.model import Diagnosis, FindingKind, StrEnum
 from gpudiag.analysis.stats import mann_whitney_u, t_ppf, t_sf
+from gpudiag.analysis.words import duration
 from gpudiag.config import GateConfig, Thresholds
 from gpudiag.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
 from gpudiag.runconditions import RunConditions, contention
@@ -220,7 +221,7 @@ def _regression_check(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig,
     details: dict[str, Any] = {"baseline_runs": n, "baseline_medians_ns": medians,
                                "baseline_mean_ns": m, "candidate_median_ns": c,
                                "within_run_mann_whitney_p": p_mw}  # fmt: skip
-    head = f"median step time {c / 1e6:.1f} ms vs {m / 1e6:.1f} ms baseline ({effect:+.1%}"
+    head = f"median step time {duration(c, 'ms')} vs {duration(m, 'ms')} baseline ({effect:+.1%}"
     ci: list[float] = []
     if n == 1:
         floor, mde = cfg.single_run_min_effect_ratio, None

@@ -47,6 +47,7 @@ from gpudiag.analysis.model import (
     StepBreakdown,
     by_rank,
 )
+from gpudiag.analysis.words import duration
 from gpudiag.config import PipelineRules
 
 # Explicit point-to-point only: a bare ``SendRecv`` kernel is also how NCCL runs all-to-all.
@@ -160,8 +161,8 @@ def _excess_cause(excess: float, compute: dict[int, float], rules: PipelineRules
     light = min(compute, key=lambda r: compute[r])
     if compute[light] > 0 and compute[heavy] / compute[light] > 1 + rules.imbalance_margin:
         return (f"the stages wait {excess:.0%} of the step beyond the schedule's bubble: "
-                f"unbalanced stages — rank {heavy} computes {compute[heavy] / 1e6:.1f} ms a "
-                f"step against {compute[light] / 1e6:.1f} ms on rank {light}; move layers "
+                f"unbalanced stages — rank {heavy} computes {duration(compute[heavy], 'ms')} a "
+                f"step against {duration(compute[light], 'ms')} on rank {light}; move layers "
                 "off the heavy stage")  # fmt: skip
     return (f"the stages wait {excess:.0%} of the step beyond the schedule's bubble with "
             "balanced compute: slow point-to-point transfers or host overhead between "

@@ -36,6 +36,7 @@ from gpudiag.analysis.model import (
 )
 from gpudiag.analysis.rank import RankResult
 from gpudiag.analysis.steady import warmup_steps
+from gpudiag.analysis.words import duration
 from gpudiag.config import Thresholds
 
 
@@ -51,7 +52,9 @@ def without_warmup(
     rest = [s.duration_ns for r in kept for s in r.steps]
     median = float(np.median(rest)) if rest else 0.0
     nums = sorted(warm)
-    took = ", ".join(f"{fmt_duration(warm[n])}" for n in nums[:4]) + ("…" if len(nums) > 4 else "")
+    took = ", ".join(duration(warm[n], "message") for n in nums[:4]) + (
+        "…" if len(nums) > 4 else ""
+    )
     which = f"step {nums[0]}" if len(nums) == 1 else f"steps {nums[0]}–{nums[-1]}"
     ratio = max(warm.values()) / median if median else 0.0
     msg = (f"{which}: {took}, warm-up ({ratio:.0f}× the median of the steps after it), left "
@@ -60,11 +63,6 @@ def without_warmup(
                       steps=nums, metrics=WarmupMetrics({str(n): round(warm[n]) for n in nums},
                                                           round(median)))  # fmt: skip
     return kept, [finding]
-
-
-def fmt_duration(ns: float) -> str:
-    """A duration for a message: seconds from 1 s up, else milliseconds."""
-    return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.1f} ms"
 
 
 def comm_wait_for_stragglers(

@@ -73,6 +73,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag.analysis import words
 from gpudiag.analysis.metrics import LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.model import (
     Cause,
@@ -87,6 +88,7 @@ from gpudiag.analysis.model import (
     by_rank,
 )
 from gpudiag.analysis.steady import steady_steps
+from gpudiag.analysis.words import duration
 from gpudiag.config import CollectiveRules, SteadyRules, StragglerRules
 
 F64 = npt.NDArray[np.float64]
@@ -386,25 +388,12 @@ def _short(m: StepMatrix, rules: StragglerRules) -> bool:
     return m.source == "trace" and len(m.steps) < rules.short_window_steps
 
 
-def ordinal(n: int) -> str:
-    """1st, 2nd, 3rd, 4th … 11th, 12th, 13th, 21st."""
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
 def _and(items: Sequence[int], most: int = 8) -> str:
     """``3``, ``3 and 7``, ``3, 7 and 11``; ``…`` past ``most`` items."""
     shown = [str(x) for x in items[:most]]
     if len(items) > most:
         return ", ".join(shown) + " …"
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
-
-
-def fmt_ms(ns: float) -> str:
-    """A duration for a message: seconds from 1 s up, else milliseconds (tenths below 10)."""
-    if ns >= 1e9:
-        return f"{ns / 1e9:.1f} s"
-    return f"{ns / 1e6:.1f} ms" if ns < 1e7 else f"{ns / 1e6:.0f} ms"
 
 
 def _period(steps: list[int], compared: Sequence[int]) -> int | None:
@@ -468,29 +457,30 @@ def _finding(
     short = not persistent and _short(m, ctx.rules)
     if persistent:
         what = (f"rank {rank} is a persistent straggler: slower than the other ranks in "
-                f"{len(steps)} of {len(m.steps)} steps, typically by {median_excess / 1e6:.1f} "
-                f"ms ({median_excess / step_median:.0%} of a step)")  # fmt: skip
+                f"{len(steps)} of {len(m.steps)} steps, typically by "
+                f"{duration(median_excess, 'ms')} "
+                f"({median_excess / step_median:.0%} of a step)")  # fmt: skip
     elif short:
         what = (f"rank {rank} stalled in {len(steps)} of {len(m.steps)} profiled "
                 f"step{'s' if len(m.steps) != 1 else ''} ({_and(steps)}, "
-                f"~{fmt_ms(median_excess)} behind the others each time)")  # fmt: skip
+                f"~{duration(median_excess, 'brief')} behind the others each time)")  # fmt: skip
     else:
         n = _period(steps, sorted(set(m.steps) | set(confirmed)))
         when = (
-            f"every {ordinal(n)} step"
+            f"every {words.ordinal(n)} step"
             if n
             else f"in step{'s' if len(steps) > 1 else ''} " + ", ".join(map(str, steps[:8]))
         )
         what = (f"rank {rank} stalls {when} ({len(steps)} of {len(m.steps)} steps), "
-                f"{median_excess / 1e6:.1f} ms behind the others each time")  # fmt: skip
+                f"{duration(median_excess, 'ms')} behind the others each time")  # fmt: skip
     why = _WORDS[cause]
     also = _also(cause, parts, step_median, ctx.rules)
     if also:
         # two parts of about the same size: naming only the larger would mislead
         top = parts["compute" if cause == Cause.HARDWARE else str(cause)]
-        more = " and ".join(f"{_SHORT[k]} (+{parts[k] / 1e6:.0f} ms)" for k in also)
-        why = f"{why} (+{top / 1e6:.0f} ms a step) and {more}"
-    msg = (f"{what}, {why}; the other ranks waited {caused / 1e6:.1f} ms in total "
+        more = " and ".join(f"{_SHORT[k]} (+{duration(parts[k], 'ms', 0)})" for k in also)
+        why = f"{why} (+{duration(top, 'ms', 0)} a step) and {more}"
+    msg = (f"{what}, {why}; the other ranks waited {duration(caused, 'ms')} in total "
            "for it")  # fmt: skip
     if short:
         msg += (f"; too few steps to tell persistent from periodic — profile at least "
@@ -595,11 +585,12 @@ def _late_finding(
     step = float(np.median(trace.duration))
     ctx = _Context(trace, (), rules, {}, {})
     cause, parts = _cause(trace, ctx, rank, trace.steps, True)
-    span = (fmt_ms(top.waited_ns_min) if top.waited_ns_min == top.waited_ns_max
-            else f"{fmt_ms(top.waited_ns_min)}–{fmt_ms(top.waited_ns_max)}")  # fmt: skip
+    low, high = duration(top.waited_ns_min, "brief"), duration(top.waited_ns_max, "brief")
+    span = low if top.waited_ns_min == top.waited_ns_max else f"{low}–{high}"
     msg = (f"rank {rank} arrives last at {top.last} of {matched} collectives{then}, "
            f"{wait_share:.0%} of all waiting for the last rank; "
-           f"the other ranks wait {span} for it each time ({fmt_ms(per_step)} a step each, "
+           f"the other ranks wait {span} for it each time "
+           f"({duration(per_step, 'brief')} a step each, "
            f"{per_step / step:.0%} of a step), {_WORDS[cause]}")  # fmt: skip
     return Finding(
         kind=FindingKind.STRAGGLER,

@@ -1,8 +1,48 @@
-"""How numbers and rank lists read in user text: folded rank ranges, plurals, ordinals."""
+"""How numbers and rank lists read in user text: durations, folded rank ranges, plurals, ordinals.
+
+The one place both the analysis (finding messages) and the renderers (tables) take their
+wording of numbers from.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Literal
+
+DurationStyle = Literal["table", "message", "brief", "ms"]
+
+
+def duration(ns: float | None, style: DurationStyle = "table", digits: int = 1) -> str:
+    """A duration in nanoseconds as text (``n/a`` when unknown), in one of four roundings.
+
+    The roundings are those the outputs have always had (golden files lock them), so
+    changing one is a visible output change:
+
+    - ``table``: the unit that reads best — ``12.3 s`` from 10 s, ``1.23 s`` from 1 s, then
+      ``ms``, ``µs`` with one decimal and whole ``ns`` (tables and reports);
+    - ``message``: ``1.23 s`` from 1 s, else ``123.4 ms`` (warm-up steps);
+    - ``brief``: ``1.2 s`` from 1 s, ``123 ms`` from 10 ms, else ``1.2 ms`` (stragglers);
+    - ``ms``: always milliseconds with ``digits`` decimals (amounts compared in one unit).
+    """
+    if ns is None:
+        return "n/a"
+    if style == "ms":
+        return f"{ns / 1e6:.{digits}f} ms"
+    if style == "message":
+        return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.1f} ms"
+    if style == "brief":
+        if ns >= 1e9:
+            return f"{ns / 1e9:.1f} s"
+        return f"{ns / 1e6:.1f} ms" if ns < 1e7 else f"{ns / 1e6:.0f} ms"
+    if abs(ns) >= 10e9:
+        return f"{ns / 1e9:.1f} s"
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.1f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns:.0f} ns"
 
 
 def fold(numbers: Iterable[int]) -> str:

@@ -14,9 +14,9 @@ from rich.text import Text
 
 from gpudiag.analysis import words
 from gpudiag.analysis.model import Diagnosis, KernelBreakdown, RankSummary, Severity, Verdict
+from gpudiag.analysis.words import duration
 from gpudiag.report.format import (
     flagged,
-    fmt_ns,
     idle_threshold,
     mode_label,
     short_name,
@@ -133,14 +133,14 @@ def _summary(con: Console, d: Diagnosis) -> None:
     head.append(f" · {mode_label(r.mode)}")
     con.print(head)
     window = (f"{window_label(r.mode)}: {words.plural(r.steps, 'step')} · step time median "
-              f"{fmt_ns(r.step_time_ns_median)}, p90 {fmt_ns(r.step_time_ns_p90)}")  # fmt: skip
+              f"{duration(r.step_time_ns_median)}, p90 {duration(r.step_time_ns_p90)}")  # fmt: skip
     con.print(Text(window))
     if d.whole_run is not None and d.whole_run.ranks:
         wr = d.whole_run.ranks
         med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
         n = max(x.steps for x in wr)
         con.print(Text(f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · "
-                       f"step time median {fmt_ns(med)}"))  # fmt: skip
+                       f"step time median {duration(med)}"))  # fmt: skip
     line = Text("shares: ")
     line.append(f"compute {_pct(r.shares.compute)} · comm-wait {_pct(r.shares.comm_wait)} · "
                 f"data-wait {_pct(r.shares.data_wait)} · "
@@ -194,7 +194,7 @@ def _recommendations(con: Console, d: Diagnosis) -> None:
     for rec in d.recommendations:
         title = rec.title
         if rec.estimated_gain_ns:
-            title += f" (could recover ~{fmt_ns(rec.estimated_gain_ns)} per step)"
+            title += f" (could recover ~{duration(rec.estimated_gain_ns)} per step)"
         if rec.overlaps_with:
             title += f"; not additive with {', '.join(rec.overlaps_with)}"
         _print_wrapped(con, Text(" → ", style="cyan"), title, style="bold")
@@ -220,7 +220,7 @@ def _kernel_block(con: Console, k: KernelBreakdown) -> None:
         t.add_column("time", justify="right", no_wrap=True)
         t.add_column("share", justify="right", no_wrap=True)
         for e in k.top[:5]:
-            t.add_row(short_name(e.name), e.family, fmt_ns(e.time_ns), _pct(e.share))
+            t.add_row(short_name(e.name), e.family, duration(e.time_ns), _pct(e.share))
         return t
 
     con.print(_fit(con, build))
@@ -251,8 +251,8 @@ def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad) -> Table:
             sev = flags.get((rank, col))
             return Text(_pct(value), style=_FLAG_STYLE[sev] if sev is not None else "")
 
-        t.add_row(str(rs.rank), str(rs.steps), fmt_ns(rs.step_time_ns_median),
-                  fmt_ns(rs.step_time_ns_p90), _pct(s.compute), cell(s.comm_wait, "comm_wait"),
+        t.add_row(str(rs.rank), str(rs.steps), duration(rs.step_time_ns_median),
+                  duration(rs.step_time_ns_p90), _pct(s.compute), cell(s.comm_wait, "comm_wait"),
                   cell(s.data_wait, "data_wait"), cell(s.other, "other"),
                   _pct(rs.comm_overlapped_ratio), cell(rs.idle_ratio, "idle"))  # fmt: skip
     if len(ranks) > max_ranks:
@@ -276,9 +276,9 @@ def _step_table(d: Diagnosis, pad: Pad) -> Table:
         t.add_column(col, justify="right", no_wrap=True)
     for s in d.steps:
         dur = s.duration_ns or 1
-        t.add_row(str(s.rank), str(s.step), fmt_ns(s.duration_ns), fmt_ns(s.compute_ns),
-                  fmt_ns(s.comm_wait_ns), fmt_ns(s.data_wait_ns), fmt_ns(s.other_ns),
-                  fmt_ns(s.comm_overlapped_ns), _pct(1 - s.compute_ns / dur))  # fmt: skip
+        t.add_row(str(s.rank), str(s.step), duration(s.duration_ns), duration(s.compute_ns),
+                  duration(s.comm_wait_ns), duration(s.data_wait_ns), duration(s.other_ns),
+                  duration(s.comm_overlapped_ns), _pct(1 - s.compute_ns / dur))  # fmt: skip
     return t
 
 
@@ -289,8 +289,8 @@ def _whole_run_table(d: Diagnosis, pad: Pad) -> Table:
     for col in ("rank", "steps", "median", "p90", "max", "data-wait"):
         t.add_column(col, justify="right", no_wrap=True)
     for r in w.ranks:
-        t.add_row(str(r.rank), str(r.steps), fmt_ns(r.step_time_ns_median),
-                  fmt_ns(r.step_time_ns_p90), fmt_ns(r.step_time_ns_max),
+        t.add_row(str(r.rank), str(r.steps), duration(r.step_time_ns_median),
+                  duration(r.step_time_ns_p90), duration(r.step_time_ns_max),
                   _pct(r.data_wait_ratio))  # fmt: skip
     return t
 
@@ -322,7 +322,7 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
     if sp:
         parts = []
         for key, label, fmt in (
-            ("step_time_ns_median", "step", fmt_ns),
+            ("step_time_ns_median", "step", duration),
             ("compute_ratio", "compute", _pct),
             ("comm_wait_ratio", "comm-wait", _pct),
             ("data_wait_ratio", "data-wait", _pct),
@@ -356,7 +356,7 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
             if v is None:
                 return "n/a"
             change = f"{(v - cur) / cur:+.0%}"
-            return f"{fmt_ns(v)} ({'no change' if change in ('+0%', '-0%') else change})"
+            return f"{duration(v)} ({'no change' if change in ('+0%', '-0%') else change})"
 
         text = (f"what if: comm fully overlapped → {delta(w.if_comm_overlapped_ns)} · "
                 f"no data wait → {delta(w.if_no_data_wait_ns)}")  # fmt: skip
@@ -366,7 +366,7 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
             w.if_comm_overlapped_ns, w.if_no_data_wait_ns
         ):
             text += f" · all together → {delta(w.if_all_ns)}"
-        lines.append(f"{text}  (step now {fmt_ns(cur)})")
+        lines.append(f"{text}  (step now {duration(cur)})")
     return lines
 
 
@@ -387,7 +387,7 @@ def _collective_block(con: Console, d: Diagnosis) -> None:
         if len(items) > MAX_LISTED:  # the longest waits, not a screenful of ranks
             items = sorted(items, key=lambda kv: -kv[1].sync_wait_ns)[:MAX_LISTED]
             label = f"waiting for the last rank, the {MAX_LISTED} longest of {len(per)}: "
-        waits = ", ".join(f"r{r} {fmt_ns(v.sync_wait_ns)}" for r, v in items)
+        waits = ", ".join(f"r{r} {duration(v.sync_wait_ns)}" for r, v in items)
         _print_wrapped(con, Text(label, style="dim"), waits, indent="  ", style="dim")
 
 
@@ -406,7 +406,7 @@ def _collective_table(d: Diagnosis, pad: Pad) -> Table:
     for row in c.by_type:
         eff = row.efficiency
         t.add_row(row.type, row.size_bucket, str(row.count),
-                  fmt_ns(row.transfer_ns_median), bw(row.algbw_gbps), bw(row.busbw_gbps),
+                  duration(row.transfer_ns_median), bw(row.algbw_gbps), bw(row.busbw_gbps),
                   "n/a" if eff is None
                   else f"{ge}{eff:.0%} of {row.peak_gbps or 0:.0f}")  # fmt: skip
     return t

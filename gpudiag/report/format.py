@@ -18,21 +18,6 @@ FLAG_COLUMNS = {
 }
 
 
-def fmt_ns(ns: float | None) -> str:
-    """A duration in the unit that reads best (``n/a`` when unknown)."""
-    if ns is None:
-        return "n/a"
-    if abs(ns) >= 10e9:
-        return f"{ns / 1e9:.1f} s"
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    if abs(ns) >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"
-
-
 def short_name(name: str) -> str:
     """A kernel or operator name without its return type, template arguments and parameters."""
     n = name.strip()

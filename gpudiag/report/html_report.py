@@ -17,7 +17,8 @@ from typing import Any, TextIO
 
 from gpudiag.analysis import words
 from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, FindingKind, StepBreakdown
-from gpudiag.report.format import flagged, fmt_ns, idle_threshold, mode_label, pct, window_label
+from gpudiag.analysis.words import duration
+from gpudiag.report.format import flagged, idle_threshold, mode_label, pct, window_label
 
 COLORS = {"compute": "#2e7d32", "comm_wait": "#1565c0", "data_wait": "#ef6c00", "other": "#9e9e9e"}
 LABELS = {"compute": "compute", "comm_wait": "comm-wait", "data_wait": "data-wait",
@@ -46,7 +47,7 @@ def _e(x: object) -> str:
 
 
 def _ms(ns: float | None) -> str:
-    return _e(fmt_ns(ns))
+    return _e(duration(ns))
 
 
 def _pct(x: float | None) -> str:
@@ -82,8 +83,8 @@ def _stacked_bars(rank: int, steps: list[StepBreakdown], max_ns: int) -> str:
             if bh <= 0:
                 continue
             y -= bh
-            tip = (f"rank {rank} step {s.step}: {LABELS[key]} {fmt_ns(ns)} of "
-                   f"{fmt_ns(s.duration_ns)}")  # fmt: skip
+            tip = (f"rank {rank} step {s.step}: {LABELS[key]} {duration(ns)} of "
+                   f"{duration(s.duration_ns)}")  # fmt: skip
             out.append(f'<rect x="{x}" y="{y:.2f}" width="{bw - 1}" height="{bh:.2f}" '
                        f'fill="{COLORS[key]}"><title>{_e(tip)}</title></rect>')  # fmt: skip
     first, last = steps[0].step, steps[-1].step
@@ -113,8 +114,8 @@ def _timeline(by_rank: dict[int, list[StepBreakdown]]) -> str:
                 w = plot_w * (s.duration_ns / span) * (ns / total)
                 if w <= 0:
                     continue
-                tip = (f"rank {rank} step {s.step} ({fmt_ns(s.duration_ns)}): {LABELS[key]} "
-                       f"{fmt_ns(ns)}")  # fmt: skip
+                tip = (f"rank {rank} step {s.step} ({duration(s.duration_ns)}): {LABELS[key]} "
+                       f"{duration(ns)}")  # fmt: skip
                 out.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h - 4}" '
                            f'fill="{COLORS[key]}"><title>{_e(tip)}</title></rect>')  # fmt: skip
                 x += w

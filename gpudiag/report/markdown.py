@@ -8,7 +8,8 @@ from gpudiag.analysis import words
 from gpudiag.analysis.diff import DiffRow, RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
-from gpudiag.report.format import fmt_ns, mode_label, pct, short_name, window_label
+from gpudiag.analysis.words import duration
+from gpudiag.report.format import mode_label, pct, short_name, window_label
 
 _ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
@@ -49,7 +50,7 @@ def _signed(text: str) -> str:
 
 def diff_cells(row: DiffRow) -> tuple[str, str, str]:
     """A, B and the change of a diff row as text."""
-    show = fmt_ns if row.unit == "ns" else pct
+    show = duration if row.unit == "ns" else pct
     if row.change is None:
         change = "n/a"
     elif row.unit == "ns":
@@ -78,11 +79,12 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         out.write(f"**{cell(v.headline)}** (from the {v.basis})\n\n")
     label = window_label(r.mode).capitalize()
     out.write(f"{label}: {words.plural(r.steps, 'step')}, step time median "
-              f"**{fmt_ns(r.step_time_ns_median)}**, p90 "
-              f"{fmt_ns(r.step_time_ns_p90)} · compute {pct(r.shares.compute)} · comm-wait "
+              f"**{duration(r.step_time_ns_median)}**, p90 "
+              f"{duration(r.step_time_ns_p90)} · compute {pct(r.shares.compute)} · comm-wait "
               f"{pct(r.shares.comm_wait)} · data-wait {pct(r.shares.data_wait)} · other "
               f"{pct(r.shares.other)} · idle **{pct(r.idle_ratio)}**\n\n")  # fmt: skip
-    rows = [[str(x.rank), str(x.steps), fmt_ns(x.step_time_ns_median), fmt_ns(x.step_time_ns_p90),
+    rows = [[str(x.rank), str(x.steps), duration(x.step_time_ns_median),
+             duration(x.step_time_ns_p90),
              pct(x.shares.compute), pct(x.shares.comm_wait), pct(x.shares.data_wait),
              pct(x.shares.other), pct(x.idle_ratio)] for x in d.ranks]  # fmt: skip
     _table(out, ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
@@ -91,13 +93,13 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         wr = d.whole_run.ranks
         med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
         n = words.plural(max(x.steps for x in wr), "steady step")
-        out.write(f"\nWhole run (telemetry): {n} per rank, step time median {fmt_ns(med)}\n")
+        out.write(f"\nWhole run (telemetry): {n} per rank, step time median {duration(med)}\n")
     k = d.kernels
     if k and k.top:
         unit = "operator" if k.unit == "operator" else "kernel"
         out.write(f"\n### Top {unit}s, all ranks\n\n")
         _table(out, [unit, "family", "time", "share"],
-               [[short_name(e.name), e.family, fmt_ns(e.time_ns), pct(e.share)]
+               [[short_name(e.name), e.family, duration(e.time_ns), pct(e.share)]
                 for e in k.top[:5]], "llrr")  # fmt: skip
     if d.findings:
         out.write("\n### Findings\n\n")

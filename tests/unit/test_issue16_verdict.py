@@ -124,3 +124,38 @@ def test_public_names_are_clean():
     assert "analyze" in names and "Diagnosis" in names and "Thresholds" in names
     assert not {"Any", "TYPE_CHECKING", "annotations", "importlib"} & set(names)
     assert set(gpudiag.__all__) == set(names)
+
+
+def test_one_duration_with_the_roundings_outputs_have():
+    # the four roundings the outputs have always had, at their boundaries
+    ns = [None, 999, 12_340, 9_950_000, 12_340_000, 999_900_000, 1_234_000_000, 12_340_000_000]
+    assert [words.duration(x) for x in ns] == [
+        "n/a",
+        "999 ns",
+        "12.3 µs",
+        "9.9 ms",
+        "12.3 ms",
+        "999.9 ms",
+        "1.23 s",
+        "12.3 s",
+    ]
+    assert [words.duration(x, "message") for x in ns[1:]] == [
+        "0.0 ms",
+        "0.0 ms",
+        "9.9 ms",
+        "12.3 ms",
+        "999.9 ms",
+        "1.23 s",
+        "12.34 s",
+    ]
+    assert [words.duration(x, "brief") for x in ns[1:]] == [
+        "0.0 ms",
+        "0.0 ms",
+        "9.9 ms",
+        "12 ms",
+        "1000 ms",
+        "1.2 s",
+        "12.3 s",
+    ]
+    assert words.duration(12_340_000, "ms") == "12.3 ms"
+    assert words.duration(12_640_000, "ms", 0) == "13 ms"
