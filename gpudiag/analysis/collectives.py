@@ -219,7 +219,7 @@ def match(colls: Sequence[Collectives]) -> tuple[str, list[dict[int, int]]]:
 SyncByStep = dict[tuple[int, int], int]
 
 
-def analyse(
+def summarize_collectives(
     colls: Sequence[Collectives],
     world_size: int | None = None,
     rules: CollectiveRules | None = None,

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 from gpudiag import __version__
 from gpudiag.analysis.advice import recommend
 from gpudiag.analysis.collectives import (
-    analyse,
     bandwidth_findings,
     match,
+    summarize_collectives,
 )
 from gpudiag.analysis.compute import compute_bound
 from gpudiag.analysis.idle import idle_findings
@@ -39,7 +39,7 @@ from gpudiag.analysis.model import (
     WholeRun,
     by_rank,
 )
-from gpudiag.analysis.pipeline import analyse_pipeline
+from gpudiag.analysis.pipeline import find_pipeline
 from gpudiag.analysis.rank import (
     TELEMETRY_NOTE,
     RankResult,
@@ -155,9 +155,9 @@ def build_diagnosis(
     kernels = combine_kernels([r.evidence.kernels for r in ranks])
     findings += compute_bound(run, kernels, th.advice)
     colls = [r.collectives for r in results if r.collectives is not None]
-    coll, sync_by_step = analyse(colls, run.world_size, th.collectives)
+    coll, sync_by_step = summarize_collectives(colls, run.world_size, th.collectives)
     findings += bandwidth_findings(coll, th.collectives)
-    pipe, pipe_findings = analyse_pipeline(colls, ranks, steps, th.idle_ratio_max, th.pipeline)
+    pipe, pipe_findings = find_pipeline(colls, ranks, steps, th.idle_ratio_max, th.pipeline)
     if pipe is not None and coll is not None:
         coll = dataclasses.replace(coll, pipeline=pipe)
         findings = explained_by_pipeline(findings, pipe, ranks, th)

@@ -78,7 +78,7 @@ def schedule_of(first: Collectives, p: int, m: int) -> str:
     return max(votes, key=lambda k: votes[k]) if votes else "unknown"
 
 
-def analyse_pipeline(
+def find_pipeline(
     colls: Sequence[Collectives],
     ranks: Sequence[RankSummary],
     steps: Sequence[StepBreakdown],

@@ -44,7 +44,7 @@ def traces(tmp_path_factory) -> dict[str, Path]:
     return {name: run_variant(tmp_path_factory, name) for name in VARIANTS if name != "balanced"}
 
 
-def analyse(path: Path) -> dict:
+def diagnosis_of(path: Path) -> dict:
     r = run_cli("analyze", str(path), "--format", "json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
@@ -69,13 +69,13 @@ def test_balanced_run_is_compute_bound_without_flags(tmp_path_factory):
         return out
 
     # a balanced job can still be unbalanced by the shared host: see tests/noisy_host.py
-    doc = first_clean(lambda i: analyse(run_variant(tmp_path_factory, "balanced")), problems)
+    doc = first_clean(lambda i: diagnosis_of(run_variant(tmp_path_factory, "balanced")), problems)
     assert doc["run"]["mode"] == "cpu" and doc["run"]["ranks"] == 2
     assert doc["run"]["idle_ratio"] < 0.3
 
 
 def test_slow_dataset_is_data_bound_and_flagged(traces):
-    doc = analyse(traces["slow_data"])
+    doc = diagnosis_of(traces["slow_data"])
     shares = doc["run"]["shares"]
     assert shares["data_wait"] > 0.5
     assert shares["data_wait"] == max(shares.values())
@@ -85,7 +85,7 @@ def test_slow_dataset_is_data_bound_and_flagged(traces):
 
 
 def test_many_parameters_little_compute_is_comm_bound_and_flagged(traces):
-    doc = analyse(traces["comm_heavy"])
+    doc = diagnosis_of(traces["comm_heavy"])
     shares = doc["run"]["shares"]
     # twice the comm-bound threshold (0.1): the verdict, not a borderline share
     assert shares["comm_wait"] > 0.2

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import gpudiag
-from gpudiag.analysis.collectives import Collectives, analyse, collective_type, match
+from gpudiag.analysis.collectives import Collectives, collective_type, match, summarize_collectives
 from gpudiag.analysis.model import RankSync
 from gpudiag.analysis.pipeline import ideal_bubble
 
@@ -64,7 +64,7 @@ def test_order_matching_drops_size_mismatches():
 def test_bus_bandwidth_follows_nccl_tests():
     gb = 1_000_000_000
     ranks = [colls(r, ["allreduce"], [10 * MS if r else 12 * MS], [gb]) for r in range(8)]
-    section, _ = analyse(ranks)
+    section, _ = summarize_collectives(ranks)
     (row,) = section.by_type
     assert row.transfer_ns_median == 10 * MS
     assert row.algbw_gbps == pytest.approx(100.0)
