@@ -1,0 +1,76 @@
+"""No function in gpudiag/ is longer than 80 lines (a function a reader takes in at once).
+
+Run as a script to list the longest: ``python tests/unit/test_function_size.py [N]``.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "gpudiag"
+LIMIT = 80
+
+
+def long_functions(root: Path = PACKAGE, limit: int = LIMIT) -> list[tuple[int, str, str]]:
+    """(lines, file relative to the package's parent, qualified name) of each longer function."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        stack: list[tuple[ast.AST, str]] = [(tree, "")]
+        while stack:
+            node, prefix = stack.pop()
+            for child in ast.iter_child_nodes(node):
+                name = prefix
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    name = f"{prefix}{child.name}"
+                    if not isinstance(child, ast.ClassDef):
+                        lines = (child.end_lineno or child.lineno) - child.lineno + 1
+                        if lines > limit:
+                            rel = path.relative_to(root.parent).as_posix()
+                            out.append((lines, rel, name))
+                    name += "."
+                stack.append((child, name))
+    return sorted(out, reverse=True)
+
+
+# Files other engineers are splitting (issue 19): collect/ (launcher.run), traces/kineto.py
+# (_Columns.add, _finish_all), analysis/advice.py; and the demo job's main().
+OTHERS = ("gpudiag/collect/", "gpudiag/traces/kineto.py", "gpudiag/analysis/advice.py",
+          "gpudiag/demo/")  # fmt: skip
+
+
+def test_no_long_function_outside_the_files_being_split() -> None:
+    found = [f for f in long_functions() if not f[1].startswith(OTHERS)]
+    assert not found, found
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="issue 19 in progress: collect/launcher.py run (104 lines), traces/kineto.py "
+    "_Columns.add (98) and _finish_all (81) are being split by other engineers; "
+    "demo/train.py main (136) is the demo job",
+)
+def test_no_function_in_gpudiag_over_80_lines() -> None:
+    found = long_functions()
+    assert not found, found
+
+
+def test_the_lister_finds_methods_and_nested_functions(tmp_path: Path) -> None:
+    def body(indent: str) -> str:
+        return "".join(f"{indent}x{i} = {i}\n" for i in range(LIMIT))
+
+    source = ("class A:\n    def long(self):\n" + body(" " * 8)
+              + "def outer():\n    def inner():\n" + body(" " * 8)
+              + "def short():\n" + body(" " * 4)[: -len(f"    x{LIMIT - 1} = {LIMIT - 1}\n")])  # fmt: skip
+    (tmp_path / "m.py").write_text(source)
+    names = [n for _, _, n in long_functions(tmp_path, LIMIT)]
+    assert sorted(names) == ["A.long", "outer", "outer.inner"]
+
+
+if __name__ == "__main__":
+    for lines, rel, name in long_functions(limit=int(sys.argv[1]) if len(sys.argv) > 1 else LIMIT):
+        print(f"{lines:4d}  {rel}  {name}")
