@@ -20,6 +20,7 @@ from gpudiag.report.format import (
     idle_threshold,
     mode_label,
     short_name,
+    whole_run_steps,
     window_label,
 )
 from gpudiag.report.format import pct as _pct
@@ -135,10 +136,9 @@ def _summary(con: Console, d: Diagnosis) -> None:
     window = (f"{window_label(r.mode)}: {words.plural(r.steps, 'step')} · step time median "
               f"{duration(r.step_time_ns_median)}, p90 {duration(r.step_time_ns_p90)}")  # fmt: skip
     con.print(Text(window))
-    if d.whole_run is not None and d.whole_run.ranks:
-        wr = d.whole_run.ranks
-        med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
-        n = max(x.steps for x in wr)
+    whole = whole_run_steps(d)
+    if whole is not None:
+        n, med = whole
         con.print(Text(f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · "
                        f"step time median {duration(med)}"))  # fmt: skip
     line = Text("shares: ")

@@ -18,6 +18,18 @@ FLAG_COLUMNS = {
 }
 
 
+def whole_run_steps(d: Diagnosis) -> tuple[int, int] | None:
+    """(steady steps per rank, the ranks' middle median step time) from the telemetry, or None.
+
+    The middle of the per-rank medians (the upper one of an even count), as every renderer
+    shows it.
+    """
+    if d.whole_run is None or not d.whole_run.ranks:
+        return None
+    wr = d.whole_run.ranks
+    return max(x.steps for x in wr), sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
+
+
 def short_name(name: str) -> str:
     """A kernel or operator name without its return type, template arguments and parameters."""
     n = name.strip()

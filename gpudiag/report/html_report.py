@@ -18,7 +18,14 @@ from typing import Any, TextIO
 from gpudiag.analysis import words
 from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, FindingKind, StepBreakdown
 from gpudiag.analysis.words import duration
-from gpudiag.report.format import flagged, idle_threshold, mode_label, pct, window_label
+from gpudiag.report.format import (
+    flagged,
+    idle_threshold,
+    mode_label,
+    pct,
+    whole_run_steps,
+    window_label,
+)
 
 COLORS = {"compute": "#2e7d32", "comm_wait": "#1565c0", "data_wait": "#ef6c00", "other": "#9e9e9e"}
 LABELS = {"compute": "compute", "comm_wait": "comm-wait", "data_wait": "data-wait",
@@ -168,11 +175,10 @@ def _verdict(d: Diagnosis) -> str:
 
 def _whole_run_line(d: Diagnosis) -> str:
     """The whole run's step time, labelled apart from the profiled window's."""
-    if d.whole_run is None or not d.whole_run.ranks:
+    whole = whole_run_steps(d)
+    if whole is None:
         return ""
-    wr = d.whole_run.ranks
-    med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
-    n = words.plural(max(x.steps for x in wr), "steady step")
+    n, med = words.plural(whole[0], "steady step"), whole[1]
     return f"<p>whole run (telemetry): {_e(n)} per rank, step time median <b>{_ms(med)}</b></p>"
 
 

@@ -9,7 +9,7 @@ from gpudiag.analysis.diff import DiffRow, RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.analysis.words import duration
-from gpudiag.report.format import mode_label, pct, short_name, window_label
+from gpudiag.report.format import mode_label, pct, short_name, whole_run_steps, window_label
 
 _ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
@@ -89,10 +89,9 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
              pct(x.shares.other), pct(x.idle_ratio)] for x in d.ranks]  # fmt: skip
     _table(out, ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
                  "idle"], rows, "rrrrrrrrr")  # fmt: skip
-    if d.whole_run is not None and d.whole_run.ranks:
-        wr = d.whole_run.ranks
-        med = sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
-        n = words.plural(max(x.steps for x in wr), "steady step")
+    whole = whole_run_steps(d)
+    if whole is not None:
+        n, med = words.plural(whole[0], "steady step"), whole[1]
         out.write(f"\nWhole run (telemetry): {n} per rank, step time median {duration(med)}\n")
     k = d.kernels
     if k and k.top:
