@@ -57,7 +57,8 @@ def square_sum(n: int) -> float:
     return float((torch.arange(n, dtype=torch.float64) ** 2).sum())
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The job's options: its size, the bottlenecks to inject, how it profiles itself."""
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--batch", type=int, default=8192)
@@ -88,8 +89,11 @@ def main() -> None:
     p.add_argument("--exit-code", type=int, default=0, help="exit with this code at the end")
     p.add_argument("--raise-at", type=int, default=-1, help="raise on rank 1 at this step")
     p.add_argument("--time-file", default="", help="rank 0 writes its step times (s) here")
-    a = p.parse_args()
+    return p.parse_args()
 
+
+def setup(a: argparse.Namespace) -> tuple[bool, bool, int, torch.device]:
+    """Pin the CPU, join the process group, pick the device: (distributed, cuda, rank, device)."""
     if a.pin and hasattr(os, "sched_setaffinity"):
         cpus = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpus[int(os.environ.get("LOCAL_RANK", 0)) % len(cpus)]})
@@ -102,7 +106,11 @@ def main() -> None:
     if use_cuda:
         torch.cuda.set_device(device)
     torch.manual_seed(rank)
+    return distributed, use_cuda, rank, device
 
+
+def build_model(a: argparse.Namespace, device: torch.device, distributed: bool) -> nn.Module:
+    """An MLP of ``--layers`` hidden layers, wrapped in DDP when distributed."""
     layers: list[nn.Module] = [nn.Linear(a.dim, a.hidden), nn.ReLU()]
     for _ in range(a.layers - 1):
         layers += [nn.Linear(a.hidden, a.hidden), nn.ReLU()]
@@ -110,6 +118,32 @@ def main() -> None:
     model: nn.Module = nn.Sequential(*layers).to(device)
     if distributed:
         model = nn.parallel.DistributedDataParallel(model)
+    return model
+
+
+def scheduled_profiler(a: argparse.Namespace, rank: int, use_cuda: bool) -> Any:
+    """``--profile-dir``: a started profiler with a schedule, as users record; else None."""
+    if not a.profile_dir:
+        return None
+    from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
+    prof = profile(
+        activities=acts,
+        schedule=schedule(wait=a.profile_wait, warmup=1, active=a.profile_active, repeat=1),
+        on_trace_ready=tensorboard_trace_handler(
+            a.profile_dir, worker_name=f"rank{rank}", use_gzip=True
+        ),
+    )
+    prof.start()
+    return prof
+
+
+def main() -> None:
+    """Train ``--steps`` steps with the injected bottlenecks, then leave cleanly."""
+    a = parse_args()
+    distributed, use_cuda, rank, device = setup(a)
+    model = build_model(a, device, distributed)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
 
     if a.mp_spawn:
@@ -127,21 +161,7 @@ def main() -> None:
         collate_fn=collate,
         multiprocessing_context=(a.worker_start or None) if a.workers else None,
     )
-
-    prof = None
-    if a.profile_dir:
-        from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-
-        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
-        prof = profile(
-            activities=acts,
-            schedule=schedule(wait=a.profile_wait, warmup=1, active=a.profile_active, repeat=1),
-            on_trace_ready=tensorboard_trace_handler(
-                a.profile_dir, worker_name=f"rank{rank}", use_gzip=True
-            ),
-        )
-        prof.start()
-
+    prof = scheduled_profiler(a, rank, use_cuda)
     own = contextlib.ExitStack()
     plain = None
     it = iter(loader)
