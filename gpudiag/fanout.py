@@ -16,13 +16,14 @@ import gc
 import os
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from gpudiag import __version__
 from gpudiag.errors import EnvironmentProblem, UsageError
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -63,6 +64,9 @@ def local_map(jobs: int | None = None, progress: Progress | None = None) -> Mapp
             return serial_map(fn, items, progress)
         # Objects that exist before the fork are moved out of the collector's reach, so a
         # collection in a worker does not write to (and copy) every page it shares with us.
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
         gc.freeze()
         try:
             with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("fork")) as ex:
@@ -79,6 +83,8 @@ def _gather_local(futures: list[Future[R]], progress: Progress | None) -> list[R
     At the first failure the items not started are cancelled and the failure of the
     earliest item is raised.
     """
+    from concurrent.futures import FIRST_COMPLETED, wait
+
     total, done = len(futures), 0
     if progress is not None:
         progress(0, total, None)

@@ -286,21 +286,23 @@ def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None)
     The run directories' manifests, step telemetry and NVML samples are read here (they
     are small); the traces become sources that load where they are analysed.
     """
-    import pandas as pd
-
-    from gpudiag.traces.samples import load_samples
-    from gpudiag.traces.telemetry import load_steps, steps_files
-
     inputs = discover(paths, options)
-    tele = [load_steps(d, inputs.notes) for d in inputs.run_dirs if steps_files(d)]
-    samples = [load_samples(d, inputs.notes) for d in inputs.run_dirs]
-    return RunTimeline(
+    run = RunTimeline(
         sources=list(inputs.traces),
         manifest=merge_manifests(inputs.manifests),
-        telemetry=pd.concat(tele, ignore_index=True) if tele else None,
-        samples=pd.concat(samples, ignore_index=True) if samples else None,
         notes=inputs.notes,
     )
+    if inputs.run_dirs:  # only run directories have telemetry (and need pandas for it)
+        import pandas as pd
+
+        from gpudiag.traces.samples import load_samples
+        from gpudiag.traces.telemetry import load_steps, steps_files
+
+        tele = [load_steps(d, inputs.notes) for d in inputs.run_dirs if steps_files(d)]
+        samples = [load_samples(d, inputs.notes) for d in inputs.run_dirs]
+        run.telemetry = pd.concat(tele, ignore_index=True) if tele else None
+        run.samples = pd.concat(samples, ignore_index=True) if samples else None
+    return run
 
 
 __all__ = [
