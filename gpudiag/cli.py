@@ -207,8 +207,12 @@ def _printable(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; print GpudiagError as one line plus a hint, exit with its code."""
+    from gpudiag.cli_coerce import install
+
+    command = typer.main.get_command(app)
+    install(command)  # plain str/Path/int/float coercion: no pydantic in every process
     try:
-        app(args=argv, standalone_mode=False)
+        command.main(args=argv, standalone_mode=False)
     except GpudiagError as e:
         if _state["debug"]:
             raise

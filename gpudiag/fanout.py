@@ -32,6 +32,11 @@ Progress = Callable[[int, int, Any], None]
 # distributed's Client and Future (typed as Any: that package is optional and partly untyped)
 Client = Any
 
+# Below this much JSON in all (a .gz file counted as GZIP_RATIO times its size) one worker
+# serves: forking a pool and shipping results back costs ~0.05-0.1 s, about what decoding
+# ~10-20 MB of JSON takes (benchmarks/README.md, "no process pool for small inputs").
+SERIAL_BELOW_BYTES = 16 << 20
+GZIP_RATIO = 10
 # How long to wait for the scheduler to answer and for a first worker to be there.
 CONNECT_TIMEOUT_S = 10.0
 INSTALL_HINT = "pip install 'gpudiag[dask]' (on the client and on every worker)"
@@ -56,10 +61,16 @@ def serial_map(
 
 
 def local_map(jobs: int | None = None, progress: Progress | None = None) -> Mapper:
-    """A mapper over up to ``jobs`` forked processes (default: every CPU)."""
+    """A mapper over up to ``jobs`` forked processes (default: every CPU).
+
+    Without ``jobs``, an input whose files hold less than :data:`SERIAL_BELOW_BYTES` of JSON
+    in all is analysed in this process: a pool would cost more than it saves.
+    """
 
     def run(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
         workers = min(len(items), jobs or os.cpu_count() or 1)
+        if jobs is None and workers > 1 and _json_bytes(items) < SERIAL_BELOW_BYTES:
+            workers = 1
         if workers <= 1:
             return serial_map(fn, items, progress)
         # Objects that exist before the fork are moved out of the collector's reach, so a
@@ -75,6 +86,21 @@ def local_map(jobs: int | None = None, progress: Progress | None = None) -> Mapp
             gc.unfreeze()
 
     return run
+
+
+def _json_bytes(items: Sequence[Any]) -> float:
+    """About how much JSON the items' files hold; infinite when some item has no file."""
+    total = 0.0
+    for item in items:
+        path = getattr(item, "path", None)
+        if not isinstance(path, (str, os.PathLike)):
+            return float("inf")
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            return float("inf")  # let the worker that reads it say why
+        total += size * GZIP_RATIO if str(path).lower().endswith(".gz") else size
+    return total
 
 
 def _gather_local(futures: list[Future[R]], progress: Progress | None) -> list[R]:
