@@ -91,6 +91,7 @@ def analyze(
     progress: Callable[[int, int, int], None] | None = None,
     timeline: str | os.PathLike[str] | None = None,
     timeline_full: bool = False,
+    cache: bool | str | os.PathLike[str] = False,
 ) -> Diagnosis:
     """Analyse run directories, trace files or directories of traces → Diagnosis.
 
@@ -102,7 +103,10 @@ def analyze(
     ``progress(files_done, files_total, events_done)`` is called as trace files finish.
     ``timeline`` writes the annotated timeline there (Chrome/Perfetto trace JSON, gzipped
     when the name ends in ``.gz``; ``timeline_full`` adds the raw kernels). One saved
-    diagnosis JSON is read back as it is.
+    diagnosis JSON is read back as it is. ``cache`` keeps each trace file's per-rank
+    results on disk for the next analysis of the same, unchanged, file (:mod:`gpudiag.cache`;
+    ``True``: in the run directory or the user cache directory, a path: there instead of
+    the user cache directory); ``GPUDIAG_NO_CACHE=1`` turns it off.
     """
     if len(paths) == 1 and is_diagnosis_file(Path(paths[0])):
         if timeline is not None:
@@ -123,6 +127,12 @@ def analyze(
         mapper = dask_map(scheduler, progress=hook)
     else:
         mapper = map or local_map(jobs, progress=hook)
+    if cache is not False:
+        from gpudiag import cache as rank_cache
+
+        if rank_cache.enabled():
+            own = None if cache is True else Path(cache)
+            mapper = rank_cache.cached_map(mapper, th, user_dir=own)
     run = load_run(*paths, options=LoadOptions.from_thresholds(th, nsys))
     if timeline is None:
         return diagnose(run, th, map=mapper)

@@ -25,7 +25,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-_state: dict[str, Any] = {"debug": False}
+_state: dict[str, Any] = {"debug": False, "cache": True}
 
 
 def _version(value: bool) -> None:
@@ -46,6 +46,22 @@ NoColor = Annotated[
 ]
 
 
+def _no_cache(value: bool) -> None:
+    """``--no-cache``: analyse every trace file anew, and store nothing (gpudiag.cache)."""
+    if value:
+        _state["cache"] = False
+
+
+NoCache = Annotated[
+    bool,
+    typer.Option(
+        "--no-cache",
+        callback=_no_cache,
+        help="Read every trace anew; keep no per-rank results (also: GPUDIAG_NO_CACHE=1).",
+    ),
+]
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
@@ -55,6 +71,7 @@ def _root(
     ] = False,
 ) -> None:
     _state["debug"] = debug
+    _state["cache"] = True  # until a command's --no-cache says otherwise
 
 
 def thresholds(**overrides: Any) -> Thresholds:
@@ -84,7 +101,7 @@ def _diagnosis(path: Path, th: Thresholds, **kw: Any) -> Any:
     """A Diagnosis: a saved diagnosis JSON read back, anything else analysed."""
     from gpudiag import api
 
-    return api.analyze(path, thresholds=th, **kw)
+    return api.analyze(path, thresholds=th, cache=_state["cache"], **kw)
 
 
 @app.command()
@@ -140,6 +157,7 @@ def analyze(
         bool, typer.Option("--timeline-full", help="Add the raw kernels to --timeline.")
     ] = False,
     no_color: NoColor = False,
+    no_cache: NoCache = False,
 ) -> None:
     """Diagnose PyTorch Profiler traces, Nsight Systems reports or a gpudiag run directory."""
     from gpudiag.report import pick_format
@@ -182,7 +200,7 @@ def _diagnose_paths(
     try:
         return api.analyze(*paths, thresholds=th, jobs=jobs, nsys=str(nsys) if nsys else None,
                            scheduler=address, progress=hook, timeline=timeline,
-                           timeline_full=timeline_full)  # fmt: skip
+                           timeline_full=timeline_full, cache=_state["cache"])  # fmt: skip
     finally:
         if bar is not None:
             bar.stop()
@@ -262,7 +280,8 @@ def _print_run_diagnosis(out_dir: Path, run_dir: Path) -> None:
         from gpudiag import api
         from gpudiag.report.console import render
 
-        d = api.analyze(out_dir, thresholds=thresholds(), timeline=out_dir / TIMELINE_FILE)
+        d = api.analyze(out_dir, thresholds=thresholds(), timeline=out_dir / TIMELINE_FILE,
+                        cache=True)  # fmt: skip
         sys.stdout.flush()
         render(d, sys.stdout)
     except Exception as e:
@@ -467,6 +486,7 @@ def gate(
     ] = None,
     fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown.")] = "table",
     no_color: NoColor = False,
+    no_cache: NoCache = False,
 ) -> None:
     """CI performance gate: idle/wait limits, stragglers, regression against baseline runs."""
     from gpudiag.config import gate_config
@@ -559,6 +579,7 @@ def diff(
         Path | None, typer.Option("--output", "-o", help="Write here.", readable=False)
     ] = None,
     no_color: NoColor = False,
+    no_cache: NoCache = False,
 ) -> None:
     """What changed between two runs: step time, shares, idle ratio, per rank."""
     from gpudiag.analysis.diff import diff as run_diff
@@ -577,6 +598,7 @@ def report(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="The HTML file to write.", readable=False)
     ] = Path("gpudiag-report.html"),
+    no_cache: NoCache = False,
 ) -> None:
     """Write one self-contained HTML report (charts inline, works offline)."""
     emit(_diagnosis(path, thresholds()), "html", output)
