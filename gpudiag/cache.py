@@ -218,13 +218,17 @@ def _key_doc(item: Any, th: dict[str, Any], code: str) -> dict[str, Any] | None:
             "origin": _identity(origin) if isinstance(origin, Path) else None,
             "fmt": fmt,
             "rank": getattr(item, "rank", None),
-            "options": (dataclasses.asdict(options)
-                        if dataclasses.is_dataclass(options) and not isinstance(options, type)
-                        else None),  # fmt: skip
+            "options": _plain(options),
             "thresholds": th,
         }
     except (OSError, TypeError, ValueError):
         return None  # unreadable: the loader will say why
+
+
+def _plain(options: Any) -> dict[str, Any] | None:
+    if dataclasses.is_dataclass(options) and not isinstance(options, type):
+        return dataclasses.asdict(options)
+    return None
 
 
 def _canonical(doc: Any) -> bytes:
