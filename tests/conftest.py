@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = ROOT.parent / "shared" / "traces"
+
+
+_CACHE_DIR = tempfile.mkdtemp(prefix="gpudiag-test-cache-")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # gpudiag's per-rank cache (gpudiag/cache.py) of the CLIs the tests start: in a scratch
+    # directory of this session, never in the user's own cache directory
+    os.environ["GPUDIAG_CACHE_DIR"] = _CACHE_DIR
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_CACHE_DIR, ignore_errors=True)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
