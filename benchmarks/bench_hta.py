@@ -1,0 +1,135 @@
+"""gpudiag against Holistic Trace Analysis on the same traces, and a cached second look (issue 23).
+
+For a directory of Kineto traces (``make_big_trace.py`` makes 8 × 56 MB), each run in a
+fresh subprocess and measured from outside — wall time, CPU of the whole process tree
+(``RUSAGE_CHILDREN``), peak RSS of the largest process (``ru_maxrss``) and the peak of the
+sampled sum of PSS over the tree (shared pages counted once):
+
+* ``gpudiag analyze DIR -f json --no-cache`` (the first look);
+* ``gpudiag analyze DIR -f json`` twice with an empty cache directory: the run that fills
+  the cache, then the second look, answered from it;
+* HTA (``pip install holistictraceanalysis``, in its own virtual environment given with
+  ``--hta-python``): ``TraceAnalysis(trace_dir=DIR)`` (parses every rank) and
+  ``get_temporal_breakdown`` (idle / compute / non-compute time per rank), the nearest of
+  its analyses to gpudiag's step breakdown.
+
+Usage::
+
+    python benchmarks/make_big_trace.py /tmp/big8
+    python -m venv /tmp/hta && /tmp/hta/bin/pip install holistictraceanalysis
+    python benchmarks/bench_hta.py /tmp/big8 --hta-python /tmp/hta/bin/python [--repeat 2]
+
+Each figure is the best of ``--repeat`` runs; the host's load average is printed beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_analyze import _pss, _tree
+
+REPO = Path(__file__).resolve().parents[1]
+
+_HTA = r"""
+import sys, warnings, logging
+warnings.filterwarnings("ignore")
+logging.disable(logging.WARNING)
+from hta.trace_analysis import TraceAnalysis
+a = TraceAnalysis(trace_dir=sys.argv[1])
+b = a.get_temporal_breakdown(visualize=False)
+print(len(b))
+"""
+
+
+def measure(cmd: list[str], env: dict[str, str], cwd: str) -> dict[str, Any]:
+    """Wall, tree CPU, largest process's peak RSS and the tree's sampled peak PSS."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)  # fmt: skip
+    pss = 0
+    while p.poll() is None:
+        pss = max(pss, 1024 * sum(_pss(pid) for pid in _tree(p.pid)))  # kB
+        time.sleep(0.05)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+    if p.returncode:
+        sys.stderr.write(err[-2000:])
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"wall_s": wall, "cpu_s": cpu, "maxrss": after.ru_maxrss * 1024, "pss": pss,
+            "rc": p.returncode}  # fmt: skip
+
+
+def loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def best(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {k: min(r[k] for r in rows) for k in rows[0]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("traces", type=Path)
+    ap.add_argument("--hta-python", type=Path, help="python of a venv with HTA installed")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repo", type=Path, default=REPO, help="the gpudiag tree to time")
+    ns = ap.parse_args(argv)
+    d = str(ns.traces.resolve())
+    rows: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory(prefix="gpudiag-hta-") as tmp:
+        env = dict(os.environ, PYTHONPATH=str(ns.repo.resolve()),
+                   PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"))  # fmt: skip
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env.pop("GPUDIAG_NO_CACHE", None)
+        gd = [sys.executable, "-m", "gpudiag", "analyze", d, "-f", "json"]
+        help_text = subprocess.run([*gd[:4], "--help"], env=env, cwd=tmp, capture_output=True,
+                                   text=True).stdout  # fmt: skip
+        has_cache = "--no-cache" in help_text
+        subprocess.run([sys.executable, "-m", "gpudiag", "--version"], env=env, cwd=tmp)
+        print(f"load average at start: {loadavg()}; best of {ns.repeat}", flush=True)
+        for i in range(ns.repeat):
+            rows.setdefault("gpudiag, first look", []).append(
+                measure(gd + (["--no-cache"] if has_cache else []), env, tmp)
+            )
+            if has_cache:
+                env["GPUDIAG_CACHE_DIR"] = str(Path(tmp) / f"cache-{i}")
+                rows.setdefault("gpudiag, filling the cache", []).append(measure(gd, env, tmp))
+                rows.setdefault("gpudiag, second look (cached)", []).append(measure(gd, env, tmp))
+            if ns.hta_python:
+                rows.setdefault("HTA: load + temporal breakdown", []).append(
+                    measure([str(ns.hta_python), "-c", _HTA, d], dict(os.environ), tmp)
+                )
+            print(f"  run {i + 1} done, load {loadavg()}", flush=True)
+    print(f"load average at end: {loadavg()}")
+    print(f"{'':34} {'wall s':>7} {'CPU s':>7} {'max RSS':>9} {'tree PSS':>9}  rc")
+    out = {k: best(v) for k, v in rows.items()}
+    for name, r in out.items():
+        print(f"{name:34} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['maxrss'] / 1e6:7.0f}MB "
+              f"{r['pss'] / 1e6:7.0f}MB  {r['rc']}")  # fmt: skip
+    first = out["gpudiag, first look"]
+    if "HTA: load + temporal breakdown" in out:
+        h = out["HTA: load + temporal breakdown"]
+        print(f"HTA / gpudiag: wall x{h['wall_s'] / first['wall_s']:.1f}, "
+              f"CPU x{h['cpu_s'] / first['cpu_s']:.1f}, "
+              f"tree PSS x{h['pss'] / max(first['pss'], 1):.1f}, "
+              f"max RSS x{h['maxrss'] / first['maxrss']:.1f}")  # fmt: skip
+    if has_cache:
+        c = out["gpudiag, second look (cached)"]
+        print(f"cached / first: wall {c['wall_s'] / first['wall_s']:.0%}, "
+              f"CPU {c['cpu_s'] / first['cpu_s']:.0%}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
