@@ -44,6 +44,7 @@ import numpy.typing as npt
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.steps import StepWindows
 from gpudiag.config import DEFAULT_COMM_OP_RE
+from gpudiag.nputil import unique
 from gpudiag.traces.schema import I64, Kind, RankTimeline
 
 _BUCKET_COPY = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
@@ -198,7 +199,7 @@ def time_by_name(
 ) -> list[tuple[str, int]]:
     """The names of the ``mask`` intervals holding the most time inside ``within``."""
     out = []
-    for i in np.unique(tl.name[mask]).tolist():
+    for i in unique(tl.name[mask]).tolist():
         sel = mask & (tl.name == i)
         t = iv.total(iv.intersect(_set(tl, sel), within))
         if t > 0:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag.nputil import unique
+
 I64 = npt.NDArray[np.int64]
 IntervalSet = tuple[I64, I64]
 
@@ -37,7 +39,7 @@ def union(starts: npt.ArrayLike, ends: npt.ArrayLike) -> IntervalSet:
 
 def _combine(a: IntervalSet, b: IntervalSet, op: str) -> IntervalSet:
     """Boolean sweep over the elementary segments of both sets."""
-    pts = np.unique(np.concatenate([a[0], a[1], b[0], b[1]]))
+    pts = unique(np.concatenate([a[0], a[1], b[0], b[1]]))
     if pts.size < 2:
         return EMPTY
     seg_s = pts[:-1]

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpudiag.analysis.model import KernelBreakdown, TopEntry
+from gpudiag.nputil import unique
 from gpudiag.traces.schema import Kind, RankTimeline
 
 FAMILIES: tuple[tuple[str, str], ...] = (
@@ -113,7 +114,7 @@ def breakdown(
         mask = ~lane_gpu & (tl.kind == Kind.CPU_OP)
         idx = np.flatnonzero(mask)
         t = np.zeros(idx.size, np.int64)
-        for lane in np.unique(tl.lane[idx]).tolist():
+        for lane in unique(tl.lane[idx]).tolist():
             sel = np.flatnonzero(tl.lane[idx] == lane)
             order = sel[np.lexsort((-tl.end_ns[idx[sel]], tl.start_ns[idx[sel]]))]
             t[order] = _exclusive(tl.start_ns[idx[order]], tl.end_ns[idx[order]])

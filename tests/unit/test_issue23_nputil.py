@@ -1,0 +1,33 @@
+"""Issue 23: the sort-based ``np.unique`` stand-ins give exactly what ``np.unique`` gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpudiag import nputil
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_same_as_numpy(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 2000))
+    dtype = [np.int64, np.int32, np.int8, np.uint64][seed % 4]
+    x = rng.integers(0, [5, 1000, 10**12, 100][seed % 4], n).astype(dtype)
+    u = np.unique(x)
+    assert nputil.unique(x).tolist() == u.tolist() and nputil.unique(x).dtype == x.dtype
+    for got, want in zip(nputil.unique_index(x), np.unique(x, return_index=True), strict=True):
+        assert got.tolist() == want.tolist()
+    for got, want in zip(nputil.unique_inverse(x), np.unique(x, return_inverse=True), strict=True):
+        assert got.tolist() == want.tolist()
+    want3 = np.unique(x, return_index=True, return_counts=True)
+    for got, want in zip(nputil.unique_index_counts(x), want3, strict=True):
+        assert got.tolist() == want.tolist()
+
+
+def test_empty_and_single():
+    for x in (np.zeros(0, np.int64), np.array([7], np.int64)):
+        assert nputil.unique(x).tolist() == np.unique(x).tolist()
+        assert [a.tolist() for a in nputil.unique_index(x)] == [
+            a.tolist() for a in np.unique(x, return_index=True)
+        ]
