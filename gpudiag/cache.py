@@ -16,8 +16,8 @@ another input.
 
 **Where.** A trace inside a run directory (``ranks/`` or ``nsys/`` beside a
 ``manifest.json``) is cached in that directory's ``.gpudiag-cache/``; anything else in the
-user cache directory: ``$GPUDIAG_CACHE_DIR``, else ``$XDG_CACHE_HOME/gpudiag``, else
-``~/.cache/gpudiag``. A run directory that is not writable — read-only filesystem, no
+user cache directory: ``$GPUDIAG_CACHE_DIR``, else ``$XDG_CACHE_HOME/gpudiag/ranks``, else
+``~/.cache/gpudiag/ranks``. A run directory that is not writable — read-only filesystem, no
 permission, or no write bit at all (root ignores permission bits, so a directory laid
 out without them, like a CI's read-only copy, is taken as read-only) — is never written:
 its traces are cached in the user cache directory instead. When no cache directory can be
@@ -88,13 +88,13 @@ def enabled() -> bool:
 
 
 def user_cache_dir() -> Path:
-    """``$GPUDIAG_CACHE_DIR``, else ``$XDG_CACHE_HOME/gpudiag``, else ``~/.cache/gpudiag``."""
+    """``$GPUDIAG_CACHE_DIR``, else ``$XDG_CACHE_HOME/gpudiag/ranks`` (``~/.cache`` by default)."""
     own = os.environ.get(DIR_ENV)
     if own:
         return Path(own)
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return base / "gpudiag"
+    return base / "gpudiag" / "ranks"
 
 
 def cached_map(
