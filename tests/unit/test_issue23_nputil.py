@@ -31,3 +31,22 @@ def test_empty_and_single():
         assert [a.tolist() for a in nputil.unique_index(x)] == [
             a.tolist() for a in np.unique(x, return_index=True)
         ]
+
+
+@pytest.mark.parametrize(("rows", "seed"), [(2, 0), (3, 1), (4, 2), (7, 3), (64, 4), (65, 5)])
+def test_median_without_each_is_the_leave_one_out_median(rows, seed):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 6 if seed % 2 else 10**9, (rows, 5)).astype(np.float64)  # ties too
+    want = np.array([np.median(np.delete(a, i, axis=0), axis=0) for i in range(rows)])
+    got = nputil.median_without_each(a)
+    assert got.tolist() == want.tolist()  # exactly: the same two values, the same mean
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_group_medians_are_numpy_medians(seed):
+    rng = np.random.default_rng(seed)
+    g = rng.integers(0, 50, 3000)
+    v = rng.integers(0, [3, 10**12, 100, 10**6][seed], 3000)
+    keys, med = nputil.group_medians(g, v)
+    assert keys.tolist() == sorted(set(g.tolist()))
+    assert med.tolist() == [float(np.median(v[g == k])) for k in keys.tolist()]
