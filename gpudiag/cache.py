@@ -29,7 +29,8 @@ into place, so concurrent runs and interrupted writes never leave a partial entr
 entry starts with a magic string, the entry format version and the SHA-256 of its payload;
 an entry whose header, checksum, key or contents do not check out is ignored (a miss) and
 rewritten. The payload is msgpack of plain values and tagged containers, decoded only into
-the few result classes listed here: reading an entry never runs code. Each cache directory
+gpudiag's own result dataclasses and enums (of ``gpudiag.analysis`` and
+``gpudiag.traces.schema``): reading an entry never runs code it brings. Each cache directory
 is bounded (:data:`MAX_BYTES`): after a run stores entries, the least recently used ones
 (a hit refreshes an entry's mtime) are removed until it fits.
 """
@@ -399,13 +400,37 @@ def evict(d: Path, max_bytes: int = MAX_BYTES) -> int:
 # ---- encoding: plain values and tagged containers, decoded into known classes only ------
 
 
-def _classes() -> dict[str, type]:
-    from gpudiag.analysis.collectives import Collectives
-    from gpudiag.analysis.diagnose import RankResult
-    from gpudiag.analysis.model import Mode, StepBreakdown
-    from gpudiag.traces.schema import RankMeta
+# Result classes are gpudiag's own dataclasses and enums from these modules, named by module
+# and qualified name; nothing else is ever constructed from an entry.
+_RESULT_MODULES = ("gpudiag.analysis.", "gpudiag.traces.schema")
 
-    return {c.__name__: c for c in (RankResult, RankMeta, StepBreakdown, Collectives, Mode)}
+
+def _result_class(module: Any, qualname: Any) -> type:
+    """The class an entry names, if it is one of gpudiag's result types; ValueError else."""
+    import importlib
+
+    if not (isinstance(module, str) and isinstance(qualname, str)
+            and module.startswith(_RESULT_MODULES) and qualname.isidentifier()):  # fmt: skip
+        raise ValueError(f"not a result type: {module}.{qualname}")
+    try:
+        cls = getattr(importlib.import_module(module), qualname)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"no result type {module}.{qualname}") from e
+    if not (isinstance(cls, type) and cls.__module__ == module
+            and (dataclasses.is_dataclass(cls) or issubclass(cls, enum.Enum))):  # fmt: skip
+        raise ValueError(f"not a result type: {module}.{qualname}")
+    return cls
+
+
+def _name_of(cls: type) -> list[str]:
+    """[module, name] of a class :func:`_result_class` gives back; TypeError for others."""
+    name = [cls.__module__, cls.__qualname__]
+    try:
+        if _result_class(*name) is cls:
+            return name
+    except ValueError:
+        pass
+    raise TypeError(f"cannot cache {cls.__module__}.{cls.__qualname__}")
 
 
 def encode(x: Any) -> Any:
@@ -413,9 +438,7 @@ def encode(x: Any) -> Any:
     if x is None or isinstance(x, (bool, str)):
         return x
     if isinstance(x, enum.Enum):
-        if type(x).__name__ not in _classes():
-            raise TypeError(f"cannot cache {type(x).__name__}")
-        return ["E", type(x).__name__, x.value]
+        return ["E", *_name_of(type(x)), encode(x.value)]
     if isinstance(x, np.generic):
         return ["N", x.dtype.str, x.tobytes()]
     if isinstance(x, (int, float)):
@@ -433,13 +456,10 @@ def encode(x: Any) -> Any:
             raise TypeError("cannot cache an object array")
         return ["A", x.dtype.str, list(x.shape), np.ascontiguousarray(x).tobytes()]
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        name = type(x).__name__
-        if _classes().get(name) is not type(x):
-            raise TypeError(f"cannot cache {name}")
-        out: list[Any] = ["C", name]
+        out: list[Any] = ["C", *_name_of(type(x))]
         for f in dataclasses.fields(x):
             if not f.init:
-                raise TypeError(f"cannot cache {name}.{f.name}")
+                raise TypeError(f"cannot cache {type(x).__name__}.{f.name}")
             out += [f.name, encode(getattr(x, f.name))]
         return out
     raise TypeError(f"cannot cache {type(x).__name__}")
@@ -474,21 +494,20 @@ def decode(x: Any) -> Any:
         if dt.hasobject or not isinstance(data, bytes) or len(data) != dt.itemsize:
             raise ValueError("bad scalar")
         return np.frombuffer(data, dt)[0]
-    classes = _classes()
     if tag == "E":
-        cls = classes[rest[0]]
-        if not issubclass(cls, enum.Enum):
+        cls = _result_class(rest[0], rest[1])
+        if not issubclass(cls, enum.Enum) or len(rest) != 3:
             raise ValueError("not an enum")
-        return cls(rest[1])
+        return cls(decode(rest[2]))
     if tag == "C":
-        cls = classes[rest[0]]
-        names = rest[1::2]
-        if len(rest) % 2 == 0 or not all(isinstance(n, str) for n in names):
+        cls = _result_class(rest[0], rest[1])
+        body = rest[2:]
+        names = body[0::2]
+        if len(body) % 2 or not dataclasses.is_dataclass(cls):
             raise ValueError("bad fields")
-        expected = [f.name for f in dataclasses.fields(cls)]
-        if names != expected:
-            raise ValueError(f"fields of {rest[0]} changed")
-        return cls(**{n: decode(v) for n, v in zip(names, rest[2::2], strict=True)})
+        if names != [f.name for f in dataclasses.fields(cls)]:
+            raise ValueError(f"fields of {rest[1]} changed")
+        return cls(**{n: decode(v) for n, v in zip(names, body[1::2], strict=True)})
     raise ValueError(f"unknown tag {tag!r}")
 
 

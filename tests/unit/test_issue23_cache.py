@@ -215,7 +215,10 @@ def test_entries_decode_into_known_classes_only(traces, tmp_path):
 
     blob = entry.read_bytes()
     key, _ = msgspec.msgpack.decode(blob[len(cache.MAGIC) + 36 :])
-    for data in (["L", ["C", "Popen", "args", ["L", "sh"]]], ["L", ["E", "RankResult", 1]],
+    for data in (["L", ["C", "subprocess", "Popen", "args", ["L", "sh"]]],
+                 ["L", ["C", "gpudiag.analysis.diagnose", "np", "x", 1]],
+                 ["L", ["C", "gpudiag.analysis.diagnose", "analyze_source"]],
+                 ["L", ["E", "gpudiag.analysis.diagnose", "RankResult", 1]],
                  ["X"], "just a string", ["L", ["A", "|O", [1], b"\0" * 8]]):  # fmt: skip
         entry.write_bytes(_forged(key, data))  # a valid checksum over a forged payload
         out, inner, _ = _analyse([traces], home)
