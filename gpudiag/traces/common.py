@@ -42,6 +42,7 @@ from gpudiag.config import (
     Thresholds,
 )
 from gpudiag.errors import InputError
+from gpudiag.nputil import unique, unique_index
 from gpudiag.traces.schema import I64, HostSteps, Kind, RankMeta, RankTimeline
 
 OPTIMIZER_STEP = "Optimizer.step#"
@@ -312,7 +313,7 @@ def resolve_steps(
     if steps.size:
         steps = _marker_steps(steps, start, end, lane, lanes, main, patterns, path)
         numbers = _step_numbers(steps, name, names, patterns, path)
-        _, first_of = np.unique(numbers, return_index=True)  # drop repeated numbers
+        _, first_of = unique_index(numbers)  # drop repeated numbers
         keep = np.sort(first_of)
         steps, numbers = steps[keep], numbers[keep]
         step_col[steps] = numbers
@@ -370,7 +371,7 @@ def _marker_steps(
     An explicit marker that matches ranges on several threads, or ranges that overlap each
     other, is an error.
     """
-    threads = sorted({lanes[int(x)] for x in np.unique(lane[steps]).tolist()})
+    threads = sorted({lanes[int(x)] for x in unique(lane[steps]).tolist()})
     if patterns.explicit_step and len(threads) > 1:
         raise InputError(
             path,
@@ -450,7 +451,7 @@ def _anchor_lanes(
     Returns the lanes, a mask of every launch (operator) and what to call them.
     """
     host = np.array([ln.startswith("cpu:") for ln in lanes], bool)[lane] if len(lane) else lane
-    ranged = set(np.unique(lane[host & (kind == Kind.ANNOTATION)]).tolist())
+    ranged = set(unique(lane[host & (kind == Kind.ANNOTATION)]).tolist())
     for k, what in ((Kind.RUNTIME, "launches"), (Kind.CPU_OP, "operators")):
         mask = host & (kind == k)
         if mask.any():
@@ -522,7 +523,7 @@ def _user_step_families(
         k = np.searchsorted(ls, ev, side="right") - 1
         ev = ev[~((k >= 0) & (ev < reach[np.maximum(k, 0)]))]
     families: dict[str, list[int]] = {}
-    for i in np.unique(name[cand]).tolist():
+    for i in unique(name[cand]).tolist():
         n = names[i]
         if LIBRARY_RANGE.search(n) or PHASE_RANGE.search(n):
             continue

@@ -19,6 +19,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag.nputil import unique_index
 from gpudiag.traces.common import TIME_MAX_NS, TIME_MIN_NS, NamePatterns, refine_kinds
 from gpudiag.traces.kineto.events import SKIPPED_PHASES, Args
 from gpudiag.traces.schema import Kind
@@ -315,7 +316,7 @@ class Columns:
 
     def _name_lanes(self, events: list[Any], key: I64, is_gpu: Mask) -> None:
         """Name each lane (a ``(str(pid), str(tid))`` pair) after its first event."""
-        ukeys, first = np.unique(key, return_index=True)
+        ukeys, first = unique_index(key)
         for k, j in zip(ukeys.tolist(), first.tolist(), strict=True):
             if k not in self.lanes:
                 e = events[j]

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from gpudiag.errors import InputError
+from gpudiag.nputil import unique
 from gpudiag.traces.common import (
     RawColumns,
     build_rank,
@@ -103,7 +104,7 @@ def _lane_ranks(cols: Columns) -> tuple[dict[int, int], str]:
 
 def _refuse_unlabelled(path: Path, key: I64, kind: I8) -> None:
     """Several processes with their own step ranges, and nothing naming their ranks."""
-    pids = {int(k) >> 32 for k in np.unique(key[kind == Kind.STEP]).tolist()}
+    pids = {int(k) >> 32 for k in unique(key[kind == Kind.STEP]).tolist()}
     if len(pids) > 1:
         raise InputError(
             path,
