@@ -45,7 +45,6 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -348,6 +347,8 @@ def _write(d: Path, digest: str, key: dict[str, Any], results: Any) -> bool:
     except (TypeError, ValueError, OverflowError):
         return False  # something this cache does not know how to keep: not cached
     blob = MAGIC + FORMAT.to_bytes(4, "big") + hashlib.sha256(payload).digest() + payload
+    import tempfile
+
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{digest[:16]}.", suffix=".tmp", dir=d)

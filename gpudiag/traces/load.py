@@ -22,7 +22,6 @@ from gpudiag import runconditions, rundir
 from gpudiag.errors import InputError
 from gpudiag.fileio import check_regular, kind_of, list_dir, walk_dir
 from gpudiag.traces.common import LoadOptions, rank_from_filename
-from gpudiag.traces.kineto import load_kineto_ranks
 from gpudiag.traces.schema import RankTimeline, RunTimeline, check_ranks
 
 KINETO_SUFFIXES = (".json", ".json.gz")
@@ -54,6 +53,8 @@ class FileSource:
             from gpudiag.traces.nsys import load_nsys
 
             return load_nsys(self.path, options=self.options, source=self.label)
+        from gpudiag.traces.kineto import load_kineto_ranks  # not needed when results are cached
+
         return load_kineto_ranks(self.path, rank=self.rank, options=self.options)
 
 
