@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -217,6 +218,7 @@ def match(colls: Sequence[Collectives]) -> tuple[str, list[dict[int, int]]]:
 
 
 SyncByStep = dict[tuple[int, int], int]
+Row = tuple[str, float, float, int]  # a collective's type, bytes, transfer, ranks matched
 
 
 def summarize_collectives(
@@ -234,27 +236,7 @@ def summarize_collectives(
         return None, {}
     method, matched = match(colls)
     by_rank = {c.rank: c for c in colls}
-    rows: list[tuple[str, float, float, int]] = []  # type, bytes, transfer, group size
-    sync = {c.rank: 0 for c in colls}
-    transfer_total = {c.rank: 0 for c in colls}
-    sync_by_step: SyncByStep = {}
-    late: dict[int, list[int]] = {}  # rank → the others' mean wait at each collective
-    for m in matched:
-        durs = {r: int(by_rank[r].dur[i]) for r, i in m.items()}
-        t = min(durs.values())
-        for r, d in durs.items():
-            sync[r] += d - t
-            transfer_total[r] += t
-            st = int(by_rank[r].step[m[r]])
-            sync_by_step[(r, st)] = sync_by_step.get((r, st), 0) + d - t
-        if len(durs) > 1:
-            last = min(durs, key=lambda r: durs[r])
-            waited = (sum(durs.values()) - len(durs) * t) // (len(durs) - 1)
-            if waited >= rules.late_wait_ns:
-                late.setdefault(last, []).append(waited)
-        r0 = next(iter(m))
-        nb = max(int(by_rank[r].nbytes[i]) for r, i in m.items())
-        rows.append((by_rank[r0].type[m[r0]], float(nb), float(t), len(m)))
+    sync, transfer_total, sync_by_step, late, rows = _matched_waits(colls, matched, rules)
     lower_bound = not matched
     if lower_bound:
         rows = [(ty, float(c.nbytes[i]), float(c.dur[i]), 0)
@@ -270,6 +252,69 @@ def summarize_collectives(
     summary = CollectivesSummary(method, len(matched), lower_bound, table, per_rank,
                                  late_arrival=late_arrival)  # fmt: skip
     return summary, sync_by_step
+
+
+def _matched_waits(
+    colls: Sequence[Collectives], matched: list[dict[int, int]], rules: CollectiveRules
+) -> tuple[dict[int, int], dict[int, int], SyncByStep, dict[int, list[int]], list[Row]]:
+    """Per matched collective: who waited for whom, and the transfer (the fastest rank's time).
+
+    Returns each rank's total sync wait and transfer, the sync wait per (rank, step), the
+    others' mean wait at each collective a rank arrived last to (rank → waits), and one
+    (type, bytes, transfer, ranks) row per matched collective. Whole-matrix numpy over
+    collectives × ranks: linear in both, whatever the number of ranks.
+    """
+    ranks = [c.rank for c in colls]
+    sync = dict.fromkeys(ranks, 0)
+    transfer_total = dict.fromkeys(ranks, 0)
+    if not matched:
+        return sync, transfer_total, {}, {}, []
+    # every matched collective names every rank (match() keeps only those all ranks hold)
+    idx = np.array([[m[r] for r in ranks] for m in matched], np.int64)  # K x R
+    offs = np.cumsum([0] + [len(c.type) for c in colls[:-1]])
+    flat = idx + offs[None, :]
+    dur = np.concatenate([c.dur for c in colls])[flat]
+    step = np.concatenate([c.step.astype(np.int64) for c in colls])[flat]
+    nbytes = np.concatenate([c.nbytes for c in colls])[flat]
+    t = dur.min(axis=1)  # the transfer: the last rank to arrive waits for nobody
+    wait = dur - t[:, None]
+    for r, w in zip(ranks, wait.sum(axis=0).tolist(), strict=True):
+        sync[r] = int(w)
+    total_t = int(t.sum())
+    for r in ranks:
+        transfer_total[r] = total_t
+    sync_by_step = _sum_by_rank_step(np.asarray(ranks, np.int64), step, wait)
+    late: dict[int, list[int]] = {}
+    n = len(ranks)
+    if n > 1:
+        last = dur.argmin(axis=1)  # the first rank (in rank order) with the shortest wait
+        waited = (dur.sum(axis=1) - n * t) // (n - 1)
+        for k in np.flatnonzero(waited >= rules.late_wait_ns).tolist():
+            late.setdefault(ranks[int(last[k])], []).append(int(waited[k]))
+    types = colls[0].type
+    rows = [(types[int(i)], float(nb), float(tk), n)
+            for i, nb, tk in zip(idx[:, 0].tolist(), nbytes.max(axis=1).tolist(), t.tolist(),
+                                 strict=True)]  # fmt: skip
+    return sync, transfer_total, sync_by_step, late, rows
+
+
+def _sum_by_rank_step(ranks: npt.NDArray[np.int64], step: Any, wait: Any) -> SyncByStep:
+    """{(rank, step): summed wait}, keys in the order a collective-by-collective sum meets them."""
+    k, r = step.shape
+    rank = np.broadcast_to(ranks[None, :], (k, r)).ravel()  # collective-major: k, then rank
+    st = step.ravel()
+    order = np.lexsort((st, rank))  # stable: equal pairs keep their first-met order
+    rs, ss = rank[order], st[order]
+    new = np.empty(order.size, bool)
+    new[:1] = True
+    new[1:] = (rs[1:] != rs[:-1]) | (ss[1:] != ss[:-1])
+    group = np.empty(order.size, np.intp)
+    group[order] = np.cumsum(new) - 1
+    sums = np.zeros(int(new.sum()), np.int64)
+    np.add.at(sums, group, wait.ravel())
+    first = order[new]  # where each pair is first met
+    return {(int(rank[i]), int(st[i])): int(sums[j])
+            for j, i in sorted(enumerate(first.tolist()), key=lambda ji: ji[1])}  # fmt: skip
 
 
 def _bandwidth_table(

@@ -1,0 +1,74 @@
+"""Issue 23: the cross-rank step is whole-array work, with the results of the loops it replaced.
+
+Each vectorised function is checked against a straightforward reading of its definition
+(the per-collective / per-rank loops the code used to run) on random runs, exactly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpudiag.analysis.collectives import Collectives, match
+from gpudiag.analysis.collectives import analyse as summarize
+from gpudiag.config import CollectiveRules
+
+
+def _colls(seed: int, ranks: int, n: int, keyed: bool) -> list[Collectives]:
+    rng = np.random.default_rng(seed)
+    types = ["allreduce", "allgather", "send", "reducescatter"]
+    sizes = rng.choice([1 << 20, 1 << 24, -1], n).astype(np.int64)  # the same on every rank
+    out = []
+    for r in range(ranks):
+        ty = [types[i % len(types)] for i in range(n)]
+        start = np.sort(rng.integers(0, 10**9, n)).astype(np.int64)
+        out.append(Collectives(
+            rank=r, type=ty,
+            key=(np.arange(n, dtype=np.int64) if keyed else np.full(n, -1, np.int64)),
+            nbytes=sizes.copy(),
+            start=start, dur=rng.integers(1, 5_000_000, n).astype(np.int64),
+            step=np.sort(rng.integers(-1, 4, n)).astype(np.int32), devices=8,
+            device_name="NVIDIA A100-SXM4-80GB",
+        ))  # fmt: skip
+    return out
+
+
+def _reference(colls, rules):
+    """The per-collective loop, as the definition reads."""
+    _, matched = match(colls)
+    by_rank = {c.rank: c for c in colls}
+    sync = {c.rank: 0 for c in colls}
+    transfer = {c.rank: 0 for c in colls}
+    by_step: dict[tuple[int, int], int] = {}
+    late: dict[int, list[int]] = {}
+    for m in matched:
+        durs = {r: int(by_rank[r].dur[i]) for r, i in m.items()}
+        t = min(durs.values())
+        for r, d in durs.items():
+            sync[r] += d - t
+            transfer[r] += t
+            st = int(by_rank[r].step[m[r]])
+            by_step[(r, st)] = by_step.get((r, st), 0) + d - t
+        last = min(durs, key=lambda r: durs[r])
+        waited = (sum(durs.values()) - len(durs) * t) // (len(durs) - 1)
+        if waited >= rules.late_wait_ns:
+            late.setdefault(last, []).append(waited)
+    return sync, transfer, by_step, late
+
+
+@pytest.mark.parametrize(("seed", "ranks", "keyed"), [(0, 2, True), (1, 5, True), (2, 16, False),
+                                                       (3, 3, False), (4, 64, True)])  # fmt: skip
+def test_matched_waits_are_the_loops(seed, ranks, keyed):
+    rules = CollectiveRules()
+    colls = _colls(seed, ranks, 40, keyed)
+    summary, by_step = summarize(colls, rules=rules)
+    sync, transfer, ref_steps, late = _reference(colls, rules)
+    assert summary is not None and summary.matched > 0
+    assert list(by_step.items()) == list(ref_steps.items())  # same sums, same key order
+    assert {int(r): (v.sync_wait_ns, v.transfer_ns) for r, v in summary.per_rank.items()} == {
+        r: (sync[r], transfer[r]) for r in sync
+    }
+    assert {int(r): (v.last, v.waited_ns_min, v.waited_ns_max)
+            for r, v in summary.late_arrival.items()} == {
+        r: (len(w), min(w), max(w)) for r, w in late.items()
+    }  # fmt: skip
