@@ -90,6 +90,7 @@ from gpudiag.analysis.model import (
 from gpudiag.analysis.steady import steady_steps
 from gpudiag.analysis.words import duration
 from gpudiag.config import CollectiveRules, SteadyRules, StragglerRules
+from gpudiag.nputil import median_without_each
 
 F64 = npt.NDArray[np.float64]
 MAD_TO_SIGMA = 1.4826  # median absolute deviation → standard deviation of a normal sample
@@ -165,11 +166,22 @@ def telemetry_matrix(whole: WholeRun | None, steady: SteadyRules) -> StepMatrix 
 
 def excess(busy: F64) -> F64:
     """busy[r, s] − median of the other ranks' busy in step s (leave-one-out)."""
-    n = busy.shape[0]
-    out = np.empty_like(busy)
-    for i in range(n):  # over ranks only; each a vectorised op over steps
-        others = np.delete(busy, i, axis=0)
-        out[i] = busy[i] - np.median(others, axis=0)
+    return busy - others_median(busy)
+
+
+def others_median(a: F64) -> F64:
+    """out[r, s] = median of the other ranks' values in step s, for every rank r.
+
+    One sort per step (:func:`gpudiag.nputil.median_without_each`), not one median of a
+    copy per rank: linear-logarithmic in ranks, not quadratic. With one rank, or a NaN,
+    the per-rank medians themselves (NaN where there are no others, as before).
+    """
+    n = a.shape[0]
+    if n >= 2 and not np.isnan(a).any():
+        return median_without_each(a)
+    out = np.empty_like(a)
+    for i in range(n):
+        out[i] = np.median(np.delete(a, i, axis=0), axis=0)
     return out
 
 
@@ -255,9 +267,7 @@ def _detect(m: StepMatrix, ctx: _Context, persistent_only: bool = False) -> list
     n = len(m.steps)
     # thresholds scale with the run's typical step, not with the (possibly stalled) step itself
     step = float(np.median(m.duration))
-    others_wait = np.array(
-        [np.median(np.delete(m.wait, i, axis=0), axis=0) for i in range(len(m.ranks))]
-    )
+    others_wait = others_median(m.wait)
     slow = (ex >= rules.excess_ratio * step) & (m.wait <= others_wait)
     # a stall stands out from the step, from the run's jitter and from the rank's own steps
     # (with two ranks, one rank's dip is the other's excess)

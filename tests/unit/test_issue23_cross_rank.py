@@ -72,3 +72,17 @@ def test_matched_waits_are_the_loops(seed, ranks, keyed):
             for r, v in summary.late_arrival.items()} == {
         r: (len(w), min(w), max(w)) for r, w in late.items()
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(("ranks", "seed"), [(2, 0), (3, 1), (8, 2), (33, 3)])
+def test_straggler_excess_is_the_leave_one_out_loop(ranks, seed):
+    from gpudiag.analysis.stragglers import excess, others_median
+
+    rng = np.random.default_rng(seed)
+    busy = rng.integers(0, 50, (ranks, 6)).astype(np.float64) * 1e6  # ties included
+    loop = np.array([np.median(np.delete(busy, i, axis=0), axis=0) for i in range(ranks)])
+    assert others_median(busy).tolist() == loop.tolist()
+    assert excess(busy).tolist() == (busy - loop).tolist()
+    busy[1, 2] = np.nan  # a gap: the loop's own answer (NaN where a NaN is among the others)
+    loop = np.array([np.median(np.delete(busy, i, axis=0), axis=0) for i in range(ranks)])
+    assert np.array_equal(others_median(busy), loop, equal_nan=True)
