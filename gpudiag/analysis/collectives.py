@@ -48,6 +48,7 @@ from gpudiag.analysis.model import (
     Severity,
 )
 from gpudiag.config import CollectiveRules
+from gpudiag.nputil import unique
 from gpudiag.traces.schema import I32, I64, Kind, RankTimeline
 
 # Per-direction NVLink bandwidth, GB/s (10^9 B/s), by GPU model (first match wins).
@@ -270,12 +271,13 @@ def _matched_waits(
     if not matched:
         return sync, transfer_total, {}, {}, []
     # every matched collective names every rank (match() keeps only those all ranks hold)
-    idx = np.array([[m[r] for r in ranks] for m in matched], np.int64)  # K x R
+    idx = np.empty((len(matched), len(ranks)), np.int64)  # K x R, filled rank by rank
+    for j, r in enumerate(ranks):
+        idx[:, j] = np.fromiter((m[r] for m in matched), np.int64, len(matched))
     offs = np.cumsum([0] + [len(c.type) for c in colls[:-1]])
     flat = idx + offs[None, :]
     dur = np.concatenate([c.dur for c in colls])[flat]
-    step = np.concatenate([c.step.astype(np.int64) for c in colls])[flat]
-    nbytes = np.concatenate([c.nbytes for c in colls])[flat]
+    nb = np.concatenate([c.nbytes for c in colls])[flat].max(axis=1)
     t = dur.min(axis=1)  # the transfer: the last rank to arrive waits for nobody
     wait = dur - t[:, None]
     for r, w in zip(ranks, wait.sum(axis=0).tolist(), strict=True):
@@ -283,7 +285,10 @@ def _matched_waits(
     total_t = int(t.sum())
     for r in ranks:
         transfer_total[r] = total_t
+    step = np.concatenate([c.step.astype(np.int64) for c in colls])[flat]
+    del flat
     sync_by_step = _sum_by_rank_step(np.asarray(ranks, np.int64), step, wait)
+    del step
     late: dict[int, list[int]] = {}
     n = len(ranks)
     if n > 1:
@@ -292,29 +297,33 @@ def _matched_waits(
         for k in np.flatnonzero(waited >= rules.late_wait_ns).tolist():
             late.setdefault(ranks[int(last[k])], []).append(int(waited[k]))
     types = colls[0].type
-    rows = [(types[int(i)], float(nb), float(tk), n)
-            for i, nb, tk in zip(idx[:, 0].tolist(), nbytes.max(axis=1).tolist(), t.tolist(),
-                                 strict=True)]  # fmt: skip
+    rows = [(types[int(i)], float(nbk), float(tk), n)
+            for i, nbk, tk in zip(idx[:, 0].tolist(), nb.tolist(), t.tolist(),
+                                  strict=True)]  # fmt: skip
     return sync, transfer_total, sync_by_step, late, rows
 
 
 def _sum_by_rank_step(ranks: npt.NDArray[np.int64], step: Any, wait: Any) -> SyncByStep:
-    """{(rank, step): summed wait}, keys in the order a collective-by-collective sum meets them."""
-    k, r = step.shape
-    rank = np.broadcast_to(ranks[None, :], (k, r)).ravel()  # collective-major: k, then rank
-    st = step.ravel()
-    order = np.lexsort((st, rank))  # stable: equal pairs keep their first-met order
-    rs, ss = rank[order], st[order]
-    new = np.empty(order.size, bool)
-    new[:1] = True
-    new[1:] = (rs[1:] != rs[:-1]) | (ss[1:] != ss[:-1])
-    group = np.empty(order.size, np.intp)
-    group[order] = np.cumsum(new) - 1
-    sums = np.zeros(int(new.sum()), np.int64)
-    np.add.at(sums, group, wait.ravel())
-    first = order[new]  # where each pair is first met
-    return {(int(rank[i]), int(st[i])): int(sums[j])
-            for j, i in sorted(enumerate(first.tolist()), key=lambda ji: ji[1])}  # fmt: skip
+    """{(rank, step): summed wait}, keys in the order a collective-by-collective sum meets them.
+
+    ``step`` and ``wait`` are collectives x ranks; each (rank column, step) pair gets one
+    small integer (steps numbered among the few distinct ones), so the sums and first
+    meetings are two scatter operations over arrays of pairs, not of collectives.
+    """
+    r = step.shape[1]
+    steps = unique(step)
+    key = np.searchsorted(steps, step)  # the step's number among the distinct steps
+    key += np.arange(r, dtype=key.dtype)[None, :] * steps.size  # + its rank column
+    key = key.ravel()  # collective-major: the order the sum meets the pairs
+    sums = np.zeros(r * steps.size, np.int64)
+    np.add.at(sums, key, wait.ravel())
+    first = np.full(r * steps.size, key.size, np.int64)
+    np.minimum.at(first, key, np.arange(key.size, dtype=np.int64))
+    met = np.flatnonzero(first < key.size)
+    met = met[np.argsort(first[met], kind="stable")]
+    col, sid = np.divmod(met, steps.size)
+    return {(int(ranks[c]), int(steps[j])): int(sums[m])
+            for c, j, m in zip(col.tolist(), sid.tolist(), met.tolist(), strict=True)}  # fmt: skip
 
 
 def _bandwidth_table(
