@@ -436,21 +436,19 @@ def _name_of(cls: type) -> list[str]:
 
 def encode(x: Any) -> Any:
     """``x`` as msgpack-able data: containers become lists tagged with what they were."""
-    if x is None or isinstance(x, (bool, str)):
-        return x
-    if isinstance(x, enum.Enum):
+    if isinstance(x, enum.Enum):  # before str and int: str- and int-valued enums are both
         return ["E", *_name_of(type(x)), encode(x.value)]
+    if x is None or type(x) in (bool, str):
+        return x
     if isinstance(x, np.generic):
         return ["N", x.dtype.str, x.tobytes()]
-    if isinstance(x, (int, float)):
-        if type(x) in (int, float):
-            return x
-        raise TypeError(f"cannot cache {type(x).__name__}")  # a subclass: keep it exact
-    if isinstance(x, list):
+    if type(x) in (int, float):
+        return x
+    if type(x) is list:
         return ["L", *map(encode, x)]
-    if isinstance(x, tuple):
+    if type(x) is tuple:
         return ["T", *map(encode, x)]
-    if isinstance(x, dict):
+    if type(x) is dict:
         return ["D", *[encode(v) for kv in x.items() for v in kv]]
     if isinstance(x, np.ndarray):
         if x.dtype.hasobject:
