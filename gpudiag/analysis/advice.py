@@ -45,8 +45,6 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from gpudiag.analysis.comm_remedies import COMM
 from gpudiag.analysis.metrics import (
     ComputeMetrics,
@@ -65,7 +63,7 @@ from gpudiag.analysis.model import (
     RunSummary,
     StepBreakdown,
 )
-from gpudiag.analysis.remedy import Context, Remedy, median_part
+from gpudiag.analysis.remedy import Context, Remedy
 from gpudiag.analysis.remedy import const as _const
 from gpudiag.config import AdviceRules
 
@@ -94,7 +92,7 @@ def _data_detail(f: Finding, c: Context) -> str:
 def _data_gain(f: Finding, c: Context) -> int | None:
     # the mean, not the median: a loader that runs dry every few steps costs its stalls
     # on average, while its typical step waits for nothing
-    return median_part(c.steps, f.ranks, "data_wait_ns", np.mean)
+    return c.median_part(f.ranks, "data_wait_ns", "mean")
 
 
 DATA = Remedy(
@@ -195,7 +193,7 @@ PIPELINE = Remedy(
 
 
 def _other(f: Finding, c: Context) -> int:
-    return median_part(c.steps, f.ranks, "other_ns")
+    return c.median_part(f.ranks, "other_ns")
 
 
 def _idle_in_steps(f: Finding, c: Context) -> dict[str, Any]:

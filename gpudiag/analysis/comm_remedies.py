@@ -16,17 +16,17 @@ from typing import Any
 
 from gpudiag.analysis.metrics import CommBoundMetrics
 from gpudiag.analysis.model import Finding, Mode
-from gpudiag.analysis.remedy import Context, Remedy, exposed_transfer, median_part
+from gpudiag.analysis.remedy import Context, Remedy
 from gpudiag.analysis.remedy import const as _const
 
 
 def _comm_wait(f: Finding, c: Context) -> int:
-    return median_part(c.steps, f.ranks, "comm_wait_ns")
+    return c.median_part(f.ranks, "comm_wait_ns")
 
 
 def _transfer(f: Finding, c: Context) -> int:
     """The exposed transfer per step: comm-wait less the wait for slower ranks."""
-    return exposed_transfer(c.steps, f.ranks, c.sync) if c.sync else _comm_wait(f, c)
+    return c.exposed_transfer(f.ranks) if c.sync else _comm_wait(f, c)
 
 
 def _is_transfer(f: Finding, c: Context) -> bool:

@@ -7,6 +7,7 @@ evidence, plus the condition under which it applies.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,35 +20,63 @@ from gpudiag.analysis.model import (
     RankSummary,
     RunSummary,
     StepBreakdown,
-    by_rank,
 )
 from gpudiag.config import AdviceRules
+from gpudiag.nputil import group_medians, unique_inverse
 
 
-def median_part(
-    steps: Sequence[StepBreakdown], ranks: Sequence[int], attr: str, stat: Any = np.median
-) -> int:
-    """The largest per-rank median (or ``stat``) of one part over the given ranks' steps."""
-    best = 0.0
-    grouped = by_rank(steps)
-    for r in ranks:
-        vals = [getattr(s, attr) for s in grouped.get(r, [])]
-        if vals:
-            best = max(best, float(stat(vals)))
-    return round(best)
+class PerRankStats:
+    """Per-rank medians and means of the run's step parts, each computed once, vectorised.
 
+    A remedy asks for "the largest per-rank median of comm-wait over the flagged ranks"
+    several times per finding; over thousands of ranks, one ``np.median`` per rank per
+    question was most of the cross-rank work. Here each (part, statistic) is one sort of
+    all steps (:func:`gpudiag.nputil.group_medians`), and a question is a lookup per rank.
+    The values are exactly ``np.median`` / ``np.mean`` of each rank's steps.
+    """
 
-def exposed_transfer(
-    steps: Sequence[StepBreakdown], ranks: Sequence[int], sync: Mapping[tuple[int, int], int]
-) -> int:
-    """The largest per-rank median of comm-wait minus synchronisation wait per step."""
-    best = 0.0
-    grouped = by_rank(steps)
-    for r in ranks:
-        vals = [max(0, s.comm_wait_ns - sync.get((r, s.step), 0)) for s in grouped.get(r, [])]
-        if vals:
-            best = max(best, float(np.median(vals)))
-    return round(best)
+    def __init__(self, steps: Sequence[StepBreakdown], sync: Mapping[tuple[int, int], int]):
+        self._steps, self._sync = steps, sync
+        self._rank = np.fromiter((s.rank for s in steps), np.int64, len(steps))
+        self._done: dict[tuple[str, str], dict[int, float]] = {}
+
+    def of(self, part: str, stat: str) -> dict[int, float]:
+        """Rank → ``stat`` (``median`` or ``mean``) of ``part`` over its steps.
+
+        ``part`` is a StepBreakdown field, or ``exposed_transfer``: comm-wait less the
+        synchronisation wait of the step (at least 0).
+        """
+        key = (part, stat)
+        if key not in self._done:
+            n = len(self._steps)
+            if part == "exposed_transfer":
+                sync = self._sync
+                vals = np.fromiter((max(0, s.comm_wait_ns - sync.get((s.rank, s.step), 0))
+                                    for s in self._steps), np.int64, n)  # fmt: skip
+            else:
+                vals = np.fromiter((getattr(s, part) for s in self._steps), np.int64, n)
+            if stat == "median":
+                ranks, v = group_medians(self._rank, vals)
+            elif stat == "mean":  # integer sums are exact, so the order of summing is moot
+                ranks, inverse = unique_inverse(self._rank)
+                sums = np.zeros(ranks.size, np.int64)
+                np.add.at(sums, inverse, vals)
+                counts = np.bincount(inverse, minlength=ranks.size)
+                v = sums.astype(np.float64) / counts
+            else:
+                raise ValueError(f"unknown statistic {stat!r}")
+            self._done[key] = dict(zip(ranks.tolist(), v.tolist(), strict=True))
+        return self._done[key]
+
+    def largest(self, ranks: Sequence[int], part: str, stat: str = "median") -> int:
+        """The largest per-rank ``stat`` of ``part`` over ``ranks`` (0 without steps), rounded."""
+        per = self.of(part, stat)
+        best = 0.0
+        for r in ranks:
+            v = per.get(r)
+            if v is not None:
+                best = max(best, v)
+        return round(best)
 
 
 @dataclass(frozen=True)
@@ -68,6 +97,19 @@ class Context:
     def evidence(self, ranks: Sequence[int]) -> list[RankEvidence]:
         """The evidence of those of ``ranks`` the run has."""
         return [self.ranks[r].evidence for r in ranks if r in self.ranks]
+
+    @functools.cached_property
+    def per_rank(self) -> PerRankStats:
+        """The steps' per-rank statistics, computed as remedies ask for them."""
+        return PerRankStats(self.steps, self.sync)
+
+    def median_part(self, ranks: Sequence[int], part: str, stat: str = "median") -> int:
+        """The largest per-rank median (or mean) of one part over the given ranks' steps."""
+        return self.per_rank.largest(ranks, part, stat)
+
+    def exposed_transfer(self, ranks: Sequence[int]) -> int:
+        """The largest per-rank median of comm-wait minus synchronisation wait per step."""
+        return self.per_rank.largest(ranks, "exposed_transfer")
 
 
 Text = Callable[[Finding, Context], str]

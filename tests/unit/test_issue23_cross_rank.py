@@ -86,3 +86,34 @@ def test_straggler_excess_is_the_leave_one_out_loop(ranks, seed):
     busy[1, 2] = np.nan  # a gap: the loop's own answer (NaN where a NaN is among the others)
     loop = np.array([np.median(np.delete(busy, i, axis=0), axis=0) for i in range(ranks)])
     assert np.array_equal(others_median(busy), loop, equal_nan=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_per_rank_statistics_are_the_per_rank_loops(seed):
+    from gpudiag.analysis.model import StepBreakdown, by_rank
+    from gpudiag.analysis.remedy import PerRankStats
+
+    rng = np.random.default_rng(seed)
+    steps = []
+    for r in rng.permutation(40).tolist():
+        for s in range(int(rng.integers(1, 9))):
+            comm, data = (int(x) for x in rng.integers(0, 10**7, 2))
+            steps.append(StepBreakdown(r, s, 0, comm + data + 5, 5, comm, data, 0, 0))
+    sync = {(s.rank, s.step): int(rng.integers(0, 10**7)) for s in steps if rng.random() < 0.7}
+    stats = PerRankStats(steps, sync)
+    grouped = by_rank(steps)
+    for ranks in ([], [3], list(range(40)), [39, 0, 77]):
+        for part, stat in (("comm_wait_ns", np.median), ("data_wait_ns", np.mean)):
+            best = 0.0
+            for r in ranks:
+                vals = [getattr(s, part) for s in grouped.get(r, [])]
+                if vals:
+                    best = max(best, float(stat(vals)))
+            name = "median" if stat is np.median else "mean"
+            assert stats.largest(ranks, part, name) == round(best)
+        best = 0.0
+        for r in ranks:
+            vals = [max(0, s.comm_wait_ns - sync.get((r, s.step), 0)) for s in grouped.get(r, [])]
+            if vals:
+                best = max(best, float(np.median(vals)))
+        assert stats.largest(ranks, "exposed_transfer") == round(best)

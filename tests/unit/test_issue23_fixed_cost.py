@@ -78,7 +78,9 @@ def test_cli_analyze_json_imports_only_what_it_needs(tmp_path):
 
 def test_steps_frame_still_uses_pandas(tmp_path):
     d = _tiny_dir(tmp_path)
-    body = f"import gpudiag\nf = gpudiag.steps_frame(gpudiag.analyze({str(d)!r}))\nassert len(f) == 1"
+    body = (
+        f"import gpudiag\nf = gpudiag.steps_frame(gpudiag.analyze({str(d)!r}))\nassert len(f) == 1"
+    )
     assert "pandas" in _modules(body, tmp_path)
 
 
