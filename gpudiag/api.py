@@ -21,7 +21,6 @@ from gpudiag.config import Thresholds
 from gpudiag.errors import InputError, UsageError
 from gpudiag.fanout import Mapper, Progress, dask_map, local_map
 from gpudiag.fileio import read_input
-from gpudiag.serialise import diagnosis_from_json
 from gpudiag.traces.common import LoadOptions
 from gpudiag.traces.load import load_run
 
@@ -64,6 +63,8 @@ def load_diagnosis(path: str | os.PathLike[str]) -> Diagnosis:
     except (UnicodeDecodeError, ValueError) as e:
         raise InputError(p, f"not a readable gpudiag diagnosis ({e})", _SAVE_HINT) from e
     try:
+        from gpudiag.serialise import diagnosis_from_json  # its schema is read only here
+
         return diagnosis_from_json(doc)
     except RecursionError as e:
         raise InputError(p, "JSON nested too deeply to be a gpudiag diagnosis", _SAVE_HINT) from e

@@ -12,8 +12,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpudiag.analysis.diff import RunDiff
-from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.errors import UsageError
 
@@ -50,6 +48,9 @@ def kind_of(result: Any) -> str:
     """The registry's name for a result's type."""
     if isinstance(result, Diagnosis):
         return "diagnosis"
+    from gpudiag.analysis.diff import RunDiff  # imported for gate and diff results only
+    from gpudiag.analysis.gate import GateResult
+
     if isinstance(result, GateResult):
         return "gate"
     if isinstance(result, RunDiff):
