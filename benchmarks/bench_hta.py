@@ -2,8 +2,10 @@
 
 For a directory of Kineto traces (``make_big_trace.py`` makes 8 × 56 MB), each run in a
 fresh subprocess and measured from outside — wall time, CPU of the whole process tree
-(``RUSAGE_CHILDREN``), peak RSS of the largest process (``ru_maxrss``) and the peak of the
-sampled sum of PSS over the tree (shared pages counted once):
+(``wait4``), peak RSS of the largest process (``ru_maxrss``) and the peak of the
+sampled sum of PSS over the tree (shared pages counted once). CPU and peak RSS are the
+child's own ``wait4`` rusage, which covers the workers it waited for (HTA's pool, gpudiag's);
+the peak RSS is that of the largest single process:
 
 * ``gpudiag analyze DIR -f json --no-cache`` (the first look);
 * ``gpudiag analyze DIR -f json`` twice with an empty cache directory: the run that fills
@@ -26,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -50,23 +51,24 @@ print(len(b))
 
 
 def measure(cmd: list[str], env: dict[str, str], cwd: str) -> dict[str, Any]:
-    """Wall, tree CPU, largest process's peak RSS and the tree's sampled peak PSS."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Wall, CPU and peak RSS of the command's tree (its own rusage), sampled peak tree PSS."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE)  # fmt: skip
     pss = 0
-    while p.poll() is None:
-        pss = max(pss, 1024 * sum(_pss(pid) for pid in _tree(p.pid)))  # kB
+    while True:  # wait4 (not poll): the child's own rusage, its waited-for workers included
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        pss = max(pss, 1024 * sum(_pss(q) for q in _tree(p.pid)))  # kB
         time.sleep(0.05)
     wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    p.returncode = os.waitstatus_to_exitcode(status)
     err = p.stderr.read().decode(errors="replace") if p.stderr else ""
     if p.returncode:
         sys.stderr.write(err[-2000:])
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "maxrss": after.ru_maxrss * 1024, "pss": pss,
-            "rc": p.returncode}  # fmt: skip
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss": ru.ru_maxrss * 1024,
+            "pss": pss, "rc": p.returncode}  # fmt: skip
 
 
 def loadavg() -> str:
