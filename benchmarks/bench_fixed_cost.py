@@ -5,6 +5,9 @@ repository, then runs each command ``--repeat`` times in a fresh interpreter and
 minimum wall time and the minimum peak RSS (``ru_maxrss`` of the child from ``wait4``,
 which covers the process and any worker it waited for):
 
+Wall time, CPU time (user + sys, from ``wait4``: steadier than wall on a busy host) and peak
+RSS, each the minimum over the runs. The rows:
+
 * floors: ``python -c "import numpy, msgspec"`` (the decode stack) and the same with
   ``typer`` and ``rich`` (the CLI stack);
 * ``gpudiag --version`` and ``--help``;
@@ -50,8 +53,8 @@ TINY = {
 }  # fmt: skip
 
 
-def measure(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, int, int]:
-    """Wall seconds, peak RSS in bytes and exit status of ``cmd``."""
+def measure(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, float, int, int]:
+    """Wall seconds, CPU seconds, peak RSS in bytes and exit status of ``cmd``."""
     t = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                          cwd=cwd)  # fmt: skip
@@ -60,7 +63,7 @@ def measure(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, int, 
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode and p.stderr is not None:
         sys.stderr.write(p.stderr.read().decode(errors="replace"))
-    return wall, ru.ru_maxrss * 1024, p.returncode
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss * 1024, p.returncode
 
 
 def loadavg() -> str:
@@ -110,20 +113,23 @@ def main(argv: list[str] | None = None) -> int:
         loads = [loadavg()]
         for _ in range(ns.repeat):  # interleaved, so a load spike hits every row alike
             for name, cmd in cases.items():
-                wall, rss, rc = measure(cmd, env, tmp)
-                r = rows.setdefault(name, {"wall": [], "rss": [], "rc": rc})
+                wall, cpu, rss, rc = measure(cmd, env, tmp)
+                r = rows.setdefault(name, {"wall": [], "cpu": [], "rss": [], "rc": rc})
                 r["wall"].append(wall)
+                r["cpu"].append(cpu)
                 r["rss"].append(rss)
         loads.append(loadavg())
     floor = rows["floor: import numpy, msgspec"]
-    fw, fr = min(floor["wall"]), min(floor["rss"])
+    fw, fc, fr = min(floor["wall"]), min(floor["cpu"]), min(floor["rss"])
     print(f"load average before / after: {loads[0]} / {loads[1]}; best of {ns.repeat}")
-    print(f"{'command':36} {'wall s':>7} {'×floor':>7} {'RSS MB':>7} {'×floor':>7}  rc")
+    print(f"{'command':34} {'wall s':>6} {'×floor':>6} {'CPU s':>6} {'×floor':>6} "
+          f"{'RSS MB':>6} {'×floor':>6}  rc")  # fmt: skip
     out = {"load": loads, "repeat": ns.repeat, "rows": {}}
     for name, r in rows.items():
-        w, m = min(r["wall"]), min(r["rss"])
-        print(f"{name:36} {w:7.3f} {w / fw:7.2f} {m / 1e6:7.1f} {m / fr:7.2f}  {r['rc']}")
-        out["rows"][name] = {"wall_s": w, "rss_bytes": m, "rc": r["rc"]}
+        w, c, m = min(r["wall"]), min(r["cpu"]), min(r["rss"])
+        print(f"{name:34} {w:6.3f} {w / fw:6.2f} {c:6.3f} {c / fc:6.2f} {m / 1e6:6.1f} "
+              f"{m / fr:6.2f}  {r['rc']}")  # fmt: skip
+        out["rows"][name] = {"wall_s": w, "cpu_s": c, "rss_bytes": m, "rc": r["rc"]}
     if ns.json:
         ns.json.write_text(json.dumps(out, indent=2))
     return 0

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from gpudiag.analysis.diff import RunDiff
-from gpudiag.analysis.gate import GateResult
-from gpudiag.analysis.model import Diagnosis
+if TYPE_CHECKING:  # annotations only: a diagnosis' JSON needs neither gate nor diff
+    from gpudiag.analysis.diff import RunDiff
+    from gpudiag.analysis.gate import GateResult
+    from gpudiag.analysis.model import Diagnosis
 
 
 def dump(doc: Any, out: TextIO) -> None:
