@@ -17,8 +17,11 @@ _CACHE_DIR = tempfile.mkdtemp(prefix="gpudiag-test-cache-")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # gpudiag's per-rank cache (gpudiag/cache.py) of the CLIs the tests start: in a scratch
-    # directory of this session, never in the user's own cache directory
+    # gpudiag's per-rank cache (gpudiag/cache.py) is off for the CLIs the tests start: a
+    # test that analyses the same traces twice (progress, Dask workers, faults) means to
+    # read them twice. tests/unit/test_issue23_cache.py turns it on where it is the subject;
+    # anything cached goes to a scratch directory of this session, never the user's.
+    os.environ["GPUDIAG_NO_CACHE"] = "1"
     os.environ["GPUDIAG_CACHE_DIR"] = _CACHE_DIR
 
 

@@ -328,7 +328,8 @@ def test_lru_eviction_bounds_the_directory(traces, tmp_path):
     assert used in _entries(home) and len(_entries(home)) == 3
 
 
-def test_a_timeline_analysis_stores_for_the_next_look(traces, tmp_path):
+def test_a_timeline_analysis_stores_for_the_next_look(traces, tmp_path, monkeypatch):
+    monkeypatch.delenv(cache.NO_CACHE_ENV, raising=False)
     home = tmp_path / "home"
     d = gpudiag.analyze(traces, cache=home, timeline=tmp_path / "t.json", map=serial_map)
     assert len(_entries(home)) == 2
@@ -346,7 +347,7 @@ def _cli(args: list[str], home: Path, **env: str) -> subprocess.CompletedProcess
 
 
 def test_cli_commands_share_the_cache_and_no_cache_turns_it_off(traces, tmp_path):
-    home = tmp_path / "home"
+    home = tmp_path / "home"  # (the test session sets GPUDIAG_NO_CACHE; _cli clears it)
     out = _cli(["analyze", str(traces), "-f", "json", "--no-cache"], home)
     assert out.returncode == 0 and not _entries(home)
     assert _cli(["analyze", str(traces), "-f", "json"], home, GPUDIAG_NO_CACHE="1").returncode == 0
@@ -386,6 +387,7 @@ def test_concurrent_runs_share_one_directory_safely(traces, tmp_path):
     _analyse([traces], tmp_path / "probe")
     one = max(p.stat().st_size for p in _entries(tmp_path / "probe"))
     env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop(cache.NO_CACHE_ENV, None)
     procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(traces), str(home),
                                str(one + one // 2)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for _ in range(4)]  # fmt: skip
