@@ -198,12 +198,13 @@ def _without_traces(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptions
 
 
 SNIFF_BYTES = 1 << 20
+SNIFF_BLOCK = 64 << 10
 
 
 def looks_like_trace(path: Path) -> bool:
     """Whether a ``.json``/``.json.gz`` found in a directory holds a ``traceEvents`` key.
 
-    Only its first MiB is read (gunzipped): Kineto writes the key after a few small
+    At most its first MiB is read (gunzipped), up to the key: Kineto writes it after a few small
     metadata blocks. Other JSON documents beside the traces (configs, a saved diagnosis, a
     job's own notes) are skipped rather than refused; a file named ``*.pt.trace.json``,
     an empty one or one that is not JSON at all is kept, so its loader says what is wrong.
@@ -214,8 +215,17 @@ def looks_like_trace(path: Path) -> bool:
         with path.open("rb") as f:
             head = f.read(2)
         opener = gzip.open if head == b"\x1f\x8b" else open
+        text = b""
         with opener(path, "rb") as f:
-            text = f.read(SNIFF_BYTES)
+            # block by block, stopping at the key: a trace has it in its first few KB, and a
+            # directory may hold thousands of them (a cached analysis reads nothing else)
+            while len(text) < SNIFF_BYTES and (
+                block := f.read(min(SNIFF_BLOCK, SNIFF_BYTES - len(text)))
+            ):
+                seen = len(text)
+                text += block
+                if b'"traceEvents"' in text[max(0, seen - 16) :]:
+                    return True
     except (OSError, EOFError, zlib.error):
         return True  # unreadable: let the loader say why, naming the file
     # an empty or cut-off file is a broken trace, not some other JSON document
