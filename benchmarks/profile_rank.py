@@ -5,10 +5,11 @@ For one Kineto trace file, in this process (best of ``--repeat`` each, CPU time)
 * **floor**: read + gunzip the file and decode it with msgspec into gpudiag's typed event
   structs in one call (``kineto.read_bytes`` + ``kineto.decode``): what any reader of the
   format pays before it knows anything;
-* **per rank**: ``analyze_source`` — the whole per-file unit of work of an analysis (the
-  streamed load into columns, steps, classification, collectives, evidence);
+* **per rank**: ``source_results`` (``analyze_source`` before issue 19) — the whole
+  per-file unit of work of an analysis (the streamed load into columns, steps,
+  classification, collectives, evidence);
 
-then a cProfile of ``analyze_source``, its own time grouped by gpudiag module (and
+then a cProfile of ``source_results``, its own time grouped by gpudiag module (and
 "gunzip", "msgspec decode", "numpy" for the libraries), and the top functions.
 
 Usage::
@@ -64,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=20)
     ns = ap.parse_args(argv)
 
-    from gpudiag.analysis.diagnose import analyze_source
+    try:
+        from gpudiag.analysis.rank import source_results as analyze_source
+    except ImportError:  # a tree from before issue 19's split
+        from gpudiag.analysis.diagnose import analyze_source  # type: ignore[attr-defined,no-redef]
     from gpudiag.config import Thresholds
     from gpudiag.traces import kineto
     from gpudiag.traces.load import load_run

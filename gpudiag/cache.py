@@ -1,8 +1,8 @@
 """A second look for free: each trace file's per-rank results, kept on disk between runs.
 
 ``gpudiag analyze`` (and ``report``, ``gate``, ``diff``, ``run``) decodes and classifies
-every trace file into compact per-rank results (:class:`~gpudiag.analysis.diagnose.
-RankResult`: steps, collectives, evidence) before the cross-rank work. :func:`cached_map`
+every trace file into compact per-rank results (:class:`~gpudiag.analysis.rank.RankResult`:
+steps, collectives, evidence) before the cross-rank work. :func:`cached_map`
 wraps the mapper that runs that per-file work: a file whose entry is in the cache is not
 read again; the others go through the mapper, and their results are stored.
 
@@ -62,7 +62,7 @@ SUFFIX = ".gdc"
 RUN_DIR_CACHE = ".gpudiag-cache"
 MAX_BYTES = 256 << 20  # per cache directory; a rank's entry is ~5-100 KB
 STALE_TMP_S = 3600.0  # temporary files older than this are from writers that died
-# The thresholds that per-rank analysis reads (diagnose.analyze_rank and what it calls);
+# The thresholds that per-rank analysis reads (rank.rank_result and what it calls);
 # the load options (name patterns, step marker) are part of each source's key too.
 RANK_THRESHOLDS = ("comm_op_re", "truncated_step_ratio", "advice.launch_gap_ns")
 NO_CACHE_ENV = "GPUDIAG_NO_CACHE"
@@ -106,7 +106,7 @@ def cached_map(
 ) -> Mapper:
     """A mapper that answers per-rank work on trace files from the cache, ``inner`` else.
 
-    Only the per-file analysis (``analyze_source`` with these ``thresholds``) of trace
+    Only the per-file analysis (``source_results`` with these ``thresholds``) of trace
     files (items with ``path`` and ``fmt``) is cached; with a timeline it is only stored.
     Anything else goes to ``inner`` as it is.
     """
@@ -160,17 +160,17 @@ def cached_map(
 
 
 def _rank_work(fn: Any, thresholds: Any) -> str | None:
-    """``lookup`` for ``analyze_source`` with these thresholds; ``store`` with a timeline too.
+    """``lookup`` for ``source_results`` with these thresholds; ``store`` with a timeline too.
 
     The timeline's lanes are not kept (they are large): an analysis that draws the
     timeline reads every file, and stores its results (without lanes) for the next one.
     None for any other work.
     """
-    from gpudiag.analysis.diagnose import analyze_source
+    from gpudiag.analysis.rank import source_results
 
     if not (
         isinstance(fn, functools.partial)
-        and fn.func is analyze_source
+        and fn.func is source_results
         and not fn.args
         and set(fn.keywords) <= {"thresholds", "timeline"}
         and fn.keywords.get("thresholds") is thresholds

@@ -11,12 +11,12 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.live import Live
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+if TYPE_CHECKING:  # rich is imported when a terminal shows progress (~20 ms, 3 MB otherwise)
+    from rich.live import Live
+    from rich.progress import Progress
+    from rich.table import Table
 
 LINE_INTERVAL_S = 10.0  # plain progress lines at most this often
 
@@ -28,6 +28,8 @@ def progress_table(p: Any) -> Table:
     dicts with ``index`` and ``util_ratio``, ``ranks`` mapping rank → ``steps`` and
     ``steps_per_s``).
     """
+    from rich.table import Table
+
     t = Table(title=f"gpudiag · {p.run_dir} · {p.elapsed_s:.0f}s", box=None)
     t.add_column("GPU / rank")
     t.add_column("util / steps", justify="right")
@@ -57,6 +59,9 @@ def run_progress(quiet: bool) -> tuple[Callable[[Any], None] | None, Live | None
     if quiet:
         return None, None
     if sys.stdout.isatty() and sys.stderr.isatty():
+        from rich.console import Console
+        from rich.live import Live
+
         live = Live(console=Console(stderr=True), refresh_per_second=1, transient=True)
 
         def show(p: Any) -> None:
@@ -81,6 +86,9 @@ def analysis_progress() -> tuple[Callable[[int, int, int], None] | None, Progres
     """A rich progress bar on stderr when it is a terminal (trace files done, events/s)."""
     if not sys.stderr.isatty():
         return None, None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     bar = Progress(
         TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TextColumn("rank traces"),
         TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),

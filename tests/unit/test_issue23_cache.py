@@ -22,7 +22,8 @@ import pytest
 
 import gpudiag
 from gpudiag import cache, rundir
-from gpudiag.analysis.diagnose import analyze_source, diagnose
+from gpudiag.analysis.diagnose import diagnose
+from gpudiag.analysis.rank import source_results
 from gpudiag.config import Thresholds
 from gpudiag.fanout import serial_map
 from gpudiag.traces.common import LoadOptions
@@ -165,7 +166,7 @@ def test_per_rank_work_reads_only_the_keyed_thresholds(shared_traces, name):
     # If the per-rank analysis starts reading another threshold, add it to RANK_THRESHOLDS
     seen: set[str] = set()
     for source in load_run(shared_traces / name).sources:
-        analyze_source(source, Recorder(Thresholds(), seen))  # type: ignore[arg-type]
+        source_results(source, Recorder(Thresholds(), seen))  # type: ignore[arg-type]
     assert seen and seen <= set(cache.RANK_THRESHOLDS)
 
 
@@ -217,8 +218,8 @@ def test_entries_decode_into_known_classes_only(traces, tmp_path):
     key, _ = msgspec.msgpack.decode(blob[len(cache.MAGIC) + 36 :])
     for data in (["L", ["C", "subprocess", "Popen", "args", ["L", "sh"]]],
                  ["L", ["C", "gpudiag.analysis.diagnose", "np", "x", 1]],
-                 ["L", ["C", "gpudiag.analysis.diagnose", "analyze_source"]],
-                 ["L", ["E", "gpudiag.analysis.diagnose", "RankResult", 1]],
+                 ["L", ["C", "gpudiag.analysis.rank", "source_results"]],
+                 ["L", ["E", "gpudiag.analysis.rank", "RankResult", 1]],
                  ["X"], "just a string", ["L", ["A", "|O", [1], b"\0" * 8]]):  # fmt: skip
         entry.write_bytes(_forged(key, data))  # a valid checksum over a forged payload
         out, inner, _ = _analyse([traces], home)

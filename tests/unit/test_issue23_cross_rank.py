@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gpudiag.analysis.collectives import Collectives, match
-from gpudiag.analysis.collectives import analyse as summarize
+from gpudiag.analysis.collectives import summarize_collectives as summarize
 from gpudiag.config import CollectiveRules
 
 
