@@ -12,9 +12,11 @@ of findings (:mod:`gpudiag.analysis.reconcile`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-from collections.abc import Sequence
+import gc
+from collections.abc import Iterator, Sequence
 
 from gpudiag import __version__
 from gpudiag.analysis.advice import recommend
@@ -140,6 +142,38 @@ def build_diagnosis(
     extra_findings: Sequence[Finding] = (),
 ) -> Diagnosis:
     """Assemble run summary, findings and the Diagnosis from per-rank results."""
+    with _collector_skips_inputs():
+        return _build(results, th, inputs, notes, whole_run, extra_findings)
+
+
+@contextlib.contextmanager
+def _collector_skips_inputs() -> Iterator[None]:
+    """Keep Python's cyclic collector off the objects that exist already (the inputs).
+
+    The per-rank results of thousands of ranks are millions of objects that live through
+    the whole step; each full collection the cross-rank work's allocations trigger walks
+    them all again, which made the step grow faster than the ranks (~15% at 8,192). They
+    are frozen (``gc.freeze``) for the step and unfrozen after; new garbage is collected as
+    usual. Left alone when the process has frozen objects of its own.
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def _build(
+    results: Sequence[RankResult],
+    th: Thresholds,
+    inputs: Sequence[str],
+    notes: Sequence[str],
+    whole_run: WholeRun | None,
+    extra_findings: Sequence[Finding],
+) -> Diagnosis:
     results = sorted(results, key=lambda r: r.rank)
     results, warm = without_warmup(results, th)
     ranks = [summarize_rank(r) for r in results]
