@@ -94,8 +94,13 @@ def install(command: Any) -> None:
         desc = getattr(p, "type_descriptor", None)
         if desc is None or not hasattr(p, "_runtime_param") or p._runtime_param is not None:
             return
-        if desc.file_annotation is None and _leaf(desc.annotation) is not None:
-            p._runtime_param = Plain(parameter_info=desc.parameter_info, annotation=desc.annotation)
+        if getattr(desc, "file_annotation", None) is None and _leaf(desc.annotation) is not None:
+            try:
+                p._runtime_param = Plain(
+                    parameter_info=desc.parameter_info, annotation=desc.annotation
+                )
+            except (TypeError, AttributeError):  # another typer's internals: keep its own
+                return
 
     def with_help(cmd: Any) -> None:
         """The ``--help`` option is made per context: coerce it plainly too."""
