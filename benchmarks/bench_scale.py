@@ -156,9 +156,15 @@ def shipped_per_rank(path: Path) -> tuple[int, int, Any]:
     """Pickled bytes of one rank's task (function + source) and of its result."""
     import functools
 
-    from gpudiag.analysis.rank import source_results
     from gpudiag.config import Thresholds
     from gpudiag.traces.load import load_run
+
+    try:
+        from gpudiag.analysis.rank import source_results
+    except ImportError:  # a tree from before issue 19's split (timed with PYTHONPATH)
+        from gpudiag.analysis.diagnose import (  # type: ignore[attr-defined,no-redef]
+            analyze_source as source_results,
+        )
 
     source = load_run(path).sources[0]
     fn = functools.partial(source_results, thresholds=Thresholds())
