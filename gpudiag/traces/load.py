@@ -288,6 +288,7 @@ def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None)
     """
     import pandas as pd
 
+    from gpudiag.traces.alerts import load_alerts
     from gpudiag.traces.samples import load_samples
     from gpudiag.traces.telemetry import load_steps, steps_files
 
@@ -300,6 +301,7 @@ def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None)
         telemetry=pd.concat(tele, ignore_index=True) if tele else None,
         samples=pd.concat(samples, ignore_index=True) if samples else None,
         notes=inputs.notes,
+        alerts=[a for d in inputs.run_dirs for a in load_alerts(d)],
     )
 
 
