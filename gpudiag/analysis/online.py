@@ -19,7 +19,7 @@ thresholds**:
   offline telemetry-only diagnosis), so a rank is named only when its time-weighted share
   crosses ``data_bound_ratio`` / ``comm_bound_ratio`` / ``idle_ratio_max`` *and* it does
   so in most of the window's steps or without the single worst one. Idle is 1 − NVML's
-  utilisation (:func:`~gpudiag.analysis.diagnose.nvml_idle_findings`) where a GPU is
+  utilisation (:func:`~gpudiag.analysis.rank.nvml_idle_findings`) where a GPU is
   sampled, else 1 − busy / step time from the telemetry; that telemetry idle is the sum
   of data- and comm-wait, so it is not raised for ranks a data or comm alert already names.
 
@@ -48,15 +48,12 @@ from typing import Any
 import numpy as np
 
 from gpudiag.analysis import words
-from gpudiag.analysis.diagnose import (
-    nvml_idle_findings,
-    summarize_rank,
-    telemetry_rank_results,
-)
 from gpudiag.analysis.idle import RULES, idle_findings
 from gpudiag.analysis.model import Finding, FindingKind, LiveAlert, RunStep, StepBreakdown
+from gpudiag.analysis.rank import nvml_idle_findings, telemetry_rank_results
 from gpudiag.analysis.steady import disturbed_steps
 from gpudiag.analysis.stragglers import jitter_ns, slow_steps, steps_matrix
+from gpudiag.analysis.summary import summarize_rank
 from gpudiag.config import Thresholds
 
 NO_PROGRESS = "no_progress"
@@ -114,7 +111,7 @@ def _ranks_words(ranks: Sequence[int]) -> str:
 def _share_value(kind: FindingKind, x: RunStep) -> float:
     """A step's data-wait, comm-wait or telemetry-idle share.
 
-    Split as :func:`gpudiag.analysis.diagnose.telemetry_rank_results` splits the rows.
+    Split as :func:`gpudiag.analysis.rank.telemetry_rank_results` splits the rows.
     """
     data = min(max(x.data_wait_ns or 0, 0), x.duration_ns)
     comm = min(max(x.comm_wait_ns or 0, 0), x.duration_ns - data)
