@@ -31,7 +31,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 import test_issue22_alerts as cases  # noqa: E402
 
 CASES = {
-    "straggler": (["--straggle-rank", "1", "--straggle-s", "0.3"], cases.STEPS),
+    "straggler": (["--straggle-rank", "1", "--straggle-s", "0.3"], 40),
     "data": (["--slow-data-s", "0.2"], cases.STEPS),
     "hog": (["--compute"], 40),
 }

@@ -91,7 +91,9 @@ def offline(out: Path) -> dict[str, Any]:
 
 
 def test_a_rank_that_turns_straggler_is_named_within_two_steps(tmp_path):
-    res = run_job(tmp_path / "run", "--straggle-rank", "1", "--straggle-s", "0.3")
+    # 20 steps straggling after 13 steady ones (warm-up and the profiled 5-10 left out), so
+    # that the whole run's typical step (the offline rule) is a straggling one by a margin
+    res = run_job(tmp_path / "run", "--straggle-rank", "1", "--straggle-s", "0.3", steps=40)
     check_first_alert(res, "straggler", [1])
     assert "the others wait for it in backward" in res["alerts"][0]["message"]
     # the offline diagnosis of the same steps reports it too, and lists the alert
