@@ -99,6 +99,19 @@ def test_slow_input_is_named_data_bound_for_the_ranks_it_slows():
     assert [x.kind for _, x in rest] == []
 
 
+def test_exposed_communication_is_named_comm_bound():
+    """Collectives called from Python (comm_wait measured, no DDP backward): from step 20
+    every rank blocks 150 ms a step in them, more than its own 100 ms of work."""
+    steps = [
+        RunStep(x.rank, x.step, x.start_ns, x.duration_ns + (150 * MS if x.step >= 20 else 0),
+                0, 2 * MS + (150 * MS if x.step >= 20 else 0), None, False)
+        for x in ddp_steps(40)
+    ]  # fmt: skip
+    alerts = feed(LiveRules(), steps)
+    assert [(n, a.kind, a.ranks) for n, a in alerts] == [(21, "comm_bound", [0, 1])]
+    assert "waiting for communication" in alerts[0][1].message
+
+
 def test_an_alert_clears_once_after_the_effect_is_gone():
     steps = ddp_steps(50, extra={(1, s): 300 for s in range(20, 30)})
     alerts = feed(LiveRules(), steps)
