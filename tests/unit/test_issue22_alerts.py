@@ -374,3 +374,35 @@ def test_a_damaged_alerts_file_is_one_line_naming_it(tmp_path):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ---- the command line and the live panel ----
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--alerts", "maybe"], "--alerts maybe is not on or off"),
+        (["--alerts", "off", "--alert-exec", "cat"], "--alert-exec needs the alerts on"),
+    ],
+)
+def test_bad_alert_options_are_usage_errors_before_the_job_starts(tmp_path, args, says):
+    from cli_runner import run_cli
+
+    r = run_cli("run", "--out", str(tmp_path / "run"), *args, "--", sys.executable, "-c", "0")
+    assert r.returncode == 2 and says in r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_live_panel_shows_the_raised_alerts():
+    from rich.console import Console
+
+    from gpudiag.collect.launcher import Progress, RankProgress
+    from gpudiag.report.live import progress_table
+
+    p = Progress(Path("runs/x"), 12.0, ranks={0: RankProgress(22), 1: RankProgress(22)},
+                 alerts=["alert: step 21: rank 1 is a straggler: +300 ms a step"])  # fmt: skip
+    console = Console(width=100, record=True, color_system=None)
+    console.print(progress_table(p))
+    text = console.export_text()
+    assert "alert" in text and "step 21: rank 1 is a straggler: +300 ms a step" in text
