@@ -293,6 +293,33 @@ def _print_run_diagnosis(out_dir: Path, run_dir: Path) -> None:
         record_incomplete(run_dir, msg)
 
 
+def _alert_monitor(alerts: str, alert_exec: str | None) -> Any:
+    """The live alerts' monitor (gpudiag/live/monitor.py), or None with ``--alerts off``."""
+    if alerts not in ("on", "off"):
+        raise GpudiagError(f"--alerts {alerts} is not on or off", "use --alerts on or --alerts off",
+                           EXIT_USAGE)  # fmt: skip
+    if alerts == "off":
+        if alert_exec:
+            raise GpudiagError("--alert-exec needs the alerts on", "drop --alerts off",
+                               EXIT_USAGE)  # fmt: skip
+        return None
+    from gpudiag.collect.launcher import log
+    from gpudiag.live.monitor import AlertOptions, Monitor
+
+    return Monitor(thresholds(), AlertOptions(exec_cmd=alert_exec), log=log)
+
+
+def _with_alerts(show: Any, monitor: Any) -> Any:
+    """The progress callback, with the alerts raised now in each snapshot (the live panel)."""
+    if show is None or monitor is None:
+        return show
+
+    def with_alerts(p: Any) -> None:
+        show(dataclasses.replace(p, alerts=[a.line() for a in monitor.raised()]))
+
+    return with_alerts
+
+
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
 def run(
     command: Annotated[list[str], typer.Argument(help="The training command, after `--`.")],
@@ -317,6 +344,13 @@ def run(
     nsys_range: Annotated[
         str, typer.Option("--nsys-range", help="window (the profiled steps, via CUDA) or all.")
     ] = "window",
+    alerts: Annotated[
+        str, typer.Option("--alerts", help="on: live alerts (stderr, alerts.jsonl, panel); off.")
+    ] = "on",
+    alert_exec: Annotated[
+        str | None,
+        typer.Option("--alert-exec", help="Run CMD (sh -c) with each alert's JSON on stdin."),
+    ] = None,
 ) -> None:
     """Run a training command unchanged and capture NVML, traces and step telemetry."""
     from gpudiag.collect import hook, launcher
@@ -331,7 +365,10 @@ def run(
                            "use --nsys-range window or --nsys-range all", EXIT_USAGE)  # fmt: skip
     opts = launcher.RunOptions(command, out, profile_steps, not no_nvml, nvml_interval, node_rank)
     opts.nsys, opts.nsys_range = nsys, nsys_range
+    monitor = _alert_monitor(alerts, alert_exec)
+    opts.watchers = [monitor] if monitor is not None else []
     show, live = run_progress(quiet)
+    show = _with_alerts(show, monitor)
     try:
         res = launcher.run(opts, progress=show)
     finally:

@@ -114,6 +114,19 @@ class DiffRules:
     ratio_noise: float = 0.01  # change of a share below this (absolute): "same"
 
 
+@dataclass(frozen=True)
+class LiveRules:
+    """What the live alerts of ``gpudiag run`` add to the offline rules (analysis/online.py)."""
+
+    window_steps: int = 6  # the latest steps the offline rules judge (and the history)
+    confirm_steps: int = 2  # an onset shows in each of the latest this many steps ...
+    busy_confirm_steps: int = 3  # ... this many while the run conditions say the host is busy
+    clear_steps: int = 3  # an alert clears after this many steps without its effect ...
+    hysteresis_ratio: float = 0.5  # ... "without": below this × the threshold that raised it
+    min_gap_steps: int = 20  # the same alert is not raised again within this many steps
+    warmup_steps: int = 5  # each rank's first steps: no alert and no history (quiet warm-up)
+
+
 _GROUPS: dict[str, type] = {
     "stragglers": StragglerRules,
     "steady": SteadyRules,
@@ -121,6 +134,7 @@ _GROUPS: dict[str, type] = {
     "pipeline": PipelineRules,
     "advice": AdviceRules,
     "diff": DiffRules,
+    "live": LiveRules,
 }
 
 
@@ -146,6 +160,7 @@ class Thresholds:
     pipeline: PipelineRules = field(default_factory=PipelineRules)
     advice: AdviceRules = field(default_factory=AdviceRules)
     diff: DiffRules = field(default_factory=DiffRules)
+    live: LiveRules = field(default_factory=LiveRules)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -189,8 +204,8 @@ class Thresholds:
         """The thresholds as recorded in a Diagnosis (patterns and rule groups included)."""
         out: dict[str, Any] = {}
         for f in fields(self):
-            if f.name == "extra":
-                continue
+            if f.name in ("extra", "live"):  # live: alerts during `gpudiag run` only, never a
+                continue  # verdict of the diagnosis (each alert records its own limits)
             v = getattr(self, f.name)
             out[f.name] = dataclasses.asdict(v) if f.name in _GROUPS else v
         return out

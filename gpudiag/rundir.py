@@ -42,6 +42,7 @@ NVML_DIR = "nvml"
 NSYS_DIR = "nsys"
 CONDITIONS_DIR = "conditions"
 CONTROL = "control.json"
+ALERTS = "alerts.jsonl"  # the live alerts of `gpudiag run` (gpudiag/live/monitor.py)
 MANIFEST_MAX_BYTES = 16 << 20  # a manifest is a few KB; thousands of ranks stay under 2 MB
 
 

@@ -44,7 +44,8 @@ def diagnosis_from_json(d: Any) -> Diagnosis:
         raise ValueError(problem)
     kw = {k: d[k] for k in ("run", "ranks", "steps", "findings", "recommendations",
                             "inputs", "thresholds", "notes", "gpudiag_version",
-                            "schema_version", "spread", "whole_run", "verdict", "kernels")
+                            "schema_version", "spread", "whole_run", "verdict", "kernels",
+                            "alerts")
           if k in d}  # fmt: skip
     for k in ("what_if", "collectives", "whole_run", "verdict", "kernels"):
         if not d.get(k):

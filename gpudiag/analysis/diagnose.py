@@ -16,7 +16,9 @@ import contextlib
 import dataclasses
 import functools
 import gc
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from gpudiag import __version__
 from gpudiag.analysis.advice import recommend
@@ -36,6 +38,7 @@ from gpudiag.analysis.model import (
     Diagnosis,
     Finding,
     FindingKind,
+    LiveAlert,
     Mode,
     Severity,
     WholeRun,
@@ -114,8 +117,29 @@ def _diagnose(
         extra = extra + nvml_idle(whole, th)
         ran = max(len(v) for v in by_rank(whole.steps).values())
         notes.append(TELEMETRY_NOTE.format(steps=ran))
-    d = build_diagnosis(results, th, run.inputs, notes, whole_run=whole, extra_findings=extra)
-    return d, results
+    alerts, alert_notes = live_alerts(run.alerts)
+    d = build_diagnosis(results, th, run.inputs, notes + alert_notes, whole_run=whole,
+                        extra_findings=extra)  # fmt: skip
+    return (dataclasses.replace(d, alerts=alerts) if alerts else d), results
+
+
+def live_alerts(records: Sequence[Mapping[str, Any]]) -> tuple[list[LiveAlert], list[str]]:
+    """The run's live alerts (``alerts.jsonl``, checked by the loader), and their notes.
+
+    One note per alert raised: when, at which step, what, and when it cleared.
+    """
+    alerts = [LiveAlert(r["time_ns"], r["step"], r["kind"], list(r["ranks"]), r["message"],
+                        dict(r.get("metrics") or {}), r["state"]) for r in records]  # fmt: skip
+    notes = []
+    for i, a in enumerate(alerts):
+        if a.state != "raised":
+            continue
+        end = next((b for b in alerts[i + 1 :] if b.state == "cleared" and b.kind == a.kind
+                    and b.ranks == a.ranks), None)  # fmt: skip
+        when = time.strftime("%H:%M:%S", time.gmtime(a.time_ns // 1_000_000_000))
+        until = f"cleared at step {end.step}" if end else "still raised when the job ended"
+        notes.append(f"live alert at {when} UTC, step {a.step}: {a.message}; {until}")
+    return alerts, notes
 
 
 def _busy_host(run: RunTimeline, th: Thresholds) -> list[str]:

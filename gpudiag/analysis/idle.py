@@ -230,14 +230,23 @@ RULES: tuple[ShareRule, ...] = (
 
 
 def idle_findings(
-    ranks: Sequence[RankSummary], steps: Sequence[StepBreakdown], th: Thresholds
+    ranks: Sequence[RankSummary],
+    steps: Sequence[StepBreakdown],
+    th: Thresholds,
+    telemetry_idle: bool = False,
 ) -> list[Finding]:
-    """The idle, data, communication and host findings of a run (one per rule at most)."""
+    """The idle, data, communication and host findings of a run (one per rule at most).
+
+    ``telemetry_idle``: judge the idle ratio of telemetry-only ranks too (1 − busy / step:
+    the live alerts where no GPU is sampled); the diagnosis leaves it to NVML.
+    """
     out: list[Finding] = []
     for rule in RULES:
         limit = rule.limit(th)
         judged = ranks
-        if rule.kind in (FindingKind.IDLE_RATIO, FindingKind.HOST_BOUND):
+        if rule.kind == FindingKind.HOST_BOUND or (
+            rule.kind == FindingKind.IDLE_RATIO and not telemetry_idle
+        ):
             # telemetry alone cannot split compute from host work (NVML judges idle there)
             judged = [r for r in ranks if r.mode != Mode.TELEMETRY]
         flagged = {r.rank: v for r in judged

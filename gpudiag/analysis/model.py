@@ -315,6 +315,28 @@ class RunStep:
 
 
 @dataclass(frozen=True)
+class LiveAlert:
+    """An alert ``gpudiag run`` raised (or cleared) while the job ran (analysis/online.py).
+
+    ``time_ns`` is when the monitor judged it (epoch ns, the telemetry's clock), ``step``
+    the step it judged, ``state`` ``raised`` or ``cleared``.
+    """
+
+    time_ns: int
+    step: int
+    kind: str
+    ranks: list[int]
+    message: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    state: str = "raised"
+
+    def line(self) -> str:
+        """The stderr line (after ``gpudiag: ``)."""
+        what = "alert" if self.state == "raised" else "alert cleared"
+        return f"{what}: step {self.step}: {self.message}"
+
+
+@dataclass(frozen=True)
 class WholeRunRank:
     """One rank over every step of the run (telemetry)."""
 
@@ -388,6 +410,8 @@ class Diagnosis:
     verdict: Verdict | None = None  # None only for a Diagnosis built by hand
     # the kernels (GPU) or operators (CPU) behind compute, over every rank (analysis/kernels.py)
     kernels: KernelBreakdown | None = None
+    # the live alerts `gpudiag run` raised and cleared while the job ran (alerts.jsonl)
+    alerts: list[LiveAlert] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -405,4 +429,6 @@ class Diagnosis:
         order = ["schema_version", "gpudiag_version", "inputs", "verdict", "run", "ranks",
                  "steps", "findings", "recommendations", "spread", "what_if", "collectives",
                  "kernels", "whole_run", "thresholds", "notes"]  # fmt: skip
+        if self.alerts:  # only runs watched live have them
+            order.append("alerts")
         return {k: d[k] for k in order}

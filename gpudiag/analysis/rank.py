@@ -9,6 +9,7 @@ from ``gpudiag run``'s step telemetry.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ from gpudiag.analysis.model import (
     FindingKind,
     Mode,
     RankEvidence,
+    RunStep,
     Severity,
     StepBreakdown,
     StepSource,
@@ -96,12 +98,15 @@ def telemetry_results(whole: WholeRun, th: Thresholds) -> list[RankResult]:
     host-bound is judged from it; NVML's utilisation stands in for the idle ratio).
     """
     keep = steady_steps(whole.steps, th.steady)
+    return telemetry_rank_results([s for s in whole.steps if (s.rank, s.step) in keep])
+
+
+def telemetry_rank_results(steps: Sequence[RunStep]) -> list[RankResult]:
+    """Per-rank results of these telemetry steps (data-wait, comm-wait, busy as compute)."""
     out = []
-    for rank, steps in sorted(by_rank(whole.steps).items()):
+    for rank, mine in sorted(by_rank(steps).items()):
         rows = []
-        for s in steps:
-            if (rank, s.step) not in keep:
-                continue
+        for s in mine:
             data = min(max(s.data_wait_ns or 0, 0), s.duration_ns)
             comm = min(max(s.comm_wait_ns or 0, 0), s.duration_ns - data)
             rows.append(StepBreakdown(rank, s.step, s.start_ns, s.duration_ns,
@@ -118,6 +123,13 @@ def nvml_idle(whole: WholeRun, th: Thresholds) -> list[Finding]:
     """Without a trace, the idle ratio comes from NVML: 1 − mean GPU utilisation."""
     idle = {g.rank: 1.0 - g.util_ratio for g in whole.gpus
             if g.rank is not None and g.util_ratio is not None}  # fmt: skip
+    return nvml_idle_findings(idle, th)
+
+
+def nvml_idle_findings(
+    idle: Mapping[int, float], th: Thresholds, over: str = "of the run"
+) -> list[Finding]:
+    """The NVML idle rule on each rank's 1 − mean GPU utilisation (whole run, or live window)."""
     flagged = {r: v for r, v in idle.items() if v > th.idle_ratio_max}
     if not flagged:
         return []
@@ -128,7 +140,7 @@ def nvml_idle(whole: WholeRun, th: Thresholds) -> list[Finding]:
     return [Finding(
         kind=FindingKind.IDLE_RATIO,
         severity=Severity.WARNING,
-        message=(f"{who}: GPU idle {span} of the run by NVML's utilisation (idle ratio above "
+        message=(f"{who}: GPU idle {span} {over} by NVML's utilisation (idle ratio above "
                  f"the {th.idle_ratio_max:.0%} threshold; no trace to split the steps)"),
         ranks=sorted(flagged),
         metrics=IdleMetrics({str(r): v for r, v in sorted(flagged.items())},

@@ -82,6 +82,7 @@ from gpudiag.analysis.model import (
     FindingKind,
     GpuStats,
     LateArrival,
+    RunStep,
     Severity,
     StepBreakdown,
     WholeRun,
@@ -149,10 +150,20 @@ def telemetry_matrix(whole: WholeRun | None, steady: SteadyRules) -> StepMatrix 
         return None
     keep = steady_steps(whole.steps, steady)
     per_rank = [{st for r2, st in keep if r2 == r} for r in ranks]
-    common = sorted(set.intersection(*per_rank))
+    return steps_matrix(whole.steps, ranks, sorted(set.intersection(*per_rank)))
+
+
+def steps_matrix(
+    steps: Sequence[RunStep], ranks: list[int], common: list[int]
+) -> StepMatrix | None:
+    """The telemetry steps ``common`` of ``ranks`` (each must have every one of them).
+
+    busy = step time − backward (else − comm wait); None when neither was measured.
+    """
+    keep, members = set(common), set(ranks)
     rows: dict[tuple[int, int], tuple[float, ...]] = {}
-    for s in whole.steps:
-        if s.step not in common:
+    for s in steps:
+        if s.step not in keep or s.rank not in members:
             continue
         wait = s.backward_ns if s.backward_ns is not None else s.comm_wait_ns
         if wait is None:
@@ -183,6 +194,24 @@ def others_median(a: F64) -> F64:
     for i in range(n):
         out[i] = np.median(np.delete(a, i, axis=0), axis=0)
     return out
+
+
+def slow_steps(m: StepMatrix, rules: StragglerRules) -> tuple[F64, npt.NDArray[np.bool_], float]:
+    """(excess, slow, typical step): the per-step rule, offline and live alike.
+
+    (r, s) is slow when its excess is at least ``excess_ratio`` × the typical step (the
+    median step time of ``m``, not the possibly stalled step itself) and the rank waited no
+    more than the others' median in that step.
+    """
+    ex = excess(m.busy)
+    step = float(np.median(m.duration))
+    others_wait = others_median(m.wait)
+    return ex, (ex >= rules.excess_ratio * step) & (m.wait <= others_wait), step
+
+
+def jitter_ns(ex: F64) -> float:
+    """One robust standard deviation of excesses (MAD × 1.4826)."""
+    return MAD_TO_SIGMA * float(np.median(np.abs(ex - np.median(ex)))) if ex.size else 0.0
 
 
 @dataclass
@@ -263,17 +292,12 @@ def sign_test(positive: int, n: int, p: float = 0.5) -> float:
 
 def _detect(m: StepMatrix, ctx: _Context, persistent_only: bool = False) -> list[Finding]:
     rules = ctx.rules
-    ex = excess(m.busy)
+    ex, slow, step = slow_steps(m, rules)
     n = len(m.steps)
-    # thresholds scale with the run's typical step, not with the (possibly stalled) step itself
-    step = float(np.median(m.duration))
-    others_wait = others_median(m.wait)
-    slow = (ex >= rules.excess_ratio * step) & (m.wait <= others_wait)
     # a stall stands out from the step, from the run's jitter and from the rank's own steps
     # (with two ranks, one rank's dip is the other's excess)
     own = m.busy - np.median(m.busy, axis=1, keepdims=True)
-    mad = float(np.median(np.abs(ex - np.median(ex))))
-    spike_limit = max(rules.spike_ratio * step, rules.jitter_sigmas * MAD_TO_SIGMA * mad)
+    spike_limit = max(rules.spike_ratio * step, rules.jitter_sigmas * jitter_ns(ex))
     findings: list[Finding] = []
     for i in range(len(m.ranks)):
         typical = float(np.median(ex[i]))

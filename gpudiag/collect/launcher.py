@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 import gpudiag
 from gpudiag import rundir
@@ -49,6 +49,18 @@ def log(msg: str) -> None:
         print(f"gpudiag: {msg}", file=sys.stderr, flush=True)
 
 
+class Watcher(Protocol):
+    """A reader of the run directory while the job runs (the live alerts, gpudiag/live/)."""
+
+    name: str
+
+    def start(self, run_dir: Path, child_pid: int) -> None:
+        """The job was started; follow ``run_dir``."""
+
+    def stop(self) -> dict[str, Any]:
+        """The job ended: finish, and say what to record in ``manifest.extra[name]``."""
+
+
 @dataclass
 class RunOptions:
     """What ``gpudiag run`` was asked to do."""
@@ -64,6 +76,7 @@ class RunOptions:
     nsys_range: str = "window"
     conditions: bool = True
     conditions_interval_s: float = DEFAULT_INTERVAL_S
+    watchers: list[Watcher] = field(default_factory=list)
 
 
 @dataclass
@@ -83,6 +96,7 @@ class Progress:
     elapsed_s: float
     gpus: list[dict[str, Any]] = field(default_factory=list)
     ranks: dict[int, RankProgress] = field(default_factory=dict)
+    alerts: list[str] = field(default_factory=list)  # raised now (the watchers' lines)
 
 
 @dataclass
@@ -259,8 +273,10 @@ def run(
     m.extra["child_pid"] = child.pid
     conditions = _start_conditions(opts, run_dir, host, child.pid, nvml_mod, m)
     _safe_write_manifest(run_dir, m)  # a gpudiag killed now leaves the child's pid behind
+    watchers = _start_watchers(opts.watchers, run_dir, child.pid, m)
     with forward_signals(child) as received:
         rc = _wait(child, run_dir, sampler, progress, progress_interval_s)
+    _stop_watchers(watchers, m)
     code = exit_status(rc)
     m.ended_ns = time.time_ns()
     m.exit_code = code
@@ -363,6 +379,32 @@ def _wait(
             except Exception as e:
                 log(f"live display stopped ({e})")
                 progress = None
+
+
+def _start_watchers(
+    watchers: Sequence[Watcher], run_dir: Path, pid: int, m: rundir.RunManifest
+) -> list[Watcher]:
+    """Start each watcher; one that fails is logged and left out, the job runs on."""
+    started = []
+    for w in watchers:
+        try:
+            w.start(run_dir, pid)
+            started.append(w)
+        except Exception as e:
+            msg = f"{w.name} not started: {type(e).__name__}: {e}"
+            log(msg)
+            m.diagnosis_incomplete.append(msg)
+    return started
+
+
+def _stop_watchers(watchers: Sequence[Watcher], m: rundir.RunManifest) -> None:
+    for w in watchers:
+        try:
+            m.extra[w.name] = w.stop()
+        except Exception as e:
+            msg = f"{w.name} failed: {type(e).__name__}: {e}"
+            log(msg)
+            m.diagnosis_incomplete.append(msg)
 
 
 def _collect_nsys(nsys_bin: str, run_dir: Path, node_rank: int, m: rundir.RunManifest) -> None:

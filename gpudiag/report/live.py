@@ -26,7 +26,7 @@ def progress_table(p: Any) -> Table:
 
     ``p`` is the launcher's progress snapshot (``run_dir``, ``elapsed_s``, ``gpus`` as
     dicts with ``index`` and ``util_ratio``, ``ranks`` mapping rank → ``steps`` and
-    ``steps_per_s``).
+    ``steps_per_s``, ``alerts`` the live alerts raised now, one line each).
     """
     from rich.table import Table
 
@@ -39,6 +39,8 @@ def progress_table(p: Any) -> Table:
     for r, rp in sorted(p.ranks.items()):
         rate = "" if rp.steps_per_s is None else f" ({rp.steps_per_s:.2f}/s)"
         t.add_row(f"rank {r}", f"{rp.steps}{rate}")
+    for line in getattr(p, "alerts", []):
+        t.add_row("[bold red]alert[/]", line.removeprefix("alert: "))
     return t
 
 

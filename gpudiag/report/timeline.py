@@ -18,10 +18,11 @@ track               slices
 
 Per rank, a counter track ``step shares`` gives each step's four shares (%), and each
 finding is an instant event on the ranks it names (global when it names none) with its
-message. The part tracks are aggregated (:mod:`gpudiag.analysis.timeline`): gaps shorter
-than the recorded resolution (``otherData.resolution_ns``) are closed so each track holds
-at most 1,500 slices per rank. Times are µs from the earliest analysed step; each rank
-keeps its own clock.
+message, as is each live alert ``gpudiag run`` raised or cleared (``alert: <kind>``, at the
+time the monitor judged it). The part tracks are aggregated
+(:mod:`gpudiag.analysis.timeline`): gaps shorter than the recorded resolution
+(``otherData.resolution_ns``) are closed so each track holds at most 1,500 slices per rank.
+Times are µs from the earliest analysed step; each rank keeps its own clock.
 """
 
 from __future__ import annotations
@@ -68,6 +69,23 @@ def events(d: Diagnosis, tl: Timeline) -> Iterator[dict[str, Any]]:
         yield from _rank_events(r, by_step, us)
     yield from _collectives(tl, us)
     yield from _findings(d, tl, us)
+    yield from _alerts(d, us)
+
+
+def _alerts(d: Diagnosis, us: Any) -> Iterator[dict[str, Any]]:
+    """Each live alert raised or cleared, an instant on the ranks it names (global if none)."""
+    for a in d.alerts:
+        name = f"alert: {a.kind}" if a.state == "raised" else f"alert cleared: {a.kind}"
+        args = {"step": a.step, "message": a.message}
+        targets: list[int | None] = list(a.ranks) or [None]
+        for rank in targets:
+            ev: dict[str, Any] = {"ph": "i", "name": name, "cat": "alert",
+                                  "ts": us(a.time_ns), "args": args}  # fmt: skip
+            if rank is None:
+                ev.update({"s": "g", "pid": 0, "tid": 0})
+            else:
+                ev.update({"s": "p", "pid": rank, "tid": _TID["steps"]})
+            yield ev
 
 
 def _rank_events(r: Any, by_step: dict[tuple[int, int], Any], us: Any) -> Iterator[dict[str, Any]]:

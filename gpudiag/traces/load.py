@@ -297,11 +297,14 @@ def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None)
     The run directories' manifests, step telemetry and NVML samples are read here (they
     are small); the traces become sources that load where they are analysed.
     """
+    from gpudiag.traces.alerts import load_alerts
+
     inputs = discover(paths, options)
     run = RunTimeline(
         sources=list(inputs.traces),
         manifest=merge_manifests(inputs.manifests),
         notes=inputs.notes,
+        alerts=[a for d in inputs.run_dirs for a in load_alerts(d)],
     )
     if inputs.run_dirs:  # only run directories have telemetry (and need pandas for it)
         import pandas as pd

@@ -8,7 +8,9 @@ value that is not a number is read as unknown (NaN); both are counted in a note.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from gpudiag import rundir
 from gpudiag.errors import InputError
 from gpudiag.fileio import list_dir
 from gpudiag.traces.common import TIME_MAX_NS, dropped_notes
-from gpudiag.traces.jsonl import records
+from gpudiag.traces.jsonl import Follower, records
 
 NVML_FORMAT = "gpudiag.nvml"
 KNOWN_VERSIONS = (1,)
@@ -138,3 +140,34 @@ def load_samples(run_dir: Path, notes: list[str] | None = None) -> pd.DataFrame:
     out: pd.DataFrame = df.sort_values(["time_ns", "host", "gpu_uuid"], kind="stable")
     out = out.reset_index(drop=True)
     return out
+
+
+class SamplesFollower:
+    """NVML samples of a run directory as the sampler writes them (the live monitor)."""
+
+    def __init__(self, run_dir: Path, relist_s: float = 1.0) -> None:
+        self.run_dir = Path(run_dir)
+        self.files: dict[Path, Follower] = {}
+        self.dropped: Counter[str] = Counter()
+        self.relist_s = relist_s
+        self._listed = -relist_s
+
+    def poll(self) -> list[dict[str, Any]]:
+        """The usable sample records written since the last poll, every file together."""
+        now = time.monotonic()
+        if now - self._listed >= self.relist_s:  # new files: at most once per relist_s
+            self._listed = now
+            for base in rundir.node_dirs(self.run_dir) or [self.run_dir]:
+                with contextlib.suppress(InputError):
+                    for path in list_dir(base / rundir.NVML_DIR):
+                        if path.suffix == ".jsonl":
+                            self.files.setdefault(path, Follower(path))
+        out: list[dict[str, Any]] = []
+        for f in self.files.values():
+            out += [r for r in f.poll() if r["type"] == "sample"]
+        return _usable(out, self.dropped) if out else []
+
+    def close(self) -> None:
+        """Close every file."""
+        for f in self.files.values():
+            f.close()

@@ -338,6 +338,7 @@ class RunTimeline:
     telemetry: pd.DataFrame | None = None  # per (rank, step): traces/telemetry.py COLUMNS
     samples: pd.DataFrame | None = None  # NVML samples: traces/samples.py COLUMNS
     notes: list[str] = field(default_factory=list)
+    alerts: list[dict[str, Any]] = field(default_factory=list)  # traces/alerts.py records
     _loaded: list[RankTimeline] | None = field(default=None, repr=False, compare=False)
 
     @classmethod

@@ -11,6 +11,8 @@ a time out of range is dropped and counted in a note; an impossible rank or step
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from gpudiag.traces.common import (
     dropped_notes,
     json_words,
 )
-from gpudiag.traces.jsonl import records
+from gpudiag.traces.jsonl import Follower, records
 
 STEPS_FORMAT = "gpudiag.steps"
 KNOWN_VERSIONS = (1,)
@@ -184,3 +186,49 @@ def load_steps(run_dir: Path, notes: list[str] | None = None) -> pd.DataFrame:
     out: pd.DataFrame = df.sort_values(["rank", "step"], kind="stable")
     out = out.reset_index(drop=True)
     return out
+
+
+class StepsFollower:
+    """Every rank's telemetry of a run directory as the ranks write it (the live monitor).
+
+    :meth:`poll` returns ``(header, usable step records)`` per rank file with new records;
+    a new header (a restarted rank) comes back with the steps after it. Files that appear
+    later (a rank that starts late, another node directory) are picked up.
+    """
+
+    def __init__(self, run_dir: Path, relist_s: float = 1.0) -> None:
+        self.run_dir = Path(run_dir)
+        self.files: dict[Path, Follower] = {}
+        self.headers: dict[Path, dict[str, Any]] = {}
+        self.dropped: Counter[str] = Counter()
+        self.relist_s = relist_s
+        self._listed = -relist_s
+
+    def poll(self) -> list[tuple[dict[str, Any], list[dict[str, Any]], bool]]:
+        """(header, new steps, restarted) of each rank file that has new records."""
+        now = time.monotonic()
+        if now - self._listed >= self.relist_s:  # new files: at most once per relist_s
+            self._listed = now
+            with contextlib.suppress(InputError):
+                for path in steps_files(self.run_dir):
+                    self.files.setdefault(path, Follower(path))
+        out = []
+        for path, f in self.files.items():
+            steps: list[dict[str, Any]] = []
+            restarted = False
+            for rec in f.poll():
+                if rec["type"] == "header":
+                    if rec.get("format") == STEPS_FORMAT and _int_in(rec.get("rank"), 0, 1 << 30):
+                        restarted = path in self.headers
+                        self.headers[path] = rec
+                        steps = []
+                elif rec["type"] == "step" and path in self.headers:
+                    steps.append(rec)
+            if path in self.headers and (steps or restarted):
+                out.append((self.headers[path], usable_steps(steps, self.dropped), restarted))
+        return out
+
+    def close(self) -> None:
+        """Close every file."""
+        for f in self.files.values():
+            f.close()
