@@ -65,7 +65,7 @@ def entry(
         "time_created_ns": created,
         "input_sizes": [[size]] if name != "coalesced" else [],
         "input_dtypes": [dtype] if name != "coalesced" else [],
-        "output_sizes": [[size * 4 if name == "all_gather" else size]]
+        "output_sizes": [[size * 2 if name == "all_gather" else size]]
         if name != "coalesced"
         else [],
         "output_dtypes": [dtype] if name != "coalesced" else [],
@@ -154,7 +154,7 @@ def missing_rank() -> dict[str, dict[str, Any]]:
 
 
 def nested_groups() -> dict[str, dict[str, Any]]:
-    """xccl, 4 ranks; default [0-3], tp0 [0,1], tp1 [2,3]. Rank 3 never enters tp1's
+    """xccl, 4 ranks (all_gathers over 2 ranks: output = 2 × input); default [0-3], tp0 [0,1], tp1 [2,3]. Rank 3 never enters tp1's
     all_gather #5 (rank 2 waits in it); ranks 0 and 1 wait in the default all_reduce #9,
     which ranks 2 and 3 never enter: the tp1 stall explains the default group's."""
     v = "2.8"
