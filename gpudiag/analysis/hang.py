@@ -22,11 +22,13 @@ marked incomplete. No I/O: the dumps arrive parsed (``gpudiag.traces.flightrec``
 
 from __future__ import annotations
 
+import os
+import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gpudiag.traces.flightrec import FrDump, FrEntry
+from gpudiag.traces.flightrec import Frame, FrDump, FrEntry, RankStacks, ThreadStack
 
 
 @dataclass(frozen=True)
@@ -449,3 +451,260 @@ def _explain(stalls: list[GroupStall]) -> list[GroupStall]:
     # Roots first, then by the longest wait.
     out.sort(key=lambda s: (s.explained_by is not None, -s.waited_ns, s.pg_name))
     return out
+
+
+# --- where each rank is: its main thread's stack --------------------------------------
+
+_LIBRARY = ("/site-packages/", "/dist-packages/", "<frozen", "/gpudiag/collect/", "/torch/")
+_STDLIB = re.compile(r"/lib/python3\.\d+/")
+WHERE_FRAMES = 3
+
+
+def _is_library(f: Frame) -> bool:
+    return any(m in f.filename for m in _LIBRARY) or bool(_STDLIB.search(f.filename))
+
+
+def user_frames(stack: ThreadStack, n: int = WHERE_FRAMES) -> tuple[Frame, ...]:
+    """The innermost ``n`` frames of the job's own code (libraries and the stdlib skipped)."""
+    own = [f for f in stack.frames if not _is_library(f)]
+    return tuple(own[:n])
+
+
+def where_text(frames: Sequence[Frame]) -> str:
+    """``load_batch (train.py:57) ← main (train.py:88)``."""
+    return " ← ".join(f"{f.name} ({os.path.basename(f.filename)}:{f.line})" for f in frames)
+
+
+def collective_of(stack: ThreadStack) -> str | None:
+    """The torch.distributed call the thread is blocked in (innermost), if any."""
+    for f in stack.frames:
+        if f.filename.endswith("distributed_c10d.py") and not f.name.startswith("_"):
+            return f.name
+    return None
+
+
+@dataclass(frozen=True)
+class HangCase:
+    """One stuck (or mismatched) collective as the verdict states it."""
+
+    kind: str  # "hang" or "collective_mismatch"
+    op: str
+    seq: int | None
+    pg_name: str
+    pg_desc: str
+    culprits: tuple[int, ...]
+    waiting: tuple[int, ...]
+    waited_ns: int
+    step: int | None  # the step the waiting ranks were in
+    where: dict[int, str]  # culprit rank → innermost frames of its own code
+    where_frames: dict[int, tuple[Frame, ...]]
+    explained_by: str | None
+    incomplete: bool
+    message: str
+    evidence: str  # "flight recorder" / "stacks"
+    mismatch: tuple[Mismatch, ...] = ()
+
+
+def _group_words(desc: str, name: str) -> str:
+    if desc in ("default_pg", "") and name in ("0", ""):
+        return "default group"
+    return f"group {desc or name}"
+
+
+def _ranks_words(ranks: Sequence[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(str(r) for r in ranks)
+
+
+def _secs(ns: int) -> str:
+    s = ns / 1e9
+    return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
+
+
+def hang_cases(
+    analysis: HangAnalysis | None, stacks: Sequence[RankStacks], world: int | None = None
+) -> list[HangCase]:
+    """The hang and mismatch cases of a run, roots first, each with where its culprits are.
+
+    From the flight recorder when there are dumps; from the stacks alone otherwise (ranks
+    whose main thread is inside a torch.distributed call wait; the others are culprits).
+    """
+    by_rank = {s.rank: s for s in stacks}
+
+    def where(ranks: Sequence[int]) -> tuple[dict[int, str], dict[int, tuple[Frame, ...]]]:
+        texts, frames = {}, {}
+        for r in ranks:
+            st = by_rank.get(r)
+            main = st.main if st is not None else None
+            if main is None:
+                continue
+            fr = user_frames(main)
+            if fr:
+                frames[r] = fr
+                texts[r] = where_text(fr)
+        return texts, frames
+
+    def step_of(ranks: Sequence[int]) -> int | None:
+        steps = [by_rank[r].step for r in ranks if r in by_rank and by_rank[r].step is not None]
+        return min(s for s in steps if s is not None) if steps else None
+
+    out: list[HangCase] = []
+    if analysis is not None and (analysis.stalls or analysis.mismatches):
+        for st in analysis.stalls:
+            culprits = st.culprits
+            waiting = tuple(w.rank for w in st.stuck)
+            texts, frames = where(culprits)
+            kind = "collective_mismatch" if not st.never_entered and st.mismatches else "hang"
+            out.append(
+                HangCase(
+                    kind=kind,
+                    op=st.op,
+                    seq=st.seq,
+                    pg_name=st.pg_name,
+                    pg_desc=st.pg_desc,
+                    culprits=culprits,
+                    waiting=waiting,
+                    waited_ns=st.waited_ns,
+                    step=step_of(waiting),
+                    where=texts,
+                    where_frames=frames,
+                    explained_by=st.explained_by,
+                    incomplete=analysis.incomplete and bool(st.unknown),
+                    message=_stall_message(st, texts, step_of(waiting), analysis),
+                    evidence="flight recorder",
+                    mismatch=st.mismatches,
+                )
+            )
+        stalled = {(s.pg_name, s.seq) for s in analysis.stalls}
+        for m in analysis.mismatches:
+            if (m.pg_name, m.seq) in stalled:
+                continue
+            texts, frames = where(m.culprits)
+            out.append(
+                HangCase(
+                    kind="collective_mismatch",
+                    op=m.op,
+                    seq=m.seq,
+                    pg_name=m.pg_name,
+                    pg_desc=m.pg_desc,
+                    culprits=m.culprits,
+                    waiting=(),
+                    waited_ns=0,
+                    step=None,
+                    where=texts,
+                    where_frames=frames,
+                    explained_by=None,
+                    incomplete=False,
+                    message=_mismatch_message(m),
+                    evidence="flight recorder",
+                    mismatch=m.mismatches,
+                )
+            )
+        return out
+    if not stacks:
+        return out
+    # No usable flight recorder: the stacks alone.
+    w_ranks: list[int] = []
+    c_ranks: list[int] = []
+    ops: set[str] = set()
+    for s in stacks:
+        main = s.main
+        op = collective_of(main) if main is not None else None
+        if op is not None:
+            w_ranks.append(s.rank)
+            ops.add(op)
+        else:
+            c_ranks.append(s.rank)
+    if not w_ranks or not c_ranks:
+        return out
+    waiting, culprits = tuple(w_ranks), tuple(c_ranks)
+    missing = sorted(set(range(world)) - set(by_rank)) if world else []
+    texts, frames = where(culprits)
+    op = ops.pop() if len(ops) == 1 else "/".join(sorted(ops))
+    waited = max((by_rank[r].time_ns for r in waiting), default=0)
+    msg = (
+        f"{_ranks_words(culprits)} never entered {op} that {_ranks_words(waiting)} "
+        f"{'is' if len(waiting) == 1 else 'are'} waiting in"
+    )
+    st_step = step_of(waiting)
+    if st_step is not None:
+        msg += f" since step {st_step}"
+    msg += _where_words(texts)
+    msg += " (from the ranks' stacks: no flight recorder)"
+    if missing:
+        msg += f"; no answer from {_ranks_words(missing)}"
+    del waited
+    out.append(
+        HangCase(
+            kind="hang",
+            op=op,
+            seq=None,
+            pg_name="",
+            pg_desc="",
+            culprits=culprits,
+            waiting=waiting,
+            waited_ns=0,
+            step=st_step,
+            where=texts,
+            where_frames=frames,
+            explained_by=None,
+            incomplete=bool(missing),
+            message=msg,
+            evidence="stacks",
+        )
+    )
+    return out
+
+
+def _where_words(texts: Mapping[int, str]) -> str:
+    return "".join(f"; rank {r} is in {t}" for r, t in sorted(texts.items()))
+
+
+def _stall_message(
+    st: GroupStall, texts: Mapping[int, str], step: int | None, a: HangAnalysis
+) -> str:
+    group = _group_words(st.pg_desc, st.pg_name)
+    what = f"{st.op} #{st.seq} ({group})"
+    waiting = [w.rank for w in st.stuck]
+    if st.never_entered:
+        msg = f"{_ranks_words(st.never_entered)} never entered {what}"
+        if waiting:
+            msg += (
+                f" that {_ranks_words(waiting)} {'has' if len(waiting) == 1 else 'have'} "
+                f"waited in for {_secs(st.waited_ns)}"
+            )
+    elif st.mismatches:
+        m = st.mismatches[0]
+        msg = (
+            f"{_ranks_words(st.culprits)} called {what} with {m.what.replace('_', ' ')} "
+            f"{m.found} where the others use {m.expected}"
+        )
+        if waiting:
+            msg += f"; {_ranks_words(waiting)} wait in it for {_secs(st.waited_ns)}"
+    else:
+        msg = (
+            f"{_ranks_words(waiting)} {'has' if len(waiting) == 1 else 'have'} waited in {what} "
+            f"for {_secs(st.waited_ns)}"
+        )
+    if step is not None:
+        msg += f" since step {step}"
+    for r, label in st.blocked_in:
+        msg += f"; rank {r} is itself stuck in {label}"
+    msg += _where_words(texts)
+    if st.unknown:
+        msg += (
+            f"; no dump from {_ranks_words(st.unknown)}: "
+            "whether they entered it is unknown (result incomplete)"
+        )
+    del a
+    return msg
+
+
+def _mismatch_message(m: GroupStall) -> str:
+    group = _group_words(m.pg_desc, m.pg_name)
+    first = m.mismatches[0]
+    return (
+        f"{_ranks_words(m.culprits)} called {m.op} #{m.seq} ({group}) with "
+        f"{first.what.replace('_', ' ')} {first.found} where the others use {first.expected}"
+    )

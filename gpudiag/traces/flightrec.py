@@ -27,7 +27,7 @@ import pickle
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -482,3 +482,131 @@ def read_dumps(paths: Sequence[Path]) -> list[FrDump]:
             )
         out[d.rank] = d
     return [out[r] for r in sorted(out)]
+
+
+# --- gpudiag's own answers to a hang request (collect/hangdump.py) -------------------
+
+STACKS_LIMIT = 64 << 20
+HANG_DIR = "hang"  # under ranks/
+
+
+@dataclass(frozen=True)
+class ThreadStack:
+    """One thread's Python stack, innermost frame first."""
+
+    name: str
+    main: bool
+    frames: tuple[Frame, ...]
+
+
+@dataclass(frozen=True)
+class RankStacks:
+    """What one rank wrote when the watchdog asked: its threads, its groups, its step."""
+
+    path: str
+    rank: int
+    time_ns: int
+    step: int | None
+    threads: tuple[ThreadStack, ...]
+    groups: dict[str, GroupConfig]
+    fr_time_ns: int | None
+    fr_error: str | None
+
+    @property
+    def main(self) -> ThreadStack | None:
+        """The main (training) thread."""
+        return next((t for t in self.threads if t.main), None)
+
+
+def read_stacks(path: Path | str) -> RankStacks:
+    """Read ``ranks/hang/rank-<R>.stacks.json``; InputError with one line when unusable."""
+    p = Path(path)
+    data = fileio.read_input(p, STACKS_LIMIT, "gpudiag stacks file")
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise InputError(
+            p, f"not valid JSON ({str(e)[:80]})", "give the file gpudiag wrote"
+        ) from None
+    if not isinstance(doc, dict) or doc.get("format") != "gpudiag.stacks":
+        raise InputError(p, "not a gpudiag stacks file", "give the file gpudiag wrote")
+    rank, t = doc.get("rank"), _int(doc.get("time_ns"))
+    if (
+        not isinstance(rank, int)
+        or isinstance(rank, bool)
+        or not 0 <= rank <= RANK_MAX
+        or t is None
+    ):
+        raise InputError(
+            p, "stacks file without a valid rank and time_ns", "give the file gpudiag wrote"
+        )
+    threads = [
+        ThreadStack(str(th.get("name", "")), th.get("main") is True, _frames(th.get("frames")))
+        for th in doc.get("threads") or []
+        if isinstance(th, dict)
+    ]
+    groups = {}
+    raw_groups = doc.get("groups")
+    if isinstance(raw_groups, dict):
+        for name, g in raw_groups.items():
+            if isinstance(g, dict):
+                groups[str(name)] = GroupConfig(
+                    str(name), str(g.get("desc", "")), _ranks(g.get("ranks"))
+                )
+    fr_raw = doc.get("flight_recorder")
+    fr: dict[str, Any] = fr_raw if isinstance(fr_raw, dict) else {}
+    err = fr.get("error")
+    return RankStacks(
+        path=str(p),
+        rank=rank,
+        time_ns=t,
+        step=_int(doc.get("step")),
+        threads=tuple(threads),
+        groups=groups,
+        fr_time_ns=_int(fr.get("time_ns")),
+        fr_error=err if isinstance(err, str) else None,
+    )
+
+
+def with_stacks(dump: FrDump, stacks: RankStacks | None) -> FrDump:
+    """The dump with what gpudiag's stacks file adds: its dump time, the groups' ranks."""
+    if stacks is None:
+        return dump
+    groups = dict(dump.groups)
+    for name, g in stacks.groups.items():
+        if name not in groups or not groups[name].ranks:
+            groups[name] = g
+    dumped = stacks.fr_time_ns if stacks.fr_time_ns is not None else dump.dumped_ns
+    return replace(dump, groups=groups, dumped_ns=dumped)
+
+
+def read_hang_dir(d: Path) -> tuple[list[FrDump], list[RankStacks], list[str]]:
+    """A run's ``ranks/hang/``: gpudiag's dumps and stacks, and torch's own timeout dumps.
+
+    gpudiag's dump (taken at the watchdog's request) is used for a rank that also has one
+    of torch's own (written when its collective timed out); the other is noted.
+    """
+    notes: list[str] = []
+    stacks = {s.rank: s for s in (read_stacks(p) for p in sorted(d.glob("rank-*.stacks.json")))}
+    ours: dict[int, Path] = {}
+    theirs: dict[int, Path] = {}
+    for p in sorted(d.iterdir()):
+        if p.name.startswith(".") or not p.is_file():
+            continue
+        r = rank_from_dump_name(p)
+        if r is None:
+            continue
+        if p.name.startswith("fr-rank-"):
+            ours[r] = p
+        elif p.name.startswith("torch_fr_rank_"):
+            theirs[r] = p
+    dumps = []
+    for r in sorted(set(ours) | set(theirs)):
+        p = ours.get(r) or theirs[r]
+        if r in ours and r in theirs:
+            notes.append(
+                f"rank {r}: torch's own timeout dump {theirs[r].name} not used "
+                f"(gpudiag's {ours[r].name} was taken at the hang)"
+            )
+        dumps.append(with_stacks(read_dump(p, rank=r), stacks.get(r)))
+    return dumps, [stacks[r] for r in sorted(stacks)], notes
