@@ -114,6 +114,16 @@ class DiffRules:
     ratio_noise: float = 0.01  # change of a share below this (absolute): "same"
 
 
+@dataclass(frozen=True)
+class HangRules:
+    """When ``gpudiag run`` calls the job stuck (collect/watchdog.py, analysis/hang.py)."""
+
+    timeout_s: float = 0.0  # no rank finished a step for this long: stuck (0: automatic) …
+    min_timeout_s: float = 300.0  # … automatic: the larger of this …
+    step_factor: float = 20.0  # … and this × the median step time so far
+    answer_wait_s: float = 10.0  # how long the watchdog waits for every rank's stacks
+
+
 _GROUPS: dict[str, type] = {
     "stragglers": StragglerRules,
     "steady": SteadyRules,
@@ -121,6 +131,7 @@ _GROUPS: dict[str, type] = {
     "pipeline": PipelineRules,
     "advice": AdviceRules,
     "diff": DiffRules,
+    "hang": HangRules,
 }
 
 
@@ -146,6 +157,7 @@ class Thresholds:
     pipeline: PipelineRules = field(default_factory=PipelineRules)
     advice: AdviceRules = field(default_factory=AdviceRules)
     diff: DiffRules = field(default_factory=DiffRules)
+    hang: HangRules = field(default_factory=HangRules)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

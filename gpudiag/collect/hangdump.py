@@ -193,6 +193,33 @@ class HangResponder(threading.Thread):
         _atomic(stacks_path(self.run_dir, self.rank), json.dumps(doc).encode())
 
 
+_FAULT_FILE: Any = None
+
+
+def fault_path(run_dir: Path, rank: int) -> Path:
+    """Where a rank's Python stacks go if it dies of a fatal signal (abort, segfault)."""
+    return run_dir / rundir.RANKS_DIR / f"rank-{rank}.fault.log"
+
+
+def enable_fault_log(run_dir: Path, rank: int) -> bool:
+    """``faulthandler`` into ``fault_path`` unless the job enabled it itself.
+
+    A rank killed by SIGABRT (gloo's C++ abort on a collective mismatch), SIGSEGV, SIGBUS
+    or SIGFPE then leaves every thread's Python stack; the job's exit status is unchanged
+    (faulthandler re-raises the signal). The file stays empty otherwise.
+    """
+    global _FAULT_FILE
+    import faulthandler
+
+    if faulthandler.is_enabled():
+        return False
+    path = fault_path(run_dir, rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _FAULT_FILE = open(path, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as the rank
+    faulthandler.enable(file=_FAULT_FILE, all_threads=True)
+    return True
+
+
 def start(
     run_dir: Path,
     rank: int,
@@ -204,3 +231,18 @@ def start(
     r = HangResponder(run_dir, rank, torch, step, on_error)
     r.start()
     return r
+
+
+def install(torch: Any, hook: Any) -> None:
+    """In a rank: the fault log and the responder thread; failures only become error records."""
+    try:
+        enable_fault_log(hook.run_dir, hook.rank)
+        start(
+            hook.run_dir,
+            hook.rank,
+            torch,
+            step=lambda: int(hook.step),
+            on_error=lambda msg: hook.record_error("gpudiag", msg),
+        )
+    except Exception as e:
+        hook.record_error("gpudiag", f"hang responder not started: {e}")

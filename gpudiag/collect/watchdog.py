@@ -1,16 +1,18 @@
 """In ``gpudiag run``: notices that no rank finishes a step, asks every rank for its evidence.
 
 Rule (``Thresholds.hang``, docs/definitions.md "Hang"): the job is *stuck* when no rank
-has finished a step for the hang timeout — ``--hang-timeout S`` / ``[tool.gpudiag]
-hang_timeout_s``, else the larger of ``hang_timeout_min_s`` (300 s) and
-``hang_timeout_step_factor`` (20) × the median step time so far. Until the first step
-the clock runs from the launch. Then the watchdog writes a ``hang_dump`` request into the
-control file; each rank's own gpudiag thread (``collect/hangdump.py``) answers with its
-thread stacks and flight recorder; once every rank seen so far has answered (or after
-``ANSWER_WAIT_S``) the report callback prints the hang diagnosis, and with
-``--on-hang kill`` the job is ended (SIGTERM to its process group, SIGKILL after
-``KILL_GRACE_S``) and ``gpudiag run`` exits ``EXIT_HANG_KILLED`` (124, as ``timeout``).
-The watchdog fires once per run.
+has finished a step for the hang timeout: ``--hang-timeout S`` or ``[tool.gpudiag.hang]
+timeout_s``, else the larger of ``hang.min_timeout_s`` (300 s) and ``hang.step_factor``
+(20) × the median step time so far. Until some rank has finished its first step
+(start-up: imports, rendezvous, a first compilation) the limit is at least
+``hang.min_timeout_s``, counted from the launch.
+
+Then the watchdog writes a ``hang_dump`` request into the control file; each rank's own
+gpudiag thread (``collect/hangdump.py``) answers with its thread stacks and flight
+recorder; once every rank seen so far has answered (or after ``hang.answer_wait_s``) the
+report callback prints the hang diagnosis, and with ``--on-hang kill`` the job is ended
+(SIGTERM to its process group, SIGKILL after ``KILL_GRACE_S``) and ``gpudiag run`` exits
+``EXIT_HANG_KILLED`` (124, as ``timeout`` does). The watchdog fires once per run.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ class HangEvent:
     answered: list[int] = field(default_factory=list)
     answer_s: float = 0.0
     report_ns: int | None = None
+    run_dir: str = ""
 
     def to_json(self) -> dict[str, Any]:
         """The manifest's ``extra.hang`` record."""
@@ -156,6 +159,8 @@ class Watchdog:
 
     def timeout_s(self) -> float:
         """The hang timeout now: fixed, or max(min, factor × median step so far)."""
+        if not any(self.tail.steps.values()):
+            return max(self.fixed_timeout_s or 0.0, self.min_timeout_s)
         if self.fixed_timeout_s is not None:
             return self.fixed_timeout_s
         if not self.tail.durations_ns:
@@ -199,6 +204,7 @@ class Watchdog:
             timeout_s=limit,
             steps=dict(self.tail.steps),
             expected=sorted(self.tail.steps),
+            run_dir=str(self.run_dir),
         )
         path = rundir.control_path(self.run_dir)
         try:
@@ -240,3 +246,78 @@ def kill_job(pid: int, wait: Callable[[float], int | None]) -> None:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             return
+
+
+@dataclass
+class HangOptions:
+    """``--hang-timeout``, ``--on-hang`` and ``[tool.gpudiag.hang]`` for one run."""
+
+    timeout_s: float | None = None  # None: automatic
+    on_hang: str = "report"
+    min_timeout_s: float = 300.0
+    step_factor: float = 20.0
+    answer_wait_s: float = ANSWER_WAIT_S
+    report: Callable[[HangEvent], None] | None = None
+    flight_recorder: dict[str, Any] | None = None  # what child_env did
+
+
+class Running:
+    """The launcher's handle: the watchdog and whether it ended the job."""
+
+    def __init__(self, wd: Watchdog) -> None:
+        self.wd = wd
+        self.killed = False
+
+
+def start(opts: HangOptions | None, run_dir: Path, m: rundir.RunManifest) -> Running | None:
+    """The watchdog for this run (None without options); notes the recorder in the manifest."""
+    if opts is None:
+        return None
+    if opts.flight_recorder is not None:
+        m.extra["flight_recorder"] = opts.flight_recorder
+    return Running(
+        Watchdog(
+            run_dir,
+            opts.timeout_s,
+            opts.on_hang,
+            opts.report,
+            min_timeout_s=opts.min_timeout_s,
+            step_factor=opts.step_factor,
+            answer_wait_s=opts.answer_wait_s,
+        )
+    )
+
+
+def tick(run: Running, child: Any, m: rundir.RunManifest) -> bool:
+    """One watchdog look from the launcher's loop; True when it ended the job."""
+    try:
+        kill = run.wd.tick()
+    except Exception as e:  # gpudiag's failure never touches the job
+        m.diagnosis_incomplete.append(f"hang watchdog failed: {type(e).__name__}: {e}")
+        run.wd.event = run.wd.event or HangEvent("failed", time.time_ns(), 0.0, 0.0, {}, [])
+        run.wd._reported = True
+        return False
+    if run.wd.event is not None:
+        m.extra["hang"] = run.wd.event.to_json()
+    if not kill:
+        return False
+
+    def wait(t: float) -> int | None:
+        try:
+            return int(child.wait(timeout=t))
+        except Exception:
+            return None
+
+    run.killed = True
+    kill_job(child.pid, wait)
+    return True
+
+
+def finish(run: Running, m: rundir.RunManifest, code: int) -> int:
+    """The exit code of ``gpudiag run``: the job's, or ``EXIT_HANG_KILLED`` if it ended it."""
+    if run.wd.event is not None:
+        rec = run.wd.event.to_json()
+        rec["killed"] = run.killed
+        rec["job_exit_code"] = code
+        m.extra["hang"] = rec
+    return EXIT_HANG_KILLED if run.killed else code
