@@ -1,0 +1,125 @@
+"""Which rank failed first, in which step, and how: the verdict of a job that died.
+
+Each rank's end is classified from its own files (``traces/runend.py``):
+
+- *fatal signal*: faulthandler wrote ``Fatal Python error: Aborted`` (or a segfault …);
+  gloo aborts the process this way on a collective whose sizes differ;
+- *killed*: no exit record, no error, no fault log: the process vanished (SIGKILL, or
+  SIGTERM from torchrun after another rank failed);
+- *error*: the job's exception; ``collective mismatch`` when its line says the sizes or
+  types differ, ``timeout`` when a collective timed out, ``connection`` when a peer went
+  away (reset, closed, broken pipe), ``interrupt`` for KeyboardInterrupt.
+
+A timeout or a lost connection is a *consequence*: the rank waited for, or lost, a peer.
+The first failure is the earliest cause (a fatal signal, a mismatch, any other error,
+ranks that vanished first), by time, where the times exist; a rank that died of a signal
+has no record of its death, so its time is its last record, which is never later than
+the moment its peers lost it. Only consequences: the earliest of them, and the culprit
+is whoever the hang evidence names (``analysis/hang.py``). Steps never finished by a
+rank are not in its telemetry, so they feed no share or remedy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gpudiag.analysis.hang import user_frames, where_text
+from gpudiag.traces.flightrec import ThreadStack
+from gpudiag.traces.runend import RankEnd
+
+_MISMATCH = re.compile(r"doesn't match expected size|collective mismatch|mismatch", re.I)
+_TIMEOUT = re.compile(r"timed out|timeout", re.I)
+_CONNECTION = re.compile(
+    r"connection (reset|closed|refused)|broken pipe|peer|socket closed|remote worker", re.I
+)
+CONSEQUENCES = ("timeout", "connection")
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """How one rank ended, when it did not end well."""
+
+    rank: int
+    step: int  # the step it was in (it had finished steps 0 … step-1)
+    how: str  # "signal", "killed", "mismatch", "timeout", "connection", "interrupt", "error"
+    line: str  # the error line, or the fatal error
+    time_ns: int | None
+    where: str = ""  # innermost frames of the job's own code (fault log)
+
+
+def _fault_where(threads: Sequence[ThreadStack]) -> str:
+    # faulthandler's "Current thread" (kept as ``main``) first, then the others.
+    for t in sorted(threads, key=lambda t: not t.main):
+        own = user_frames(t)
+        if own:
+            return where_text(own)
+    return ""
+
+
+def classify(end: RankEnd) -> RankFailure | None:
+    """How ``end``'s rank failed; None when it ended normally."""
+    if end.fault:
+        return RankFailure(end.rank, end.steps, "signal", f"Fatal Python error: {end.fault}",
+                           end.last_ns, _fault_where(end.fault_threads))  # fmt: skip
+    if end.error:
+        line = end.error
+        if line.startswith("KeyboardInterrupt"):
+            how = "interrupt"
+        elif _MISMATCH.search(line):
+            how = "mismatch"
+        elif _TIMEOUT.search(line):
+            how = "timeout"
+        elif _CONNECTION.search(line):
+            how = "connection"
+        else:
+            how = "error"
+        return RankFailure(end.rank, end.steps, how, line, end.error_ns or end.last_ns)
+    if not end.exited:
+        line = "ended without an exit record or error (killed)"
+        return RankFailure(end.rank, end.steps, "killed", line, end.last_ns)
+    return None
+
+
+def _order(f: RankFailure) -> tuple[int, int, int]:
+    rank = {"signal": 0, "mismatch": 0, "error": 0, "killed": 1, "interrupt": 2}
+    return (rank.get(f.how, 3), f.time_ns if f.time_ns is not None else 1 << 62, f.rank)
+
+
+def failures(ends: Sequence[RankEnd]) -> list[RankFailure]:
+    """Every rank that failed, the first failure first (see the module's rule)."""
+    out = [f for f in (classify(e) for e in ends) if f is not None]
+    causes = [f for f in out if f.how not in CONSEQUENCES]
+    killed_only = causes and all(f.how == "killed" for f in causes)
+    if killed_only and any(f.how in CONSEQUENCES for f in out):
+        # Vanished ranks beside ranks that timed out or lost a peer: when the others
+        # timed out first, the vanished ones were ended afterwards (torchrun's SIGTERM).
+        first_consequence = min(
+            (f.time_ns for f in out if f.how == "timeout" and f.time_ns is not None),
+            default=None,
+        )
+        if first_consequence is not None and all(
+            f.time_ns is None or f.time_ns > first_consequence for f in causes
+        ):
+            return sorted(out, key=lambda f: (f.how == "killed", f.time_ns or 1 << 62, f.rank))
+    return sorted(out, key=_order)
+
+
+def describe(f: RankFailure) -> str:
+    """``rank 1 failed first, in step 7: …``."""
+    what = {
+        "signal": "died of a fatal signal",
+        "killed": "was killed",
+        "mismatch": "hit a collective mismatch",
+        "timeout": "timed out in a collective",
+        "connection": "lost a peer",
+        "interrupt": "was interrupted",
+        "error": "raised",
+    }[f.how]
+    msg = f"rank {f.rank} {what} in step {f.step}"
+    if f.how != "killed":
+        msg += f": {f.line}"
+    if f.where:
+        msg += f" in {f.where}"
+    return msg
