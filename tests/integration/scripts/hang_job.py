@@ -54,9 +54,7 @@ def main() -> None:
     rank = dist.get_rank()
     me = rank == a.rank
     stuck_at = a.at_step if me and a.cause == "loader" else None
-    loader = torch.utils.data.DataLoader(
-        Batches(a.steps, stuck_at), batch_size=None, num_workers=0
-    )
+    loader = torch.utils.data.DataLoader(Batches(a.steps, stuck_at), batch_size=None, num_workers=0)
     model = torch.nn.Linear(64, 64)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step, x in enumerate(loader):
