@@ -634,6 +634,8 @@ def _kineto_status(
         )
     note = _window_note(windows)
     if traces:
+        lost_some = outcome.lost_traces(m.profile_steps, traces, per_rank, m.extra)
+        note = "; ".join(x for x in (note, lost_some) if x)
         return rundir.SourceStatus(True, note + tail if note else "", files=files)
     if not m.profile_steps or m.profile_steps == "off":
         return rundir.SourceStatus(False, "profiling off (--profile-steps off)" + tail)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
@@ -54,3 +55,30 @@ def lost_window(
         f"window {profile_steps} lost: {who} ended in step {most} inside the window, before "
         "its trace was written (a crash, a kill or an interrupt); no profiler trace"
     )
+
+
+def lost_traces(
+    profile_steps: str | None,
+    traces: Sequence[Path],
+    per_rank: Mapping[int, Sequence[Mapping[str, Any]]],
+    extra: Mapping[str, Any],
+) -> str:
+    """Ranks without a trace that died inside the window while others saved theirs."""
+    have = set()
+    for p in traces:
+        try:
+            have.add(int(p.name.split(".")[0].split("-")[1]))
+        except (IndexError, ValueError):
+            continue
+    steps = extra.get("steps_per_rank", {})
+    lost = {}
+    for r, evs in per_rank.items():
+        if r in have:
+            continue
+        why = lost_window(profile_steps, {str(r): int(steps.get(str(r), 0))}, {r: evs}, None)
+        if why:
+            lost[r] = int(steps.get(str(r), 0))
+    if not lost:
+        return ""
+    parts = ", ".join(f"rank {r} in step {s}" for r, s in sorted(lost.items()))
+    return f"trace lost: {parts} died inside the window before writing it"
