@@ -56,6 +56,7 @@ from gpudiag.analysis.reconcile import (
     step_range_notes,
     without_warmup,
 )
+from gpudiag.analysis.runend import evidence_only, run_end_findings
 from gpudiag.analysis.spread import rank_spread
 from gpudiag.analysis.stragglers import find_stragglers, late_arrival
 from gpudiag.analysis.summary import run_summary, summarize_rank
@@ -107,11 +108,20 @@ def _diagnose(
     check_ranks(results, [r.source for r in results])
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
     notes = list(run.notes) + _busy_host(run, th)
+    ended = run_end_findings(run.run_end)
+    if ended:
+        # the run's end, with the first failure, replaces the bare exit-code finding
+        if any(f.kind == FindingKind.JOB_FAILED for f in ended):
+            extra = [f for f in extra if f.kind != FindingKind.JOB_FAILED]
+        extra = ended + list(extra)
+        notes += list(run.run_end.notes) if run.run_end is not None else []
     if not results and whole is not None and whole.steps:
         results = telemetry_results(whole, th)
         extra = extra + nvml_idle(whole, th)
         ran = max(len(v) for v in by_rank(whole.steps).values())
         notes.append(TELEMETRY_NOTE.format(steps=ran))
+    if not results and ended:
+        return evidence_only(run, ended, th, notes), results
     d = build_diagnosis(results, th, run.inputs, notes, whole_run=whole, extra_findings=extra)
     return d, results
 

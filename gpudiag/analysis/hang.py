@@ -36,7 +36,7 @@ class RankWait:
     """A rank inside the stuck operation, and for how long (up to its dump)."""
 
     rank: int
-    waited_ns: int
+    waited_ns: int | None  # None: the dump's time is unknown
     state: str
 
 
@@ -80,9 +80,9 @@ class GroupStall:
         return f"{self.op} #{self.seq} ({group})"
 
     @property
-    def waited_ns(self) -> int:
-        """The longest wait of a stuck rank (0 when none waits)."""
-        return max((w.waited_ns for w in self.stuck), default=0)
+    def waited_ns(self) -> int | None:
+        """The longest known wait of a stuck rank (None when none is known)."""
+        return max((w.waited_ns for w in self.stuck if w.waited_ns is not None), default=None)
 
     @property
     def culprits(self) -> tuple[int, ...]:
@@ -143,13 +143,19 @@ def _unit_op(unit: Sequence[FrEntry]) -> str:
 
 
 def _sizes(unit: Sequence[FrEntry], which: str) -> str:
-    return str([list(map(list, getattr(e, which))) for e in unit if e.op != "coalesced"])
+    per = [[list(s) for s in getattr(e, which)] for e in unit if e.op != "coalesced"]
+    return str(per[0] if len(per) == 1 else per)
 
 
 def _dtypes(unit: Sequence[FrEntry]) -> str | None:
     if any(e.input_dtypes is None for e in unit):
         return None
-    return str([(e.input_dtypes, e.output_dtypes) for e in unit if e.op != "coalesced"])
+    per = [
+        "/".join(e.input_dtypes or ()) + (" → " + "/".join(e.output_dtypes or ()))
+        for e in unit
+        if e.op != "coalesced"
+    ]
+    return per[0] if len(per) == 1 else str(per)
 
 
 def _compare(units: Mapping[int, Sequence[FrEntry]]) -> tuple[Mismatch, ...]:
@@ -218,6 +224,10 @@ def analyze_dumps(dumps: Sequence[FrDump], world: int | None = None) -> HangAnal
     )
 
 
+def _waited(d: FrDump, created_ns: int) -> int | None:
+    return None if d.dumped_ns is None else max(0, d.dumped_ns - created_ns)
+
+
 def _collective_stall(
     name: str, desc: str, members: tuple[int, ...], inferred: bool, by_rank: Mapping[int, FrDump]
 ) -> tuple[GroupStall | None, GroupStall | None]:
@@ -258,7 +268,7 @@ def _collective_stall(
             if _unit_done(u[s]):
                 finished.append(r)
             else:
-                waited = max(0, by_rank[r].dumped_ns - min(e.created_ns for e in u[s]))
+                waited = _waited(by_rank[r], min(e.created_ns for e in u[s]))
                 stuck.append(RankWait(r, waited, u[s][0].state))
         elif u and min(u) > s:
             unknown.append(r)  # its ring buffer starts after s
@@ -384,7 +394,7 @@ def _pair_stall(
         elif e.done:
             finished.append(rank)
         else:
-            stuck.append(RankWait(rank, max(0, by_rank[rank].dumped_ns - e.created_ns), e.state))
+            stuck.append(RankWait(rank, _waited(by_rank[rank], e.created_ns), e.state))
     if not stuck:
         return None
     ref = snd if snd is not None else rcv
@@ -426,7 +436,7 @@ def _explain(stalls: list[GroupStall]) -> list[GroupStall]:
     rank that never entered A is stuck in B or never entered B either (B's culprits).
     """
     stuck_in: dict[int, GroupStall] = {}
-    for st in sorted(stalls, key=lambda s: -s.waited_ns):
+    for st in sorted(stalls, key=lambda s: -(s.waited_ns or 0)):
         for w in st.stuck:
             stuck_in.setdefault(w.rank, st)
     out: list[GroupStall] = []
@@ -446,10 +456,10 @@ def _explain(stalls: list[GroupStall]) -> list[GroupStall]:
         out.append(replace(st, blocked_in=blocked, explained_by=explained))
     # A cycle (A waits for B, B for A) has no root: keep the longest wait as the root.
     if out and all(s.explained_by is not None for s in out):
-        oldest = max(range(len(out)), key=lambda i: out[i].waited_ns)
+        oldest = max(range(len(out)), key=lambda i: out[i].waited_ns or 0)
         out[oldest] = replace(out[oldest], explained_by=None)
     # Roots first, then by the longest wait.
-    out.sort(key=lambda s: (s.explained_by is not None, -s.waited_ns, s.pg_name))
+    out.sort(key=lambda s: (s.explained_by is not None, -(s.waited_ns or 0), s.pg_name))
     return out
 
 
@@ -494,7 +504,7 @@ class HangCase:
     pg_desc: str
     culprits: tuple[int, ...]
     waiting: tuple[int, ...]
-    waited_ns: int
+    waited_ns: int | None
     step: int | None  # the step the waiting ranks were in
     where: dict[int, str]  # culprit rank → innermost frames of its own code
     where_frames: dict[int, tuple[Frame, ...]]
@@ -515,6 +525,10 @@ def _ranks_words(ranks: Sequence[int]) -> str:
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
     return "ranks " + ", ".join(str(r) for r in ranks)
+
+
+def _for(ns: int | None) -> str:
+    return f" for {_secs(ns)}" if ns is not None else ""
 
 
 def _secs(ns: int) -> str:
@@ -672,7 +686,7 @@ def _stall_message(
         if waiting:
             msg += (
                 f" that {_ranks_words(waiting)} {'has' if len(waiting) == 1 else 'have'} "
-                f"waited in for {_secs(st.waited_ns)}"
+                f"waited in{_for(st.waited_ns)}"
             )
     elif st.mismatches:
         m = st.mismatches[0]
@@ -681,11 +695,11 @@ def _stall_message(
             f"{m.found} where the others use {m.expected}"
         )
         if waiting:
-            msg += f"; {_ranks_words(waiting)} wait in it for {_secs(st.waited_ns)}"
+            msg += f"; {_ranks_words(waiting)} wait in it{_for(st.waited_ns)}"
     else:
         msg = (
-            f"{_ranks_words(waiting)} {'has' if len(waiting) == 1 else 'have'} waited in {what} "
-            f"for {_secs(st.waited_ns)}"
+            f"{_ranks_words(waiting)} {'has' if len(waiting) == 1 else 'have'} waited in {what}"
+            f"{_for(st.waited_ns)}"
         )
     if step is not None:
         msg += f" since step {step}"

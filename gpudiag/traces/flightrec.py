@@ -165,7 +165,9 @@ class FrDump:
     rank: int
     version: str
     fmt: str  # "pickle" or "json"
-    dumped_ns: int  # the file's modification time: when it was written
+    # when it was written: gpudiag's record, else the file's modification time; None when
+    # that time cannot be it (a day or more after everything the dump recorded: a copy)
+    dumped_ns: int | None
     lib_version: str
     groups: dict[str, GroupConfig]
     pg_status: dict[str, dict[str, int]]
@@ -233,7 +235,12 @@ def _version(raw: dict[Any, Any], path: Path) -> str:
     return v
 
 
-def parse_dump(raw: Any, path: Path, fmt: str, dumped_ns: int, rank: int | None = None) -> FrDump:
+MTIME_SLACK_NS = 86_400 * 10**9
+
+
+def parse_dump(
+    raw: Any, path: Path, fmt: str, dumped_ns: int | None, rank: int | None = None
+) -> FrDump:
     """Check and normalise a decoded dump (both formats, every known version)."""
     if not isinstance(raw, dict) or "entries" not in raw or "version" not in raw:
         kind = type(raw).__name__
@@ -270,6 +277,16 @@ def parse_dump(raw: Any, path: Path, fmt: str, dumped_ns: int, rank: int | None 
         if entry is not None:
             entries.append(entry)
     entries.sort(key=lambda e: e.record_id)
+    latest = max(
+        (t for e in entries for t in (e.created_ns, e.started_ns, e.completed_ns) if t),
+        default=None,
+    )
+    if dumped_ns is not None and latest is not None and dumped_ns - latest > MTIME_SLACK_NS:
+        dropped[
+            "day(s) between its last entry and the file's modification time: not the dump's "
+            "time (a copy?), so how long ranks waited is unknown; keep it with `cp -p`"
+        ] += 1
+        dumped_ns = None
     lib = raw.get("comm_lib_version", raw.get("nccl_version", ""))
     return FrDump(
         path=str(path),

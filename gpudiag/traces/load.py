@@ -22,7 +22,9 @@ from gpudiag import runconditions, rundir
 from gpudiag.errors import InputError
 from gpudiag.fileio import check_regular, kind_of, list_dir, walk_dir
 from gpudiag.traces.common import LoadOptions, rank_from_filename
+from gpudiag.traces.flightrec import looks_like_dump
 from gpudiag.traces.kineto import load_kineto_ranks
+from gpudiag.traces.runend import load_run_end
 from gpudiag.traces.schema import RankTimeline, RunTimeline, check_ranks
 
 KINETO_SUFFIXES = (".json", ".json.gz")
@@ -66,6 +68,7 @@ class Inputs:
     manifests: list[rundir.RunManifest] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     telemetry_only: list[Path] = field(default_factory=list)  # run dirs with no trace at all
+    fr_files: list[Path] = field(default_factory=list)  # flight-recorder dumps (traces/flightrec)
 
 
 def _fmt_of(path: Path) -> str | None:
@@ -94,7 +97,7 @@ def discover(paths: Iterable[str | os.PathLike[str]], options: LoadOptions | Non
         else:
             check_regular(p)  # a FIFO or a device is refused before anything opens it
             _add_file(p, found, opts, explicit=True)
-    if not found.traces and not found.telemetry_only:
+    if not found.traces and not found.telemetry_only and not found.fr_files:
         where = ", ".join(str(Path(p)) for p in paths) or "(nothing)"
         raise InputError(
             where,
@@ -111,9 +114,15 @@ def _discover_dir(d: Path, found: Inputs, opts: LoadOptions) -> None:
         return
     skipped = []
     for f in sorted(walk_dir(d)):  # by whole path, as before: the order of `inputs`
+        if not _fmt_of(f) and _regular(f, found) and looks_like_dump(f):
+            found.fr_files.append(f)
+            continue
         if not _fmt_of(f) or not _regular(f, found):
             continue
         if _fmt_of(f) == "kineto" and not looks_like_trace(f):
+            if looks_like_dump(f):
+                found.fr_files.append(f)
+                continue
             skipped.append(f.name)
         else:
             _add_file(f, found, opts, explicit=False)
@@ -123,7 +132,7 @@ def _discover_dir(d: Path, found: Inputs, opts: LoadOptions) -> None:
             + ", ".join(skipped[:5])
             + ("…" if len(skipped) > 5 else "")
         )
-    if not found.traces:
+    if not found.traces and not found.fr_files:
         raise InputError(
             d,
             "directory holds no traces",
@@ -253,6 +262,9 @@ def _add_file(f: Path, found: Inputs, opts: LoadOptions, explicit: bool) -> None
         if all(t.path != f for t in found.traces):
             found.traces.append(FileSource(f, "nsys", opts, origin=origin))
         return
+    if explicit and looks_like_dump(f):
+        found.fr_files.append(f)
+        return
     if explicit:
         raise InputError(
             f,
@@ -294,12 +306,14 @@ def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None)
     inputs = discover(paths, options)
     tele = [load_steps(d, inputs.notes) for d in inputs.run_dirs if steps_files(d)]
     samples = [load_samples(d, inputs.notes) for d in inputs.run_dirs]
+    manifest = merge_manifests(inputs.manifests)
     return RunTimeline(
         sources=list(inputs.traces),
-        manifest=merge_manifests(inputs.manifests),
+        manifest=manifest,
         telemetry=pd.concat(tele, ignore_index=True) if tele else None,
         samples=pd.concat(samples, ignore_index=True) if samples else None,
         notes=inputs.notes,
+        run_end=load_run_end(inputs, manifest),
     )
 
 

@@ -159,3 +159,41 @@ def read_run_end(run_dir: Path, manifest: rundir.RunManifest | None) -> RunEnd |
         world_size=manifest.world_size if manifest is not None else None,
         notes=tuple(notes),
     )
+
+
+def merge_ends(parts: list[RunEnd]) -> RunEnd | None:
+    """One RunEnd for several nodes (or a run directory plus loose dumps)."""
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    return RunEnd(
+        ends=tuple(sorted((e for p in parts for e in p.ends), key=lambda e: e.rank)),
+        dumps=tuple(sorted((d for p in parts for d in p.dumps), key=lambda d: d.rank)),
+        stacks=tuple(sorted((s for p in parts for s in p.stacks), key=lambda s: s.rank)),
+        exit_code=next(
+            (p.exit_code for p in parts if p.exit_code not in (None, 0)), first.exit_code
+        ),
+        interrupted=any(p.interrupted for p in parts),
+        hang=next((p.hang for p in parts if p.hang), None),
+        world_size=max((p.world_size or 0 for p in parts), default=0) or None,
+        notes=tuple(n for p in parts for n in p.notes),
+    )
+
+
+def load_run_end(inputs: Any, manifest: rundir.RunManifest | None) -> RunEnd | None:
+    """The run end of every run directory (each node) and the loose dumps given."""
+    from gpudiag.traces.flightrec import read_dumps
+
+    parts: list[RunEnd] = []
+    for d in inputs.run_dirs:
+        for node in rundir.node_dirs(d) or [d]:
+            e = read_run_end(node, manifest)
+            if e is not None:
+                parts.append(e)
+    if inputs.fr_files:
+        dumps = read_dumps(inputs.fr_files)
+        notes = tuple(n for x in dumps for n in x.notes)
+        parts.append(RunEnd(ends=(), dumps=tuple(dumps), notes=notes))
+    return merge_ends(parts)
