@@ -56,7 +56,7 @@ from gpudiag.analysis.reconcile import (
     step_range_notes,
     without_warmup,
 )
-from gpudiag.analysis.runend import evidence_only, run_end_findings
+from gpudiag.analysis.runend import evidence_only, run_end_findings, without_unfinished
 from gpudiag.analysis.spread import rank_spread
 from gpudiag.analysis.stragglers import find_stragglers, late_arrival
 from gpudiag.analysis.summary import run_summary, summarize_rank
@@ -106,6 +106,7 @@ def _diagnose(
     per_source = mapper(work, run.sources)
     results = [r for rs in per_source for r in rs]
     check_ranks(results, [r.source for r in results])
+    results = without_unfinished(results, run.telemetry, run.notes)
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
     notes = list(run.notes) + _busy_host(run, th)
     ended = run_end_findings(run.run_end)

@@ -25,7 +25,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpudiag.analysis.hang import user_frames, where_text
+from gpudiag.analysis.hang import collective_of, user_frames, where_text
 from gpudiag.traces.flightrec import ThreadStack
 from gpudiag.traces.runend import RankEnd
 
@@ -47,22 +47,25 @@ class RankFailure:
     line: str  # the error line, or the fatal error
     time_ns: int | None
     where: str = ""  # innermost frames of the job's own code (fault log)
+    collective: str | None = None  # the torch.distributed call it died in (fault log)
 
 
-def _fault_where(threads: Sequence[ThreadStack]) -> str:
+def _fault_where(threads: Sequence[ThreadStack]) -> tuple[str, str | None]:
+    """Where the job's own code was when the rank died, and the collective it was in."""
     # faulthandler's "Current thread" (kept as ``main``) first, then the others.
     for t in sorted(threads, key=lambda t: not t.main):
         own = user_frames(t)
         if own:
-            return where_text(own)
-    return ""
+            return where_text(own), collective_of(t)
+    return "", None
 
 
 def classify(end: RankEnd) -> RankFailure | None:
     """How ``end``'s rank failed; None when it ended normally."""
     if end.fault:
-        return RankFailure(end.rank, end.steps, "signal", f"Fatal Python error: {end.fault}",
-                           end.last_ns, _fault_where(end.fault_threads))  # fmt: skip
+        where, coll = _fault_where(end.fault_threads)
+        line = f"Fatal Python error: {end.fault}"
+        return RankFailure(end.rank, end.steps, "signal", line, end.last_ns, where, coll)
     if end.error:
         line = end.error
         if line.startswith("KeyboardInterrupt"):
@@ -106,20 +109,33 @@ def failures(ends: Sequence[RankEnd]) -> list[RankFailure]:
     return sorted(out, key=_order)
 
 
-def describe(f: RankFailure) -> str:
-    """``rank 1 failed first, in step 7: …``."""
+LINE_CHARS = 160
+
+
+def short(line: str) -> str:
+    """An error line cut to ``LINE_CHARS`` for a message (the finding keeps it whole)."""
+    return line if len(line) <= LINE_CHARS else line[: LINE_CHARS - 1] + "…"
+
+
+def describe(f: RankFailure, first: bool = False) -> str:
+    """``rank 1 failed first, in step 7: it died of a fatal signal (…) inside all_reduce …``."""
     what = {
-        "signal": "died of a fatal signal",
-        "killed": "was killed",
-        "mismatch": "hit a collective mismatch",
-        "timeout": "timed out in a collective",
-        "connection": "lost a peer",
-        "interrupt": "was interrupted",
-        "error": "raised",
+        "signal": "it died of a fatal signal",
+        "killed": "it was killed",
+        "mismatch": "a collective mismatch",
+        "timeout": "a collective timed out",
+        "connection": "it lost a peer",
+        "interrupt": "it was interrupted",
+        "error": "it raised",
     }[f.how]
-    msg = f"rank {f.rank} {what} in step {f.step}"
-    if f.how != "killed":
-        msg += f": {f.line}"
+    msg = f"rank {f.rank} failed first, in step {f.step}: " if first else f"rank {f.rank}: "
+    msg += what
+    if f.how == "signal":
+        msg += f" ({f.line})"
+    elif f.how != "killed":
+        msg += f": {short(f.line)}"
+    if f.collective:
+        msg += f" inside {f.collective}"
     if f.where:
-        msg += f" in {f.where}"
+        msg += f", called from {f.where}" if f.collective else f" in {f.where}"
     return msg

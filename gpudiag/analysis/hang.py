@@ -689,11 +689,7 @@ def _stall_message(
                 f"waited in{_for(st.waited_ns)}"
             )
     elif st.mismatches:
-        m = st.mismatches[0]
-        msg = (
-            f"{_ranks_words(st.culprits)} called {what} with {m.what.replace('_', ' ')} "
-            f"{m.found} where the others use {m.expected}"
-        )
+        msg = _disagree(st.culprits, st.op, st.seq, group, st.mismatches[0])
         if waiting:
             msg += f"; {_ranks_words(waiting)} wait in it{_for(st.waited_ns)}"
     else:
@@ -715,10 +711,15 @@ def _stall_message(
     return msg
 
 
+def _disagree(culprits: Sequence[int], op: str, seq: int, group: str, m: Mismatch) -> str:
+    who = _ranks_words(culprits)
+    if m.what == "op":
+        return (f"{who} called {m.found} as collective #{seq} ({group}) where the others "
+                f"called {m.expected}: a skipped or reordered collective")  # fmt: skip
+    return (f"{who} called {op} #{seq} ({group}) with {m.what.replace('_', ' ')} {m.found} "
+            f"where the others use {m.expected}")  # fmt: skip
+
+
 def _mismatch_message(m: GroupStall) -> str:
     group = _group_words(m.pg_desc, m.pg_name)
-    first = m.mismatches[0]
-    return (
-        f"{_ranks_words(m.culprits)} called {m.op} #{m.seq} ({group}) with "
-        f"{first.what.replace('_', ' ')} {first.found} where the others use {first.expected}"
-    )
+    return _disagree(m.culprits, m.op, m.seq, group, m.mismatches[0])

@@ -8,6 +8,7 @@ with the numbers docs/definitions.md lists. The verdict leads with them.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from gpudiag import __version__
@@ -16,6 +17,7 @@ from gpudiag.analysis.hang import HangCase, analyze_dumps, hang_cases
 from gpudiag.analysis.kinds import FindingKind, Mode, Severity
 from gpudiag.analysis.metrics import CollectiveMismatchMetrics, HangMetrics, JobFailedMetrics
 from gpudiag.analysis.model import Diagnosis, Finding, RunSummary, Shares
+from gpudiag.analysis.rank import RankResult
 from gpudiag.analysis.verdict import verdict
 from gpudiag.config import Thresholds
 from gpudiag.traces.runend import RunEnd
@@ -98,11 +100,10 @@ def _failure_finding(end: RunEnd, failed: list[Any]) -> Finding:
             head += f" in step {first.step}"
         msg = f"the run was {head}; the diagnosis covers the steps the ranks finished"
     elif first is not None:
-        msg = f"{describe(first)}; failed first"
+        msg = describe(first, first=True)
         others = [f for f in failed[1:] if f.how != "killed"]
         if others:
-            o = others[0]
-            msg += f"; then rank {o.rank}: {o.line}"
+            msg += "; then " + describe(others[0])
         if end.exit_code not in (None, 0):
             msg += f" (the job exited with code {end.exit_code})"
     else:
@@ -160,3 +161,31 @@ def evidence_only(
         gpudiag_version=__version__,
         verdict=verdict(summary, findings),
     )
+
+
+def without_unfinished(
+    results: list[RankResult], telemetry: Any, notes: list[str]
+) -> list[RankResult]:
+    """Trace steps that gpudiag's telemetry says never finished (the job died in them), out.
+
+    gpudiag's own traces number their ``ProfilerStep#N`` with its step count; a window cut
+    by a crash holds the partial step the job died in, which must not feed shares or
+    remedies. Only traces gpudiag wrote (``ranks/rank-R.pt.trace.json.gz``) are checked.
+    """
+    if telemetry is None or not len(telemetry):
+        return results
+    done = telemetry.groupby("rank")["step"].max().to_dict()
+    out = []
+    for r in results:
+        last = done.get(r.rank)
+        own = r.source.replace("\\", "/").endswith(f"ranks/rank-{r.rank}.pt.trace.json.gz")
+        if last is None or not own or all(s.step <= last for s in r.steps):
+            out.append(r)
+            continue
+        cut = sorted({s.step for s in r.steps if s.step > last})
+        notes.append(
+            f"rank {r.rank}: trace step {', '.join(map(str, cut))} never finished (the job "
+            "ended inside it): left out of every share and remedy"
+        )
+        out.append(dataclasses.replace(r, steps=[s for s in r.steps if s.step <= last]))
+    return out

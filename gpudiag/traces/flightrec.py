@@ -281,11 +281,13 @@ def parse_dump(
         (t for e in entries for t in (e.created_ns, e.started_ns, e.completed_ns) if t),
         default=None,
     )
+    notes = [f"{path.name}: {n}" for n in dropped_notes(dropped)]
     if dumped_ns is not None and latest is not None and dumped_ns - latest > MTIME_SLACK_NS:
-        dropped[
-            "day(s) between its last entry and the file's modification time: not the dump's "
-            "time (a copy?), so how long ranks waited is unknown; keep it with `cp -p`"
-        ] += 1
+        notes.append(
+            f"{path.name}: its modification time is a day or more after its last entry, so it "
+            "is not when the dump was written (a copy?): how long ranks waited is unknown "
+            "(copy dumps with `cp -p`)"
+        )
         dumped_ns = None
     lib = raw.get("comm_lib_version", raw.get("nccl_version", ""))
     return FrDump(
@@ -298,7 +300,7 @@ def parse_dump(
         groups=groups,
         pg_status=status,
         entries=tuple(entries),
-        notes=tuple(f"{path.name}: {n}" for n in dropped_notes(dropped)),
+        notes=tuple(notes),
     )
 
 
