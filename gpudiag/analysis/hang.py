@@ -680,6 +680,8 @@ def _stall_message(
 ) -> str:
     group = _group_words(st.pg_desc, st.pg_name)
     what = f"{st.op} #{st.seq} ({group})"
+    if st.p2p:
+        what = f"its side of {st.op} (point-to-point #{st.seq}, {group})"
     waiting = [w.rank for w in st.stuck]
     if st.never_entered:
         msg = f"{_ranks_words(st.never_entered)} never entered {what}"
