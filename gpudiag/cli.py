@@ -380,7 +380,9 @@ def run(
     finally:
         if live is not None and live.is_started:
             live.stop()
-    launcher.log(f"job exited with {res.exit_code}; run directory {res.out_dir}")
+    launcher.log(
+        f"{watchdog.ended_words(res.manifest, res.exit_code)}; run directory {res.out_dir}"
+    )
     if not no_analyze:
         _print_run_diagnosis(res.out_dir, res.run_dir)
     print(f"run directory: {res.out_dir}", file=sys.stderr)

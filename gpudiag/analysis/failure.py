@@ -85,28 +85,32 @@ def classify(end: RankEnd) -> RankFailure | None:
     return None
 
 
-def _order(f: RankFailure) -> tuple[int, int, int]:
-    rank = {"signal": 0, "mismatch": 0, "error": 0, "killed": 1, "interrupt": 2}
-    return (rank.get(f.how, 3), f.time_ns if f.time_ns is not None else 1 << 62, f.rank)
+def _t(f: RankFailure) -> tuple[int, int]:
+    return (f.time_ns if f.time_ns is not None else 1 << 62, f.rank)
 
 
 def failures(ends: Sequence[RankEnd]) -> list[RankFailure]:
-    """Every rank that failed, the first failure first (see the module's rule)."""
+    """Every rank that failed, the first failure first (see the module's rule).
+
+    1. A fatal signal, a mismatch or another error of the job's own, earliest first;
+    2. else ranks that vanished (no record of their death) when the others lost a peer
+       (the connection errors point at them);
+    3. else the earliest timeout or lost connection: ranks that vanished beside a timeout
+       were ended after it (torchrun stops the others when one fails).
+    Interrupts come last: they are the user's, not a failure.
+    """
     out = [f for f in (classify(e) for e in ends) if f is not None]
-    causes = [f for f in out if f.how not in CONSEQUENCES]
-    killed_only = causes and all(f.how == "killed" for f in causes)
-    if killed_only and any(f.how in CONSEQUENCES for f in out):
-        # Vanished ranks beside ranks that timed out or lost a peer: when the others
-        # timed out first, the vanished ones were ended afterwards (torchrun's SIGTERM).
-        first_consequence = min(
-            (f.time_ns for f in out if f.how == "timeout" and f.time_ns is not None),
-            default=None,
-        )
-        if first_consequence is not None and all(
-            f.time_ns is None or f.time_ns > first_consequence for f in causes
-        ):
-            return sorted(out, key=lambda f: (f.how == "killed", f.time_ns or 1 << 62, f.rank))
-    return sorted(out, key=_order)
+    own = sorted((f for f in out if f.how in ("signal", "mismatch", "error")), key=_t)
+    killed = sorted((f for f in out if f.how == "killed"), key=_t)
+    conn = sorted((f for f in out if f.how == "connection"), key=_t)
+    timeout = sorted((f for f in out if f.how == "timeout"), key=_t)
+    stopped = sorted((f for f in out if f.how == "interrupt"), key=_t)
+    if own:
+        rest = sorted(killed + conn + timeout, key=_t)
+        return own + rest + stopped
+    if killed and conn and not timeout:
+        return killed + conn + stopped
+    return sorted(timeout + conn, key=_t) + killed + stopped
 
 
 LINE_CHARS = 160

@@ -94,6 +94,18 @@ def run_end_findings(end: RunEnd | None) -> list[Finding]:
 
 def _failure_finding(end: RunEnd, failed: list[Any]) -> Finding:
     first = failed[0] if failed else None
+    killed_by_watchdog = bool((end.hang or {}).get("killed"))
+    if killed_by_watchdog:
+        msg = (
+            "gpudiag's hang watchdog ended the job (--on-hang kill) after the stall above"
+            f"; the job's exit code {end.exit_code}"
+        )
+        return Finding(
+            FindingKind.JOB_FAILED,
+            Severity.WARNING,
+            msg,
+            metrics=JobFailedMetrics(exit_code=end.exit_code, how="killed by gpudiag"),
+        )
     if end.interrupted:
         head = "interrupted (Ctrl-C)"
         if first is not None:

@@ -321,3 +321,14 @@ def finish(run: Running, m: rundir.RunManifest, code: int) -> int:
         rec["job_exit_code"] = code
         m.extra["hang"] = rec
     return EXIT_HANG_KILLED if run.killed else code
+
+
+def ended_words(m: rundir.RunManifest, code: int) -> str:
+    """How the job ended, for the log line after it: its code, or why gpudiag's differs."""
+    hang = m.extra.get("hang") or {}
+    if hang.get("killed"):
+        return (f"the hang watchdog ended the job (--on-hang kill; the job's code "
+                f"{m.exit_code}); exit {code}")  # fmt: skip
+    if m.extra.get("interrupted"):
+        return f"interrupted (Ctrl-C): the job stopped with {m.exit_code}; exit {code}"
+    return f"job exited with {code}"

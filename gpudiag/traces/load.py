@@ -22,7 +22,7 @@ from gpudiag import runconditions, rundir
 from gpudiag.errors import InputError
 from gpudiag.fileio import check_regular, kind_of, list_dir, walk_dir
 from gpudiag.traces.common import LoadOptions, rank_from_filename
-from gpudiag.traces.flightrec import looks_like_dump
+from gpudiag.traces.flightrec import HANG_DIR, looks_like_dump
 from gpudiag.traces.kineto import load_kineto_ranks
 from gpudiag.traces.runend import load_run_end
 from gpudiag.traces.schema import RankTimeline, RunTimeline, check_ranks
@@ -69,6 +69,7 @@ class Inputs:
     notes: list[str] = field(default_factory=list)
     telemetry_only: list[Path] = field(default_factory=list)  # run dirs with no trace at all
     fr_files: list[Path] = field(default_factory=list)  # flight-recorder dumps (traces/flightrec)
+    evidence_only: list[Path] = field(default_factory=list)  # run dirs with hang evidence alone
 
 
 def _fmt_of(path: Path) -> str | None:
@@ -97,7 +98,7 @@ def discover(paths: Iterable[str | os.PathLike[str]], options: LoadOptions | Non
         else:
             check_regular(p)  # a FIFO or a device is refused before anything opens it
             _add_file(p, found, opts, explicit=True)
-    if not found.traces and not found.telemetry_only and not found.fr_files:
+    if not (found.traces or found.telemetry_only or found.fr_files or found.evidence_only):
         where = ", ".join(str(Path(p)) for p in paths) or "(nothing)"
         raise InputError(
             where,
@@ -195,6 +196,10 @@ def _without_traces(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptions
 
     if steps_files(d):
         found.telemetry_only.append(d)
+        return
+    if any((node / rundir.RANKS_DIR / HANG_DIR).is_dir() for node in nodes):
+        found.notes.append(f"{d}: no step finished; what the ranks left when stuck is analysed")
+        found.evidence_only.append(d)
         return
     window = f" --profile-steps {m.profile_steps}" if m and m.profile_steps else ""
     raise InputError(

@@ -74,9 +74,10 @@ def test_stuck_rank_is_named_with_where_it_is(tmp_path: Path, cause: str, functi
     assert m["process_group"] == {"name": "0", "desc": "default_pg"}
     assert m["waited_ns"] >= 14e9 and m["evidence"] == "flight recorder"
     assert m["where"]["1"][0]["name"] == function
-    # the steps before the stall are still measured, and the run says it was killed
+    # the run says gpudiag ended it; no rank is blamed for that
     (failed,) = [f for f in d["findings"] if f["kind"] == "job_failed"]
-    assert failed["metrics"]["first_rank"] is not None
+    assert failed["metrics"]["how"] == "killed by gpudiag" and failed["ranks"] == []
+    assert "first_rank" not in failed["metrics"]
 
 
 def test_skipped_collective_is_a_mismatch(tmp_path: Path) -> None:
