@@ -259,8 +259,11 @@ class HangMetrics(FindingMetrics):
     op: str
     process_group: dict[str, str]  # name, desc
     seq: int | None
+    sizes: list[list[int]]  # the input sizes of the lowest rank that entered it
+    dtypes: list[str] | None  # its input dtypes (None: the dump's version has none)
     waiting_ranks: list[int]
-    waited_ns: int | None
+    waited_ns: int | None  # the longest wait (None: the dump's time is unknown)
+    waited_ns_per_rank: dict[str, int | None]  # waiting rank (a JSON key) → its wait
     never_entered: list[int]
     unknown_ranks: list[int]
     members: list[int]

@@ -39,8 +39,13 @@ def _case_finding(case: HangCase, stall_members: dict[tuple[str, int | None], An
         "op": case.op,
         "process_group": {"name": case.pg_name, "desc": case.pg_desc},
         "seq": case.seq,
+        "sizes": [list(x) for x in st.input_sizes] if st is not None else [],
+        "dtypes": list(st.input_dtypes) if st is not None and st.input_dtypes else None,
         "waiting_ranks": list(case.waiting),
         "waited_ns": case.waited_ns,
+        "waited_ns_per_rank": (
+            {str(w.rank): w.waited_ns for w in st.stuck} if st is not None else {}
+        ),
         "never_entered": list(st.never_entered) if st is not None else list(case.culprits),
         "unknown_ranks": list(st.unknown) if st is not None else [],
         "members": list(st.members) if st is not None else [],

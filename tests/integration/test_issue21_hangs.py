@@ -114,14 +114,22 @@ def test_size_mismatch_names_the_first_failing_rank_and_step(tmp_path: Path) -> 
 
 
 def test_report_mode_leaves_the_job_to_its_timeout(tmp_path: Path) -> None:
-    out, r = _run(tmp_path, "loader", "--profile-steps", "off", "--hang-timeout", "15",
-                  "--no-nvml", gloo_timeout=30)  # fmt: skip
+    # the stall at step 7 lies in the default profiler window 5:10; the job dies by its
+    # own gloo timeout and the trace saved at exit holds the partial step 7 (30 s)
+    out, r = _run(tmp_path, "loader", "--hang-timeout", "15", "--no-nvml", gloo_timeout=30,
+                  job=("--at-step", "7"))  # fmt: skip
     assert r.returncode not in (0, 124), r.stderr[-3000:]
     assert "STUCK: rank 1 never entered all_reduce" in r.stderr
     d = _diagnosis(out)
     assert d["verdict"]["bottleneck"] == "hang" and d["verdict"]["ranks"] == [1]
     man = json.loads((out / "manifest.json").read_text())
     assert man["extra"]["hang"]["killed"] is False
+    # the step that never finished feeds no share and no remedy
+    assert d["steps"] and all(s["step"] < 7 for s in d["steps"])
+    assert all(s["duration_ns"] < 5e9 for s in d["steps"])
+    assert all((r.get("estimated_gain_ns") or 0) < 1e9 for r in d["recommendations"])
+    (failed,) = [f for f in d["findings"] if f["kind"] == "job_failed"]
+    assert failed["metrics"]["first_rank"] == 0 and failed["metrics"]["how"] == "timeout"
 
 
 def test_ctrl_c_stops_the_job_diagnoses_and_exits_130(tmp_path: Path) -> None:
