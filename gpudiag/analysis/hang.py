@@ -536,6 +536,30 @@ def _secs(ns: int) -> str:
     return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
 
 
+class _Ranks:
+    """Where each rank is and which step it was in, from the stacks files."""
+
+    def __init__(self, stacks: Sequence[RankStacks]) -> None:
+        self.by_rank = {s.rank: s for s in stacks}
+
+    def where(self, ranks: Sequence[int]) -> tuple[dict[int, str], dict[int, tuple[Frame, ...]]]:
+        texts, frames = {}, {}
+        for r in ranks:
+            st = self.by_rank.get(r)
+            main = st.main if st is not None else None
+            fr = user_frames(main) if main is not None else ()
+            if fr:
+                frames[r] = fr
+                texts[r] = where_text(fr)
+        return texts, frames
+
+    def step_of(self, ranks: Sequence[int]) -> int | None:
+        steps = [
+            s.step for r in ranks if (s := self.by_rank.get(r)) is not None and s.step is not None
+        ]
+        return min(steps) if steps else None
+
+
 def hang_cases(
     analysis: HangAnalysis | None, stacks: Sequence[RankStacks], world: int | None = None
 ) -> list[HangCase]:
@@ -544,112 +568,95 @@ def hang_cases(
     From the flight recorder when there are dumps; from the stacks alone otherwise (ranks
     whose main thread is inside a torch.distributed call wait; the others are culprits).
     """
-    by_rank = {s.rank: s for s in stacks}
-
-    def where(ranks: Sequence[int]) -> tuple[dict[int, str], dict[int, tuple[Frame, ...]]]:
-        texts, frames = {}, {}
-        for r in ranks:
-            st = by_rank.get(r)
-            main = st.main if st is not None else None
-            if main is None:
-                continue
-            fr = user_frames(main)
-            if fr:
-                frames[r] = fr
-                texts[r] = where_text(fr)
-        return texts, frames
-
-    def step_of(ranks: Sequence[int]) -> int | None:
-        steps = [by_rank[r].step for r in ranks if r in by_rank and by_rank[r].step is not None]
-        return min(s for s in steps if s is not None) if steps else None
-
-    out: list[HangCase] = []
+    ranks = _Ranks(stacks)
     if analysis is not None and (analysis.stalls or analysis.mismatches):
-        for st in analysis.stalls:
-            culprits = st.culprits
-            waiting = tuple(w.rank for w in st.stuck)
-            texts, frames = where(culprits)
-            kind = "collective_mismatch" if not st.never_entered and st.mismatches else "hang"
-            out.append(
-                HangCase(
-                    kind=kind,
-                    op=st.op,
-                    seq=st.seq,
-                    pg_name=st.pg_name,
-                    pg_desc=st.pg_desc,
-                    culprits=culprits,
-                    waiting=waiting,
-                    waited_ns=st.waited_ns,
-                    step=step_of(waiting),
-                    where=texts,
-                    where_frames=frames,
-                    explained_by=st.explained_by,
-                    incomplete=analysis.incomplete and bool(st.unknown),
-                    message=_stall_message(st, texts, step_of(waiting), analysis),
-                    evidence="flight recorder",
-                    mismatch=st.mismatches,
-                )
+        return _dump_cases(analysis, ranks)
+    return _stack_cases(stacks, world, ranks)
+
+
+def _dump_cases(analysis: HangAnalysis, ranks: _Ranks) -> list[HangCase]:
+    out: list[HangCase] = []
+    for st in analysis.stalls:
+        waiting = tuple(w.rank for w in st.stuck)
+        texts, frames = ranks.where(st.culprits)
+        step = ranks.step_of(waiting)
+        out.append(
+            HangCase(
+                kind="collective_mismatch" if not st.never_entered and st.mismatches else "hang",
+                op=st.op,
+                seq=st.seq,
+                pg_name=st.pg_name,
+                pg_desc=st.pg_desc,
+                culprits=st.culprits,
+                waiting=waiting,
+                waited_ns=st.waited_ns,
+                step=step,
+                where=texts,
+                where_frames=frames,
+                explained_by=st.explained_by,
+                incomplete=analysis.incomplete and bool(st.unknown),
+                message=_stall_message(st, texts, step, analysis),
+                evidence="flight recorder",
+                mismatch=st.mismatches,
             )
-        stalled = {(s.pg_name, s.seq) for s in analysis.stalls}
-        for m in analysis.mismatches:
-            if (m.pg_name, m.seq) in stalled:
-                continue
-            texts, frames = where(m.culprits)
-            out.append(
-                HangCase(
-                    kind="collective_mismatch",
-                    op=m.op,
-                    seq=m.seq,
-                    pg_name=m.pg_name,
-                    pg_desc=m.pg_desc,
-                    culprits=m.culprits,
-                    waiting=(),
-                    waited_ns=0,
-                    step=None,
-                    where=texts,
-                    where_frames=frames,
-                    explained_by=None,
-                    incomplete=False,
-                    message=_mismatch_message(m),
-                    evidence="flight recorder",
-                    mismatch=m.mismatches,
-                )
+        )
+    stalled = {(s.pg_name, s.seq) for s in analysis.stalls}
+    for m in analysis.mismatches:
+        if (m.pg_name, m.seq) in stalled:
+            continue
+        texts, frames = ranks.where(m.culprits)
+        out.append(
+            HangCase(
+                kind="collective_mismatch",
+                op=m.op,
+                seq=m.seq,
+                pg_name=m.pg_name,
+                pg_desc=m.pg_desc,
+                culprits=m.culprits,
+                waiting=(),
+                waited_ns=None,
+                step=None,
+                where=texts,
+                where_frames=frames,
+                explained_by=None,
+                incomplete=False,
+                message=_mismatch_message(m),
+                evidence="flight recorder",
+                mismatch=m.mismatches,
             )
-        return out
-    if not stacks:
-        return out
-    # No usable flight recorder: the stacks alone.
+        )
+    return out
+
+
+def _stack_cases(stacks: Sequence[RankStacks], world: int | None, ranks: _Ranks) -> list[HangCase]:
+    """No usable flight recorder: the ranks inside a collective wait, the others are culprits."""
     w_ranks: list[int] = []
     c_ranks: list[int] = []
     ops: set[str] = set()
     for s in stacks:
-        main = s.main
-        op = collective_of(main) if main is not None else None
+        op = collective_of(s.main) if s.main is not None else None
         if op is not None:
             w_ranks.append(s.rank)
             ops.add(op)
         else:
             c_ranks.append(s.rank)
     if not w_ranks or not c_ranks:
-        return out
+        return []
     waiting, culprits = tuple(w_ranks), tuple(c_ranks)
-    missing = sorted(set(range(world)) - set(by_rank)) if world else []
-    texts, frames = where(culprits)
+    missing = sorted(set(range(world)) - set(ranks.by_rank)) if world else []
+    texts, frames = ranks.where(culprits)
     op = ops.pop() if len(ops) == 1 else "/".join(sorted(ops))
-    waited = max((by_rank[r].time_ns for r in waiting), default=0)
     msg = (
         f"{_ranks_words(culprits)} never entered {op} that {_ranks_words(waiting)} "
         f"{'is' if len(waiting) == 1 else 'are'} waiting in"
     )
-    st_step = step_of(waiting)
-    if st_step is not None:
-        msg += f" since step {st_step}"
-    msg += _where_words(texts)
-    msg += " (from the ranks' stacks: no flight recorder)"
+    step = ranks.step_of(waiting)
+    if step is not None:
+        msg += f" since step {step}"
+    msg += _where_words(texts) + " (from the ranks' stacks: no flight recorder)"
     if missing:
         msg += f"; no answer from {_ranks_words(missing)}"
-    del waited
-    out.append(
+    return [
         HangCase(
             kind="hang",
             op=op,
@@ -658,8 +665,8 @@ def hang_cases(
             pg_desc="",
             culprits=culprits,
             waiting=waiting,
-            waited_ns=0,
-            step=st_step,
+            waited_ns=None,
+            step=step,
             where=texts,
             where_frames=frames,
             explained_by=None,
@@ -667,8 +674,7 @@ def hang_cases(
             message=msg,
             evidence="stacks",
         )
-    )
-    return out
+    ]
 
 
 def _where_words(texts: Mapping[int, str]) -> str:

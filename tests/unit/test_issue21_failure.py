@@ -90,3 +90,23 @@ def test_interrupted_run() -> None:
     (f,) = run_end_findings(end)
     assert verdict(two_rank_run(), [f]).bottleneck == "interrupted"
     assert "interrupted (Ctrl-C) in step 5" in f.message
+
+
+def test_stacks_alone_name_the_rank_outside_the_collective() -> None:
+    from gpudiag.analysis.hang import hang_cases
+    from gpudiag.traces.flightrec import Frame, RankStacks, ThreadStack
+
+    lib = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
+    waiting = ThreadStack("MainThread", True, (
+        Frame("all_reduce", lib, 3245), Frame("train_step", "/job/train.py", 57),
+        Frame("main", "/job/train.py", 88)))  # fmt: skip
+    stuck = ThreadStack("MainThread", True, (
+        Frame("sleep", "/usr/lib/python3.11/time.py", 1), Frame("load_batch", "/job/data.py", 12),
+        Frame("main", "/job/train.py", 80)))  # fmt: skip
+    stacks = [RankStacks("a", 0, 1, 5, (waiting,), {}, None, "off"),
+              RankStacks("b", 1, 1, 5, (stuck,), {}, None, "off")]  # fmt: skip
+    (case,) = hang_cases(None, stacks, world=3)
+    assert case.culprits == (1,) and case.waiting == (0,) and case.op == "all_reduce"
+    assert case.where[1] == "load_batch (data.py:12) ← main (train.py:80)"
+    assert case.evidence == "stacks" and case.incomplete  # rank 2 never answered
+    assert "no answer from rank 2" in case.message
