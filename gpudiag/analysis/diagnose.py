@@ -56,6 +56,7 @@ from gpudiag.analysis.reconcile import (
     step_range_notes,
     without_warmup,
 )
+from gpudiag.analysis.runend import LEADS as ENDED_KINDS
 from gpudiag.analysis.runend import evidence_only, run_end_findings, without_unfinished
 from gpudiag.analysis.spread import rank_spread
 from gpudiag.analysis.stragglers import find_stragglers, late_arrival
@@ -193,6 +194,7 @@ def build_diagnosis(
     findings.sort(
         key=lambda f: (
             Severity(f.severity).order,
+            f.kind not in ENDED_KINDS,  # how the run ended comes first among equals
             -(f.metrics.share() if isinstance(f.metrics, ShareMetrics) else 0),
         )
     )

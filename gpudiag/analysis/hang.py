@@ -709,6 +709,8 @@ def _stall_message(
         msg += f" since step {step}"
     for r, label in st.blocked_in:
         msg += f"; rank {r} is itself stuck in {label}"
+    if st.explained_by is not None:
+        msg += f" (explained by the stall in {st.explained_by})"
     msg += _where_words(texts)
     if st.unknown:
         msg += (

@@ -151,3 +151,27 @@ def test_ctrl_c_stops_the_job_diagnoses_and_exits_130(tmp_path: Path) -> None:
     man = json.loads((out / "manifest.json").read_text())
     assert man["extra"]["interrupted"]["signal"] == "SIGINT"
     assert "verdict: interrupted: the run was interrupted (Ctrl-C)" in stdout
+
+
+def test_nested_groups_root_stall_explains_the_other(tmp_path: Path) -> None:
+    # 3 ranks; group tp = [0, 1]: rank 1 blocks in its loader, rank 0 waits in tp's
+    # all_reduce, rank 2 in the default group's all_reduce that ranks 0 and 1 never reach
+    out = tmp_path / "run"
+    r = run_gpudiag(
+        ["run", "--out", str(out), "--profile-steps", "off", *HANG, "--",
+         "torchrun", "--standalone", "--nproc-per-node", "3", str(JOB), "--cause", "nested",
+         "--gloo-timeout", "100"],
+        timeout=150,
+    )  # fmt: skip
+    assert r.returncode == 124, r.stderr[-3000:]
+    d = _diagnosis(out)
+    hangs = [f for f in d["findings"] if f["kind"] == "hang"]
+    root = next(f for f in hangs if f["metrics"]["explained_by"] is None)
+    other = next(f for f in hangs if f["metrics"]["explained_by"] is not None)
+    assert d["verdict"]["ranks"] == [1] and root["ranks"] == [1]
+    assert root["metrics"]["process_group"]["desc"] == "tp"
+    assert root["metrics"]["waiting_ranks"] == [0]
+    assert root["metrics"]["where"]["1"][0]["name"] == "load_batch"
+    assert other["metrics"]["process_group"]["desc"] == "default_pg"
+    assert other["metrics"]["never_entered"] == [0, 1] and other["metrics"]["waiting_ranks"] == [2]
+    assert other["metrics"]["explained_by"].endswith("(tp)")

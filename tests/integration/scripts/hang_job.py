@@ -4,6 +4,8 @@
 --cause spin      rank R spins in pure Python (spin_forever) at step S, holding the GIL
 --cause skip      rank R skips the broadcast of step S (a data-dependent branch)
 --cause mismatch  rank R all-reduces a tensor of another size at step S
+--cause nested    3 ranks, group "tp" = [0, 1]: rank R (1) blocks in its loader at step S,
+                  rank 0 then waits in tp's all_reduce, rank 2 in the default group's
 --cause none      no fault
 Every step: next batch → forward/backward → all_reduce of the gradient → broadcast of a
 flag → optimizer step (which ends gpudiag's step).
@@ -53,7 +55,8 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=a.gloo_timeout))
     rank = dist.get_rank()
     me = rank == a.rank
-    stuck_at = a.at_step if me and a.cause == "loader" else None
+    stuck_at = a.at_step if me and a.cause in ("loader", "nested") else None
+    tp = dist.new_group([0, 1], group_desc="tp") if a.cause == "nested" else None
     loader = torch.utils.data.DataLoader(Batches(a.steps, stuck_at), batch_size=None, num_workers=0)
     model = torch.nn.Linear(64, 64)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -67,6 +70,8 @@ def main() -> None:
         assert g is not None
         if me and a.cause == "mismatch" and step == a.at_step:
             g = torch.zeros(17)
+        if tp is not None and rank in (0, 1):
+            dist.all_reduce(g, group=tp)
         dist.all_reduce(g)
         flag = torch.zeros(1)
         if not (me and a.cause == "skip" and step == a.at_step):
