@@ -152,6 +152,11 @@ def _discover_run_dir(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptio
                 node / rundir.MANIFEST, str(e), "is this a gpudiag run directory?"
             ) from e
         for f in list_dir(node / rundir.RANKS_DIR):
+            if f.name.startswith("."):
+                # a rank's temporary export, left behind when it died while writing: its
+                # trace is lost (the manifest says so), not a trace to read
+                found.notes.append(f"skipped {f}: an unfinished trace export (the rank died)")
+                continue
             if _fmt_of(f) == "kineto" and _regular(f, found):
                 _add_file(f, found, opts, explicit=False)
     exports = [

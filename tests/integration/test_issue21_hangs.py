@@ -108,7 +108,11 @@ def test_size_mismatch_names_the_first_failing_rank_and_step(tmp_path: Path) -> 
     assert m["others"][0]["rank"] == 0 and m["others"][0]["how"] == "connection"
     # the window 5:10 was reached: rank 1's trace is lost, and the partial step is left out
     man = json.loads((out / "manifest.json").read_text())
-    assert "trace lost: rank 1 in step 7" in man["sources"]["kineto"]["reason"]
+    # (rank 0 may save its partial window at exit, or die while exporting it too)
+    reason = man["sources"]["kineto"]["reason"]
+    assert (
+        "trace lost: rank 1 in step 7" in reason or "lost: ranks [0, 1] ended in step 7" in reason
+    )
     assert all(s["step"] < 7 for s in d["steps"])
     assert not any("not reached" in f["message"] for f in d["findings"])
 
