@@ -107,7 +107,7 @@ def _diagnose(
     per_source = mapper(work, run.sources)
     results = [r for rs in per_source for r in rs]
     check_ranks(results, [r.source for r in results])
-    results = without_unfinished(results, run.telemetry, run.notes)
+    results = without_unfinished(results, run.run_end, run.notes)
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
     notes = list(run.notes) + _busy_host(run, th)
     ended = run_end_findings(run.run_end)

@@ -181,28 +181,28 @@ def evidence_only(
 
 
 def without_unfinished(
-    results: list[RankResult], telemetry: Any, notes: list[str]
+    results: list[RankResult], end: RunEnd | None, notes: list[str]
 ) -> list[RankResult]:
-    """Trace steps that gpudiag's telemetry says never finished (the job died in them), out.
+    """Trace steps a rank never finished (the job died in them) out of a run that ended badly.
 
-    gpudiag's own traces number their ``ProfilerStep#N`` with its step count; a window cut
-    by a crash holds the partial step the job died in, which must not feed shares or
-    remedies. Only traces gpudiag wrote (``ranks/rank-R.pt.trace.json.gz``) are checked.
+    A window cut by the job's end is saved with the partial step it ended in; the rank's
+    telemetry names it (``cut_at_step`` of its ``profile`` record). That step must not feed
+    shares or remedies. Only gpudiag's own traces (``ranks/rank-R.pt.trace.json.gz``) are
+    checked: their ``ProfilerStep#N`` carry gpudiag's step numbers.
     """
-    if telemetry is None or not len(telemetry):
+    if end is None:
         return results
-    done = telemetry.groupby("rank")["step"].max().to_dict()
+    cut = {e.rank: e.cut_step for e in end.ends if e.cut_step is not None}
     out = []
     for r in results:
-        last = done.get(r.rank)
+        c = cut.get(r.rank)
         own = r.source.replace("\\", "/").endswith(f"ranks/rank-{r.rank}.pt.trace.json.gz")
-        if last is None or not own or all(s.step <= last for s in r.steps):
+        if c is None or not own or all(s.step < c for s in r.steps):
             out.append(r)
             continue
-        cut = sorted({s.step for s in r.steps if s.step > last})
         notes.append(
-            f"rank {r.rank}: trace step {', '.join(map(str, cut))} never finished (the job "
-            "ended inside it): left out of every share and remedy"
+            f"rank {r.rank}: trace step {c} never finished (the job ended inside it): left out "
+            "of every share and remedy"
         )
-        out.append(dataclasses.replace(r, steps=[s for s in r.steps if s.step <= last]))
+        out.append(dataclasses.replace(r, steps=[s for s in r.steps if s.step < c]))
     return out

@@ -46,6 +46,7 @@ class RankEnd:
     error: str | None = None  # the job's error line (first line of the exception)
     fault: str | None = None  # "Aborted", "Segmentation fault", … (faulthandler)
     fault_threads: tuple[ThreadStack, ...] = ()
+    cut_step: int | None = None  # its saved trace holds this step partially (cut_at_step)
 
 
 @dataclass(frozen=True)
@@ -109,9 +110,14 @@ def _rank_end(path: Path) -> RankEnd | None:
         text = fileio.read_input(fpath, FAULT_LIMIT, "faulthandler log").decode("utf-8", "replace")
         if text.strip():
             fault, threads = parse_fault_log(text)
+    cuts = [r.get("cut_at_step") for r in other if r.get("type") == "profile"]
+    cut = (
+        cuts[-1] if cuts and isinstance(cuts[-1], int) and not isinstance(cuts[-1], bool) else None
+    )
     return RankEnd(
         rank=rank,
         steps=len(steps),
+        cut_step=cut,
         last_ns=max(ints) if ints else None,
         exited=any(r.get("type") in ("exit", "exec") for r in other),
         error_ns=err_ns if isinstance(err_ns, int) and not isinstance(err_ns, bool) else None,
