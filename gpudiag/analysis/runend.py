@@ -111,7 +111,11 @@ def _failure_finding(end: RunEnd, failed: list[Any]) -> Finding:
             msg,
             metrics=JobFailedMetrics(exit_code=end.exit_code, how="killed by gpudiag"),
         )
-    if end.interrupted:
+    interrupted = end.interrupted or (
+        any(f.how == "interrupt" for f in failed)
+        and all(f.how in ("interrupt", "killed") for f in failed)
+    )
+    if interrupted:
         head = "interrupted (Ctrl-C)"
         if first is not None:
             head += f" in step {first.step}"
@@ -126,10 +130,10 @@ def _failure_finding(end: RunEnd, failed: list[Any]) -> Finding:
     else:
         msg = (f"the training job exited with code {end.exit_code}; no rank recorded an error: "
                "the diagnosis covers the steps it completed")  # fmt: skip
-    severity = Severity.ERROR if first is not None and not end.interrupted else Severity.WARNING
+    severity = Severity.ERROR if first is not None and not interrupted else Severity.WARNING
     metrics = JobFailedMetrics(
         exit_code=end.exit_code,
-        interrupted=end.interrupted,
+        interrupted=interrupted,
         first_rank=first.rank if first is not None else None,
         step=first.step if first is not None else None,
         how=first.how if first is not None else None,
@@ -150,7 +154,13 @@ def evidence_only(
 ) -> Diagnosis:
     """A Diagnosis of flight-recorder dumps (or a run stopped before its first step) alone."""
     end = run.run_end
-    ranks = sorted({d.rank for d in end.dumps} | {s.rank for s in end.stacks}) if end else []
+    ranks = (
+        sorted(
+            {d.rank for d in end.dumps} | {s.rank for s in end.stacks} | {e.rank for e in end.ends}
+        )
+        if end
+        else []
+    )
     zero = Shares(0.0, 0.0, 0.0, 0.0)
     summary = RunSummary(
         ranks=len(ranks),
