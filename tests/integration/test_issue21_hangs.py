@@ -105,7 +105,8 @@ def test_size_mismatch_names_the_first_failing_rank_and_step(tmp_path: Path) -> 
     m = failed["metrics"]
     assert (m["first_rank"], m["step"], m["how"], m["collective"]) == (1, 7, "signal", "all_reduce")
     assert "Aborted" in m["error"] and "main (hang_job.py:" in m["where"]
-    assert m["others"][0]["rank"] == 0 and m["others"][0]["how"] == "connection"
+    # rank 0 then loses its peer, or torchrun stops it before it records that
+    assert all(o["rank"] == 0 and o["how"] in ("connection", "killed") for o in m["others"]), m
     # the window 5:10 was reached: rank 1's trace is lost, and the partial step is left out
     man = json.loads((out / "manifest.json").read_text())
     # (rank 0 may save its partial window at exit, or die while exporting it too)
