@@ -320,6 +320,54 @@ def _with_alerts(show: Any, monitor: Any) -> Any:
     return with_alerts
 
 
+def _hang_options(timeout_s: float | None, on_hang: str) -> Any:
+    """The watchdog's settings: --hang-timeout, else [tool.gpudiag.hang]; its report printer."""
+    from gpudiag.collect import watchdog
+
+    rules = thresholds().hang
+    if timeout_s is None and rules.timeout_s > 0:
+        timeout_s = rules.timeout_s
+    return watchdog.HangOptions(
+        timeout_s=timeout_s,
+        on_hang=on_hang,
+        min_timeout_s=rules.min_timeout_s,
+        step_factor=rules.step_factor,
+        answer_wait_s=rules.answer_wait_s,
+        report=_print_hang,
+    )
+
+
+def _print_hang(event: Any) -> None:
+    """Print the live hang diagnosis on stderr, from what the ranks wrote just now."""
+    from gpudiag.collect import hangdump
+    from gpudiag.collect.launcher import log
+
+    try:
+        from gpudiag.analysis.hang import analyze_dumps, hang_cases
+        from gpudiag.traces.flightrec import read_hang_dir
+
+        d = hangdump.hang_dir(Path(event.run_dir))
+        dumps, stacks, _ = read_hang_dir(d) if d.is_dir() else ([], [], [])
+        analysis = analyze_dumps(dumps) if dumps else None
+        cases = hang_cases(analysis, stacks)
+        log(
+            f"no rank finished a step for {event.idle_s:.0f} s (hang timeout {event.timeout_s:g} s)"
+        )
+        if not cases:
+            log(
+                "stuck, but the ranks' evidence names no culprit "
+                f"(answers from ranks {event.answered} of {event.expected}); see {d}"
+            )
+        for c in cases:
+            log(("STUCK: " if c.kind == "hang" else "MISMATCH: ") + c.message)
+        missing = sorted(set(event.expected) - set(event.answered))
+        if missing:
+            log(f"no answer from rank(s) {missing} within {event.answer_s:.0f} s")
+        log(f"flight recorder and stacks: {d}")
+    except Exception as e:
+        log(f"hang report failed ({type(e).__name__}: {e}); evidence in the run directory")
+
+
 @app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
 def run(
     command: Annotated[list[str], typer.Argument(help="The training command, after `--`.")],
@@ -351,9 +399,20 @@ def run(
         str | None,
         typer.Option("--alert-exec", help="Run CMD (sh -c) with each alert's JSON on stdin."),
     ] = None,
+    hang_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--hang-timeout",
+            help="Seconds without a finished step on any rank before the job counts as stuck "
+            "(default: the larger of 5 min and 20× the median step).",
+        ),
+    ] = None,
+    on_hang: Annotated[
+        str, typer.Option("--on-hang", help="report (keep the job running) or kill.")
+    ] = "report",
 ) -> None:
     """Run a training command unchanged and capture NVML, traces and step telemetry."""
-    from gpudiag.collect import hook, launcher
+    from gpudiag.collect import hook, launcher, watchdog
     from gpudiag.report.live import run_progress
 
     try:
@@ -363,10 +422,17 @@ def run(
     if nsys_range not in ("window", "all"):
         raise GpudiagError(f"--nsys-range {nsys_range} is not window or all",
                            "use --nsys-range window or --nsys-range all", EXIT_USAGE)  # fmt: skip
+    if on_hang not in watchdog.ON_HANG:
+        raise GpudiagError(f"--on-hang {on_hang} is not report or kill",
+                           "use --on-hang report or --on-hang kill", EXIT_USAGE)  # fmt: skip
+    if hang_timeout is not None and not hang_timeout > 0:
+        raise GpudiagError(f"--hang-timeout {hang_timeout} is not a positive number of seconds",
+                           "use e.g. --hang-timeout 600", EXIT_USAGE)  # fmt: skip
     opts = launcher.RunOptions(command, out, profile_steps, not no_nvml, nvml_interval, node_rank)
     opts.nsys, opts.nsys_range = nsys, nsys_range
     monitor = _alert_monitor(alerts, alert_exec)
     opts.watchers = [monitor] if monitor is not None else []
+    opts.hang = _hang_options(hang_timeout, on_hang)
     show, live = run_progress(quiet)
     show = _with_alerts(show, monitor)
     try:
@@ -374,7 +440,9 @@ def run(
     finally:
         if live is not None and live.is_started:
             live.stop()
-    launcher.log(f"job exited with {res.exit_code}; run directory {res.out_dir}")
+    launcher.log(
+        f"{watchdog.ended_words(res.manifest, res.exit_code)}; run directory {res.out_dir}"
+    )
     if not no_analyze:
         _print_run_diagnosis(res.out_dir, res.run_dir)
     print(f"run directory: {res.out_dir}", file=sys.stderr)

@@ -127,6 +127,16 @@ class LiveRules:
     warmup_steps: int = 5  # each rank's first steps: no alert and no history (quiet warm-up)
 
 
+@dataclass(frozen=True)
+class HangRules:
+    """When ``gpudiag run`` calls the job stuck (collect/watchdog.py, analysis/hang.py)."""
+
+    timeout_s: float = 0.0  # no rank finished a step for this long: stuck (0: automatic) …
+    min_timeout_s: float = 300.0  # … automatic: the larger of this …
+    step_factor: float = 20.0  # … and this × the median step time so far
+    answer_wait_s: float = 10.0  # how long the watchdog waits for every rank's stacks
+
+
 _GROUPS: dict[str, type] = {
     "stragglers": StragglerRules,
     "steady": SteadyRules,
@@ -135,6 +145,7 @@ _GROUPS: dict[str, type] = {
     "advice": AdviceRules,
     "diff": DiffRules,
     "live": LiveRules,
+    "hang": HangRules,
 }
 
 
@@ -161,6 +172,7 @@ class Thresholds:
     advice: AdviceRules = field(default_factory=AdviceRules)
     diff: DiffRules = field(default_factory=DiffRules)
     live: LiveRules = field(default_factory=LiveRules)
+    hang: HangRules = field(default_factory=HangRules)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

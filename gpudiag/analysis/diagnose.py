@@ -61,6 +61,8 @@ from gpudiag.analysis.reconcile import (
     step_range_notes,
     without_warmup,
 )
+from gpudiag.analysis.runend import LEADS as ENDED_KINDS
+from gpudiag.analysis.runend import evidence_only, run_end_findings, without_unfinished
 from gpudiag.analysis.spread import rank_spread
 from gpudiag.analysis.stragglers import find_stragglers, late_arrival
 from gpudiag.analysis.summary import run_summary, summarize_rank
@@ -110,14 +112,25 @@ def _diagnose(
     per_source = mapper(work, run.sources)
     results = [r for rs in per_source for r in rs]
     check_ranks(results, [r.source for r in results])
+    results = without_unfinished(results, run.run_end, run.notes)
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
     notes = list(run.notes) + _busy_host(run, th)
+    ended = run_end_findings(run.run_end)
+    if ended:
+        # the run's end, with the first failure, replaces the bare exit-code finding
+        if any(f.kind == FindingKind.JOB_FAILED for f in ended):
+            extra = [f for f in extra if f.kind != FindingKind.JOB_FAILED]
+        extra = ended + list(extra)
+        notes += list(run.run_end.notes) if run.run_end is not None else []
     if not results and whole is not None and whole.steps:
         results = telemetry_results(whole, th)
         extra = extra + nvml_idle(whole, th)
         ran = max(len(v) for v in by_rank(whole.steps).values())
         notes.append(TELEMETRY_NOTE.format(steps=ran))
     alerts, alert_notes = live_alerts(run.alerts)
+    if not results and ended:
+        e = evidence_only(run, ended, th, notes + alert_notes)
+        return (dataclasses.replace(e, alerts=alerts) if alerts else e), results
     d = build_diagnosis(results, th, run.inputs, notes + alert_notes, whole_run=whole,
                         extra_findings=extra)  # fmt: skip
     return (dataclasses.replace(d, alerts=alerts) if alerts else d), results
@@ -240,6 +253,7 @@ def _build(
     findings.sort(
         key=lambda f: (
             Severity(f.severity).order,
+            f.kind not in ENDED_KINDS,  # how the run ended comes first among equals
             -(f.metrics.share() if isinstance(f.metrics, ShareMetrics) else 0),
         )
     )

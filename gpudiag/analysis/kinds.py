@@ -30,6 +30,8 @@ class FindingKind(StrEnum):
     TRUNCATED_STEP = "truncated_step"
     WARMUP = "warmup"
     JOB_FAILED = "job_failed"
+    HANG = "hang"
+    COLLECTIVE_MISMATCH = "collective_mismatch"
     COMPUTE_BOUND = "compute_bound"
 
 

@@ -227,11 +227,60 @@ class WarmupMetrics(FindingMetrics):
 
 @dataclass(frozen=True)
 class JobFailedMetrics(FindingMetrics):
-    """``job_failed``: the job's exit code."""
+    """``job_failed``: the job's exit code and, from the ranks' ends, who failed first.
+
+    The fields after ``exit_code`` are absent from the JSON when the run directory does
+    not tell (a bare non-zero exit code); see docs/definitions.md, "Failed runs".
+    """
 
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.JOB_FAILED,)
 
-    exit_code: int
+    exit_code: int | None
+    interrupted: bool | None = field(default=None, metadata=OMIT_IF_NONE)
+    first_rank: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    step: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    how: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    error: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    where: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    collective: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    others: list[dict[str, Any]] | None = field(default=None, metadata=OMIT_IF_NONE)
+
+
+@dataclass(frozen=True)
+class HangMetrics(FindingMetrics):
+    """``hang``: the first collective of a process group not every member finished.
+
+    ``where`` maps each culprit rank (a JSON key) to the innermost frames of its own code
+    (``name``, ``filename``, ``line``); docs/definitions.md, "Hangs".
+    """
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.HANG,)
+
+    op: str
+    process_group: dict[str, str]  # name, desc
+    seq: int | None
+    sizes: list[list[int]]  # the input sizes of the lowest rank that entered it
+    dtypes: list[str] | None  # its input dtypes (None: the dump's version has none)
+    waiting_ranks: list[int]
+    waited_ns: int | None  # the longest wait (None: the dump's time is unknown)
+    waited_ns_per_rank: dict[str, int | None]  # waiting rank (a JSON key) → its wait
+    never_entered: list[int]
+    unknown_ranks: list[int]
+    members: list[int]
+    where: dict[str, list[dict[str, Any]]]
+    step: int | None
+    explained_by: str | None
+    incomplete: bool
+    evidence: str  # "flight recorder" or "stacks"
+
+
+@dataclass(frozen=True)
+class CollectiveMismatchMetrics(HangMetrics):
+    """``collective_mismatch``: as ``hang``, plus each disagreeing rank's field and values."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.COLLECTIVE_MISMATCH,)
+
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,8 @@
 """The verdict: one line that names the dominant bottleneck, computed once from the findings.
 
-Every renderer shows it first. It judges nothing anew: it picks, among the findings that
+Every renderer shows it first. It judges nothing anew. A run that hung, disagreed on a
+collective, failed or was interrupted leads with that finding (docs/definitions.md,
+"Verdict"); otherwise it picks, among the findings that
 name a bottleneck (data, communication, straggler, pipeline, host), the most severe, and
 among equally severe ones the one holding the largest share of step time. Without such a
 finding the run has no bottleneck and the line says how its step time splits.
@@ -12,10 +14,11 @@ import dataclasses
 from collections.abc import Sequence
 
 from gpudiag.analysis import words
-from gpudiag.analysis.metrics import StragglerMetrics
+from gpudiag.analysis.metrics import JobFailedMetrics, StragglerMetrics
 from gpudiag.analysis.model import Finding, FindingKind, Mode, RunSummary, Severity, Verdict
 
-BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "none")
+BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "none", "hang",
+               "mismatch", "failure", "interrupted")  # fmt: skip
 PROFILED = "profiled window"
 WHOLE_RUN = "whole run"
 
@@ -28,8 +31,31 @@ _KIND = {
 }
 
 
+def _ended(findings: Sequence[Finding]) -> Verdict | None:
+    """A hang root, a collective mismatch, a failed or an interrupted run leads the verdict."""
+    for f in findings:
+        if f.kind == FindingKind.HANG and f.severity == Severity.ERROR:
+            return Verdict(f"hang: {f.message}", "hang", 0.0, list(f.ranks), WHOLE_RUN)
+    for f in findings:
+        if f.kind == FindingKind.COLLECTIVE_MISMATCH and f.severity == Severity.ERROR:
+            return Verdict(f"collective mismatch: {f.message}", "mismatch", 0.0, list(f.ranks),
+                           WHOLE_RUN)  # fmt: skip
+    for f in findings:
+        if f.kind != FindingKind.JOB_FAILED or not isinstance(f.metrics, JobFailedMetrics):
+            continue
+        if f.metrics.interrupted:
+            return Verdict(f"interrupted: {f.message}", "interrupted", 0.0, list(f.ranks),
+                           WHOLE_RUN)  # fmt: skip
+        if f.severity == Severity.ERROR:
+            return Verdict(f"failed: {f.message}", "failure", 0.0, list(f.ranks), WHOLE_RUN)
+    return None
+
+
 def verdict(run: RunSummary, findings: Sequence[Finding]) -> Verdict:
     """The headline, bottleneck, share, ranks and basis (docs/definitions.md, "Verdict")."""
+    ended = _ended(findings)
+    if ended is not None:
+        return ended
     named = [f for f in findings if f.kind in _KIND]
     if run.mode == Mode.TELEMETRY:  # no trace: every number is the step telemetry's
         return _telemetry_basis(_verdict(run, named))

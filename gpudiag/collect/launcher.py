@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import gpudiag
 from gpudiag import rundir
-from gpudiag.collect import bootstrap
+from gpudiag.collect import bootstrap, outcome, watchdog
 from gpudiag.collect import nsys as nsys_capture
 from gpudiag.collect.conditions import DEFAULT_INTERVAL_S, ConditionsSampler
 from gpudiag.collect.nvml import NvmlSampler, load_nvml
@@ -77,6 +77,7 @@ class RunOptions:
     conditions: bool = True
     conditions_interval_s: float = DEFAULT_INTERVAL_S
     watchers: list[Watcher] = field(default_factory=list)
+    hang: watchdog.HangOptions | None = None  # None: no watchdog (collect/watchdog.py)
 
 
 @dataclass
@@ -182,6 +183,8 @@ def child_env(run_dir: Path, node_rank: int, opts: RunOptions) -> dict[str, str]
     env[bootstrap.ENV_PKG_ROOT] = str(Path(gpudiag.__file__).resolve().parent.parent)
     if opts.nsys:
         env[nsys_capture.ENV_RANGE] = opts.nsys_range
+    if opts.hang is not None:
+        opts.hang.flight_recorder = watchdog.flight_recorder_env(env, run_dir)
     return env
 
 
@@ -274,12 +277,16 @@ def run(
     conditions = _start_conditions(opts, run_dir, host, child.pid, nvml_mod, m)
     _safe_write_manifest(run_dir, m)  # a gpudiag killed now leaves the child's pid behind
     watchers = _start_watchers(opts.watchers, run_dir, child.pid, m)
+    wd = watchdog.start(opts.hang, run_dir, m)
     with forward_signals(child) as received:
-        rc = _wait(child, run_dir, sampler, progress, progress_interval_s)
+        rc = _wait(child, run_dir, sampler, progress, progress_interval_s, wd, m)
     _stop_watchers(watchers, m)
     code = exit_status(rc)
     m.ended_ns = time.time_ns()
     m.exit_code = code
+    if wd is not None:
+        code = watchdog.finish(wd, m, code)
+    code = outcome.interrupted(received, m, code)
     if received:
         m.extra["signals_forwarded"] = [signal.Signals(s).name for s in received]
     if conditions is not None:
@@ -361,15 +368,24 @@ def _wait(
     sampler: NvmlSampler | None,
     progress: Callable[[Progress], None] | None,
     interval_s: float,
+    wd: watchdog.Running | None = None,
+    m: rundir.RunManifest | None = None,
 ) -> int:
-    """Wait for the job, showing progress every ``interval_s``; its return code."""
+    """Wait for the job, showing progress every ``interval_s``; its return code.
+
+    With a hang watchdog it looks at least once a second, and returns once it ended the job.
+    """
     tail = StepsTail(run_dir)
     t0 = time.monotonic()
+    if wd is not None:
+        interval_s = min(interval_s, 1.0)
     while True:
         try:
             return child.wait(timeout=interval_s)
         except subprocess.TimeoutExpired:
             pass
+        if wd is not None and m is not None and watchdog.tick(wd, child, m):
+            return child.wait()
         if progress is not None:
             try:
                 snap = Progress(run_dir, time.monotonic() - t0, ranks=dict(tail.poll()))
@@ -660,12 +676,20 @@ def _kineto_status(
         )
     note = _window_note(windows)
     if traces:
+        lost_some = outcome.lost_traces(m.profile_steps, traces, per_rank, m.extra)
+        note = "; ".join(x for x in (note, lost_some) if x)
         return rundir.SourceStatus(True, note + tail if note else "", files=files)
     if not m.profile_steps or m.profile_steps == "off":
         return rundir.SourceStatus(False, "profiling off (--profile-steps off)" + tail)
     if note:
         log(f"no profiler trace from gpudiag: {note}{tail}")
         return rundir.SourceStatus(False, note + tail)
+    lost = outcome.lost_window(
+        m.profile_steps, m.extra.get("steps_per_rank", {}), per_rank, m.exit_code
+    )
+    if lost:
+        log(lost)
+        return rundir.SourceStatus(False, lost + tail)
     most = max(m.extra.get("steps_per_rank", {}).values(), default=0)
     why = f"profile window {m.profile_steps} not reached: ranks ran {most} steps"
     fit = suggest_window(most)

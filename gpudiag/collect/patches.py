@@ -19,6 +19,7 @@ from contextlib import suppress
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from gpudiag.collect import hangdump
 from gpudiag.collect.bootstrap import ENV_EXEC_STATE
 
 if TYPE_CHECKING:
@@ -331,6 +332,7 @@ def install_all(torch: ModuleType, hook: RankHook) -> None:
         _install_comm(torch, hook)
     except Exception as e:
         hook.record_error("gpudiag", f"collectives not instrumented: {e}")
+    hangdump.install(torch, hook)
     _patch(os, "execv", lambda o: _wrap_exec(hook, o, with_env=False))
     _patch(os, "execve", lambda o: _wrap_exec(hook, o, with_env=True))
     os.register_at_fork(after_in_child=hook.after_fork_in_child)

@@ -92,6 +92,10 @@ def _fit(con: Console, build: Callable[[tuple[int, int, int, int]], Table]) -> T
     return t
 
 
+# verdicts about how the run ended: they rest on the ranks' ends, not on step time
+ENDED = ("hang", "mismatch", "failure", "interrupted")
+
+
 def render(
     d: Diagnosis,
     out: TextIO,
@@ -104,12 +108,13 @@ def render(
     """Print the verdict, the run summary, the per-rank table, findings and (optionally) steps."""
     con = make_console(out, width=width, color=color)
     _summary(con, d)
-    con.print()
-    con.print(_fit(con, lambda pad: _rank_table(d, max_ranks, pad)))
-    for text in _spread_and_what_if(d):
-        label, _, rest = text.partition(": ")
-        _print_wrapped(con, Text(f"{label}: ", style="dim"), rest, style="dim")
-    _detail_tables(con, d, show_steps)
+    if d.run.steps:  # a diagnosis of flight-recorder dumps or stacks alone has no step
+        con.print()
+        con.print(_fit(con, lambda pad: _rank_table(d, max_ranks, pad)))
+        for text in _spread_and_what_if(d):
+            label, _, rest = text.partition(": ")
+            _print_wrapped(con, Text(f"{label}: ", style="dim"), rest, style="dim")
+        _detail_tables(con, d, show_steps)
     con.print()
     _findings(con, d)
     _recommendations(con, d)
@@ -124,8 +129,14 @@ def _summary(con: Console, d: Diagnosis) -> None:
     v = d.verdict
     if v:
         style = "bold green" if v.bottleneck == "none" else "bold"
+        basis = "" if v.bottleneck in ENDED else f" ({_basis(v)})"
         _print_wrapped(con, Text("verdict: ", style="bold"),
-                       f"{v.headline} ({_basis(v)})", style=style)  # fmt: skip
+                       f"{v.headline}{basis}", style=style)  # fmt: skip
+    if not r.steps:
+        con.print(
+            Text(f"gpudiag · {words.plural(r.ranks, 'rank')} · no step measured", style="bold")
+        )
+        return
     head = Text()
     head.append("gpudiag", style="bold")
     head.append(f" · {words.plural(r.ranks, 'rank')}")

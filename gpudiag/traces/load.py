@@ -22,6 +22,8 @@ from gpudiag import runconditions, rundir
 from gpudiag.errors import InputError
 from gpudiag.fileio import check_regular, kind_of, list_dir, walk_dir
 from gpudiag.traces.common import LoadOptions, rank_from_filename
+from gpudiag.traces.flightrec import HANG_DIR, looks_like_dump
+from gpudiag.traces.runend import load_run_end
 from gpudiag.traces.schema import RankTimeline, RunTimeline, check_ranks
 
 KINETO_SUFFIXES = (".json", ".json.gz")
@@ -67,6 +69,8 @@ class Inputs:
     manifests: list[rundir.RunManifest] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     telemetry_only: list[Path] = field(default_factory=list)  # run dirs with no trace at all
+    fr_files: list[Path] = field(default_factory=list)  # flight-recorder dumps (traces/flightrec)
+    evidence_only: list[Path] = field(default_factory=list)  # run dirs with hang evidence alone
 
 
 def _fmt_of(path: Path) -> str | None:
@@ -95,7 +99,7 @@ def discover(paths: Iterable[str | os.PathLike[str]], options: LoadOptions | Non
         else:
             check_regular(p)  # a FIFO or a device is refused before anything opens it
             _add_file(p, found, opts, explicit=True)
-    if not found.traces and not found.telemetry_only:
+    if not (found.traces or found.telemetry_only or found.fr_files or found.evidence_only):
         where = ", ".join(str(Path(p)) for p in paths) or "(nothing)"
         raise InputError(
             where,
@@ -112,9 +116,15 @@ def _discover_dir(d: Path, found: Inputs, opts: LoadOptions) -> None:
         return
     skipped = []
     for f in sorted(walk_dir(d)):  # by whole path, as before: the order of `inputs`
+        if not _fmt_of(f) and _regular(f, found) and looks_like_dump(f):
+            found.fr_files.append(f)
+            continue
         if not _fmt_of(f) or not _regular(f, found):
             continue
         if _fmt_of(f) == "kineto" and not looks_like_trace(f):
+            if looks_like_dump(f):
+                found.fr_files.append(f)
+                continue
             skipped.append(f.name)
         else:
             _add_file(f, found, opts, explicit=False)
@@ -124,7 +134,7 @@ def _discover_dir(d: Path, found: Inputs, opts: LoadOptions) -> None:
             + ", ".join(skipped[:5])
             + ("…" if len(skipped) > 5 else "")
         )
-    if not found.traces:
+    if not found.traces and not found.fr_files:
         raise InputError(
             d,
             "directory holds no traces",
@@ -143,6 +153,11 @@ def _discover_run_dir(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptio
                 node / rundir.MANIFEST, str(e), "is this a gpudiag run directory?"
             ) from e
         for f in list_dir(node / rundir.RANKS_DIR):
+            if f.name.startswith("."):
+                # a rank's temporary export, left behind when it died while writing: its
+                # trace is lost (the manifest says so), not a trace to read
+                found.notes.append(f"skipped {f}: an unfinished trace export (the rank died)")
+                continue
             if _fmt_of(f) == "kineto" and _regular(f, found):
                 _add_file(f, found, opts, explicit=False)
     exports = [
@@ -187,6 +202,10 @@ def _without_traces(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptions
 
     if steps_files(d):
         found.telemetry_only.append(d)
+        return
+    if any((node / rundir.RANKS_DIR / HANG_DIR).is_dir() for node in nodes):
+        found.notes.append(f"{d}: no step finished; what the ranks left when stuck is analysed")
+        found.evidence_only.append(d)
         return
     window = f" --profile-steps {m.profile_steps}" if m and m.profile_steps else ""
     raise InputError(
@@ -264,6 +283,9 @@ def _add_file(f: Path, found: Inputs, opts: LoadOptions, explicit: bool) -> None
         if all(t.path != f for t in found.traces):
             found.traces.append(FileSource(f, "nsys", opts, origin=origin))
         return
+    if explicit and looks_like_dump(f):
+        found.fr_files.append(f)
+        return
     if explicit:
         raise InputError(
             f,
@@ -300,11 +322,13 @@ def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None)
     from gpudiag.traces.alerts import load_alerts
 
     inputs = discover(paths, options)
+    manifest = merge_manifests(inputs.manifests)
     run = RunTimeline(
         sources=list(inputs.traces),
-        manifest=merge_manifests(inputs.manifests),
+        manifest=manifest,
         notes=inputs.notes,
         alerts=[a for d in inputs.run_dirs for a in load_alerts(d)],
+        run_end=load_run_end(inputs, manifest),
     )
     if inputs.run_dirs:  # only run directories have telemetry (and need pandas for it)
         import pandas as pd

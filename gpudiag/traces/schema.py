@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from gpudiag.rundir import RunManifest
+    from gpudiag.traces.runend import RunEnd
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -339,6 +340,9 @@ class RunTimeline:
     samples: pd.DataFrame | None = None  # NVML samples: traces/samples.py COLUMNS
     notes: list[str] = field(default_factory=list)
     alerts: list[dict[str, Any]] = field(default_factory=list)  # traces/alerts.py records
+    # how the ranks ended and the hang evidence (traces/runend.py); None: a run that
+    # ended well without any, or loose traces
+    run_end: RunEnd | None = None
     _loaded: list[RankTimeline] | None = field(default=None, repr=False, compare=False)
 
     @classmethod

@@ -79,10 +79,12 @@ def test_sigint_is_forwarded(tmp_path: Path) -> None:
     )
     wait_for(ready.exists, 30)
     p.send_signal(signal.SIGINT)
-    assert p.wait(30) == 42
+    # issue 21: an interrupted `gpudiag run` exits 130; the job's own code is kept
+    assert p.wait(30) == 130
     assert "got SIGINT" in (tmp_path / "stdout.txt").read_text()
     m = rundir.read_manifest(tmp_path / "r" / "manifest.json")
     assert m.extra["signals_forwarded"] == ["SIGINT"]
+    assert m.exit_code == 42 and m.extra["interrupted"]["job_exit_code"] == 42
 
 
 @pytest.mark.usefixtures("torch_required")

@@ -1,0 +1,218 @@
+"""Findings for a run that hung, disagreed on a collective, failed or was interrupted.
+
+The rules are in ``analysis/hang.py`` (who never entered which collective, where each
+culprit is) and ``analysis/failure.py`` (which rank failed first); this module turns
+their results into findings: ``hang``, ``collective_mismatch`` and ``job_failed``, each
+with the numbers docs/definitions.md lists. The verdict leads with them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from gpudiag import __version__
+from gpudiag.analysis.failure import describe, failures
+from gpudiag.analysis.hang import HangCase, analyze_dumps, hang_cases
+from gpudiag.analysis.kinds import FindingKind, Mode, Severity
+from gpudiag.analysis.metrics import CollectiveMismatchMetrics, HangMetrics, JobFailedMetrics
+from gpudiag.analysis.model import Diagnosis, Finding, RunSummary, Shares
+from gpudiag.analysis.rank import RankResult
+from gpudiag.analysis.verdict import verdict
+from gpudiag.config import Thresholds
+from gpudiag.traces.runend import RunEnd
+from gpudiag.traces.schema import RunTimeline
+
+LEADS = (FindingKind.HANG, FindingKind.COLLECTIVE_MISMATCH, FindingKind.JOB_FAILED)
+
+
+def _frames_json(case: HangCase) -> dict[str, list[dict[str, Any]]]:
+    return {
+        str(r): [{"name": f.name, "filename": f.filename, "line": f.line} for f in frames]
+        for r, frames in sorted(case.where_frames.items())
+    }
+
+
+def _case_finding(case: HangCase, stall_members: dict[tuple[str, int | None], Any]) -> Finding:
+    st = stall_members.get((case.pg_name, case.seq))
+    common: dict[str, Any] = {
+        "op": case.op,
+        "process_group": {"name": case.pg_name, "desc": case.pg_desc},
+        "seq": case.seq,
+        "sizes": [list(x) for x in st.input_sizes] if st is not None else [],
+        "dtypes": list(st.input_dtypes) if st is not None and st.input_dtypes else None,
+        "waiting_ranks": list(case.waiting),
+        "waited_ns": case.waited_ns,
+        "waited_ns_per_rank": (
+            {str(w.rank): w.waited_ns for w in st.stuck} if st is not None else {}
+        ),
+        "never_entered": list(st.never_entered) if st is not None else list(case.culprits),
+        "unknown_ranks": list(st.unknown) if st is not None else [],
+        "members": list(st.members) if st is not None else [],
+        "where": _frames_json(case),
+        "step": case.step,
+        "explained_by": case.explained_by,
+        "incomplete": case.incomplete,
+        "evidence": case.evidence,
+    }
+    metrics: HangMetrics
+    if case.kind == "collective_mismatch":
+        kind = FindingKind.COLLECTIVE_MISMATCH
+        metrics = CollectiveMismatchMetrics(
+            **common,
+            mismatches=[
+                {"rank": m.rank, "field": m.what, "expected": m.expected, "found": m.found}
+                for m in case.mismatch
+            ],
+        )
+    else:
+        kind = FindingKind.HANG
+        metrics = HangMetrics(**common)
+    severity = Severity.ERROR if case.explained_by is None else Severity.WARNING
+    return Finding(
+        kind,
+        severity,
+        case.message,
+        ranks=list(case.culprits),
+        steps=[case.step] if case.step is not None else [],
+        metrics=metrics,
+    )
+
+
+def run_end_findings(end: RunEnd | None) -> list[Finding]:
+    """``hang``, ``collective_mismatch`` and ``job_failed`` findings of ``end``, roots first."""
+    if end is None:
+        return []
+    out: list[Finding] = []
+    analysis = analyze_dumps(end.dumps, end.world_size) if end.dumps else None
+    cases = hang_cases(analysis, end.stacks, end.world_size)
+    stalls: dict[tuple[str, int | None], Any] = {}
+    if analysis is not None:
+        for s in (*analysis.mismatches, *analysis.stalls):
+            stalls[(s.pg_name, s.seq)] = s
+    out += [_case_finding(c, stalls) for c in cases]
+    failed = failures(end.ends)
+    if end.exit_code not in (None, 0) or end.interrupted or failed:
+        out.append(_failure_finding(end, failed))
+    return out
+
+
+def _failure_finding(end: RunEnd, failed: list[Any]) -> Finding:
+    first = failed[0] if failed else None
+    killed_by_watchdog = bool((end.hang or {}).get("killed"))
+    if killed_by_watchdog:
+        msg = (
+            "gpudiag's hang watchdog ended the job (--on-hang kill) after the stall above"
+            f"; the job's exit code {end.exit_code}"
+        )
+        return Finding(
+            FindingKind.JOB_FAILED,
+            Severity.WARNING,
+            msg,
+            metrics=JobFailedMetrics(exit_code=end.exit_code, how="killed by gpudiag"),
+        )
+    interrupted = end.interrupted or (
+        any(f.how == "interrupt" for f in failed)
+        and all(f.how in ("interrupt", "killed") for f in failed)
+    )
+    if interrupted:
+        head = "interrupted (Ctrl-C)"
+        if first is not None:
+            head += f" in step {first.step}"
+        msg = f"the run was {head}; the diagnosis covers the steps the ranks finished"
+    elif first is not None:
+        msg = describe(first, first=True)
+        others = [f for f in failed[1:] if f.how != "killed"]
+        if others:
+            msg += "; then " + describe(others[0])
+        if end.exit_code not in (None, 0):
+            msg += f" (the job exited with code {end.exit_code})"
+    else:
+        msg = (f"the training job exited with code {end.exit_code}; no rank recorded an error: "
+               "the diagnosis covers the steps it completed")  # fmt: skip
+    severity = Severity.ERROR if first is not None and not interrupted else Severity.WARNING
+    metrics = JobFailedMetrics(
+        exit_code=end.exit_code,
+        interrupted=interrupted,
+        first_rank=first.rank if first is not None else None,
+        step=first.step if first is not None else None,
+        how=first.how if first is not None else None,
+        error=first.line if first is not None else None,
+        where=first.where if first is not None else None,
+        collective=first.collective if first is not None else None,
+        others=[
+            {"rank": f.rank, "how": f.how, "error": f.line, "step": f.step} for f in failed[1:]
+        ],
+    )
+    return Finding(FindingKind.JOB_FAILED, severity, msg,
+                   ranks=[first.rank] if first is not None else [],
+                   steps=[first.step] if first is not None else [], metrics=metrics)  # fmt: skip
+
+
+def evidence_only(
+    run: RunTimeline, findings: list[Finding], th: Thresholds, notes: list[str]
+) -> Diagnosis:
+    """A Diagnosis of flight-recorder dumps (or a run stopped before its first step) alone."""
+    end = run.run_end
+    ranks = (
+        sorted(
+            {d.rank for d in end.dumps} | {s.rank for s in end.stacks} | {e.rank for e in end.ends}
+        )
+        if end
+        else []
+    )
+    zero = Shares(0.0, 0.0, 0.0, 0.0)
+    summary = RunSummary(
+        ranks=len(ranks),
+        world_size=end.world_size if end else None,
+        steps=0,
+        step_time_ns_median=0,
+        step_time_ns_p90=0,
+        shares=zero,
+        comm_overlapped_ratio=0.0,
+        idle_ratio=0.0,
+        mode=Mode.TELEMETRY,
+    )
+    why = (
+        "no step to measure: the diagnosis rests on the flight recorder, the ranks' stacks "
+        "and how each rank ended"
+    )
+    return Diagnosis(
+        run=summary,
+        ranks=[],
+        steps=[],
+        findings=findings,
+        inputs=list(run.inputs),
+        thresholds=th.as_dict(),
+        notes=[*notes, why],
+        gpudiag_version=__version__,
+        verdict=verdict(summary, findings),
+    )
+
+
+def without_unfinished(
+    results: list[RankResult], end: RunEnd | None, notes: list[str]
+) -> list[RankResult]:
+    """Trace steps a rank never finished (the job died in them) out of a run that ended badly.
+
+    A window cut by the job's end is saved with the partial step it ended in; the rank's
+    telemetry names it (``cut_at_step`` of its ``profile`` record). That step must not feed
+    shares or remedies. Only gpudiag's own traces (``ranks/rank-R.pt.trace.json.gz``) are
+    checked: their ``ProfilerStep#N`` carry gpudiag's step numbers.
+    """
+    if end is None:
+        return results
+    cut = {e.rank: e.cut_step for e in end.ends if e.cut_step is not None}
+    out = []
+    for r in results:
+        c = cut.get(r.rank)
+        own = r.source.replace("\\", "/").endswith(f"ranks/rank-{r.rank}.pt.trace.json.gz")
+        if c is None or not own or all(s.step < c for s in r.steps):
+            out.append(r)
+            continue
+        notes.append(
+            f"rank {r.rank}: trace step {c} never finished (the job ended inside it): left out "
+            "of every share and remedy"
+        )
+        out.append(dataclasses.replace(r, steps=[s for s in r.steps if s.step < c]))
+    return out
