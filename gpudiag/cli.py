@@ -324,6 +324,12 @@ def _hang_options(timeout_s: float | None, on_hang: str) -> Any:
     """The watchdog's settings: --hang-timeout, else [tool.gpudiag.hang]; its report printer."""
     from gpudiag.collect import watchdog
 
+    if on_hang not in watchdog.ON_HANG:
+        raise GpudiagError(f"--on-hang {on_hang} is not report or kill",
+                           "use --on-hang report or --on-hang kill", EXIT_USAGE)  # fmt: skip
+    if timeout_s is not None and not timeout_s > 0:
+        raise GpudiagError(f"--hang-timeout {timeout_s} is not a positive number of seconds",
+                           "use e.g. --hang-timeout 600", EXIT_USAGE)  # fmt: skip
     rules = thresholds().hang
     if timeout_s is None and rules.timeout_s > 0:
         timeout_s = rules.timeout_s
@@ -422,12 +428,6 @@ def run(
     if nsys_range not in ("window", "all"):
         raise GpudiagError(f"--nsys-range {nsys_range} is not window or all",
                            "use --nsys-range window or --nsys-range all", EXIT_USAGE)  # fmt: skip
-    if on_hang not in watchdog.ON_HANG:
-        raise GpudiagError(f"--on-hang {on_hang} is not report or kill",
-                           "use --on-hang report or --on-hang kill", EXIT_USAGE)  # fmt: skip
-    if hang_timeout is not None and not hang_timeout > 0:
-        raise GpudiagError(f"--hang-timeout {hang_timeout} is not a positive number of seconds",
-                           "use e.g. --hang-timeout 600", EXIT_USAGE)  # fmt: skip
     opts = launcher.RunOptions(command, out, profile_steps, not no_nvml, nvml_interval, node_rank)
     opts.nsys, opts.nsys_range = nsys, nsys_range
     monitor = _alert_monitor(alerts, alert_exec)
