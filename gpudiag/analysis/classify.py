@@ -11,8 +11,12 @@ compute set, C the communication set, M the copy set and D the data-fetch set of
 
 P is the step's period (:mod:`gpudiag.analysis.steps`), so the four parts sum to it exactly.
 
-GPU traces: K = union of non-communication kernels, C = union of communication kernels,
-M = union of memcpy/memset, D = DataLoader ranges on the training thread.
+GPU traces: K = union of non-communication kernels, C = union of communication kernels
+(one classification, :data:`gpudiag.config.COMM_KERNEL_LIBRARIES`: NCCL/RCCL, NVLS/multimem,
+DeepEP, NVSHMEM) and of the training thread's blocking host communication calls
+(:data:`gpudiag.config.HOST_COMM_CALL_RE`: MPI calls, gloo/UCC operations — no kernel stands
+for them), M = union of memcpy/memset (peer-to-peer copies too: copy engines are copies),
+D = DataLoader ranges on the training thread.
 
 When the steps are the user's own iteration ranges (found automatically, or named by
 ``--step-marker``), D also holds the host time *between* consecutive step ranges: in a
@@ -43,7 +47,7 @@ import numpy.typing as npt
 
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.steps import StepWindows
-from gpudiag.config import DEFAULT_COMM_OP_RE
+from gpudiag.config import DEFAULT_COMM_OP_RE, HOST_COMM_CALL_RE
 from gpudiag.traces.schema import I64, Kind, RankTimeline
 
 _BUCKET_COPY = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
@@ -87,9 +91,13 @@ def rank_sets(tl: RankTimeline, comm_op_re: str = DEFAULT_COMM_OP_RE) -> RankSet
         data = iv.join(data, input_gaps(tl, gpu, on_main))
     gpu_busy = gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM, Kind.MEMCPY, Kind.MEMSET])
     if gpu_busy.any():
+        host_calls = (tl.kind == Kind.COMM) & on_main & ~gpu
+        if host_calls.any():
+            rx = re.compile(HOST_COMM_CALL_RE)
+            host_calls &= np.array([bool(rx.search(n)) for n in tl.names], bool)[tl.name]
         return RankSets(
             compute=_set(tl, gpu & (tl.kind == Kind.COMPUTE)),
-            comm=_set(tl, gpu & (tl.kind == Kind.COMM)),
+            comm=iv.join(_set(tl, gpu & (tl.kind == Kind.COMM)), _set(tl, host_calls)),
             copy=_set(tl, gpu & np.isin(tl.kind, [Kind.MEMCPY, Kind.MEMSET])),
             data=data,
             mode="gpu",

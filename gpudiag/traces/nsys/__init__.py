@@ -56,7 +56,6 @@ from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
                 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH",
                 13: "UVM DtoD"}  # fmt: skip
-PEER_COPY = 10
 NO_NVTX_HINT = ("the export has no NVTX ranges: capture with `nsys profile -t cuda,nvtx` and "
                 "mark steps with torch.cuda.nvtx.range or `gpudiag run`")  # fmt: skip
 _EMPTY = np.zeros(0, np.int64)
@@ -153,9 +152,9 @@ class _Rows:
         self.rname = sid_index(rt[:, 4], n_sid)
         self.oname = sid_index(self.os[:, 4], 0)
         self.nname = inv[off_ms + 2 + nv[:, 4]] if len(nv) else np.zeros(0, np.int64)
-        # coarse kinds: peer copies are GPU-to-GPU traffic, NCCL/MPI domain ranges calls
+        # coarse kinds: copies are copies (peer-to-peer ones too: a copy engine moves the
+        # data, as in Kineto's ``Memcpy PtoP``); NCCL/MPI domain ranges and MPI calls comm
         self.gkind = gpu[:, 0].copy()
-        self.gkind[cp & (gpu[:, 6] == PEER_COPY)] = Kind.COMM
         self.nkind = np.where(nv[:, 5] != 0, int(Kind.COMM), int(Kind.ANNOTATION))
 
     def process(self, gi: I64A, ri: I64A, ni: I64A, oi: I64A) -> RawColumns:

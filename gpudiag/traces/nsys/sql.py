@@ -484,6 +484,9 @@ def _op_range(x: str) -> str:
 def nvtx_rows(ex: Export, by_pid: bool) -> tuple[I64A, list[str]]:
     """Push/pop and start/end ranges: (pid, tid, start, end, name index, comm domain), names.
 
+    Nsight's MPI trace tables (:data:`MPI_TABLES`) join them as ranges named by the call
+    (``MPI_Sendrecv``), which ``comm_host_re`` makes communication (not ``MPI_Init``).
+
     Per-operator ranges are skipped (:func:`_op_range`). Names are
     ``COALESCE(text, StringIds)`` with PyTorch's suffixes (``, seq = N``, ``, op_id = N``,
     ``, sizes = …``) cut off in SQL, so that ``nccl:all_to_all, op_id = N`` ranges share a
@@ -492,13 +495,56 @@ def nvtx_rows(ex: Export, by_pid: bool) -> tuple[I64A, list[str]]:
     """
     t = ex.table("NVTX_EVENTS")
     c = ex.cols("NVTX_EVENTS")
-    if t is None:
-        return np.zeros((0, 6), np.int64), []
-    if not {"start", "end", "eventType", "globalTid"} <= c:
+    parts = _mpi_parts(ex, by_pid)
+    if t is not None and not {"start", "end", "eventType", "globalTid"} <= c:
         need = {"start", "end", "eventType", "globalTid"}
         ex.notes.append(f"{t} has no column {', '.join(sorted(need - c))} (renamed?): NVTX "
                         "ranges are not read")  # fmt: skip
+        t = None
+    if t is not None:
+        parts.insert(0, _nvtx_part(ex, t, c, by_pid))
+    if not parts:
         return np.zeros((0, 6), np.int64), []
+    base = " UNION ALL ".join(parts)
+    names = [str(r[0]) for r in ex.rows(f"SELECT DISTINCT nm FROM ({base}) ORDER BY nm")]
+    rows = ex.ints(
+        f"SELECT pid, tid, s, e, DENSE_RANK() OVER (ORDER BY nm) - 1, cd, ok FROM ({base}) "
+        "ORDER BY pid, s",
+        7,
+    )
+    good = rows[:, 6] == 1
+    ex.dropped("NVTX and MPI ranges", int(np.count_nonzero(~good)),
+               "start/end/globalTid not integers or out of range, or end < start")  # fmt: skip
+    return np.ascontiguousarray(rows[good, :6]), names
+
+
+# Nsight's MPI trace (``-t mpi``): one table per kind of call, each row one call.
+MPI_TABLES = ("MPI_P2P_EVENTS", "MPI_COLLECTIVES_EVENTS", "MPI_START_WAIT_EVENTS",
+              "MPI_OTHER_EVENTS")  # fmt: skip
+
+
+def _mpi_parts(ex: Export, by_pid: bool) -> list[str]:
+    """SELECTs of the MPI trace tables as communication ranges named by their call."""
+    out = []
+    for canon in MPI_TABLES:
+        t = ex.table(canon)
+        if t is None or not {"start", "end", "globalTid", "textId"} <= ex.cols(canon):
+            continue
+        end = 'm."end"'
+        ok = f"{_times_ok('m.start', end)} AND {_is_int('m.globalTid')}"
+        pid = _PID.format(col="m.globalTid") if by_pid else "0"
+        out.append(
+            f"SELECT {_int_or(pid, 0)} AS pid, {_int_or(_TID.format(col='m.globalTid'), 0)} "
+            f"AS tid, {_int_or('m.start', 0)} AS s, {_int_or(end, 0)} AS e, "
+            f"COALESCE(s.value, 'MPI call') AS nm, 0 AS cd, CASE WHEN {ok} THEN 1 ELSE 0 END "
+            f"AS ok FROM {quoted(t)} AS m LEFT JOIN {quoted(str(ex.table('StringIds')))} AS s "
+            'ON s.id = m.textId WHERE m."end" IS NOT NULL'
+        )
+    return out
+
+
+def _nvtx_part(ex: Export, t: str, c: set[str], by_pid: bool) -> str:
+    """The SELECT of NVTX push/pop and start/end ranges (see :func:`nvtx_rows`)."""
     txt = "n.text" if "text" in c else "NULL"  # a blob or a number here is only a bad name
     join = ""
     if "textId" in c:
@@ -522,23 +568,13 @@ def nvtx_rows(ex: Export, by_pid: bool) -> tuple[I64A, list[str]]:
     end = 'n."end"'
     ok = f"{_times_ok('n.start', end)} AND {_is_int('n.globalTid')}"
     pid = _PID.format(col="n.globalTid") if by_pid else "0"
-    base = (
+    return (
         f"SELECT {_int_or(pid, 0)} AS pid, {_int_or(_TID.format(col='n.globalTid'), 0)} AS tid, "
         f"{_int_or('n.start', 0)} AS s, {_int_or(end, 0)} AS e, {nm} AS nm, "
         f"{comm} AS cd, CASE WHEN {ok} THEN 1 ELSE 0 END AS ok FROM {quoted(t)} AS n {join}"
         'WHERE n.eventType IN (59, 60) AND n."end" IS NOT NULL '
         f"AND NOT ({_op_range(x)})"
     )
-    names = [str(r[0]) for r in ex.rows(f"SELECT DISTINCT nm FROM ({base}) ORDER BY nm")]
-    rows = ex.ints(
-        f"SELECT pid, tid, s, e, DENSE_RANK() OVER (ORDER BY nm) - 1, cd, ok FROM ({base}) "
-        "ORDER BY pid, s",
-        7,
-    )
-    good = rows[:, 6] == 1
-    ex.dropped(f"NVTX ranges of {t}", int(np.count_nonzero(~good)),
-               "start/end/globalTid not integers or out of range, or end < start")  # fmt: skip
-    return np.ascontiguousarray(rows[good, :6]), names
 
 
 def strings(ex: Export, ids: I64A) -> dict[int, str]:
