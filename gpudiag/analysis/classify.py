@@ -8,8 +8,15 @@ compute set, C the communication set, M the copy set and D the data-fetch set of
 * overlapped   = |(C ∩ K) ∩ P|            reported separately, not part of the sum
 * data_wait    = |(D \\ (K ∪ C ∪ M)) ∩ P|  fetching data while the device is idle
 * other        = |P| − the three above     host overhead, launch gaps, copies alone, sync
+* gpu_idle     = |P \\ G|                  G: every kernel, copy and memset (GPU traces)
 
 P is the step's period (:mod:`gpudiag.analysis.steps`), so the four parts sum to it exactly.
+
+Two idles: the *non-compute idle* is 1 − compute / |P| (copies, communication and host time
+are idle in it; flagged above ``idle_ratio_max``); the *GPU idle* is |P \\ G| / |P|, the
+time with no GPU activity of any kind — what HTA's temporal breakdown and nvidia-smi's
+utilisation mean. GPU idle ≤ non-compute idle; the difference is communication and copies
+alone (and host MPI calls) on a GPU with no compute beside them.
 
 GPU traces: K = union of non-communication kernels, C = union of communication kernels
 (one classification, :data:`gpudiag.config.COMM_KERNEL_LIBRARIES`: NCCL/RCCL, NVLS/multimem,
@@ -63,6 +70,7 @@ class StepParts:
     other: I64
     overlapped: I64
     mode: str  # "gpu" or "cpu"
+    gpu_idle: I64 | None = None  # no kernel, copy or memset of any kind (GPU traces only)
 
 
 @dataclass
@@ -74,6 +82,7 @@ class RankSets:
     copy: iv.IntervalSet
     data: iv.IntervalSet
     mode: str
+    gpu_busy: iv.IntervalSet | None = None  # every kernel, copy and memset (GPU traces)
 
 
 def _set(tl: RankTimeline, mask: npt.NDArray[np.bool_]) -> iv.IntervalSet:
@@ -101,6 +110,7 @@ def rank_sets(tl: RankTimeline, comm_op_re: str = DEFAULT_COMM_OP_RE) -> RankSet
             copy=_set(tl, gpu & np.isin(tl.kind, [Kind.MEMCPY, Kind.MEMSET])),
             data=data,
             mode="gpu",
+            gpu_busy=_set(tl, gpu_busy),
         )
     # CPU-only: the training thread and autograd threads do the compute.
     names = tl.meta.thread_names
@@ -198,7 +208,10 @@ def classify_sets(sets: RankSets, start: I64, end: I64) -> StepParts:
     busy = iv.join(iv.join(k, c), m)
     data_wait = iv.measure(iv.subtract(d, busy), start, end)
     other = (end - start) - compute - comm_wait - data_wait
-    return StepParts(compute, comm_wait, data_wait, other, overlapped, sets.mode)
+    gpu_idle = None
+    if sets.gpu_busy is not None:
+        gpu_idle = (end - start) - iv.measure(sets.gpu_busy, start, end)
+    return StepParts(compute, comm_wait, data_wait, other, overlapped, sets.mode, gpu_idle)
 
 
 def time_by_name(
