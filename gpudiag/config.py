@@ -131,6 +131,15 @@ class AdviceRules:
 
 
 @dataclass(frozen=True)
+class EvidenceRules:
+    """What a trace can support before it is judged (analysis/evidence.py)."""
+
+    sampled_hole_ratio: float = 0.2  # host-operator ids followed by a hole: sampled/filtered
+    sampled_min_ids: int = 50  # ... among at least this many ids
+    few_gpu_ops: int = 100  # one step (or none) with fewer GPU ops: too little to generalise
+
+
+@dataclass(frozen=True)
 class DiffRules:
     """When a change between two runs counts as noise (analysis/diff.py)."""
 
@@ -145,6 +154,7 @@ _GROUPS: dict[str, type] = {
     "pipeline": PipelineRules,
     "advice": AdviceRules,
     "diff": DiffRules,
+    "evidence": EvidenceRules,
 }
 
 
@@ -170,6 +180,7 @@ class Thresholds:
     pipeline: PipelineRules = field(default_factory=PipelineRules)
     advice: AdviceRules = field(default_factory=AdviceRules)
     diff: DiffRules = field(default_factory=DiffRules)
+    evidence: EvidenceRules = field(default_factory=EvidenceRules)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

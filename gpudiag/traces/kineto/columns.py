@@ -195,6 +195,7 @@ class Columns:
         self.dropped: Counter[str] = Counter()  # reason → events dropped (notes)
         self.first_cat: str | None = None
         self._parts: list[EventColumns] = []
+        self._ext_ids: list[I64] = []  # External ids of host operators (sampling holes)
 
     def _grow(self) -> None:
         """Extend the per-id lookup tables to ids seen for the first time."""
@@ -278,6 +279,7 @@ class Columns:
         kind = refine_kinds(kind.astype(np.int64), self.name_flags[name]).astype(np.int8)
         args = list(map(_GET_ARGS, events))
         nbytes, coll_id, coll_name = self._sizes(args, kind)
+        self._host_ids(args, kind, is_gpu)
         corr = np.fromiter(map(_GET_CORR, args), np.int64, len(args))
         self._parts.append(
             EventColumns(
@@ -344,6 +346,24 @@ class Columns:
                 coll_name[i] = self.names[a.coll_name]
                 coll_id[i] = _coll_key(a)
         return nbytes, coll_id, coll_name
+
+    def _host_ids(self, args: list[Args], kind: I8, is_gpu: Mask) -> None:
+        """Keep the External ids of host operators: holes in them mean a sampled trace."""
+        ops = np.flatnonzero(((kind == Kind.CPU_OP) | (kind == Kind.COMM)) & ~is_gpu)
+        if ops.size:
+            self._ext_ids.append(np.fromiter(
+                (max(args[i].external_id, args[i].external_id_legacy) for i in ops.tolist()),
+                np.int64, ops.size))  # fmt: skip
+
+    def coverage(self) -> dict[str, int]:
+        """Host-operator External ids present, their span and the holes between them."""
+        ids = np.unique(np.concatenate(self._ext_ids)) if self._ext_ids else np.zeros(0, np.int64)
+        ids = ids[ids >= 0]
+        if ids.size < 2:
+            return {}
+        holes = int(np.count_nonzero(np.diff(ids) > 1))
+        return {"host_op_ids": int(ids.size), "host_op_id_span": int(ids[-1] - ids[0] + 1),
+                "host_op_id_holes": holes}  # fmt: skip
 
     def columns(self) -> EventColumns:
         """Every slice's columns joined; each slice is freed once copied (peak memory)."""

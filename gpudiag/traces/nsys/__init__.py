@@ -211,6 +211,7 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
     for order, pid in enumerate(pids):
         meta = RankMeta(source=source, fmt="nsys", era=era, notes=list(notes), pid=pid,
                         capture_version=capture)  # fmt: skip
+        meta.dropped = dict(ex.dropped_rows)
         rank, meta.rank_from = _rank(order, pid, len(pids), env, threads, file_rank, ex.path)
         if len(pids) == 1:
             size = next((env[v] for v in SIZE_VARS if v in env), None)

@@ -144,6 +144,7 @@ class Export:
         self.path = path
         self.con, self._private = connect(path)
         self.notes: list[str] = []
+        self.dropped_rows: dict[str, int] = {}  # "<what> ignored (<why>)" → rows
         try:
             rows = self.con.execute("SELECT type, name FROM sqlite_master").fetchall()
         except (sqlite3.Error, UnicodeDecodeError) as e:  # see load_nsys
@@ -219,6 +220,8 @@ class Export:
         """Count ``n`` rows that were not read in a note."""
         if n > 0:
             self.notes.append(f"{n} {what} ignored ({why})")
+            reason = f"{what} ignored ({why})"
+            self.dropped_rows[reason] = self.dropped_rows.get(reason, 0) + n
 
     def meta(self) -> dict[str, str]:
         """The export's metadata table (schema and product versions)."""
