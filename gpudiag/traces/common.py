@@ -264,11 +264,11 @@ def check_clocks(cols: RawColumns, kind: npt.NDArray[np.int64], meta: RankMeta) 
     the offset Δ (GPU clock − host clock) satisfies Δ ≤ min(S − L) over every linked op
     (no op starts before its launch) and Δ ≥ max(E − R) over ops of blocking calls
     (``cudaMemcpy``: the copy ends before the call returns). When either bound is violated
-    by more than :data:`CLOCK_TOLERANCE_NS` the GPU times are shifted by the bound (the
-    midpoint when both exist) and a note says so; when the bounds contradict each other or
-    the shift leaves more than :data:`CLOCK_RESIDUE_RATIO` of ops starting before their
-    launch, nothing is shifted and ``meta.clock_unreliable`` is set: compute and host time
-    are not split.
+    by more than :data:`CLOCK_TOLERANCE_NS` the GPU times are shifted by the blocking
+    copies' bound (else by the launch bound) and a note says so; when the bounds contradict
+    each other or the shift leaves more than :data:`CLOCK_RESIDUE_RATIO` of ops starting
+    before their launch, nothing is shifted and ``meta.clock_unreliable`` is set: compute
+    and host time are not split.
     """
     if not len(cols.start_ns):
         return
@@ -304,14 +304,11 @@ def check_clocks(cols: RawColumns, kind: npt.NDArray[np.int64], meta: RankMeta) 
                     "that far behind for the whole trace (not corrected)"
                 )
             continue
+        # A blocking call returns within µs of its copy's end, while the least launch
+        # latency can be larger: the blocking copies' bound is the closer one.
+        shift: int | None = upper if lower is None else lower
         if lower is not None and lower > upper + CLOCK_TOLERANCE_NS:
             shift = None
-        elif lower is not None and upper >= -CLOCK_TOLERANCE_NS:
-            shift = lower  # only the blocking copies say so: the least shift that fits them
-        elif lower is not None:
-            shift = (lower + upper) // 2
-        else:
-            shift = upper
         if shift is not None:
             late = np.count_nonzero(lat - shift < -CLOCK_TOLERANCE_NS)
             if late > CLOCK_RESIDUE_RATIO * o.size:
