@@ -29,6 +29,7 @@ Pure: it reads timelines and results, never files.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from typing import Any
 import numpy as np
 
 from gpudiag.analysis import words
+from gpudiag.analysis.metrics import LimitedEvidenceMetrics, ShareMetrics
+from gpudiag.analysis.model import Finding, FindingKind, Recommendation, Severity
 from gpudiag.config import EvidenceRules
 from gpudiag.traces.common import LAUNCH_LINKED_MIN_RATIO
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline
@@ -109,52 +112,124 @@ def _sign_word(name: str) -> str:
 
 
 def limits(facts: Mapping[int, Mapping[str, Any]], rules: EvidenceRules) -> list[Limit]:
-    """The limits of the traces of every rank, each naming the ranks it applies to."""
-    found: dict[tuple[str, str, str], list[int]] = {}
+    """The limits of the traces of every rank: one per kind, naming the ranks it applies to."""
+    found: dict[tuple[str, str], list[tuple[int, str, str]]] = {}
     for rank in sorted(facts):
-        for kind, effect, message in _rank_limits(facts[rank], rules):
-            found.setdefault((kind, effect, message), []).append(rank)
+        for kind, effect, lead, detail in _rank_limits(facts[rank], rules):
+            found.setdefault((kind, effect), []).append((rank, lead, detail))
     out = []
-    for (kind, effect, message), ranks in found.items():
-        who = "" if len(facts) == 1 else f"{words.ranks(ranks)}: "
-        out.append(Limit(kind, effect, who + message, ranks))
+    for (kind, effect), hits in found.items():
+        ranks = [r for r, _, _ in hits]
+        lead = hits[0][1]
+        details = sorted({d for _, _, d in hits if d})
+        if len(facts) > 1:
+            lead = f"{words.ranks(ranks)}: {lead}"
+        if len(details) == 1:
+            message = lead.format(details[0])
+        else:  # per-rank numbers differ: each rank's own
+            each = "; ".join(f"rank {r}: {d}" for r, _, d in hits)
+            message = lead.format(each)
+        out.append(Limit(kind, effect, message, ranks))
     order = {"clock": 0, "no_gpu_activity": 1, "comm_only": 2, "sampled": 3, "short": 4}
     return sorted(out, key=lambda lim: (lim.effect != WITHHOLD, order.get(lim.kind, 9)))
 
 
-def _rank_limits(f: Mapping[str, Any], rules: EvidenceRules) -> list[tuple[str, str, str]]:
+def _rank_limits(f: Mapping[str, Any], rules: EvidenceRules) -> list[tuple[str, str, str, str]]:
+    """(kind, effect, sentence with ``{}`` for the rank's numbers, the numbers)."""
     out = []
     if f.get("clock_unreliable"):
-        out.append(("clock", WITHHOLD, "GPU and host clocks disagree beyond correction: "
-                    "compute and host time cannot be split"))  # fmt: skip
+        out.append(("clock", WITHHOLD, "GPU and host clocks disagree beyond correction{}: "
+                    "compute and host time cannot be split", ""))  # fmt: skip
     if not f["gpu_ops"]:
         signs = f.get("gpu_signs") or []
         if signs:
             out.append(("no_gpu_activity", WITHHOLD,
                         "cannot split compute from host time: the trace holds no GPU activity, "
-                        f"though the job used GPUs ({', '.join(signs)})"))  # fmt: skip
+                        "though the job used GPUs ({})", ", ".join(signs)))  # fmt: skip
     elif not f["compute_kernels"] and f["comm_kernels"]:
         out.append(("comm_only", WITHHOLD,
-                    "the trace holds only communication on the GPU (no compute kernel): a "
-                    "communication-only extract cannot show compute or host time"))  # fmt: skip
+                    "the trace holds only communication on the GPU (no compute kernel){}: a "
+                    "communication-only extract cannot show compute or host time", ""))  # fmt: skip
     ids, holes = f.get("host_op_ids", 0), f.get("host_op_id_holes", 0)
     if ids >= rules.sampled_min_ids and holes >= rules.sampled_hole_ratio * ids:
         span = f.get("host_op_id_span", ids)
         out.append(("sampled", WITHHOLD,
-                    f"the trace is sampled or filtered: {ids:,} of {span:,} host-operator ids "
-                    f"are present ({ids / span:.1%}, {holes:,} holes), so the gaps between kept "
-                    "events are unseen time, not idle time"))  # fmt: skip
+                    "the trace is sampled or filtered ({}), so the gaps between kept events are "
+                    "unseen time, not idle time",
+                    f"{ids:,} of {span:,} host-operator ids present, "
+                    f"{ids / span:.1%}"))  # fmt: skip
     if f["gpu_ops"] and f["steps"] <= 1 and f["gpu_ops_in_steps"] < rules.few_gpu_ops:
-        out.append(("short", QUALIFY,
-                    f"only {f['gpu_ops_in_steps']} GPU ops in {f['steps']} step of "
-                    f"{words.duration(int(f['step_ns']))}: too little to generalise"))  # fmt: skip
+        out.append(("short", QUALIFY, "only {}: too little to generalise",
+                    f"{f['gpu_ops_in_steps']} GPU ops in {f['steps']} step of "
+                    f"{words.duration(int(f['step_ns']))}"))  # fmt: skip
     if f["gpu_ops"] and f["gpu_ops_linked"] < LAUNCH_LINKED_MIN_RATIO * f["gpu_ops"]:
         out.append(("unlinked", QUALIFY,
-                    f"only {f['gpu_ops_linked']} of {f['gpu_ops']} GPU ops have a launching call "
-                    "in the trace: steps are assigned by time"))  # fmt: skip
+                    "only {} GPU ops have a launching call in the trace: steps are assigned by "
+                    "time", f"{f['gpu_ops_linked']} of {f['gpu_ops']}"))  # fmt: skip
     return out
 
 
 def withheld(lims: Sequence[Limit]) -> list[Limit]:
     """The limits that withhold the split."""
     return [lim for lim in lims if lim.effect == WITHHOLD]
+
+
+# Findings that rest on the split of step time: withheld with it.
+SPLIT_FINDINGS = (FindingKind.IDLE_RATIO, FindingKind.HOST_BOUND, FindingKind.DATA_BOUND,
+                  FindingKind.COMM_BOUND, FindingKind.COMPUTE_BOUND)  # fmt: skip
+
+
+def apply_limits(findings: Sequence[Finding], lims: Sequence[Limit]) -> list[Finding]:
+    """The findings without those a withholding limit takes away, plus one per limit.
+
+    A finding about the split of step time (idle, host-, data-, comm-, compute-bound)
+    rests on time the trace did not see when a limit withholds the split for its ranks:
+    it goes, for those ranks (a finding about other ranks too keeps them).
+    """
+    gone = {r for lim in withheld(lims) for r in lim.ranks}
+    out = []
+    for f in findings:
+        if f.kind in SPLIT_FINDINGS and gone and f.ranks:
+            keep = [r for r in f.ranks if r not in gone]
+            if not keep:
+                continue
+            if keep != list(f.ranks):
+                m = f.metrics
+                if isinstance(m, ShareMetrics):
+                    m = dataclasses.replace(
+                        m, per_rank={k: v for k, v in m.per_rank.items() if int(k) in keep}
+                    )
+                f = dataclasses.replace(f, ranks=keep, metrics=m)
+        out.append(f)
+    for lim in lims:
+        severity = Severity.WARNING if lim.effect == WITHHOLD else Severity.INFO
+        out.append(Finding(FindingKind.LIMITED_EVIDENCE, severity, lim.message,
+                           ranks=list(lim.ranks),
+                           metrics=LimitedEvidenceMetrics(lim.kind, lim.effect)))  # fmt: skip
+    return out
+
+
+def no_unseen_gains(recs: Sequence[Recommendation], lims: Sequence[Limit]) -> list[Recommendation]:
+    """The remedies, with no gain estimated when the trace did not see all of the time."""
+    if not lims:
+        return list(recs)
+    return [dataclasses.replace(r, estimated_gain_ns=None, estimated_gain_ratio=None)
+            for r in recs]  # fmt: skip
+
+
+def dropped_event_notes(dropped: Mapping[int, Mapping[str, int]]) -> list[str]:
+    """One note per rank and reason for events or rows the loaders dropped or clamped."""
+    return [f"rank {rank}: {n:,} {why}" for rank in sorted(dropped)
+            for why, n in sorted(dropped[rank].items()) if n]  # fmt: skip
+
+
+def judge_evidence(
+    facts: Mapping[int, Mapping[str, Any]],
+    dropped: Mapping[int, Mapping[str, int]],
+    findings: Sequence[Finding],
+    rules: EvidenceRules,
+) -> tuple[list[Finding], list[Limit], list[str]]:
+    """The findings as the limits leave them, the limits, and their notes (dropped events too)."""
+    lims = limits(facts, rules)
+    notes = dropped_event_notes(dropped) + [lim.message for lim in lims]
+    return apply_limits(findings, lims), lims, notes

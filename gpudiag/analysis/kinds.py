@@ -31,6 +31,7 @@ class FindingKind(StrEnum):
     WARMUP = "warmup"
     JOB_FAILED = "job_failed"
     COMPUTE_BOUND = "compute_bound"
+    LIMITED_EVIDENCE = "limited_evidence"
 
 
 class Severity(StrEnum):

@@ -86,16 +86,3 @@ def percent(x: float) -> str:
     """A share as a whole percentage, never ``-0%``."""
     text = f"{x:.0%}"
     return "0%" if text in ("-0%", "−0%") else text
-
-
-def duration(ns: float) -> str:
-    """A duration in the unit a person would use: ``9.3 ms``, ``12.0 s``, ``850.0 µs``."""
-    if abs(ns) >= 10e9:
-        return f"{ns / 1e9:.1f} s"
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    if abs(ns) >= 1e3:
-        return f"{ns / 1e3:.1f} µs"
-    return f"{ns:.0f} ns"

@@ -10,8 +10,8 @@ Kineto traces (``<name>.json``; times in µs, one rank, ``ProfilerStep#N`` of 10
 * ``multimem``: as b200x8_r0_infer: a GEMM [0.5, 6.5) and torch's
   ``multimem_all_reduce_kernel`` [6.5, 8.0) on the same stream 7. Per step: compute 6 ms,
   comm-wait 1.5 ms, GPU idle 2.5 ms.
-* ``complete`` / ``sampled``: 4 steps of 200 operators (External ids 1, 2, 3 …), each
-  launching one 20 µs kernel; ``sampled`` keeps every 50th operator and launch, as an
+* ``complete`` / ``sampled``: 4 steps of 400 operators (External ids 1, 2, 3 …), each
+  launching one 10 µs kernel; ``sampled`` keeps every 20th operator and launch, as an
   event-sampling filter does.
 * ``cpu_view``: ``deepep``'s host side only (8 GPUs in ``deviceProperties``, ``nccl:*``
   ranges, ``aten::_local_scalar_dense``), no GPU event.
@@ -147,12 +147,12 @@ def sampled(every: int = 1) -> dict[str, Any]:
     for i in range(4):
         t = T0 + i * STEP_US
         k.step(i + 1, t)
-        for j in range(200):
-            at = t + 100 + j * 45
+        for j in range(400):
+            at = t + 100 + j * 22
             n += 1
             ext = k.op("aten::add", at, 30)
             if n % every == 0:
-                k.kernel("elementwise_kernel", at + 40, 20, at + 5, 7, ext)
+                k.kernel("elementwise_kernel", at + 20, 10, at + 5, 7, ext)
     if every > 1:  # what an event-sampling filter keeps: every n-th operator and launch
         kept = []
         for e in k.ev:
@@ -198,7 +198,7 @@ KINETO = {
     "deepep": deepep,
     "multimem": multimem,
     "complete": sampled,
-    "sampled": lambda: sampled(50),
+    "sampled": lambda: sampled(20),
     "cpu_view": lambda: deepep(gpu=False),
     "comm_only": comm_only,
     "short": short,
