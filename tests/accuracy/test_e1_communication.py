@@ -139,3 +139,26 @@ def test_b200_multimem_counts_as_communication_in_the_shares(kineto_sets):
     fam = d.kernels["families"]["communication"]
     assert fam > 0.15
     assert d.run.shares.comm_wait + d.run.comm_overlapped_ratio > 0.01
+
+
+def test_gloo_collective_sizes_come_from_the_recorded_inputs(kineto_sets):
+    # gloo's ranges carry no collective args, only Input Dims / Input type (record_shapes)
+    import gzip
+    import json
+    import statistics
+
+    path = kineto_sets / "edge_cpu_only" / "rank-34.json.gz"
+    sizes = []
+    for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]:
+        if e.get("name") == "gloo:all_reduce":
+            (dims,), (tp,) = e["args"]["Input Dims"], e["args"]["Input type"]
+            assert tp == "float"
+            n = 1
+            for x in dims:
+                n *= x
+            sizes.append(4 * n)
+    d = gpudiag.analyze(path, jobs=1)
+    (row,) = d.collectives.by_type
+    assert row.type == "allreduce" and row.count == len(sizes) == 10
+    assert row.bytes_median == statistics.median(sizes)
+    assert row.algbw_gbps is not None

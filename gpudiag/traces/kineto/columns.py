@@ -8,6 +8,7 @@ events that need it (metadata, first events of lanes, copies and collectives).
 from __future__ import annotations
 
 import copy
+import math
 import re
 import zlib
 from collections import Counter
@@ -279,6 +280,7 @@ class Columns:
         kind = refine_kinds(kind.astype(np.int64), self.name_flags[name]).astype(np.int8)
         args = list(map(_GET_ARGS, events))
         nbytes, coll_id, coll_name = self._sizes(args, kind)
+        _host_collective_sizes(events, args, kind, is_gpu, nbytes)
         self._host_ids(args, kind, is_gpu)
         corr = np.fromiter(map(_GET_CORR, args), np.int64, len(args))
         self._parts.append(
@@ -405,6 +407,47 @@ def _nbytes(a: Args) -> int:
     if isinstance(a.nbytes, int) and a.nbytes >= 0:
         return a.nbytes
     return -1
+
+
+def _host_collective_sizes(
+    events: list[Any], args: list[Args], kind: I8, is_gpu: Mask, nbytes: I64
+) -> None:
+    """Fill the unknown sizes of host collectives from their recorded inputs, in place."""
+    for i in np.flatnonzero((kind == Kind.COMM) & ~is_gpu & (nbytes < 0)).tolist():
+        if len(args[i].input_dims):
+            nbytes[i] = _input_bytes(args[i], str(events[i].name))
+
+
+_TYPE_WORDS = {"long int": "long", "short int": "short", "unsigned char": "uint8",
+               "signed char": "int8", "long long": "long"}  # fmt: skip
+
+
+def _input_bytes(a: Args, name: str) -> int:
+    """Bytes of a host collective from its inputs (``Input Dims`` × ``Input type``), else -1.
+
+    gloo's ranges (``gloo:all_reduce``) carry no collective args, only the recorded shapes of
+    their inputs: the flat bucket ``[[1059850]]`` and ``["float"]``. An all-gather's input is
+    one rank's part, not the gathered total its bandwidth needs: left unknown.
+    """
+    if "gather" in name.lower():
+        return -1
+    try:
+        dims, types = msgspec.json.decode(a.input_dims), msgspec.json.decode(a.input_type)
+    except (msgspec.DecodeError, ValueError):
+        return -1
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return -1
+    total = 0
+    for shape, tp in zip(dims, types, strict=False):
+        if not isinstance(shape, list) or not shape or not isinstance(tp, str):
+            continue
+        word = tp.lower().removeprefix("c10::").strip()
+        size = _DTYPE_BYTES.get(_TYPE_WORDS.get(word, word), 0)
+        if not size or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                               for x in shape):  # fmt: skip
+            continue
+        total += math.prod(shape) * size
+    return total if 0 < total <= _NBYTES_MAX else -1
 
 
 def _lane_name(p: str, t: str, gpu: bool, s: int | str) -> str:
