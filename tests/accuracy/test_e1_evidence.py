@@ -104,8 +104,9 @@ def test_a_cpu_only_view_of_a_gpu_job_withholds_the_split(where, kineto_sets, bu
     path = built[where] if where == "cpu_view" else kineto_sets / where
     d = gpudiag.analyze(path, jobs=1)
     assert d.verdict["bottleneck"] == "unknown"
-    assert "cannot split compute from host time: the trace holds no GPU activity" in (
-        d.verdict["headline"]
+    assert (
+        "cannot split compute from host time: the trace holds no GPU activity"
+        in (d.verdict["headline"])
     )
     assert not d.recommendations or all(r.estimated_gain_ns is None for r in d.recommendations)
 
