@@ -125,12 +125,14 @@ def test_a_communication_only_extract_withholds_the_split(built):
 
 
 @pytest.mark.parametrize("where", ["edge_amd_mi250", "short"])
-def test_one_short_step_qualifies_the_verdict_and_promises_no_gain(where, kineto_sets, built):
+def test_one_short_step_qualifies_the_verdict(where, kineto_sets, built):
     path = built[where] if where == "short" else kineto_sets / where
     d = gpudiag.analyze(path, jobs=1)
+    assert "— qualified: only" in d.verdict["headline"]
     assert "too little to generalise" in d.verdict["headline"]
     assert d.verdict["bottleneck"] != "unknown"
-    assert all(r.estimated_gain_ns is None for r in d.recommendations)
+    (f,) = [f for f in d.findings if f.kind == "limited_evidence"]
+    assert f.severity == "info" and f.metrics == {"limit": "short", "effect": "qualify"}
 
 
 def test_dropped_events_are_counted_with_their_reason(built):
