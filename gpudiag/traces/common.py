@@ -57,9 +57,9 @@ TIME_MIN_NS = -(2**61)
 RANK_MAX = np.iinfo(np.int32).max
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
-# Per-operator ranges (``aten::mul``, ``MulBackward0``, NCCL/CUDA API calls): never steps,
+# Per-operator ranges (``aten::mul``, ``MulBackward0``, NCCL/CUDA/MPI API calls): never steps,
 # left out of the "most frequent ranges" hint so they do not crowd the user's own out.
-_OP_RANGE = re.compile(r"::|Backward(N|\d*)$|^nccl[A-Z]|^cuda[A-Z]|^record_param_comms$")
+_OP_RANGE = re.compile(r"::|Backward(N|\d*)$|^nccl[A-Z]|^cuda[A-Z]|^record_param_comms$|^P?MPI_")
 _NUMBERED = re.compile(r"(^|[\s#_:-])N$")
 # Ranges of libraries and frameworks: never a training step (DALI's own ranges, NCCL's,
 # cuDNN/cuBLAS, PyTorch's emit_nvtx operator ranges, torch.compile graphs, the profiler's
