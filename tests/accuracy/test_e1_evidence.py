@@ -87,6 +87,7 @@ def test_the_sampled_shared_set_is_said_to_be_sampled_and_promises_nothing(kinet
     assert d.verdict["bottleneck"] == "unknown"
     assert "sampled" in d.verdict["headline"]
     assert all(r.estimated_gain_ns is None for r in d.recommendations)
+    assert d.what_if is None
     assert not [f for f in d.findings if f.kind in ("host_bound", "idle_ratio")]
     assert any("sampled" in n for n in d.notes)
 
