@@ -23,6 +23,10 @@ Kineto traces (``<name>.json``; times in µs, one rank, ``ProfilerStep#N`` of 10
 Nsight exports (``<name>.sqlite``; tables defined as in the shared ai-profiler export, MPI
 table as in the jacobi-mpi one), 10 steps ``step i`` of 10 ms on one process:
 
+* ``deepep_nsys``: per step a GEMM [0.5, 4.5) ms and a ``combineKernel`` [4.5, 5.0) on
+  stream 7, DeepEP's ``combine`` [4.0, 6.0) on stream 20 — short names ``combine`` and
+  ``combineKernel``, the namespace only in ``demangledName``. Per step: comm-wait 1.0 ms,
+  overlapped 1.0 ms.
 * ``mpi``: per step a 4 ms kernel, then an NVTX ``MPI`` range [5, 8) ms around Nsight MPI
   rows ``MPI_Sendrecv`` [5, 7) and ``MPI_Allreduce`` [7.2, 8); ``MPI_Init`` (2 s) before the
   first step. Per step: comm-wait 3 ms (MPI), compute 4 ms; MPI_Init is not communication.
@@ -224,6 +228,13 @@ class Writer(nc.Writer):
         src.close()
         self.con.execute(sql)
 
+    def signed_kernel(self, start: int, dur: int, launch_at: int, stream: int, short: str,
+                      signature: str) -> None:  # fmt: skip
+        """A kernel whose short name (``dispatch``) differs from its demangled signature."""
+        self.kernel(start, dur, launch_at, nc.MAIN, stream, short)
+        self.con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = ? "
+                         "WHERE correlationId = ?", (self.sid(signature), self.corr))  # fmt: skip
+
     def mpi(self, call: str, start: int, end: int) -> None:
         self.con.execute('INSERT INTO MPI_OTHER_EVENTS (start, "end", globalTid, textId) '
                          "VALUES (?, ?, ?, ?)", (start, end, nc.gtid(nc.MAIN), self.sid(call)))  # fmt: skip
@@ -287,7 +298,22 @@ def nsys_clock(out: Path, name: str, offset_ms: float, drift_ms: float = 0.0) ->
     return path
 
 
+def nsys_deepep(out: Path) -> Path:
+    path = out / "deepep_nsys.sqlite"
+    w = Writer(path)
+    t = nc.BASE
+    for i in range(10):
+        w.nvtx(f"step {i}", t, t + 10 * MS)
+        w.signed_kernel(t + MS // 2, 4 * MS, t + 50 * US, 7, "gemm", GEMM)
+        w.signed_kernel(t + 4_500 * US, MS // 2, t + 60 * US, 7, "combineKernel", DECOY)
+        w.signed_kernel(t + 4 * MS, 2 * MS, t + 70 * US, 20, "combine", DEEPEP["combine"])
+        t += 10 * MS
+    w.close()
+    return path
+
+
 NSYS = {
+    "deepep_nsys": nsys_deepep,
     "mpi": nsys_mpi,
     "clock_none": lambda out: nsys_clock(out, "clock_none", 0.0),
     "clock_plus": lambda out: nsys_clock(out, "clock_plus", 325.0),

@@ -46,6 +46,14 @@ def test_deepep_kernels_are_communication_and_a_combine_named_compute_kernel_is_
     assert fams[cases.DECOY] != "communication"
 
 
+def test_deepep_in_an_nsight_export_is_told_by_its_demangled_namespace(built):
+    # short names "combine" and "combineKernel": only demangledName says deep_ep::intranode
+    d = gpudiag.analyze(built["deepep_nsys"], jobs=1, thresholds=EVERY_STEP)
+    assert _per_step(d, "comm_wait_ns") == [1 * MS] * 10  # [5.0, 6.0)
+    assert _per_step(d, "comm_overlapped_ns") == [1 * MS] * 10  # [4.0, 5.0)
+    assert _per_step(d, "compute_ns") == [int(4.5 * MS)] * 10
+
+
 def test_multimem_on_the_compute_stream_is_exposed_communication(built):
     d = gpudiag.analyze(built["multimem"], jobs=1, thresholds=EVERY_STEP)
     assert _per_step(d, "comm_wait_ns") == [int(1.5 * MS)] * 4

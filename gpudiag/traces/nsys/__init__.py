@@ -88,7 +88,7 @@ def load_nsys(
 class _Rows:
     """The export's rows on one clock, and one deduplicated name list for the file."""
 
-    def __init__(self, ex: Export, notes: list[str]) -> None:
+    def __init__(self, ex: Export, notes: list[str], patterns: NamePatterns) -> None:
         by_pid = "globalPid" in ex.cols("CUPTI_ACTIVITY_KIND_KERNEL")
         self.gpu = gpu_rows(ex)
         if not len(self.gpu):
@@ -101,6 +101,19 @@ class _Rows:
         self.os = osrt_rows(ex, by_pid)
         self._shift(notes)
         self._name(ex, nv_names)
+        self._comm_by_signature(ex, patterns)
+
+    def _comm_by_signature(self, ex: Export, patterns: NamePatterns) -> None:
+        """Kernels whose demangled signature is communication (DeepEP by namespace)."""
+        kern = np.flatnonzero((self.gkind == Kind.COMPUTE) & (self.gpu[:, 9] >= 0))
+        if not kern.size:
+            return
+        found = strings(ex, np.unique(self.gpu[kern, 9]))
+        rx = patterns.rx[NamePatterns.COMM_KERNEL]
+        comm = [k for k, v in found.items() if rx.search(v)]
+        if comm:
+            hit = kern[np.isin(self.gpu[kern, 9], comm)]
+            self.gkind[hit] = Kind.COMM
 
     def _shift(self, notes: list[str]) -> None:
         """Launch times of -1 mean "unknown" downstream: keep real times non-negative."""
@@ -192,7 +205,7 @@ class _Rows:
 
 def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]:
     era, notes = check_schema(ex, ex.meta())
-    rows = _Rows(ex, notes)
+    rows = _Rows(ex, notes, patterns)
     notes += ex.notes
     gp, rp, npc = pieces(rows.gpu, 1), pieces(rows.rt, 0), pieces(rows.nv, 0)
     opc = pieces(rows.os, 0)

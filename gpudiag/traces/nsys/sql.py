@@ -358,8 +358,11 @@ def _times_ok(start: str, end: str) -> str:
 def gpu_rows(ex: Export) -> I64A:
     """Kernels, copies and memsets with their launch time; ordered by process and start.
 
-    Columns: kind, pid, device, stream, start, end, name code, bytes, launch_ns.
-    The name code is a StringIds id for kernels, the copyKind for copies, -1 for memsets.
+    Columns: kind, pid, device, stream, start, end, name code, bytes, launch_ns, signature.
+    The name code is a StringIds id for kernels, the copyKind for copies, -1 for memsets;
+    the signature is the kernel's ``demangledName`` id (-1 for the others): the
+    communication classification needs its namespace (``deep_ep::intranode::dispatch``,
+    whose short name is only ``dispatch``).
     """
     kcols = ex.cols("CUPTI_ACTIVITY_KIND_KERNEL")
     by_pid = "globalPid" in kcols
@@ -390,15 +393,19 @@ def gpu_rows(ex: Export) -> I64A:
             nm = _int_or("copyKind", -1, 0, 2**31 - 1) if "copyKind" in c else "-1"
         else:
             nm = "-1"
+        dn = "-1"
+        if kind == Kind.COMPUTE and "demangledName" in c:
+            dn = _int_or("demangledName", -1, 0, 2**62)
         nb = _int_or("bytes", -1, 0, 2**62) if "bytes" in c else "-1"
         corr = _int_or("correlationId") if "correlationId" in c else "-1"
         parts.append(
             f"SELECT {int(kind)} AS kind, {pid} AS pid, deviceId AS dev, streamId AS stream, "
-            f'start, "end", {nm} AS nm, {nb} AS nb, {corr} AS corr FROM {quoted(t)} WHERE {ok}'
+            f'start, "end", {nm} AS nm, {nb} AS nb, {corr} AS corr, {dn} AS dn '
+            f"FROM {quoted(t)} WHERE {ok}"
         )
         read[int(kind)] = (t, ex.count(canon))
     if not parts:
-        return np.zeros((0, 9), np.int64)
+        return np.zeros((0, 10), np.int64)
     rt = ex.table("CUPTI_ACTIVITY_KIND_RUNTIME")
     rcols = ex.cols("CUPTI_ACTIVITY_KIND_RUNTIME")
     sql = "WITH g AS (" + " UNION ALL ".join(parts) + ")"
@@ -411,11 +418,11 @@ def gpu_rows(ex: Export) -> I64A:
             f", r AS (SELECT correlationId AS c, {rpid} AS p, MIN(start) AS s FROM {quoted(rt)} "
             f"WHERE {r_ok} GROUP BY 1, 2) "
             'SELECT g.kind, g.pid, g.dev, g.stream, g.start, g."end", g.nm, g.nb, '
-            "COALESCE(r.s, -1) FROM g LEFT JOIN r ON r.c = g.corr AND r.p = g.pid "
+            "COALESCE(r.s, -1), g.dn FROM g LEFT JOIN r ON r.c = g.corr AND r.p = g.pid "
         )
     else:
-        sql += ' SELECT kind, pid, dev, stream, start, "end", nm, nb, -1 FROM g '
-    rows = ex.ints(sql + "ORDER BY 2, 5", 9)
+        sql += ' SELECT kind, pid, dev, stream, start, "end", nm, nb, -1, dn FROM g '
+    rows = ex.ints(sql + "ORDER BY 2, 5", 10)
     got = np.bincount(rows[:, 0], minlength=4) if len(rows) else np.zeros(4, np.int64)
     why = "start/end/deviceId/streamId missing, not integers, or out of range"
     for k, (t, total) in read.items():
