@@ -377,8 +377,8 @@ def gpu_rows(ex: Export) -> I64A:
             continue
         lacking = sorted(GPU_COLUMNS - c)  # the kernel table was checked in check_schema
         if lacking:
-            ex.notes.append(f"{t} has no column {', '.join(lacking)} (renamed?): its "
-                            f"{ex.count(canon)} rows are not read")  # fmt: skip
+            ex.dropped(f"rows of {t}", ex.count(canon),
+                       f"no column {', '.join(lacking)}: renamed?")  # fmt: skip
             continue
         ok = (f'{_times_ok("start", quoted("end"))} AND {_is_int("deviceId", 0, 2**31 - 1)} '
               f'AND {_is_int("streamId", 0, 2**32 - 1)}')  # fmt: skip
@@ -523,7 +523,10 @@ def nvtx_rows(ex: Export, by_pid: bool) -> tuple[I64A, list[str]]:
         7,
     )
     good = rows[:, 6] == 1
-    ex.dropped("NVTX and MPI ranges", int(np.count_nonzero(~good)),
+    what = f"NVTX ranges of {t}" if t is not None else "MPI calls"
+    if t is not None and len(parts) > 1:
+        what += " and MPI calls"
+    ex.dropped(what, int(np.count_nonzero(~good)),
                "start/end/globalTid not integers or out of range, or end < start")  # fmt: skip
     return np.ascontiguousarray(rows[good, :6]), names
 
