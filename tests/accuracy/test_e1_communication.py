@@ -41,7 +41,7 @@ def test_deepep_kernels_are_communication_and_a_combine_named_compute_kernel_is_
     assert _per_step(d, "comm_overlapped_ns") == [int(3.2 * MS)] * 4
     ref = reference.kineto(built["deepep"])
     assert [r.comm_wait for r in ref] == _per_step(d, "comm_wait_ns")
-    fams = {e["name"]: e["family"] for e in d.kernels["top"]}
+    fams = {e.name: e.family for e in d.kernels.top}
     assert {fams[n] for n in cases.DEEPEP.values()} == {"communication"}
     assert fams[cases.DECOY] != "communication"
 
@@ -58,7 +58,7 @@ def test_multimem_on_the_compute_stream_is_exposed_communication(built):
     d = gpudiag.analyze(built["multimem"], jobs=1, thresholds=EVERY_STEP)
     assert _per_step(d, "comm_wait_ns") == [int(1.5 * MS)] * 4
     assert _per_step(d, "compute_ns") == [6 * MS] * 4
-    assert d.verdict["bottleneck"] == "communication"
+    assert d.verdict.bottleneck == "communication"
 
 
 def test_mpi_calls_are_communication_and_mpi_init_is_not(built):
@@ -126,7 +126,7 @@ def test_a_kernel_of_the_communication_family_counts_as_communication(rel, kinet
     # (exposed + overlapped) holds the union of those kernels inside the steps.
     path = kineto_sets / rel
     d = gpudiag.analyze(path, jobs=1, thresholds=EVERY_STEP)
-    comm_names = {e["name"] for e in d.kernels["top"] if e["family"] == "communication"}
+    comm_names = {e.name for e in d.kernels.top if e.family == "communication"}
     (tl,) = load_run(path).ranks
     gpu = tl.gpu_lane_mask()[tl.lane]
     for i in range(len(tl.names)):
@@ -144,7 +144,7 @@ def test_a_kernel_of_the_communication_family_counts_as_communication(rel, kinet
 
 def test_b200_multimem_counts_as_communication_in_the_shares(kineto_sets):
     d = gpudiag.analyze(kineto_sets / "b200x8_r0_infer", jobs=1)
-    fam = d.kernels["families"]["communication"]
+    fam = d.kernels.families["communication"]
     assert fam > 0.15
     assert d.run.shares.comm_wait + d.run.comm_overlapped_ratio > 0.01
 

@@ -18,6 +18,7 @@ import pytest
 import reference
 
 import gpudiag
+from gpudiag.analysis.metrics import LimitedEvidenceMetrics
 from gpudiag.config import SteadyRules
 from gpudiag.traces.load import load_run
 
@@ -84,8 +85,8 @@ def test_the_sampled_shared_set_is_said_to_be_sampled_and_promises_nothing(kinet
         ids, span, holes = reference.host_id_holes(f)
         assert ids / span < 0.02 and holes > 0.5 * ids  # the raw events: ~1.4% kept
     d = gpudiag.analyze(path, jobs=1)
-    assert d.verdict["bottleneck"] == "unknown"
-    assert "sampled" in d.verdict["headline"]
+    assert d.verdict.bottleneck == "unknown"
+    assert "sampled" in d.verdict.headline
     assert all(r.estimated_gain_ns is None for r in d.recommendations)
     assert d.what_if is None
     assert not [f for f in d.findings if f.kind in ("host_bound", "idle_ratio")]
@@ -97,17 +98,16 @@ def test_a_sampled_trace_is_told_from_the_complete_one(built):
         ids, _, holes = reference.host_id_holes(built[name])
         assert (holes >= 0.2 * ids) == sampled
         d = gpudiag.analyze(built[name], jobs=1)
-        assert (d.verdict["bottleneck"] == "unknown") == sampled, name
+        assert (d.verdict.bottleneck == "unknown") == sampled, name
 
 
 @pytest.mark.parametrize("where", ["edge_no_distinfo", "edge_distinfo_no_rank", "cpu_view"])
 def test_a_cpu_only_view_of_a_gpu_job_withholds_the_split(where, kineto_sets, built):
     path = built[where] if where == "cpu_view" else kineto_sets / where
     d = gpudiag.analyze(path, jobs=1)
-    assert d.verdict["bottleneck"] == "unknown"
-    assert (
-        "cannot split compute from host time: the trace holds no GPU activity"
-        in (d.verdict["headline"])
+    assert d.verdict.bottleneck == "unknown"
+    assert "cannot split compute from host time: the trace holds no GPU activity" in (
+        d.verdict.headline
     )
     assert not d.recommendations or all(r.estimated_gain_ns is None for r in d.recommendations)
 
@@ -115,25 +115,26 @@ def test_a_cpu_only_view_of_a_gpu_job_withholds_the_split(where, kineto_sets, bu
 def test_a_real_cpu_only_job_is_judged(kineto_sets):
     # gloo and no GPU listed: nothing is missing
     d = gpudiag.analyze(kineto_sets / "edge_cpu_only", jobs=1)
-    assert d.verdict["bottleneck"] == "communication"
-    assert "limits" not in d.verdict
+    assert d.verdict.bottleneck == "communication"
+    assert d.verdict.limits is None
 
 
 def test_a_communication_only_extract_withholds_the_split(built):
     d = gpudiag.analyze(built["comm_only"], jobs=1)
-    assert d.verdict["bottleneck"] == "unknown"
-    assert "only communication" in d.verdict["headline"]
+    assert d.verdict.bottleneck == "unknown"
+    assert "only communication" in d.verdict.headline
 
 
 @pytest.mark.parametrize("where", ["edge_amd_mi250", "short"])
 def test_one_short_step_qualifies_the_verdict(where, kineto_sets, built):
     path = built[where] if where == "short" else kineto_sets / where
     d = gpudiag.analyze(path, jobs=1)
-    assert "— qualified: only" in d.verdict["headline"]
-    assert "too little to generalise" in d.verdict["headline"]
-    assert d.verdict["bottleneck"] != "unknown"
+    assert "— qualified: only" in d.verdict.headline
+    assert "too little to generalise" in d.verdict.headline
+    assert d.verdict.bottleneck != "unknown"
     (f,) = [f for f in d.findings if f.kind == "limited_evidence"]
-    assert f.severity == "info" and f.metrics == {"limit": "short", "effect": "qualify"}
+    assert f.severity == "info"
+    assert f.metrics == LimitedEvidenceMetrics(limit="short", effect="qualify")
 
 
 def test_dropped_events_are_counted_with_their_reason(built):
@@ -151,5 +152,5 @@ def test_complete_shared_sets_carry_no_limit(kineto_sets):
     for name in ("a100x8_r3", "v100x2_r1", "a100x2_r0_pgcfg", "mi300x_ddp8_r0_rccl",
                  "b200x8_r0_infer", "rtx2080ti_dataloader_nostep"):  # fmt: skip
         d = gpudiag.analyze(kineto_sets / name, jobs=1)
-        assert "limits" not in d.verdict, name
+        assert d.verdict.limits is None, name
         assert not [f for f in d.findings if f.kind == "limited_evidence"], name
