@@ -15,7 +15,8 @@ sampled             withhold  ≥ ``sampled_hole_ratio`` (0.2) of the host opera
                               events were sampled or filtered out, so gaps are unseen time
 no_gpu_activity     withhold  no kernel, copy or memset, yet the job used GPUs (GPUs in
                               ``deviceProperties``, the NCCL backend, ``nccl:*`` ops, CUDA
-                              runtime calls, ``aten::_local_scalar_dense``)
+                              runtime calls; ``aten::_local_scalar_dense`` is named beside
+                              them, never alone: ``.item()`` on a CPU tensor calls it too)
 comm_only           withhold  GPU activity is only communication (and copies): no compute
 clock               withhold  GPU and host clocks disagree beyond correction
                               (:func:`gpudiag.traces.common.check_clocks`)
@@ -99,8 +100,9 @@ def _gpu_signs(tl: RankTimeline) -> list[str]:
         signs.append("the NCCL backend")
     used = np.unique(tl.name).tolist() if len(tl) else []
     hits = sorted({_sign_word(tl.names[i]) for i in used if _GPU_SIGNS.search(tl.names[i])})
-    signs += hits
-    return signs
+    strong = signs + [h for h in hits if not h.startswith("aten::")]
+    # .item() on a CPU tensor calls _local_scalar_dense too: alone it says nothing
+    return signs + hits if strong else []
 
 
 def _sign_word(name: str) -> str:
