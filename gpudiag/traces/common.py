@@ -255,6 +255,9 @@ CLOCK_LATE_NS = 50_000_000
 # After a correction at most this share of linked ops may still start before their launch.
 CLOCK_RESIDUE_RATIO = 0.01
 _BLOCKING_LAUNCH = re.compile(r"^(cuda|hip)Memcpy(2D)?(_v\d+)?$|^hipMemcpyWithStream$")
+# Of a blocking copy call, only a device-to-host copy is complete when it returns (a pageable
+# host-to-device copy returns once staged, a device-to-device one at once).
+_COMPLETE_ON_RETURN = re.compile(r"^Memcpy DtoH\b")
 
 
 def check_clocks(cols: RawColumns, kind: npt.NDArray[np.int64], meta: RankMeta) -> None:
@@ -262,13 +265,13 @@ def check_clocks(cols: RawColumns, kind: npt.NDArray[np.int64], meta: RankMeta) 
 
     Per device, with S/E a GPU op's start/end and L/R its launch call's start/return:
     the offset Δ (GPU clock − host clock) satisfies Δ ≤ min(S − L) over every linked op
-    (no op starts before its launch) and Δ ≥ max(E − R) over ops of blocking calls
-    (``cudaMemcpy``: the copy ends before the call returns). When either bound is violated
-    by more than :data:`CLOCK_TOLERANCE_NS` the GPU times are shifted by the blocking
-    copies' bound (else by the launch bound) and a note says so; when the bounds contradict
-    each other or the shift leaves more than :data:`CLOCK_RESIDUE_RATIO` of ops starting
-    before their launch, nothing is shifted and ``meta.clock_unreliable`` is set: compute
-    and host time are not split.
+    (no op starts before its launch) and Δ ≥ max(E − R) over the device-to-host copies of
+    blocking calls (``cudaMemcpy``: such a copy ends before the call returns). When either
+    bound is violated by more than :data:`CLOCK_TOLERANCE_NS` the GPU times are shifted by
+    the blocking copies' bound (else by the launch bound) and a note says so; when the
+    bounds contradict each other or the shift leaves more than :data:`CLOCK_RESIDUE_RATIO`
+    of ops starting before their launch, nothing is shifted and ``meta.clock_unreliable``
+    is set: compute and host time are not split.
     """
     if not len(cols.start_ns):
         return
@@ -287,13 +290,14 @@ def check_clocks(cols: RawColumns, kind: npt.NDArray[np.int64], meta: RankMeta) 
     if not ops.size:
         return
     blocking_name = np.array([bool(_BLOCKING_LAUNCH.search(n)) for n in cols.names], bool)
+    dtoh = np.array([bool(_COMPLETE_ON_RETURN.search(n)) for n in cols.names], bool)
     device = device_of_lane(cols.lanes)[cols.lane[ops]]
     for dev in np.unique(device).tolist():
         sel = device == dev
         o, c = ops[sel], call[sel]
         lat = cols.start_ns[o] - cols.start_ns[c]
         upper = int(lat.min())
-        blk = blocking_name[cols.name[c]]
+        blk = blocking_name[cols.name[c]] & dtoh[cols.name[o]]
         lower = int((cols.end_ns[o[blk]] - cols.end_ns[c[blk]]).max()) if blk.any() else None
         where = f"device {dev}" if dev >= 0 else "the GPU"
         if upper >= -CLOCK_TOLERANCE_NS and (lower is None or lower <= CLOCK_TOLERANCE_NS):

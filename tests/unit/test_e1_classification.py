@@ -81,7 +81,7 @@ def _cols(gpu_start, gpu_dur, launch, call_dur, names):
                    + [s + d for s, d in zip(launch, call_dur, strict=True)], np.int64)  # fmt: skip
     kind = np.array([Kind.COMPUTE] * n + [Kind.RUNTIME] * n, np.int64)
     lane = np.array([0] * n + [1] * n, np.int64)
-    all_names = ["k", *sorted(set(names))]
+    all_names = ["Memcpy DtoH (Device -> Pageable)", *sorted(set(names))]
     name = np.array([0] * n + [all_names.index(x) for x in names], np.int64)
     launch_ns = np.array(list(launch) + [-1] * n, np.int64)
     return RawColumns(start, end, kind, lane, name, ["gpu:0:7", "cpu:1"], all_names,
