@@ -24,19 +24,43 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
-# A kernel is communication when its name matches this (NVIDIA NCCL ≤2.18 ncclKernel_*,
-# ≥2.19 ncclDevKernel_*, ≥2.27 ncclSymDevKernel_*, and AMD RCCL, which keeps the nccl prefix).
-DEFAULT_COMM_KERNEL_RE = r"^(nccl|rccl)"
+# One classification of communication, used by the shares, the kernel families and the
+# collectives: a GPU kernel is communication when its name matches one library's pattern
+# below (names may start with ``void`` and a namespace, as demangled signatures do).
+COMM_KERNEL_LIBRARIES: tuple[tuple[str, str], ...] = (
+    # NVIDIA NCCL ≤2.18 ncclKernel_*, ≥2.19 ncclDevKernel_*, ≥2.27 ncclSymDevKernel_*; AMD
+    # RCCL keeps the prefix (ncclDevKernel_Generic) and adds rccl*/MSCCL kernels.
+    ("NCCL/RCCL", r"^(?:void\s+)?(?:nccl|rccl|msccl)"),
+    # NVLink SHARP / multimem and one-/two-shot all-reduce kernels over symmetric memory
+    # (torch SymmetricMemory, vLLM's custom all-reduce).
+    ("NVLS/multimem", r"\bmultimem_\w*(?:all_?reduce|all_?gather|reduce_?scatter)"
+                      r"|\b(?:one|two)_shot_all_reduce\w*|\bcross_device_reduce_[12]stage"),
+    # DeepEP's expert-parallel kernels, by namespace: dispatch/combine/notify of
+    # deep_ep::intranode, ::internode and ::internode_ll (not any kernel named "combine").
+    ("DeepEP", r"\bdeep_ep::(?:intranode|internode)\w*::(?:\w*notify\w*|dispatch|combine"
+               r"|clean_low_latency_buffer)\b"),
+    # NVSHMEM's own kernels (collectives, barriers, proxies).
+    ("NVSHMEM", r"^(?:void\s+)?nvshmemi?x?_"),
+)  # fmt: skip
+DEFAULT_COMM_KERNEL_RE = "|".join(f"(?:{p})" for _, p in COMM_KERNEL_LIBRARIES)
 # Host ranges that *are* one collective operation of a backend (gloo's threads, c10d's
 # ``nccl:*`` ranges): what cross-rank matching counts on a CPU trace.
 DEFAULT_COMM_OP_RE = r"^(nccl|gloo|mpi|ucc):"
 # Host-side ranges that mean "this thread is inside a collective": the operations above and
 # the wrappers around them (c10d ops, record_param_comms, gpudiag's own NVTX range).
+# MPI calls count too: ``MPI_*`` ranges (NVTX, OS runtime, Nsight's MPI trace tables) and
+# a range named just ``MPI`` (the usual NVTX label around an application's MPI calls) —
+# not MPI's set-up and query calls (MPI_Init can take seconds and moves no data).
 DEFAULT_COMM_HOST_RE = (
     r"^(nccl:|gloo:|mpi:|ucc:|c10d::|record_param_comms$|gpudiag\.comm$|"
     r"ProcessGroup(NCCL|Gloo|MPI)?::|torch\.distributed\.(all_reduce|all_gather|broadcast|"
-    r"reduce_scatter|barrier|all_to_all))"
+    r"reduce_scatter|barrier|all_to_all)|MPI$|P?MPI_(?!(Init|Init_thread|Initialized|Finalize|"
+    r"Finalized|Wtime|Wtick|Comm_rank|Comm_size|Abort)$)[A-Z]\w*$)"
 )
+# Host communication calls that block the calling thread while the data moves (no GPU
+# kernel stands for them): on GPU traces, when the training thread is inside one, that time
+# is communication (MPI, gloo, UCC). NCCL's host ranges only enqueue kernels and do not count.
+HOST_COMM_CALL_RE = r"^(gloo:|mpi:|ucc:|MPI$|P?MPI_[A-Z])"
 DEFAULT_DATA_RE = r"^enumerate\((DataLoader|DataPipe)\)#|^## data_load ##$|^gpudiag\.data$"
 # Step ranges recognised without --step-marker: PyTorch's ProfilerStep#N and gpudiag's own
 # NVTX range ``gpudiag.step#N`` (collect/hook.py).
@@ -107,6 +131,15 @@ class AdviceRules:
 
 
 @dataclass(frozen=True)
+class EvidenceRules:
+    """What a trace can support before it is judged (analysis/evidence.py)."""
+
+    sampled_hole_ratio: float = 0.2  # host-operator ids followed by a hole: sampled/filtered
+    sampled_min_ids: int = 50  # ... among at least this many ids
+    few_gpu_ops: int = 100  # one step (or none) with fewer GPU ops: too little to generalise
+
+
+@dataclass(frozen=True)
 class DiffRules:
     """When a change between two runs counts as noise (analysis/diff.py)."""
 
@@ -146,6 +179,7 @@ _GROUPS: dict[str, type] = {
     "diff": DiffRules,
     "live": LiveRules,
     "hang": HangRules,
+    "evidence": EvidenceRules,
 }
 
 
@@ -173,6 +207,7 @@ class Thresholds:
     diff: DiffRules = field(default_factory=DiffRules)
     live: LiveRules = field(default_factory=LiveRules)
     hang: HangRules = field(default_factory=HangRules)
+    evidence: EvidenceRules = field(default_factory=EvidenceRules)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

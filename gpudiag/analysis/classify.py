@@ -8,11 +8,22 @@ compute set, C the communication set, M the copy set and D the data-fetch set of
 * overlapped   = |(C ∩ K) ∩ P|            reported separately, not part of the sum
 * data_wait    = |(D \\ (K ∪ C ∪ M)) ∩ P|  fetching data while the device is idle
 * other        = |P| − the three above     host overhead, launch gaps, copies alone, sync
+* gpu_idle     = |P \\ G|                  G: every kernel, copy and memset (GPU traces)
 
 P is the step's period (:mod:`gpudiag.analysis.steps`), so the four parts sum to it exactly.
 
-GPU traces: K = union of non-communication kernels, C = union of communication kernels,
-M = union of memcpy/memset, D = DataLoader ranges on the training thread.
+Two idles: the *non-compute idle* is 1 − compute / |P| (copies, communication and host time
+are idle in it; flagged above ``idle_ratio_max``); the *GPU idle* is |P \\ G| / |P|, the
+time with no GPU activity of any kind — what HTA's temporal breakdown and nvidia-smi's
+utilisation mean. GPU idle ≤ non-compute idle; the difference is communication and copies
+alone (and host MPI calls) on a GPU with no compute beside them.
+
+GPU traces: K = union of non-communication kernels, C = union of communication kernels
+(one classification, :data:`gpudiag.config.COMM_KERNEL_LIBRARIES`: NCCL/RCCL, NVLS/multimem,
+DeepEP, NVSHMEM) and of the training thread's blocking host communication calls
+(:data:`gpudiag.config.HOST_COMM_CALL_RE`: MPI calls, gloo/UCC operations — no kernel stands
+for them), M = union of memcpy/memset (peer-to-peer copies too: copy engines are copies),
+D = DataLoader ranges on the training thread.
 
 When the steps are the user's own iteration ranges (found automatically, or named by
 ``--step-marker``), D also holds the host time *between* consecutive step ranges: in a
@@ -43,7 +54,7 @@ import numpy.typing as npt
 
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.steps import StepWindows
-from gpudiag.config import DEFAULT_COMM_OP_RE
+from gpudiag.config import DEFAULT_COMM_OP_RE, HOST_COMM_CALL_RE
 from gpudiag.nputil import unique
 from gpudiag.traces.schema import I64, Kind, RankTimeline
 
@@ -60,6 +71,7 @@ class StepParts:
     other: I64
     overlapped: I64
     mode: str  # "gpu" or "cpu"
+    gpu_idle: I64 | None = None  # no kernel, copy or memset of any kind (GPU traces only)
 
 
 @dataclass
@@ -71,6 +83,7 @@ class RankSets:
     copy: iv.IntervalSet
     data: iv.IntervalSet
     mode: str
+    gpu_busy: iv.IntervalSet | None = None  # every kernel, copy and memset (GPU traces)
 
 
 def _set(tl: RankTimeline, mask: npt.NDArray[np.bool_]) -> iv.IntervalSet:
@@ -88,12 +101,17 @@ def rank_sets(tl: RankTimeline, comm_op_re: str = DEFAULT_COMM_OP_RE) -> RankSet
         data = iv.join(data, input_gaps(tl, gpu, on_main))
     gpu_busy = gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM, Kind.MEMCPY, Kind.MEMSET])
     if gpu_busy.any():
+        host_calls = (tl.kind == Kind.COMM) & on_main & ~gpu
+        if host_calls.any():
+            rx = re.compile(HOST_COMM_CALL_RE)
+            host_calls &= np.array([bool(rx.search(n)) for n in tl.names], bool)[tl.name]
         return RankSets(
             compute=_set(tl, gpu & (tl.kind == Kind.COMPUTE)),
-            comm=_set(tl, gpu & (tl.kind == Kind.COMM)),
+            comm=iv.join(_set(tl, gpu & (tl.kind == Kind.COMM)), _set(tl, host_calls)),
             copy=_set(tl, gpu & np.isin(tl.kind, [Kind.MEMCPY, Kind.MEMSET])),
             data=data,
             mode="gpu",
+            gpu_busy=_set(tl, gpu_busy),
         )
     # CPU-only: the training thread and autograd threads do the compute.
     names = tl.meta.thread_names
@@ -191,7 +209,10 @@ def classify_sets(sets: RankSets, start: I64, end: I64) -> StepParts:
     busy = iv.join(iv.join(k, c), m)
     data_wait = iv.measure(iv.subtract(d, busy), start, end)
     other = (end - start) - compute - comm_wait - data_wait
-    return StepParts(compute, comm_wait, data_wait, other, overlapped, sets.mode)
+    gpu_idle = None
+    if sets.gpu_busy is not None:
+        gpu_idle = (end - start) - iv.measure(sets.gpu_busy, start, end)
+    return StepParts(compute, comm_wait, data_wait, other, overlapped, sets.mode, gpu_idle)
 
 
 def time_by_name(

@@ -28,6 +28,7 @@ from gpudiag.analysis.collectives import (
     summarize_collectives,
 )
 from gpudiag.analysis.compute import compute_bound
+from gpudiag.analysis.evidence import judge_evidence, no_unseen_gains, withheld
 from gpudiag.analysis.idle import idle_findings
 from gpudiag.analysis.kernels import combine as combine_kernels
 from gpudiag.analysis.metrics import (
@@ -250,6 +251,11 @@ def _build(
         if f.kind == FindingKind.STRAGGLER and f.cause == Cause.HOST and f.ranks
     }  # fmt: skip
     findings = drop_host_bound(findings, host_stragglers)
+    findings, lims, limit_notes = judge_evidence(
+        {r.rank: r.evidence.coverage or {} for r in ranks},
+        {r.rank: r.meta.dropped for r in results}, findings, th.evidence,
+    )  # fmt: skip
+    notes += limit_notes
     findings.sort(
         key=lambda f: (
             Severity(f.severity).order,
@@ -262,15 +268,18 @@ def _build(
         ranks=ranks,
         steps=steps,
         findings=findings,
-        recommendations=recommend(run, ranks, steps, findings, sync_by_step, th.advice),
+        recommendations=no_unseen_gains(
+            recommend(run, ranks, steps, findings, sync_by_step, th.advice), lims
+        ),
         spread=rank_spread(ranks),
         collectives=coll,
-        what_if=what_if(steps, findings),
+        # no what-if from a split the trace cannot support (evidence.py)
+        what_if=None if withheld(lims) else what_if(steps, findings),
         inputs=list(inputs),
         thresholds=th.as_dict(),
         notes=list(notes),
         gpudiag_version=__version__,
         whole_run=whole_run,
-        verdict=verdict(run, findings),
+        verdict=verdict(run, findings, lims),
         kernels=kernels,
     )

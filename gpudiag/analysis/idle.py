@@ -142,9 +142,17 @@ def _frac(part: str) -> Callable[[StepBreakdown], float]:
     return lambda s: getattr(s, part) / s.duration_ns
 
 
-def _idle_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
-    what = "GPU" if all(r.mode == Mode.GPU for r in ranks if r.rank in flagged) else "compute"
-    return f"without {what} work"
+def _idle_text(_r: Sequence[RankSummary], _f: set[int]) -> str:
+    return "without compute work"
+
+
+def _gpu_idle_words(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
+    """``; GPU idle 16%`` (or a range) for the flagged ranks, when the trace has GPU events."""
+    gpu = [r.gpu_idle_ratio for r in ranks if r.rank in flagged and r.gpu_idle_ratio is not None]
+    if not gpu:
+        return ""
+    lo, hi = words.percent(min(gpu)), words.percent(max(gpu))
+    return f"; GPU idle {lo if lo == hi else f'{lo}–{hi}'}: no kernel, copy or memset"
 
 
 def _data_names(ranks: Sequence[RankSummary], flagged: set[int]) -> list[str]:
@@ -256,7 +264,8 @@ def idle_findings(
             continue
         severe = rule.can_be_severe and max(flagged.values()) >= th.severe_share_ratio
         text = rule.text(ranks, set(flagged))
-        suffix = (f" (idle ratio above the {limit:.0%} threshold)"
+        suffix = (f" (non-compute idle above the {limit:.0%} threshold"
+                  f"{_gpu_idle_words(ranks, set(flagged))})"
                   if rule.kind == FindingKind.IDLE_RATIO else "")  # fmt: skip
         out.append(Finding(
             kind=rule.kind,

@@ -6,10 +6,13 @@ breakdown does the same). On CPU-only traces the training thread's operators cou
 their *exclusive* (self) time: an operator's duration minus that of the operators it
 calls, so ``aten::linear`` does not count its ``aten::addmm`` twice.
 
-Families, by name (first match wins, case-insensitive; :data:`FAMILIES`): communication,
-memcpy (copies and memsets, by kind), attention, convolution, GEMM, normalisation,
-reduction (softmax, losses, sums), embedding (lookups, gathers, scatters), optimizer
-(fused/foreach optimizer kernels), elementwise, other. Kernel names are long C++
+Families: **communication** is the loader's one classification of communication (the
+interval's kind: :data:`gpudiag.config.COMM_KERNEL_LIBRARIES` for kernels, ``comm_host_re``
+for host ranges), never a second pattern here, so a kernel in this family always counts as
+communication in the shares; memcpy (copies and memsets, by kind). The others go by name
+(first match wins, case-insensitive; :data:`FAMILIES`): attention, convolution, GEMM,
+normalisation, reduction (softmax, losses, sums), embedding (lookups, gathers, scatters),
+optimizer (fused/foreach optimizer kernels), elementwise, other. Kernel names are long C++
 templates, so the patterns look for the library's words (``gemm``, ``cutlass``,
 ``Cijk_`` for rocBLAS/Tensile, ``flash``, ``fmha``, ``layer_norm``, ``elementwise``,
 Triton's ``triton_poi``/``triton_red``) rather than exact names, in the kernel's own name
@@ -32,8 +35,6 @@ from gpudiag.nputil import unique
 from gpudiag.traces.schema import Kind, RankTimeline
 
 FAMILIES: tuple[tuple[str, str], ...] = (
-    ("communication", r"^(nccl|rccl)|gloo|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all"
-                      r"|c10d::|sendrecv"),
     ("memcpy", r"^(memcpy|memset|cudamemcpy|hipmemcpy)|^aten::(copy_|to|_to_copy|contiguous)$"),
     ("attention", r"flash|fmha|attention|attn|sdpa|scaled_dot_product"),
     ("convolution", r"(^|[^a-z])conv(olution|olve|_?[123]d|[^a-z]|$)|cudnn.*(fprop|dgrad|wgrad)"

@@ -33,6 +33,7 @@ class FindingKind(StrEnum):
     HANG = "hang"
     COLLECTIVE_MISMATCH = "collective_mismatch"
     COMPUTE_BOUND = "compute_bound"
+    LIMITED_EVIDENCE = "limited_evidence"
 
 
 class Severity(StrEnum):

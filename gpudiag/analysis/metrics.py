@@ -284,6 +284,16 @@ class CollectiveMismatchMetrics(HangMetrics):
 
 
 @dataclass(frozen=True)
+class LimitedEvidenceMetrics(FindingMetrics):
+    """``limited_evidence``: what the trace cannot support, and whether it withholds the split."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.LIMITED_EVIDENCE,)
+
+    limit: str  # "sampled", "no_gpu_activity", "comm_only", "clock", "short", "unlinked"
+    effect: str  # "withhold" or "qualify"
+
+
+@dataclass(frozen=True)
 class SavedMetrics(FindingMetrics):
     """Metrics read back from a saved diagnosis in a shape this version does not define."""
 

@@ -22,7 +22,7 @@ from gpudiag.analysis.kinds import Mode as Mode
 from gpudiag.analysis.kinds import Severity as Severity
 from gpudiag.analysis.kinds import StepSource as StepSource
 from gpudiag.analysis.kinds import StrEnum as StrEnum
-from gpudiag.analysis.metrics import FindingMetrics, NoMetrics
+from gpudiag.analysis.metrics import OMIT_IF_NONE, FindingMetrics, NoMetrics, without_omitted
 from gpudiag.analysis.metrics import PipelineSummary as PipelineSummary
 
 SCHEMA_VERSION = 1
@@ -44,10 +44,11 @@ class StepBreakdown:
     other_ns: int
     comm_overlapped_ns: int
     gpu_ops: int | None = None
+    gpu_idle_ns: int | None = None  # no kernel, copy or memset of any kind (GPU traces)
 
     @property
     def idle_ratio(self) -> float:
-        """1 − compute / step time."""
+        """1 − compute / step time: the non-compute idle."""
         return 1.0 - self.compute_ns / self.duration_ns if self.duration_ns else 0.0
 
 
@@ -134,6 +135,8 @@ class RankEvidence:
     p2p_recv_wait_ns: int | None = None  # blocked in receives, computing nothing …
     p2p_recv_wait_ns_per_step: list[int] | None = None  # … and per step
     host_comm_types: dict[str, float] | None = None  # by host-side operation
+    # what the trace holds, for the evidence limits (analysis/evidence.py)
+    coverage: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, parts: dict[str, Any]) -> RankEvidence:
@@ -168,6 +171,7 @@ class RankSummary:
     devices: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     evidence: RankEvidence = field(default_factory=RankEvidence)
+    gpu_idle_ratio: float | None = None  # HTA's / nvidia-smi's idle: no GPU activity at all
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,7 @@ class RunSummary:
     comm_overlapped_ratio: float
     idle_ratio: float
     mode: Mode
+    gpu_idle_ratio: float | None = None  # HTA's / nvidia-smi's idle: no GPU activity at all
 
 
 @dataclass(frozen=True)
@@ -382,10 +387,13 @@ class Verdict:
     """The one line every renderer shows first (analysis/verdict.py, docs/definitions.md)."""
 
     headline: str
-    bottleneck: str  # "data", "communication", "straggler", "pipeline", "host", "none"
+    bottleneck: str  # "data", "communication", "straggler", "pipeline", "host", "none", "unknown"
     share: float  # of step time; for "none" the compute share
     ranks: list[int]
     basis: str  # "profiled window" or "whole run"
+    # what the traces cannot support (analysis/evidence.py): each sentence withholds the
+    # verdict ("unknown") or qualifies it; absent from the JSON when there is none
+    limits: list[str] | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)
@@ -422,7 +430,7 @@ class Diagnosis:
             r["evidence"] = rs.evidence.to_json()
         d["what_if"] = d["what_if"] or {}
         d["collectives"] = self.collectives.to_json() if self.collectives else {}
-        d["verdict"] = d["verdict"] or {}
+        d["verdict"] = without_omitted(self.verdict) if self.verdict else {}
         d["kernels"] = d["kernels"] or {}
         for fd, f in zip(d["findings"], self.findings, strict=True):
             fd["metrics"] = f.metrics.to_json()

@@ -33,6 +33,7 @@ from gpudiag.analysis.collectives import (
     extract,
     host_comm_types,
 )
+from gpudiag.analysis.evidence import rank_facts
 from gpudiag.analysis.kernels import breakdown as kernel_breakdown
 from gpudiag.analysis.metrics import (
     IdleMetrics,
@@ -183,11 +184,14 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
             other_ns=int(parts.other[i]),
             comm_overlapped_ns=int(parts.overlapped[i]),
             gpu_ops=int(win.gpu_ops[i]) if mode == Mode.GPU else None,
+            gpu_idle_ns=int(parts.gpu_idle[i]) if parts.gpu_idle is not None else None,
         )
         for i in np.flatnonzero(keep).tolist()
     ]
     colls = extract(tl, parts.mode, win.owner, th.comm_op_re)
     evidence = _evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th)
+    evidence["coverage"] = rank_facts(tl, len(steps), sum(s.gpu_ops or 0 for s in steps),
+                                      sum(s.duration_ns for s in steps))  # fmt: skip
     top = kernel_breakdown(tl, (win.start[keep], win.end[keep]), gpu=mode == Mode.GPU)
     if top is not None:
         evidence["kernels"] = top

@@ -21,6 +21,13 @@ def _percentile(values: np.ndarray[Any, Any], q: float) -> int:
     return round(float(np.percentile(values, q))) if values.size else 0
 
 
+def _gpu_idle(steps: Sequence[StepBreakdown]) -> float | None:
+    """Time-weighted GPU idle (no GPU activity of any kind); None without GPU steps."""
+    gpu = [s for s in steps if s.gpu_idle_ns is not None]
+    total = sum(s.duration_ns for s in gpu)
+    return sum(s.gpu_idle_ns or 0 for s in gpu) / total if total > 0 else None
+
+
 def _shares(steps: Sequence[StepBreakdown]) -> tuple[Shares, float, float, float | None]:
     """Time-weighted shares, overlapped ratio, idle ratio and hidden ratio of some steps."""
     total = sum(s.duration_ns for s in steps)
@@ -54,6 +61,7 @@ def summarize_rank(res: RankResult) -> RankSummary:
         devices=sorted(set(res.meta.devices))[:1] if res.meta.devices else [],
         notes=res.notes,
         evidence=res.evidence,
+        gpu_idle_ratio=_gpu_idle(res.steps),
     )
 
 
@@ -73,4 +81,5 @@ def run_summary(results: Sequence[RankResult], steps: Sequence[StepBreakdown]) -
         comm_overlapped_ratio=ov,
         idle_ratio=idle,
         mode=modes.pop() if len(modes) == 1 else Mode.MIXED,
+        gpu_idle_ratio=_gpu_idle(steps),
     )

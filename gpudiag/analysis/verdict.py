@@ -6,6 +6,10 @@ collective, failed or was interrupted leads with that finding (docs/definitions.
 name a bottleneck (data, communication, straggler, pipeline, host), the most severe, and
 among equally severe ones the one holding the largest share of step time. Without such a
 finding the run has no bottleneck and the line says how its step time splits.
+
+Evidence first (:mod:`gpudiag.analysis.evidence`): when limits withhold the split for
+every rank, the verdict is withheld (bottleneck ``unknown``) and says why; other limits
+qualify the line. Either way ``limits`` lists their sentences.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ import dataclasses
 from collections.abc import Sequence
 
 from gpudiag.analysis import words
+from gpudiag.analysis.evidence import WITHHOLD, Limit
 from gpudiag.analysis.metrics import JobFailedMetrics, StragglerMetrics
 from gpudiag.analysis.model import Finding, FindingKind, Mode, RunSummary, Severity, Verdict
 
-BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "none", "hang",
+BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "none", "unknown", "hang",
                "mismatch", "failure", "interrupted")  # fmt: skip
 PROFILED = "profiled window"
 WHOLE_RUN = "whole run"
@@ -51,7 +56,7 @@ def _ended(findings: Sequence[Finding]) -> Verdict | None:
     return None
 
 
-def verdict(run: RunSummary, findings: Sequence[Finding]) -> Verdict:
+def verdict(run: RunSummary, findings: Sequence[Finding], lims: Sequence[Limit] = ()) -> Verdict:
     """The headline, bottleneck, share, ranks and basis (docs/definitions.md, "Verdict")."""
     ended = _ended(findings)
     if ended is not None:
@@ -59,7 +64,21 @@ def verdict(run: RunSummary, findings: Sequence[Finding]) -> Verdict:
     named = [f for f in findings if f.kind in _KIND]
     if run.mode == Mode.TELEMETRY:  # no trace: every number is the step telemetry's
         return _telemetry_basis(_verdict(run, named))
-    return _verdict(run, named)
+    return _limited(_verdict(run, named), run, lims)
+
+
+def _limited(v: Verdict, run: RunSummary, lims: Sequence[Limit]) -> Verdict:
+    """The verdict withheld or qualified by what the trace cannot support."""
+    if not lims:
+        return v
+    withheld = [lim for lim in lims if lim.effect == WITHHOLD]
+    if len({r for lim in withheld for r in lim.ranks}) >= run.ranks:
+        lim = withheld[0]
+        v = Verdict(headline=f"withheld: {lim.message}", bottleneck="unknown", share=0.0,
+                    ranks=list(lim.ranks), basis=v.basis)  # fmt: skip
+    else:
+        v = dataclasses.replace(v, headline=f"{v.headline} — qualified: {lims[0].message}")
+    return dataclasses.replace(v, limits=[lim.message for lim in lims])
 
 
 def _telemetry_basis(v: Verdict) -> Verdict:
@@ -76,7 +95,8 @@ def _verdict(run: RunSummary, named: Sequence[Finding]) -> Verdict:
     if not named:
         c, idle = run.shares.compute, run.idle_ratio
         return Verdict(
-            headline=f"no bottleneck: compute {words.percent(c)}, idle {words.percent(idle)}",
+            headline=f"no bottleneck: compute {words.percent(c)}, non-compute idle "
+            f"{words.percent(idle)}",
             bottleneck="none",
             share=c,
             ranks=[],

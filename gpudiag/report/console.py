@@ -87,13 +87,25 @@ def _print_wrapped(con: Console, first: Text, text: str, indent: str | None = No
 def _fit(con: Console, build: Callable[[tuple[int, int, int, int]], Table]) -> Table:
     """The table with two spaces between columns, or one when that does not fit."""
     t = build((0, 1, 0, 1))
-    if con.measure(t, options=con.options.update_width(10_000)).maximum > con.width:
+    if _too_wide(con, t):
         t = build((0, 1, 0, 0))
     return t
 
 
 # verdicts about how the run ended: they rest on the ranks' ends, not on step time
 ENDED = ("hang", "mismatch", "failure", "interrupted")
+
+
+def _too_wide(con: Console, t: Table) -> bool:
+    return con.measure(t, options=con.options.update_width(10_000)).maximum > con.width
+
+
+def _rank_table_fit(con: Console, d: Diagnosis, max_ranks: int) -> Table:
+    """The rank table; on a narrow terminal without its GPU idle (the shares line has it)."""
+    t = _fit(con, lambda pad: _rank_table(d, max_ranks, pad))
+    if _too_wide(con, t):
+        t = _fit(con, lambda pad: _rank_table(d, max_ranks, pad, gpu_idle=False))
+    return t
 
 
 def render(
@@ -110,7 +122,7 @@ def render(
     _summary(con, d)
     if d.run.steps:  # a diagnosis of flight-recorder dumps or stacks alone has no step
         con.print()
-        con.print(_fit(con, lambda pad: _rank_table(d, max_ranks, pad)))
+        con.print(_rank_table_fit(con, d, max_ranks))
         for text in _spread_and_what_if(d):
             label, _, rest = text.partition(": ")
             _print_wrapped(con, Text(f"{label}: ", style="dim"), rest, style="dim")
@@ -156,10 +168,13 @@ def _summary(con: Console, d: Diagnosis) -> None:
     line.append(f"compute {_pct(r.shares.compute)} · comm-wait {_pct(r.shares.comm_wait)} · "
                 f"data-wait {_pct(r.shares.data_wait)} · "
                 f"other {_pct(r.shares.other)}\n        ")  # fmt: skip
-    line.append(f"idle {_pct(r.idle_ratio)}", style="bold red" if idle_flag else "green")
+    line.append(f"non-compute idle {_pct(r.idle_ratio)}",
+                style="bold red" if idle_flag else "green")  # fmt: skip
     thr = idle_threshold(d)
     if idle_flag and thr is not None:
         line.append(f" (above {thr:.0%})", style="red")
+    if r.gpu_idle_ratio is not None:
+        line.append(f" · GPU idle {_pct(r.gpu_idle_ratio)}")
     line.append(f" · comm overlapped by compute {_pct(r.comm_overlapped_ratio)}")
     con.print(line)
 
@@ -244,12 +259,14 @@ def _kernel_block(con: Console, k: KernelBreakdown) -> None:
 Pad = tuple[int, int, int, int]
 
 
-def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad) -> Table:
+def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad, gpu_idle: bool = True) -> Table:
+    """Per rank: steps, step times, the shares, overlap, non-compute idle and GPU idle."""
     t = Table(title=None, box=None, header_style="bold", pad_edge=False, padding=pad)
-    for col, just in (("rank", "right"), ("steps", "right"), ("median", "right"), ("p90", "right"),
-                      ("compute", "right"), ("comm-wait", "right"), ("data-wait", "right"),
-                      ("other", "right"), ("overlap", "right"), ("idle", "right")):  # fmt: skip
-        t.add_column(col, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    gpu_idle = gpu_idle and d.run.gpu_idle_ratio is not None
+    cols = ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
+            "overlap", "nc-idle"] + (["gpu-idle"] if gpu_idle else [])  # fmt: skip
+    for col in cols:
+        t.add_column(col, justify="right", no_wrap=True)
     flags = flagged(d)
     ranks: list[RankSummary] = d.ranks
     shown = (
@@ -262,10 +279,14 @@ def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad) -> Table:
             sev = flags.get((rank, col))
             return Text(_pct(value), style=_FLAG_STYLE[sev] if sev is not None else "")
 
-        t.add_row(str(rs.rank), str(rs.steps), duration(rs.step_time_ns_median),
-                  duration(rs.step_time_ns_p90), _pct(s.compute), cell(s.comm_wait, "comm_wait"),
-                  cell(s.data_wait, "data_wait"), cell(s.other, "other"),
-                  _pct(rs.comm_overlapped_ratio), cell(rs.idle_ratio, "idle"))  # fmt: skip
+        row: list[Text | str] = [
+            str(rs.rank), str(rs.steps), duration(rs.step_time_ns_median),
+            duration(rs.step_time_ns_p90), _pct(s.compute), cell(s.comm_wait, "comm_wait"),
+            cell(s.data_wait, "data_wait"), cell(s.other, "other"),
+            _pct(rs.comm_overlapped_ratio), cell(rs.idle_ratio, "idle")]  # fmt: skip
+        if gpu_idle:
+            row.append(_pct(rs.gpu_idle_ratio) if rs.gpu_idle_ratio is not None else "-")
+        t.add_row(*row)
     if len(ranks) > max_ranks:
         t.caption = f"{len(ranks) - max_ranks} more ranks not shown (the {max_ranks} idlest are)"
     return t
@@ -282,14 +303,16 @@ def _step_table(d: Diagnosis, pad: Pad) -> Table:
         "data-wait",
         "other",
         "overlap",
-        "idle",
+        "nc-idle",
+        "gpu-idle",
     ):
         t.add_column(col, justify="right", no_wrap=True)
     for s in d.steps:
         dur = s.duration_ns or 1
         t.add_row(str(s.rank), str(s.step), duration(s.duration_ns), duration(s.compute_ns),
                   duration(s.comm_wait_ns), duration(s.data_wait_ns), duration(s.other_ns),
-                  duration(s.comm_overlapped_ns), _pct(1 - s.compute_ns / dur))  # fmt: skip
+                  duration(s.comm_overlapped_ns), _pct(1 - s.compute_ns / dur),
+                  _pct(s.gpu_idle_ns / dur) if s.gpu_idle_ns is not None else "-")  # fmt: skip
     return t
 
 

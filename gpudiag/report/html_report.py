@@ -268,9 +268,10 @@ def _head(d: Diagnosis) -> list[str]:
         + (f" of {_e(r.world_size)}" if r.world_size and r.world_size != r.ranks else "")
         + f" · {_e(mode_label(r.mode))} · {_e(window_label(r.mode))}: "
         f"{_e(words.plural(r.steps, 'step'))}, step time median "
-        f"<b>{_ms(r.step_time_ns_median)}</b>, p90 {_ms(r.step_time_ns_p90)} · idle "
-        f'<b class="{"bad" if (None, "idle") in flags else ""}">{_pct(r.idle_ratio)}</b>'
+        f"<b>{_ms(r.step_time_ns_median)}</b>, p90 {_ms(r.step_time_ns_p90)} · non-compute "
+        f'idle <b class="{"bad" if (None, "idle") in flags else ""}">{_pct(r.idle_ratio)}</b>'
         + (f" (above {thr:.0%})" if thr is not None and (None, "idle") in flags else "")
+        + (f" · GPU idle {_pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else "")
         + f" · gpudiag {_e(d.gpudiag_version)}</p>",
         _whole_run_line(d),
     ]
@@ -283,10 +284,11 @@ def _rank_section(d: Diagnosis) -> list[str]:
              _pct(x.shares.other),
              f'<span class="{"bad" if (x.rank, "idle") in flags else ""}">'
              f"{_pct(x.idle_ratio)}</span>",
+             _pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-",
              _e(", ".join(x.devices) or "-")] for x in d.ranks[:MAX_RANKS]]  # fmt: skip
     p = ["<h2>Ranks</h2>" + _table(
-        ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other", "idle",
-         "device"], rows, left=0)]  # fmt: skip
+        ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
+         "non-compute idle", "GPU idle", "device"], rows, left=0)]  # fmt: skip
     if len(d.ranks) > MAX_RANKS:
         p.append(f'<p class="muted">{len(d.ranks) - MAX_RANKS} more ranks not drawn.</p>')
     return p

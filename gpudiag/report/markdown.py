@@ -82,13 +82,17 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
               f"**{duration(r.step_time_ns_median)}**, p90 "
               f"{duration(r.step_time_ns_p90)} · compute {pct(r.shares.compute)} · comm-wait "
               f"{pct(r.shares.comm_wait)} · data-wait {pct(r.shares.data_wait)} · other "
-              f"{pct(r.shares.other)} · idle **{pct(r.idle_ratio)}**\n\n")  # fmt: skip
+              f"{pct(r.shares.other)} · non-compute idle **{pct(r.idle_ratio)}**"
+              + (f" · GPU idle {pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else "")
+              + "\n\n")  # fmt: skip
     rows = [[str(x.rank), str(x.steps), duration(x.step_time_ns_median),
              duration(x.step_time_ns_p90),
              pct(x.shares.compute), pct(x.shares.comm_wait), pct(x.shares.data_wait),
-             pct(x.shares.other), pct(x.idle_ratio)] for x in d.ranks]  # fmt: skip
+             pct(x.shares.other), pct(x.idle_ratio),
+             pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-"]
+            for x in d.ranks]  # fmt: skip
     _table(out, ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
-                 "idle"], rows, "rrrrrrrrr")  # fmt: skip
+                 "non-compute idle", "GPU idle"], rows, "rrrrrrrrrr")  # fmt: skip
     whole = whole_run_steps(d)
     if whole is not None:
         n, med = words.plural(whole[0], "steady step"), whole[1]

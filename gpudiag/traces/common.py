@@ -58,9 +58,9 @@ TIME_MIN_NS = -(2**61)
 RANK_MAX = np.iinfo(np.int32).max
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
-# Per-operator ranges (``aten::mul``, ``MulBackward0``, NCCL/CUDA API calls): never steps,
+# Per-operator ranges (``aten::mul``, ``MulBackward0``, NCCL/CUDA/MPI API calls): never steps,
 # left out of the "most frequent ranges" hint so they do not crowd the user's own out.
-_OP_RANGE = re.compile(r"::|Backward(N|\d*)$|^nccl[A-Z]|^cuda[A-Z]|^record_param_comms$")
+_OP_RANGE = re.compile(r"::|Backward(N|\d*)$|^nccl[A-Z]|^cuda[A-Z]|^record_param_comms$|^P?MPI_")
 _NUMBERED = re.compile(r"(^|[\s#_:-])N$")
 # Ranges of libraries and frameworks: never a training step (DALI's own ranges, NCCL's,
 # cuDNN/cuBLAS, PyTorch's emit_nvtx operator ranges, torch.compile graphs, the profiler's
@@ -246,6 +246,113 @@ class RawColumns:
     coll_name: npt.NDArray[np.int64] | None = None
 
 
+# GPU/CPU clocks. A GPU op cannot start before its launch call starts, and an op launched by
+# a blocking call (a synchronous copy) ends before that call returns. Violations beyond this
+# tolerance mean the GPU clock is offset from the host's.
+CLOCK_TOLERANCE_NS = 100_000
+# Every GPU op starting at least this long after its launch call: the clocks may be offset
+# (or the GPU ran that far behind for the whole trace); said, not corrected.
+CLOCK_LATE_NS = 50_000_000
+# After a correction at most this share of linked ops may still start before their launch.
+CLOCK_RESIDUE_RATIO = 0.01
+_BLOCKING_LAUNCH = re.compile(r"^(cuda|hip)Memcpy(2D)?(_v\d+)?$|^hipMemcpyWithStream$")
+# Of a blocking copy call, only a device-to-host copy is complete when it returns (a pageable
+# host-to-device copy returns once staged, a device-to-device one at once).
+_COMPLETE_ON_RETURN = re.compile(r"^Memcpy DtoH\b")
+
+
+def check_clocks(cols: RawColumns, kind: npt.NDArray[np.int64], meta: RankMeta) -> None:
+    """Detect a GPU/CPU clock offset per device from the launch links; correct it or say so.
+
+    Per device, with S/E a GPU op's start/end and L/R its launch call's start/return:
+    the offset Δ (GPU clock − host clock) satisfies Δ ≤ min(S − L) over every linked op
+    (no op starts before its launch) and Δ ≥ max(E − R) over the device-to-host copies of
+    blocking calls (``cudaMemcpy``: such a copy ends before the call returns). When either
+    bound is violated by more than :data:`CLOCK_TOLERANCE_NS` the GPU times are shifted by
+    the blocking copies' bound (else by the launch bound) and a note says so; when the
+    bounds contradict each other or the shift leaves more than :data:`CLOCK_RESIDUE_RATIO`
+    of ops starting before their launch, nothing is shifted and ``meta.clock_unreliable``
+    is set: compute and host time are not split.
+    """
+    if not len(cols.start_ns):
+        return
+    gpu_lane = np.array([ln.startswith("gpu:") for ln in cols.lanes], bool)
+    is_gpu = gpu_lane[cols.lane]
+    rt = np.flatnonzero((kind == Kind.RUNTIME) & ~is_gpu)
+    ops = np.flatnonzero(is_gpu & (cols.launch_ns >= 0))
+    if not rt.size or not ops.size:
+        return
+    order = rt[np.argsort(cols.start_ns[rt], kind="stable")]
+    rs = cols.start_ns[order]
+    k = np.searchsorted(rs, cols.launch_ns[ops])
+    hit = k < rs.size
+    hit[hit] = rs[k[hit]] == cols.launch_ns[ops[hit]]
+    ops, call = ops[hit], order[k[hit]]
+    if not ops.size:
+        return
+    blocking_name = np.array([bool(_BLOCKING_LAUNCH.search(n)) for n in cols.names], bool)
+    dtoh = np.array([bool(_COMPLETE_ON_RETURN.search(n)) for n in cols.names], bool)
+    device = device_of_lane(cols.lanes)[cols.lane[ops]]
+    for dev in np.unique(device).tolist():
+        sel = device == dev
+        o, c = ops[sel], call[sel]
+        lat = cols.start_ns[o] - cols.start_ns[c]
+        upper = int(lat.min())
+        blk = blocking_name[cols.name[c]] & dtoh[cols.name[o]]
+        lower = int((cols.end_ns[o[blk]] - cols.end_ns[c[blk]]).max()) if blk.any() else None
+        where = f"device {dev}" if dev >= 0 else "the GPU"
+        if upper >= -CLOCK_TOLERANCE_NS and (lower is None or lower <= CLOCK_TOLERANCE_NS):
+            if upper >= CLOCK_LATE_NS:
+                meta.notes.append(
+                    f"every GPU op on {where} starts at least {upper / 1e6:.1f} ms after its "
+                    "launch call: the GPU clock may be offset from the host's, or the GPU ran "
+                    "that far behind for the whole trace (not corrected)"
+                )
+            continue
+        # A blocking call returns within µs of its copy's end, while the least launch
+        # latency can be larger: the blocking copies' bound is the closer one.
+        shift: int | None = upper if lower is None else lower
+        if lower is not None and lower > upper + CLOCK_TOLERANCE_NS:
+            shift = None
+        if shift is not None:
+            late = np.count_nonzero(lat - shift < -CLOCK_TOLERANCE_NS)
+            if late > CLOCK_RESIDUE_RATIO * o.size:
+                shift = None
+        evidence = []
+        if upper < -CLOCK_TOLERANCE_NS:
+            evidence.append(f"GPU ops start up to {-upper / 1e6:.3f} ms before their launch calls")
+        if lower is not None and lower > CLOCK_TOLERANCE_NS:
+            evidence.append(f"blocking copies end up to {lower / 1e6:.3f} ms after their calls "
+                            "returned")  # fmt: skip
+        what = " and ".join(evidence)
+        if shift is None:
+            meta.clock_unreliable = True
+            meta.notes.append(
+                f"GPU and host clocks disagree on {where} ({what}) and no single offset fits "
+                f"the {o.size} launch links: compute and host time cannot be split"
+            )
+            continue
+        mine = is_gpu & (device_of_lane(cols.lanes)[cols.lane] == dev)
+        cols.start_ns[mine] -= shift
+        cols.end_ns[mine] -= shift
+        meta.clock_shift_ns[int(dev)] = int(shift)
+        meta.notes.append(
+            f"GPU clock offset on {where}: {what}; GPU times shifted by "
+            f"{-shift / 1e6:+.3f} ms to fit the {o.size} launch links"
+            + (f" and {int(np.count_nonzero(blk))} blocking copies" if blk.any() else "")
+        )
+
+
+def device_of_lane(lanes: Sequence[str]) -> npt.NDArray[np.int64]:
+    """Per lane: the device of a ``gpu:<device>:<stream>`` lane, else -1."""
+    out = []
+    for ln in lanes:
+        parts = ln.split(":")
+        ok = ln.startswith("gpu:") and len(parts) > 1 and parts[1].lstrip("-").isdigit()
+        out.append(int(parts[1]) if ok else -1)
+    return np.asarray(out, np.int64)
+
+
 def build_rank(
     rank: int,
     cols: RawColumns,
@@ -267,6 +374,7 @@ def build_rank(
     kind = cols.kind
     if not kinds_final:
         kind = refine_kinds(kind, patterns.flags(cols.names)[cols.name])
+    check_clocks(cols, kind, meta)
     meta.main_lane = main_lane(cols.lanes, cols.lane, kind, cols.name, cols.names, meta.pid)
     gpu = np.array([ln.startswith("gpu:") for ln in cols.lanes], bool)
     is_gpu = gpu[cols.lane] if len(cols.lane) else np.zeros(0, bool)

@@ -4,8 +4,15 @@ It follows docs/definitions.md ("Steps", "The four parts of a step") with plain 
 ``json``, ``gzip``, ``sqlite3``, lists and loops; no numpy and no gpudiag import — so that
 an error in the product's vectorised set arithmetic, its loaders or its step logic shows
 up as a disagreement. It covers what the accuracy tests compare: per-step period, compute,
-communication wait and data wait, for Kineto traces stepped by ``ProfilerStep#N`` and for
-Nsight exports stepped by a named NVTX range.
+communication wait, data wait and GPU idle, for Kineto traces stepped by ``ProfilerStep#N``
+and for Nsight exports stepped by a named NVTX range; and, read straight from the raw
+events, HTA's GPU idle on HTA's window, sampling holes in host-operator ids, MPI time and
+GPU/CPU clock offsets.
+
+Communication is classified here on its own (:func:`is_comm_kernel`, written from the
+libraries' naming, not from gpudiag's patterns): NCCL/RCCL/MSCCL and NVSHMEM kernels by
+prefix, NVLS/multimem and one-/two-shot all-reduce kernels, DeepEP's dispatch/combine/
+notify kernels in its ``deep_ep::intranode``/``internode`` namespaces.
 """
 
 from __future__ import annotations
@@ -19,7 +26,6 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-COMM_KERNEL = re.compile(r"^(nccl|rccl)")
 DATA_RANGE = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#|^## data_load ##$")
 
 
@@ -44,6 +50,30 @@ class RefStep:
     comm_wait: int
     data_wait: int
     gpu_ops: int
+    gpu_idle: int = 0  # no GPU op of any kind
+
+
+def is_comm_kernel(name: str) -> bool:
+    """A communication kernel, by the naming of the libraries that launch them."""
+    n = name.strip()
+    if n.startswith("void "):
+        n = n[5:]
+    if n.startswith(("nccl", "rccl", "msccl", "nvshmem")):
+        return True
+    if "multimem_" in n and any(
+        c in n for c in ("all_reduce", "allreduce", "all_gather", "allgather", "reduce_scatter")
+    ):
+        return True
+    if "one_shot_all_reduce" in n or "two_shot_all_reduce" in n or "cross_device_reduce_" in n:
+        return True
+    for space in ("deep_ep::intranode", "deep_ep::internode"):
+        if space in n:
+            rest = n[n.index(space) + len(space) :]
+            func = rest.split("::", 1)[1] if "::" in rest else ""
+            func = func.split("<")[0].split("(")[0]
+            if func in ("dispatch", "combine", "clean_low_latency_buffer") or "notify" in func:
+                return True
+    return False
 
 
 def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -120,7 +150,7 @@ def steps_of(
     out = [
         RefStep(host[i][0], starts[i], ends[i] - starts[i], inside(compute, starts[i], ends[i]),
                 inside(comm, starts[i], ends[i]), inside(data_idle, starts[i], ends[i]),
-                len(owned[i]))
+                len(owned[i]), ends[i] - starts[i] - inside(busy, starts[i], ends[i]))
         for i in range(n)
     ]  # fmt: skip
     if truncate and len(out) > 1 and out[-1].gpu_ops < 0.5 * out[-2].gpu_ops:
@@ -159,7 +189,7 @@ def kineto(path: Path) -> list[RefStep]:
             kind = (
                 "copy"
                 if cat != "kernel"
-                else ("comm" if COMM_KERNEL.search(e.get("name", "")) else "compute")
+                else ("comm" if is_comm_kernel(e.get("name", "")) else "compute")
             )
             ops.append(Op(start, end, kind, args.get("correlation")))
         elif cat in ("cpu_op", "user_annotation", "operator"):
@@ -211,7 +241,7 @@ def nsys(path: Path, step_range: str) -> list[RefStep]:
     for s, e, nm, corr in con.execute(
         'SELECT start, "end", shortName, correlationId FROM CUPTI_ACTIVITY_KIND_KERNEL'
     ):
-        kind = "comm" if COMM_KERNEL.search(names.get(nm, "")) else "compute"
+        kind = "comm" if is_comm_kernel(names.get(nm, "")) else "compute"
         ops.append(Op(s, e, kind, launches.get(corr)))
     for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
         for s, e, corr in con.execute(f'SELECT start, "end", correlationId FROM {table}'):
@@ -224,3 +254,136 @@ def nsys(path: Path, step_range: str) -> list[RefStep]:
         if s1 > e0 and not any(o.launch in main_launch and e0 <= o.launch < s1 for o in ops):
             data.append((e0, s1))
     return steps_of(steps, ops, data, truncate=False)
+
+
+# ---- Raw readings: GPU idle as HTA reads it, sampling, MPI time, clocks -----------------
+
+
+def _kineto_events(path: Path) -> tuple[list[dict], int]:
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X"], int(
+        doc.get("baseTimeNanoseconds") or 0
+    )
+
+
+GPU_CATS = ("kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset")
+RUNTIME_CATS = ("cuda_runtime", "runtime", "cuda_driver")
+
+
+def hta_gpu_idle(path: Path) -> tuple[int, float, float]:
+    """GPU idle on HTA's window: (window ns, HTA's idle ratio, idle ratio of every GPU op).
+
+    HTA drops the last ``ProfilerStep``: it keeps the GPU ops whose launching call starts
+    before the last step's start, and its window runs from the first to the last of them.
+    Its idle is the window less the union of those ops. The second ratio counts every GPU
+    op in the same window, also those the last step launched that run inside it.
+    """
+    events, _ = _kineto_events(path)
+    steps = sorted(e["ts"] for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    launch: dict[int, float] = {}
+    for e in events:
+        corr = (e.get("args") or {}).get("correlation")
+        if str(e.get("cat", "")).lower() in RUNTIME_CATS and isinstance(corr, int):
+            launch.setdefault(corr, e["ts"])
+    ops = []
+    for e in events:
+        if str(e.get("cat", "")).lower() in GPU_CATS:
+            s = round(e["ts"] * 1000)
+            ops.append((s, s + round(e.get("dur", 0) * 1000),
+                        launch.get((e.get("args") or {}).get("correlation"))))  # fmt: skip
+    last = steps[-1]
+    kept = [(s, e) for s, e, at in ops if at is not None and at < last]
+    lo, hi = min(s for s, _ in kept), max(e for _, e in kept)
+    every = merge([(max(s, lo), min(e, hi)) for s, e, _ in ops if e > lo and s < hi])
+    window = hi - lo
+    return window, 1 - inside(merge(kept), lo, hi) / window, 1 - inside(every, lo, hi) / window
+
+
+def host_id_holes(path: Path) -> tuple[int, int, int]:
+    """Host operators' External ids: (ids present, their span, holes between them)."""
+    events, _ = _kineto_events(path)
+    ids = set()
+    for e in events:
+        if str(e.get("cat", "")).lower() in ("cpu_op", "operator"):
+            args = e.get("args") or {}
+            x = args.get("External id", args.get("external id"))
+            if isinstance(x, int) and x >= 0:
+                ids.add(x)
+    xs = sorted(ids)
+    if len(xs) < 2:
+        return len(xs), len(xs), 0
+    holes = sum(1 for a, b in itertools.pairwise(xs) if b - a > 1)
+    return len(xs), xs[-1] - xs[0] + 1, holes
+
+
+def comm_kernel_time(path: Path) -> int:
+    """Union of the communication kernels' time in a Kineto trace (ns)."""
+    events, _ = _kineto_events(path)
+    spans = []
+    for e in events:
+        if str(e.get("cat", "")).lower() == "kernel" and is_comm_kernel(e.get("name", "")):
+            s = round(e["ts"] * 1000)
+            spans.append((s, s + round(e.get("dur", 0) * 1000)))
+    return inside(merge(spans), -(2**62), 2**62)
+
+
+MPI_SETUP = ("MPI_Init", "MPI_Init_thread", "MPI_Initialized", "MPI_Finalize",
+             "MPI_Finalized", "MPI_Wtime", "MPI_Wtick", "MPI_Comm_rank", "MPI_Comm_size",
+             "MPI_Abort")  # fmt: skip
+
+
+def mpi_time(path: Path, lo: int, hi: int) -> int:
+    """Union of MPI call time in [lo, hi) of an Nsight export (ns).
+
+    MPI calls: NVTX ranges named ``MPI`` or ``MPI_*``, and the rows of Nsight's MPI trace
+    tables, less MPI's set-up and query calls.
+    """
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    names = dict(con.execute("SELECT id, value FROM StringIds"))
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    spans = []
+    if "NVTX_EVENTS" in tables:
+        for s, e, text, tid in con.execute(
+            'SELECT start, "end", text, textId FROM NVTX_EVENTS WHERE eventType IN (59, 60)'
+        ):
+            nm = text if text is not None else names.get(tid, "")
+            if nm == "MPI" or (nm.startswith("MPI_") and nm not in MPI_SETUP):
+                spans.append((s, e))
+    for t in ("MPI_P2P_EVENTS", "MPI_COLLECTIVES_EVENTS", "MPI_START_WAIT_EVENTS",
+              "MPI_OTHER_EVENTS"):  # fmt: skip
+        if t in tables:
+            for s, e, tid in con.execute(f'SELECT start, "end", textId FROM {t}'):
+                if names.get(tid, "") not in MPI_SETUP:
+                    spans.append((s, e))
+    con.close()
+    return inside(merge(spans), lo, hi)
+
+
+def clock_bounds(path: Path) -> dict[int, tuple[int, int | None]]:
+    """Per device of an Nsight export: bounds on the GPU clock's offset from the host's.
+
+    (min over GPU ops of start − launch call start, max over ops of blocking ``cudaMemcpy``
+    calls of end − call end or None): with no offset the first is a few µs and the second
+    below zero.
+    """
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    names = dict(con.execute("SELECT id, value FROM StringIds"))
+    calls = {c: (s, e, names.get(n, "")) for s, e, c, n in con.execute(
+        'SELECT start, "end", correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME')}  # fmt: skip
+    out: dict[int, tuple[int, int | None]] = {}
+    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                  "CUPTI_ACTIVITY_KIND_MEMSET"):  # fmt: skip
+        for s, e, dev, corr in con.execute(
+            f'SELECT start, "end", deviceId, correlationId FROM {table}'
+        ):
+            if corr not in calls:
+                continue
+            cs, ce, nm = calls[corr]
+            up, low = out.get(dev, (s - cs, None))
+            up = min(up, s - cs)
+            if nm.split("_v")[0] == "cudaMemcpy":
+                low = e - ce if low is None else max(low, e - ce)
+            out[dev] = (up, low)
+    con.close()
+    return out

@@ -133,10 +133,13 @@ def test_pipeline_waits_are_the_bubble_not_comm_or_stragglers(gpipe):
 
 
 def test_all_to_all_gets_no_ddp_gradient_remedy(kineto_sets):
+    # sampled_2rank_a2a is event-sampled (~1.4% of its operators kept): its split is
+    # withheld (issue 20, evidence first), so it names no communication remedy at all now;
+    # what must hold is that its all-to-all never draws a DDP gradient remedy
     d = gpudiag.analyze(kineto_sets / "sampled_2rank_a2a", jobs=1)
     ids = {r.id for r in d.recommendations}
-    assert "moe-all-to-all" in ids
     assert not {"comm-overlap", "grad-accumulation", "grad-compression"} & ids
+    assert d.verdict is not None and d.verdict.bottleneck == "unknown"
 
 
 def test_amd_trace_gets_rccl_advice(kineto_sets):

@@ -31,6 +31,7 @@ def _agree(got, ref):
         assert g.compute_ns == pytest.approx(r.compute, abs=1_000), g.step
         assert g.comm_wait_ns == pytest.approx(r.comm_wait, abs=1_000), g.step
         assert g.data_wait_ns == pytest.approx(r.data_wait, abs=1_000), g.step
+        assert g.gpu_idle_ns == pytest.approx(r.gpu_idle, abs=1_000), g.step
 
 
 @pytest.mark.parametrize("rel", KINETO)

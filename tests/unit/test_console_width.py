@@ -41,7 +41,7 @@ def _check_rules(text: str, width: int) -> None:
             f"a cut header: {line!r}"
         )
     header = next(x for x in lines if x.startswith("rank "))
-    for col in ("steps", "median", "compute", "comm-wait", "data-wait", "other", "idle"):
+    for col in ("steps", "median", "compute", "comm-wait", "data-wait", "other", "nc-idle"):
         assert col in header.split(), f"column {col} cut in {header!r}"
 
 

@@ -59,7 +59,9 @@ def test_words():
 
 def test_no_bottleneck_says_how_the_step_splits():
     v = verdict(_run(0.93), [])
-    assert v == Verdict("no bottleneck: compute 93%, idle 7%", "none", 0.93, [], "profiled window")
+    assert v == Verdict(
+        "no bottleneck: compute 93%, non-compute idle 7%", "none", 0.93, [], "profiled window"
+    )
 
 
 def test_most_severe_then_largest_share_wins():

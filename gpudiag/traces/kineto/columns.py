@@ -8,6 +8,7 @@ events that need it (metadata, first events of lanes, copies and collectives).
 from __future__ import annotations
 
 import copy
+import math
 import re
 import zlib
 from collections import Counter
@@ -196,6 +197,7 @@ class Columns:
         self.dropped: Counter[str] = Counter()  # reason → events dropped (notes)
         self.first_cat: str | None = None
         self._parts: list[EventColumns] = []
+        self._ext_ids: list[I64] = []  # External ids of host operators (sampling holes)
 
     def _grow(self) -> None:
         """Extend the per-id lookup tables to ids seen for the first time."""
@@ -279,6 +281,8 @@ class Columns:
         kind = refine_kinds(kind.astype(np.int64), self.name_flags[name]).astype(np.int8)
         args = list(map(_GET_ARGS, events))
         nbytes, coll_id, coll_name = self._sizes(args, kind)
+        _host_collective_sizes(events, args, kind, is_gpu, nbytes)
+        self._host_ids(args, kind, is_gpu)
         corr = np.fromiter(map(_GET_CORR, args), np.int64, len(args))
         self._parts.append(
             EventColumns(
@@ -346,6 +350,24 @@ class Columns:
                 coll_id[i] = _coll_key(a)
         return nbytes, coll_id, coll_name
 
+    def _host_ids(self, args: list[Args], kind: I8, is_gpu: Mask) -> None:
+        """Keep the External ids of host operators: holes in them mean a sampled trace."""
+        ops = np.flatnonzero(((kind == Kind.CPU_OP) | (kind == Kind.COMM)) & ~is_gpu)
+        if ops.size:
+            self._ext_ids.append(np.fromiter(
+                (max(args[i].external_id, args[i].external_id_legacy) for i in ops.tolist()),
+                np.int64, ops.size))  # fmt: skip
+
+    def coverage(self) -> dict[str, int]:
+        """Host-operator External ids present, their span and the holes between them."""
+        ids = np.unique(np.concatenate(self._ext_ids)) if self._ext_ids else np.zeros(0, np.int64)
+        ids = ids[ids >= 0]
+        if ids.size < 2:
+            return {}
+        holes = int(np.count_nonzero(np.diff(ids) > 1))
+        return {"host_op_ids": int(ids.size), "host_op_id_span": int(ids[-1] - ids[0] + 1),
+                "host_op_id_holes": holes}  # fmt: skip
+
     def columns(self) -> EventColumns:
         """Every slice's columns joined; each slice is freed once copied (peak memory)."""
         n = sum(len(p.ts_us) for p in self._parts)
@@ -386,6 +408,47 @@ def _nbytes(a: Args) -> int:
     if isinstance(a.nbytes, int) and a.nbytes >= 0:
         return a.nbytes
     return -1
+
+
+def _host_collective_sizes(
+    events: list[Any], args: list[Args], kind: I8, is_gpu: Mask, nbytes: I64
+) -> None:
+    """Fill the unknown sizes of host collectives from their recorded inputs, in place."""
+    for i in np.flatnonzero((kind == Kind.COMM) & ~is_gpu & (nbytes < 0)).tolist():
+        if len(args[i].input_dims):
+            nbytes[i] = _input_bytes(args[i], str(events[i].name))
+
+
+_TYPE_WORDS = {"long int": "long", "short int": "short", "unsigned char": "uint8",
+               "signed char": "int8", "long long": "long"}  # fmt: skip
+
+
+def _input_bytes(a: Args, name: str) -> int:
+    """Bytes of a host collective from its inputs (``Input Dims`` × ``Input type``), else -1.
+
+    gloo's ranges (``gloo:all_reduce``) carry no collective args, only the recorded shapes of
+    their inputs: the flat bucket ``[[1059850]]`` and ``["float"]``. An all-gather's input is
+    one rank's part, not the gathered total its bandwidth needs: left unknown.
+    """
+    if "gather" in name.lower():
+        return -1
+    try:
+        dims, types = msgspec.json.decode(a.input_dims), msgspec.json.decode(a.input_type)
+    except (msgspec.DecodeError, ValueError):
+        return -1
+    if not isinstance(dims, list) or not isinstance(types, list):
+        return -1
+    total = 0
+    for shape, tp in zip(dims, types, strict=False):
+        if not isinstance(shape, list) or not shape or not isinstance(tp, str):
+            continue
+        word = tp.lower().removeprefix("c10::").strip()
+        size = _DTYPE_BYTES.get(_TYPE_WORDS.get(word, word), 0)
+        if not size or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
+                               for x in shape):  # fmt: skip
+            continue
+        total += math.prod(shape) * size
+    return total if 0 < total <= _NBYTES_MAX else -1
 
 
 def _lane_name(p: str, t: str, gpu: bool, s: int | str) -> str:

@@ -41,6 +41,9 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     labels: str = ""  # metadata events: process_labels
     rank: _I64 | str = -1  # merged multi-rank files (TraceFusion): the event's rank
     pid_raw: _I64 | str = -1  # merged files: the pid before the per-rank offset
+    # record_shapes: the inputs of an operator, kept raw (decoded for host collectives only)
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
 
 
 _NO_ARGS = Args()

@@ -130,6 +130,11 @@ def _one_rank(
         meta.notes = [n for n in meta.notes if not n.startswith("no distributedInfo")]
     meta.skipped_events = cols.skipped
     meta.notes.extend(notes)
+    meta.dropped = {why: n for why, n in cols.dropped.items() if n}
+    if cols.skipped:
+        meta.dropped["events of unknown categories skipped"] = cols.skipped
+    if not how:  # merged files interleave several ranks' ids
+        meta.coverage.update(cols.coverage())
 
     # Two raw lanes can map to one name (legacy "stream 7" vs 7): merge them.
     lane_keys = np.fromiter(cols.lanes, np.int64, len(cols.lanes))

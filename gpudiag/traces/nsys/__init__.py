@@ -56,7 +56,6 @@ from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
                 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH",
                 13: "UVM DtoD"}  # fmt: skip
-PEER_COPY = 10
 NO_NVTX_HINT = ("the export has no NVTX ranges: capture with `nsys profile -t cuda,nvtx` and "
                 "mark steps with torch.cuda.nvtx.range or `gpudiag run`")  # fmt: skip
 _EMPTY = np.zeros(0, np.int64)
@@ -89,7 +88,7 @@ def load_nsys(
 class _Rows:
     """The export's rows on one clock, and one deduplicated name list for the file."""
 
-    def __init__(self, ex: Export, notes: list[str]) -> None:
+    def __init__(self, ex: Export, notes: list[str], patterns: NamePatterns) -> None:
         by_pid = "globalPid" in ex.cols("CUPTI_ACTIVITY_KIND_KERNEL")
         self.gpu = gpu_rows(ex)
         if not len(self.gpu):
@@ -102,6 +101,19 @@ class _Rows:
         self.os = osrt_rows(ex, by_pid)
         self._shift(notes)
         self._name(ex, nv_names)
+        self._comm_by_signature(ex, patterns)
+
+    def _comm_by_signature(self, ex: Export, patterns: NamePatterns) -> None:
+        """Kernels whose demangled signature is communication (DeepEP by namespace)."""
+        kern = np.flatnonzero((self.gkind == Kind.COMPUTE) & (self.gpu[:, 9] >= 0))
+        if not kern.size:
+            return
+        found = strings(ex, np.unique(self.gpu[kern, 9]))
+        rx = patterns.rx[NamePatterns.COMM_KERNEL]
+        comm = [k for k, v in found.items() if rx.search(v)]
+        if comm:
+            hit = kern[np.isin(self.gpu[kern, 9], comm)]
+            self.gkind[hit] = Kind.COMM
 
     def _shift(self, notes: list[str]) -> None:
         """Launch times of -1 mean "unknown" downstream: keep real times non-negative."""
@@ -153,9 +165,9 @@ class _Rows:
         self.rname = sid_index(rt[:, 4], n_sid)
         self.oname = sid_index(self.os[:, 4], 0)
         self.nname = inv[off_ms + 2 + nv[:, 4]] if len(nv) else np.zeros(0, np.int64)
-        # coarse kinds: peer copies are GPU-to-GPU traffic, NCCL/MPI domain ranges calls
+        # coarse kinds: copies are copies (peer-to-peer ones too: a copy engine moves the
+        # data, as in Kineto's ``Memcpy PtoP``); NCCL/MPI domain ranges and MPI calls comm
         self.gkind = gpu[:, 0].copy()
-        self.gkind[cp & (gpu[:, 6] == PEER_COPY)] = Kind.COMM
         self.nkind = np.where(nv[:, 5] != 0, int(Kind.COMM), int(Kind.ANNOTATION))
 
     def process(self, gi: I64A, ri: I64A, ni: I64A, oi: I64A) -> RawColumns:
@@ -193,7 +205,7 @@ class _Rows:
 
 def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]:
     era, notes = check_schema(ex, ex.meta())
-    rows = _Rows(ex, notes)
+    rows = _Rows(ex, notes, patterns)
     notes += ex.notes
     gp, rp, npc = pieces(rows.gpu, 1), pieces(rows.rt, 0), pieces(rows.nv, 0)
     opc = pieces(rows.os, 0)
@@ -212,6 +224,7 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
     for order, pid in enumerate(pids):
         meta = RankMeta(source=source, fmt="nsys", era=era, notes=list(notes), pid=pid,
                         capture_version=capture)  # fmt: skip
+        meta.dropped = dict(ex.dropped_rows)
         rank, meta.rank_from = _rank(order, pid, len(pids), env, threads, file_rank, ex.path)
         if len(pids) == 1:
             size = next((env[v] for v in SIZE_VARS if v in env), None)

@@ -144,6 +144,7 @@ class Export:
         self.path = path
         self.con, self._private = connect(path)
         self.notes: list[str] = []
+        self.dropped_rows: dict[str, int] = {}  # "<what> ignored (<why>)" → rows
         try:
             rows = self.con.execute("SELECT type, name FROM sqlite_master").fetchall()
         except (sqlite3.Error, UnicodeDecodeError) as e:  # see load_nsys
@@ -219,6 +220,8 @@ class Export:
         """Count ``n`` rows that were not read in a note."""
         if n > 0:
             self.notes.append(f"{n} {what} ignored ({why})")
+            reason = f"{what} ignored ({why})"
+            self.dropped_rows[reason] = self.dropped_rows.get(reason, 0) + n
 
     def meta(self) -> dict[str, str]:
         """The export's metadata table (schema and product versions)."""
@@ -355,8 +358,11 @@ def _times_ok(start: str, end: str) -> str:
 def gpu_rows(ex: Export) -> I64A:
     """Kernels, copies and memsets with their launch time; ordered by process and start.
 
-    Columns: kind, pid, device, stream, start, end, name code, bytes, launch_ns.
-    The name code is a StringIds id for kernels, the copyKind for copies, -1 for memsets.
+    Columns: kind, pid, device, stream, start, end, name code, bytes, launch_ns, signature.
+    The name code is a StringIds id for kernels, the copyKind for copies, -1 for memsets;
+    the signature is the kernel's ``demangledName`` id (-1 for the others): the
+    communication classification needs its namespace (``deep_ep::intranode::dispatch``,
+    whose short name is only ``dispatch``).
     """
     kcols = ex.cols("CUPTI_ACTIVITY_KIND_KERNEL")
     by_pid = "globalPid" in kcols
@@ -371,8 +377,8 @@ def gpu_rows(ex: Export) -> I64A:
             continue
         lacking = sorted(GPU_COLUMNS - c)  # the kernel table was checked in check_schema
         if lacking:
-            ex.notes.append(f"{t} has no column {', '.join(lacking)} (renamed?): its "
-                            f"{ex.count(canon)} rows are not read")  # fmt: skip
+            ex.dropped(f"rows of {t}", ex.count(canon),
+                       f"no column {', '.join(lacking)}: renamed?")  # fmt: skip
             continue
         ok = (f'{_times_ok("start", quoted("end"))} AND {_is_int("deviceId", 0, 2**31 - 1)} '
               f'AND {_is_int("streamId", 0, 2**32 - 1)}')  # fmt: skip
@@ -387,15 +393,19 @@ def gpu_rows(ex: Export) -> I64A:
             nm = _int_or("copyKind", -1, 0, 2**31 - 1) if "copyKind" in c else "-1"
         else:
             nm = "-1"
+        dn = "-1"
+        if kind == Kind.COMPUTE and "demangledName" in c:
+            dn = _int_or("demangledName", -1, 0, 2**62)
         nb = _int_or("bytes", -1, 0, 2**62) if "bytes" in c else "-1"
         corr = _int_or("correlationId") if "correlationId" in c else "-1"
         parts.append(
             f"SELECT {int(kind)} AS kind, {pid} AS pid, deviceId AS dev, streamId AS stream, "
-            f'start, "end", {nm} AS nm, {nb} AS nb, {corr} AS corr FROM {quoted(t)} WHERE {ok}'
+            f'start, "end", {nm} AS nm, {nb} AS nb, {corr} AS corr, {dn} AS dn '
+            f"FROM {quoted(t)} WHERE {ok}"
         )
         read[int(kind)] = (t, ex.count(canon))
     if not parts:
-        return np.zeros((0, 9), np.int64)
+        return np.zeros((0, 10), np.int64)
     rt = ex.table("CUPTI_ACTIVITY_KIND_RUNTIME")
     rcols = ex.cols("CUPTI_ACTIVITY_KIND_RUNTIME")
     sql = "WITH g AS (" + " UNION ALL ".join(parts) + ")"
@@ -408,11 +418,11 @@ def gpu_rows(ex: Export) -> I64A:
             f", r AS (SELECT correlationId AS c, {rpid} AS p, MIN(start) AS s FROM {quoted(rt)} "
             f"WHERE {r_ok} GROUP BY 1, 2) "
             'SELECT g.kind, g.pid, g.dev, g.stream, g.start, g."end", g.nm, g.nb, '
-            "COALESCE(r.s, -1) FROM g LEFT JOIN r ON r.c = g.corr AND r.p = g.pid "
+            "COALESCE(r.s, -1), g.dn FROM g LEFT JOIN r ON r.c = g.corr AND r.p = g.pid "
         )
     else:
-        sql += ' SELECT kind, pid, dev, stream, start, "end", nm, nb, -1 FROM g '
-    rows = ex.ints(sql + "ORDER BY 2, 5", 9)
+        sql += ' SELECT kind, pid, dev, stream, start, "end", nm, nb, -1, dn FROM g '
+    rows = ex.ints(sql + "ORDER BY 2, 5", 10)
     got = np.bincount(rows[:, 0], minlength=4) if len(rows) else np.zeros(4, np.int64)
     why = "start/end/deviceId/streamId missing, not integers, or out of range"
     for k, (t, total) in read.items():
@@ -484,6 +494,9 @@ def _op_range(x: str) -> str:
 def nvtx_rows(ex: Export, by_pid: bool) -> tuple[I64A, list[str]]:
     """Push/pop and start/end ranges: (pid, tid, start, end, name index, comm domain), names.
 
+    Nsight's MPI trace tables (:data:`MPI_TABLES`) join them as ranges named by the call
+    (``MPI_Sendrecv``), which ``comm_host_re`` makes communication (not ``MPI_Init``).
+
     Per-operator ranges are skipped (:func:`_op_range`). Names are
     ``COALESCE(text, StringIds)`` with PyTorch's suffixes (``, seq = N``, ``, op_id = N``,
     ``, sizes = …``) cut off in SQL, so that ``nccl:all_to_all, op_id = N`` ranges share a
@@ -492,13 +505,59 @@ def nvtx_rows(ex: Export, by_pid: bool) -> tuple[I64A, list[str]]:
     """
     t = ex.table("NVTX_EVENTS")
     c = ex.cols("NVTX_EVENTS")
-    if t is None:
-        return np.zeros((0, 6), np.int64), []
-    if not {"start", "end", "eventType", "globalTid"} <= c:
+    parts = _mpi_parts(ex, by_pid)
+    if t is not None and not {"start", "end", "eventType", "globalTid"} <= c:
         need = {"start", "end", "eventType", "globalTid"}
         ex.notes.append(f"{t} has no column {', '.join(sorted(need - c))} (renamed?): NVTX "
                         "ranges are not read")  # fmt: skip
+        t = None
+    if t is not None:
+        parts.insert(0, _nvtx_part(ex, t, c, by_pid))
+    if not parts:
         return np.zeros((0, 6), np.int64), []
+    base = " UNION ALL ".join(parts)
+    names = [str(r[0]) for r in ex.rows(f"SELECT DISTINCT nm FROM ({base}) ORDER BY nm")]
+    rows = ex.ints(
+        f"SELECT pid, tid, s, e, DENSE_RANK() OVER (ORDER BY nm) - 1, cd, ok FROM ({base}) "
+        "ORDER BY pid, s",
+        7,
+    )
+    good = rows[:, 6] == 1
+    what = f"NVTX ranges of {t}" if t is not None else "MPI calls"
+    if t is not None and len(parts) > 1:
+        what += " and MPI calls"
+    ex.dropped(what, int(np.count_nonzero(~good)),
+               "start/end/globalTid not integers or out of range, or end < start")  # fmt: skip
+    return np.ascontiguousarray(rows[good, :6]), names
+
+
+# Nsight's MPI trace (``-t mpi``): one table per kind of call, each row one call.
+MPI_TABLES = ("MPI_P2P_EVENTS", "MPI_COLLECTIVES_EVENTS", "MPI_START_WAIT_EVENTS",
+              "MPI_OTHER_EVENTS")  # fmt: skip
+
+
+def _mpi_parts(ex: Export, by_pid: bool) -> list[str]:
+    """SELECTs of the MPI trace tables as communication ranges named by their call."""
+    out = []
+    for canon in MPI_TABLES:
+        t = ex.table(canon)
+        if t is None or not {"start", "end", "globalTid", "textId"} <= ex.cols(canon):
+            continue
+        end = 'm."end"'
+        ok = f"{_times_ok('m.start', end)} AND {_is_int('m.globalTid')}"
+        pid = _PID.format(col="m.globalTid") if by_pid else "0"
+        out.append(
+            f"SELECT {_int_or(pid, 0)} AS pid, {_int_or(_TID.format(col='m.globalTid'), 0)} "
+            f"AS tid, {_int_or('m.start', 0)} AS s, {_int_or(end, 0)} AS e, "
+            f"COALESCE(s.value, 'MPI call') AS nm, 0 AS cd, CASE WHEN {ok} THEN 1 ELSE 0 END "
+            f"AS ok FROM {quoted(t)} AS m LEFT JOIN {quoted(str(ex.table('StringIds')))} AS s "
+            'ON s.id = m.textId WHERE m."end" IS NOT NULL'
+        )
+    return out
+
+
+def _nvtx_part(ex: Export, t: str, c: set[str], by_pid: bool) -> str:
+    """The SELECT of NVTX push/pop and start/end ranges (see :func:`nvtx_rows`)."""
     txt = "n.text" if "text" in c else "NULL"  # a blob or a number here is only a bad name
     join = ""
     if "textId" in c:
@@ -522,23 +581,13 @@ def nvtx_rows(ex: Export, by_pid: bool) -> tuple[I64A, list[str]]:
     end = 'n."end"'
     ok = f"{_times_ok('n.start', end)} AND {_is_int('n.globalTid')}"
     pid = _PID.format(col="n.globalTid") if by_pid else "0"
-    base = (
+    return (
         f"SELECT {_int_or(pid, 0)} AS pid, {_int_or(_TID.format(col='n.globalTid'), 0)} AS tid, "
         f"{_int_or('n.start', 0)} AS s, {_int_or(end, 0)} AS e, {nm} AS nm, "
         f"{comm} AS cd, CASE WHEN {ok} THEN 1 ELSE 0 END AS ok FROM {quoted(t)} AS n {join}"
         'WHERE n.eventType IN (59, 60) AND n."end" IS NOT NULL '
         f"AND NOT ({_op_range(x)})"
     )
-    names = [str(r[0]) for r in ex.rows(f"SELECT DISTINCT nm FROM ({base}) ORDER BY nm")]
-    rows = ex.ints(
-        f"SELECT pid, tid, s, e, DENSE_RANK() OVER (ORDER BY nm) - 1, cd, ok FROM ({base}) "
-        "ORDER BY pid, s",
-        7,
-    )
-    good = rows[:, 6] == 1
-    ex.dropped(f"NVTX ranges of {t}", int(np.count_nonzero(~good)),
-               "start/end/globalTid not integers or out of range, or end < start")  # fmt: skip
-    return np.ascontiguousarray(rows[good, :6]), names
 
 
 def strings(ex: Export, ids: I64A) -> dict[int, str]:
