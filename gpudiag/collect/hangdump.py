@@ -18,6 +18,7 @@ good (a native extension looping without releasing it) would keep this thread ou
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
@@ -214,10 +215,31 @@ def enable_fault_log(run_dir: Path, rank: int) -> bool:
     if faulthandler.is_enabled():
         return False
     path = fault_path(run_dir, rank)
+    made = [d for d in (run_dir, path.parent) if not d.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     _FAULT_FILE = open(path, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as the rank
     faulthandler.enable(file=_FAULT_FILE, all_threads=True)
+    atexit.register(_drop_empty_fault_log, path, made)
     return True
+
+
+def _drop_empty_fault_log(path: Path, made: list[Path]) -> None:
+    """At a normal exit: an empty fault log, and the folders made only for it, go.
+
+    A process that imported torch but never stepped (a tool, a DataLoader worker that
+    exits) then leaves nothing behind, as before the fault log existed.
+    """
+    import faulthandler
+
+    try:
+        if path.stat().st_size:
+            return
+        faulthandler.disable()
+        path.unlink()
+        for d in reversed(made):
+            d.rmdir()  # only when empty: anything else the rank wrote stays
+    except OSError:
+        pass
 
 
 def start(
