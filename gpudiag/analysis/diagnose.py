@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from gpudiag import __version__
 from gpudiag.analysis.advice import recommend
+from gpudiag.analysis.causes import exposed_copies
 from gpudiag.analysis.collectives import (
     bandwidth_findings,
     match,
@@ -54,12 +55,14 @@ from gpudiag.analysis.reconcile import (
     explained_by_pipeline,
     source_findings,
     step_range_notes,
+    with_host_cause,
     without_warmup,
 )
 from gpudiag.analysis.spread import rank_spread
 from gpudiag.analysis.stragglers import find_stragglers, late_arrival
 from gpudiag.analysis.summary import run_summary, summarize_rank
 from gpudiag.analysis.timeline import Timeline
+from gpudiag.analysis.variability import variability
 from gpudiag.analysis.verdict import verdict
 from gpudiag.analysis.whatif import what_if
 from gpudiag.analysis.wholerun import whole_run
@@ -152,6 +155,7 @@ def build_diagnosis(
     notes = list(notes) + step_range_notes(results)
     findings = idle_findings(ranks, steps, th) + source_findings(results, run) + warm
     findings += list(extra_findings)
+    findings += variability(steps, th.variability, ranks)
     kernels = combine_kernels([r.evidence.kernels for r in ranks])
     findings += compute_bound(run, kernels, th.advice)
     colls = [r.collectives for r in results if r.collectives is not None]
@@ -179,6 +183,8 @@ def build_diagnosis(
         if f.kind == FindingKind.STRAGGLER and f.cause == Cause.HOST and f.ranks
     }  # fmt: skip
     findings = drop_host_bound(findings, host_stragglers)
+    findings = with_host_cause(findings, ranks, steps, th)
+    findings += exposed_copies(ranks, steps, findings, th)
     findings.sort(
         key=lambda f: (
             Severity(f.severity).order,

@@ -31,6 +31,8 @@ class FindingKind(StrEnum):
     WARMUP = "warmup"
     JOB_FAILED = "job_failed"
     COMPUTE_BOUND = "compute_bound"
+    STEP_VARIABILITY = "step_variability"
+    EXPOSED_COPIES = "exposed_copies"
 
 
 class Severity(StrEnum):

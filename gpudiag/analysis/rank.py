@@ -32,6 +32,8 @@ from gpudiag.analysis.collectives import (
     extract,
     host_comm_types,
 )
+from gpudiag.analysis.devices import capability, common_capability
+from gpudiag.analysis.hostcause import host_evidence
 from gpudiag.analysis.kernels import breakdown as kernel_breakdown
 from gpudiag.analysis.metrics import (
     IdleMetrics,
@@ -50,6 +52,7 @@ from gpudiag.analysis.model import (
 from gpudiag.analysis.steady import steady_steps
 from gpudiag.analysis.steps import StepWindows, find_steps
 from gpudiag.analysis.timeline import RankLanes, rank_lanes
+from gpudiag.analysis.workload import name_counts, recognise
 from gpudiag.config import Thresholds
 from gpudiag.traces.schema import (
     Kind,
@@ -176,6 +179,9 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
     ]
     colls = extract(tl, parts.mode, win.owner, th.comm_op_re)
     evidence = _evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th)
+    evidence |= _workload_and_device(tl)
+    if mode == Mode.GPU:
+        evidence |= host_evidence(tl, win, keep, sets)
     top = kernel_breakdown(tl, (win.start[keep], win.end[keep]), gpu=mode == Mode.GPU)
     if top is not None:
         evidence["kernels"] = top
@@ -201,6 +207,19 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
         events=len(tl),
         lanes=rank_lanes(tl, win, sets, keep, full=timeline == "full") if timeline else None,
     )
+
+
+def _workload_and_device(tl: RankTimeline) -> dict[str, Any]:
+    """What the rank runs (analysis/workload.py) and what its GPUs support (devices.py)."""
+    out: dict[str, Any] = {"workload": recognise(name_counts(tl.names, tl.name))}
+    m = tl.meta
+    cc, sms = m.compute_capability, m.multiprocessors
+    caps = [capability(name, cc[i] if i < len(cc) else None, sms[i] if i < len(sms) else None)
+            for i, name in enumerate(m.devices)]  # fmt: skip
+    cap = common_capability(caps)
+    if cap.known:
+        out["device"] = cap.as_dict()
+    return out
 
 
 def _truncated(win: StepWindows, mode: Mode, th: Thresholds) -> int | None:
