@@ -96,6 +96,7 @@ def test_graphs_and_jit() -> None:
     tags = recognise([("cudaGraphLaunch", 3), ("nvrtcCompileProgram", 1)])
     assert {"graphs", "jit"} <= set(tags)
     assert tags["graphs"]["count"] == 3
+    assert "graphs" in recognise([("hipGraphLaunch", 2)])  # ROCm graphs too
 
 
 # ---- variability ----
