@@ -145,6 +145,8 @@ class VariabilityMetrics(FindingMetrics):
     median_before_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
     median_after_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
     cause: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
+    # otherwise the part of the step that grows in the slow steps ("data_wait", …)
+    grows: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def share(self) -> float:  # noqa: D102
         return self.excess_share

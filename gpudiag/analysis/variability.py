@@ -111,6 +111,35 @@ def _why(
     return f" — {LABEL[cls]}: {what}", {"cause": cause}
 
 
+_PARTS = {"data_wait_ns": "data wait", "comm_wait_ns": "exposed communication",
+          "other_ns": "host time outside compute", "compute_ns": "compute"}  # fmt: skip
+
+
+def _part(
+    named: Sequence[int], excess: float, slowest: dict[int, int], steps: Sequence[StepBreakdown]
+) -> tuple[str, dict[str, Any]]:
+    """The part of the step (data wait, communication, host, compute) that grows in them.
+
+    Measured on each slow step's slowest rank, beyond that rank's median of the part in
+    the other steps; named when it holds at least half of the steps' excess.
+    """
+    by = {(s.rank, s.step): s for s in steps}
+    best: tuple[float, str] = (0.0, "")
+    for attr in _PARTS:
+        grew = 0.0
+        for n in named:
+            r = slowest[n]
+            usual = [getattr(s, attr) for s in steps if s.rank == r and s.step not in named]
+            grew += getattr(by[(r, n)], attr) - (float(np.median(usual)) if usual else 0.0)
+        if grew > best[0]:
+            best = (grew, attr)
+    grew, attr = best
+    if not attr or grew < 0.5 * excess:
+        return "", {}
+    each = fmt_ns(grew) if len(named) == 1 else f"{fmt_ns(grew / len(named))} a slow step"
+    return f" — {_PARTS[attr]} grows by {each}", {"grows": attr.removesuffix("_ns")}
+
+
 def variability(
     steps: Sequence[StepBreakdown], rules: VariabilityRules, ranks: Sequence[RankSummary] = ()
 ) -> list[Finding]:
@@ -168,6 +197,8 @@ def variability(
     excess = sum(max(0.0, dur[nums.index(n)] - med) for n in named)
     if excess > 0:
         why, found = _why(named, excess, slowest, ranks)
+        if not why:
+            why, found = _part(named, excess, slowest, steps)
         text += why
         metrics |= found
     metrics["excess_share"] = round(

@@ -267,3 +267,18 @@ def test_deepep_traffic_gets_moe_advice_without_suggesting_deepep() -> None:
     assert "moe-all-to-all" in recs and "embedding-all-to-all" not in recs
     assert "already in use" in recs["moe-all-to-all"].detail
     assert not {"comm-overlap", "grad-accumulation"} & set(recs)
+
+
+def test_stalls_name_the_part_that_grows() -> None:
+    # the loader runs dry in steps 2, 5 and 8: their extra time is data wait
+    durs = [150, 600, 160, 155, 700, 150, 158, 300]
+    steps = []
+    t = 0
+    for i, d in enumerate(durs, start=1):
+        ns = d * 1_000_000
+        data = max(0, ns - 150_000_000)
+        steps.append(StepBreakdown(0, i, t, ns, ns - data, 0, data, 0, 0))
+        t += ns
+    (f,) = variability(steps, R)
+    assert f.metrics.pattern == "stalls" and f.metrics.grows == "data_wait"
+    assert "data wait grows by" in f.message
