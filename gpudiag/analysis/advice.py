@@ -541,6 +541,9 @@ def _precision_title(f: Finding, c: Context) -> str:
     if _cm(f).unit == "operator":
         return "Run the matrix operators in bf16 on the CPU (autocast)"
     dev = c.device()
+    if workload.inference(c.workload()):
+        half = "bf16" if dev.bf16 else "fp16"
+        return f"Serve the model in {half}" + (" or FP8" if dev.fp8 else "")
     if dev.known and not dev.bf16 and dev.fp16:
         return "Train in fp16 mixed precision (autocast with a GradScaler)"
     if dev.known and dev.bf16:
@@ -554,6 +557,19 @@ def _precision_detail(f: Finding, c: Context) -> str:
     fp32 = max(_cm(f).fp32_matrix_share, _cm(f).fp32_gemm_share)
     text = (f"Matrix kernels take {_cm(f).matrix_share:.0%} of compute ({_matrix_text(f)}) "
             f"and {fp32:.0%} of their time runs in full fp32: ")  # fmt: skip
+    if not cpu and workload.inference(c.workload()):
+        dev = c.device()
+        half = "torch.bfloat16" if dev.bf16 or not dev.known else "torch.float16"
+        fp8 = (
+            " On this GPU FP8 weights and activations halve the bytes again (the "
+            "engine's fp8 quantisation, e.g. vLLM --quantization fp8 or TensorRT-LLM)."
+        )
+        return text + (
+            f"an inference engine needs no loss scaling: load the weights in {half} "
+            "(model.to(dtype)) or let the engine pick its half-precision dtype; weight-only "
+            "INT8/INT4 quantisation cuts memory traffic further for small batches."
+            + (fp8 if dev.fp8 else "")
+        )
     if cpu:
         return text + (
             "run the forward pass under torch.autocast('cpu', dtype=torch.bfloat16) on CPUs "

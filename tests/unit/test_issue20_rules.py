@@ -282,3 +282,24 @@ def test_stalls_name_the_part_that_grows() -> None:
     (f,) = variability(steps, R)
     assert f.metrics.pattern == "stalls" and f.metrics.grows == "data_wait"
     assert "data wait grows by" in f.message
+
+
+def test_inference_precision_advice_is_serving_not_training() -> None:
+    from gpudiag.analysis.advice import recommend
+    from gpudiag.analysis.kinds import StepSource
+    from gpudiag.analysis.metrics import ComputeMetrics
+    from gpudiag.analysis.model import RankEvidence, RankSummary
+
+    ev = RankEvidence(workload=recognise([("execute_context_0(1_128)_generation_3(0)", 1),
+                                          ("aten::mm", 10)]),
+                      device=capability("NVIDIA H100 80GB HBM3", "9.0").as_dict())  # fmt: skip
+    rank = RankSummary(0, 4, 100, 120, Shares(0.9, 0.0, 0.0, 0.1), 0.0, None, 0.1, Mode.GPU,
+                       StepSource.PROFILER_STEP, "x", evidence=ev)  # fmt: skip
+    m = ComputeMetrics(compute_share=0.9, threshold=0.7, unit="kernel",
+                       families={"GEMM": 0.6, "attention": 0.3, "elementwise": 0.1},
+                       fusable_share=0.1, gemm_share=0.6, fp32_gemm_share=0.9, top=[],
+                       matrix_share=0.9, fp32_matrix_share=0.9)  # fmt: skip
+    f = Finding(FindingKind.COMPUTE_BOUND, Severity.INFO, "compute holds 90%", metrics=m)
+    (rec,) = recommend(_run(), [rank], [], [f])
+    assert rec.id == "reduced-precision" and rec.title == "Serve the model in bf16 or FP8"
+    assert "GradScaler" not in rec.detail and "train" not in rec.detail.lower()
