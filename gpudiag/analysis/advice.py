@@ -383,9 +383,20 @@ def _jit_detail(f: Finding, c: Context) -> str:
 def _launch_title(f: Finding, c: Context) -> str:
     if _native(c):
         return "Cut launch overhead: CUDA graphs or fewer, larger kernels"
-    if _host_cause(f).get("graphs_launched"):
+    graphs = bool(_host_cause(f).get("graphs_launched"))
+    compiled = _compiled(c)
+    if graphs and compiled:
+        return "Cut launch overhead: larger batches, graphs over the eager parts"
+    if graphs:
         return "Cut launch overhead: fuse kernels with torch.compile, larger batches"
+    if compiled:
+        return "Cut launch and host overhead: CUDA graphs (reduce-overhead), larger batches"
     return "Cut launch and host overhead: CUDA graphs, torch.compile, larger batches"
+
+
+def _compiled(c: Context) -> bool:
+    """torch.compile is already in use (its compiled graphs or Triton kernels run)."""
+    return "compiled" in c.workload()
 
 
 def _launch_detail(f: Finding, c: Context) -> str:
@@ -403,10 +414,9 @@ def _launch_detail(f: Finding, c: Context) -> str:
               "torch.compile(mode='reduce-overhead')" + (
                   "; in an inference engine, keep its CUDA-graph mode on — vLLM without "
                   "enforce_eager — for decode steps" if inf else "") + "), ")  # fmt: skip
-    return head + (
-        graphs + "fuse small kernels with torch.compile, and raise the batch size "
-        "so each kernel does more work."
-    )
+    fuse = ("extend torch.compile to the parts still run eagerly (it is in use), "
+            if _compiled(c) else "fuse small kernels with torch.compile, ")  # fmt: skip
+    return head + (graphs + fuse + "and raise the batch size so each kernel does more work.")
 
 
 HOST = (
@@ -614,7 +624,8 @@ COMPUTE = (
         detail=_fusion_detail,
         gain=lambda f, c: None,
         evidence=_compute_evidence,
-        applies=lambda f, c: _cm(f).fusable_share >= c.rules.fusion_share and not _native(c),
+        applies=lambda f, c: (_cm(f).fusable_share >= c.rules.fusion_share
+                              and not _native(c) and not _compiled(c)),
     ),
     Remedy(
         id=_const("reduced-precision"),

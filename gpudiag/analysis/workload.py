@@ -12,7 +12,8 @@ FBGEMM ``split_embedding_*`` kernels, ``KJTAllToAll``, ``PooledEmbeddingsAwaitab
 the sparse-data-dist ranges), ``moe`` (expert parallelism: DeepEP, fused-MoE kernels,
 expert routing), ``pipeline`` (pipeline-parallel schedules), ``inference`` (vLLM,
 SGLang, TensorRT-LLM engines and their decode/prefill steps), ``jit`` (NVRTC/hipRTC,
-nvFuser, torch.compile), ``graphs`` (``cudaGraphLaunch``/``hipGraphLaunch``: CUDA/HIP
+nvFuser, module loading), ``compiled`` (torch.compile's graphs and Triton kernels:
+torch.compile already in use), ``graphs`` (``cudaGraphLaunch``/``hipGraphLaunch``: CUDA/HIP
 graphs already replayed), ``training`` (an optimizer step or backward operators),
 ``pytorch`` (any ATen operator or PyTorch range), ``mpi`` (MPI ranges or threads),
 ``quantised_comms`` (FBGEMM's FP8/8-bit row-wise codecs: embeddings exchanged quantised).
@@ -44,8 +45,9 @@ SIGNS: dict[str, re.Pattern[str]] = {
         "inference": r"(?i)\bvllm\b|vllm::|sglang|tensorrt_llm|execute_context_|"
         r"\bgeneration_\d|\bdecode(_step)?\b|\bprefill\b|model_executor|LLMEngine",
         "jit": r"(?i)^nvrtc|^hiprtc|nvfuser|^nvFusion|FusionExecutor|compileFusion|"
-        r"CompiledFxGraph|Torch-Compiled Region|TorchDynamo|^cuModuleLoad|^cuLinkComplete|"
-        r"^hipModuleLoad",
+        r"^cuModuleLoad|^cuLinkComplete|^hipModuleLoad",
+        "compiled": r"CompiledFxGraph|Torch-Compiled Region|^CompiledFunction|"
+        r"^triton_(poi|red|per)_",
         "graphs": r"^(cuda|hip|cu)GraphLaunch",
         "quantised_comms": r"FloatToFP8|FP8Rowwise|FloatToFused8Bit|QuantizedCommCodec|"
         r"fp8_all_to_all|qcomm",

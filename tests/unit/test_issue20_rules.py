@@ -97,6 +97,8 @@ def test_graphs_and_jit() -> None:
     assert {"graphs", "jit"} <= set(tags)
     assert tags["graphs"]["count"] == 3
     assert "graphs" in recognise([("hipGraphLaunch", 2)])  # ROCm graphs too
+    compiled = recognise([("Torch-Compiled Region: 0/1", 1), ("triton_poi_fused_add_0", 4)])
+    assert compiled["compiled"]["count"] == 5 and "jit" not in compiled
 
 
 # ---- variability ----
