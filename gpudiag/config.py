@@ -110,6 +110,8 @@ class AdviceRules:
     launch_interval_ns: int = 150_000  # … issued at most this far apart on average
     amp_on_share: float = 0.3  # half-precision kernels this share of compute: AMP already on
     exposed_copy_share: float = 0.1  # copies with nothing computing this share of a step
+    many_allreduce_calls: int = 100  # all-reduces a step from which … (DDP: larger buckets)
+    small_allreduce_bytes: int = 1 << 20  # … of a median size below this: raise bucket_cap_mb
 
 
 @dataclass(frozen=True)

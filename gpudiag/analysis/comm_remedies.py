@@ -112,6 +112,34 @@ def _deepep(c: Context, f: Finding) -> bool:
     return any(re.search(r"(?i)deep_?ep", n) for n in names)
 
 
+def _allreduce_calls(f: Finding, c: Context) -> tuple[float, float]:
+    """The flagged ranks' all-reduces a step and their median size (largest rank's)."""
+    per, size = 0.0, -1.0
+    for e in c.evidence(f.ranks):
+        row = (e.collective_calls or {}).get("allreduce") or {}
+        if float(row.get("per_step", 0.0)) > per:
+            per, size = float(row.get("per_step", 0.0)), float(row.get("bytes_median", -1.0))
+    return per, size
+
+
+def _overlap_detail(f: Finding, c: Context) -> str:
+    per, size = _allreduce_calls(f, c)
+    # many small all-reduces a step: each pays the latency; larger buckets, not smaller
+    if per >= c.rules.many_allreduce_calls and 0 <= size < c.rules.small_allreduce_bytes:
+        buckets = (f"It issues {per:.0f} all-reduces a step of {size / 1024:.0f} KiB (median): "
+                   "each pays the collective's latency, so raise bucket_cap_mb (fewer, larger "
+                   "buckets) — or, outside DDP, flatten the gradients into a few buffers "
+                   "(torch._utils._flatten_dense_tensors, a fused optimizer's "
+                   "buckets)")  # fmt: skip
+    else:
+        buckets = "tune bucket_cap_mb (smaller buckets start earlier)"
+    return ("Only part of the gradient synchronisation overlaps compute. With DDP keep "
+            "find_unused_parameters=False, set gradient_as_bucket_view=True and "
+            f"static_graph=True where the graph is static; {buckets}; make sure no "
+            "synchronising call (.item(), .cpu(), a barrier) sits between backward and the "
+            "optimizer step.")  # fmt: skip
+
+
 def _comm_evidence_with_pattern(f: Finding, c: Context) -> dict[str, Any]:
     return {**_comm_evidence(f, c), "pattern": _pattern(f, c)}
 
@@ -133,13 +161,7 @@ COMM = (
     Remedy(
         id=_const("comm-overlap"),
         title=_const("Hide gradient communication behind backward"),
-        detail=_const(
-            "Only part of the gradient synchronisation overlaps compute. With DDP keep "
-            "find_unused_parameters=False, set gradient_as_bucket_view=True and "
-            "static_graph=True where the graph is static, and tune bucket_cap_mb "
-            "(smaller buckets start earlier); make sure no synchronising call "
-            "(.item(), .cpu(), a barrier) sits between backward and the optimizer step."
-        ),
+        detail=_overlap_detail,
         gain=_transfer,
         evidence=_comm_evidence_with_pattern,
         applies=_for("gradients"),

@@ -146,6 +146,8 @@ class RankEvidence:
     copy_ns: int | None = None  # GPU copy time in the steps …
     pageable_copy_ns: int | None = None  # … from or to pageable memory
     copies_alone: dict[str, list[int]] | None = None  # host-device copies alone, per step
+    # collective type → calls per analysed step and median message bytes (-1: unknown)
+    collective_calls: dict[str, dict[str, float]] | None = None
 
     @classmethod
     def of(cls, parts: dict[str, Any]) -> RankEvidence:

@@ -187,6 +187,7 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
         evidence["kernels"] = top
     if colls.type:
         evidence["comm_types"] = comm_type_shares(colls)
+        evidence["collective_calls"] = _calls_per_step(colls, int(keep.sum()))
         evidence.update(_recv_wait(tl, colls, sets, win, keep))
         if mode == Mode.GPU:
             host = host_comm_types(tl, th.comm_op_re)
@@ -219,6 +220,18 @@ def _workload_and_device(tl: RankTimeline) -> dict[str, Any]:
     cap = common_capability(caps)
     if cap.known:
         out["device"] = cap.as_dict()
+    return out
+
+
+def _calls_per_step(colls: Collectives, steps: int) -> dict[str, dict[str, float]]:
+    """Per collective type: calls per analysed step and the median message size (bytes)."""
+    out: dict[str, dict[str, float]] = {}
+    types = np.asarray(colls.type, dtype=object)
+    for t in sorted(set(colls.type)):
+        sel = (types == t) & (colls.step >= 0)
+        sizes = colls.nbytes[sel & (colls.nbytes >= 0)]
+        out[t] = {"per_step": round(int(sel.sum()) / max(steps, 1), 1),
+                  "bytes_median": float(np.median(sizes)) if sizes.size else -1.0}  # fmt: skip
     return out
 
 

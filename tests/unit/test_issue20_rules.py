@@ -305,3 +305,26 @@ def test_inference_precision_advice_is_serving_not_training() -> None:
     (rec,) = recommend(_run(), [rank], [], [f])
     assert rec.id == "reduced-precision" and rec.title == "Serve the model in bf16 or FP8"
     assert "GradScaler" not in rec.detail and "train" not in rec.detail.lower()
+
+
+def test_many_tiny_allreduces_get_larger_buckets_not_smaller() -> None:
+    from gpudiag.analysis.advice import recommend
+    from gpudiag.analysis.kinds import StepSource
+    from gpudiag.analysis.metrics import CommBoundMetrics
+    from gpudiag.analysis.model import RankEvidence, RankSummary
+
+    def detail(per_step: float, size: float) -> str:
+        ev = RankEvidence(comm_types={"allreduce": 1.0},
+                          collective_calls={"allreduce": {"per_step": per_step,
+                                                          "bytes_median": size}})  # fmt: skip
+        rank = RankSummary(0, 4, 100, 120, Shares(0.5, 0.3, 0.0, 0.2), 0.0, 0.2, 0.5,
+                           Mode.GPU, StepSource.PROFILER_STEP, "x", evidence=ev)  # fmt: skip
+        steps = [StepBreakdown(0, i, i * 100, 100, 50, 30, 0, 20, 0) for i in range(4)]
+        comm = Finding(FindingKind.COMM_BOUND, Severity.ERROR, "rank 0: 30% …", ranks=[0],
+                       metrics=CommBoundMetrics(per_rank={"0": 0.3}, threshold=0.1))  # fmt: skip
+        recs = {r.id: r for r in recommend(_run(), [rank], steps, [comm])}
+        return recs["comm-overlap"].detail
+
+    assert "raise bucket_cap_mb" in detail(404, 64 * 1024)
+    assert "smaller buckets" not in detail(404, 64 * 1024)
+    assert "smaller buckets start earlier" in detail(5, 25 << 20)
