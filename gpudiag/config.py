@@ -128,6 +128,27 @@ class AdviceRules:
     fusion_share: float = 0.4  # elementwise + reduction + normalisation of compute: fuse them
     gemm_share: float = 0.2  # GEMMs at least this share of compute for a precision remedy …
     fp32_gemm_share: float = 0.5  # … and at least this share of GEMM time in fp32 kernels
+    host_cause_share: float = 0.25  # a class of runtime calls this share of "other": the cause
+    launch_min_kernels: int = 20  # launch-bound: at least this many kernels a step …
+    short_kernel_ns: int = 50_000  # … with a median duration at most this …
+    launch_interval_ns: int = 150_000  # … issued at most this far apart on average
+    amp_on_share: float = 0.3  # half-precision kernels this share of compute: AMP already on
+    exposed_copy_share: float = 0.1  # copies with nothing computing this share of a step
+    many_allreduce_calls: int = 100  # all-reduces a step from which … (DDP: larger buckets)
+    small_allreduce_bytes: int = 1 << 20  # … of a median size below this: raise bucket_cap_mb
+
+
+@dataclass(frozen=True)
+class VariabilityRules:
+    """When step times vary enough to say so (analysis/variability.py)."""
+
+    min_steps: int = 4  # fewer analysed steps than this: nothing is said
+    p90_factor: float = 1.3  # p90 / median step time above this: jitter
+    spread_factor: float = 1.6  # p90 / p10 of the step times above this: jitter
+    outlier_factor: float = 1.5  # a step longer than this × the median: an outlier (stall)
+    regime_factor: float = 2.0  # every step after a split this × slower (or faster): regime
+    min_steps_per_regime: int = 2  # ... with at least this many steps on each side
+    severe_factor: float = 2.0  # p90 / median from this up (or a regime change): a warning
 
 
 @dataclass(frozen=True)
@@ -176,6 +197,7 @@ _GROUPS: dict[str, type] = {
     "collectives": CollectiveRules,
     "pipeline": PipelineRules,
     "advice": AdviceRules,
+    "variability": VariabilityRules,
     "diff": DiffRules,
     "live": LiveRules,
     "hang": HangRules,
@@ -204,6 +226,7 @@ class Thresholds:
     collectives: CollectiveRules = field(default_factory=CollectiveRules)
     pipeline: PipelineRules = field(default_factory=PipelineRules)
     advice: AdviceRules = field(default_factory=AdviceRules)
+    variability: VariabilityRules = field(default_factory=VariabilityRules)
     diff: DiffRules = field(default_factory=DiffRules)
     live: LiveRules = field(default_factory=LiveRules)
     hang: HangRules = field(default_factory=HangRules)

@@ -42,9 +42,11 @@ across ranks in :mod:`gpudiag.analysis.spread`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from gpudiag.analysis import workload
+from gpudiag.analysis.causes import ev, mx
 from gpudiag.analysis.comm_remedies import COMM
 from gpudiag.analysis.metrics import (
     ComputeMetrics,
@@ -218,70 +220,275 @@ def _copy_share(f: Finding, c: Context) -> float:
     return copies / other if other else 0.0
 
 
-def _copy_bound(f: Finding, c: Context) -> bool:
-    return c.run.mode == Mode.GPU and _copy_share(f, c) >= c.rules.launch_bound_share
+def _host_cause(f: Finding) -> dict[str, Any]:
+    """The host cause named on the finding (analysis/causes.py), ``{}`` when none."""
+    cause = mx(f, "cause")
+    return cause if isinstance(cause, dict) else {}
 
 
-def _launch_bound(f: Finding, c: Context) -> bool:
-    return (c.run.mode == Mode.GPU and not _copy_bound(f, c)
-            and _launch_share(f, c) >= c.rules.launch_bound_share)  # fmt: skip
+def _is(*kinds: str) -> Callable[[Finding, Context], bool]:
+    return lambda f, c: c.run.mode == Mode.GPU and _host_cause(f).get("kind") in kinds
 
 
 def _host_evidence(f: Finding, c: Context) -> dict[str, Any]:
     return {"other_ns_per_step": _other(f, c), "ranks": f.ranks,
             "launch_gap_share": _launch_share(f, c), "copies_alone_share": _copy_share(f, c),
-            "gpu_idle_in_steps": _idle_in_steps(f, c)}  # fmt: skip
+            "gpu_idle_in_steps": _idle_in_steps(f, c), "cause": _host_cause(f)}  # fmt: skip
+
+
+def _native(c: Context) -> bool:
+    """A C/C++/CUDA program (no PyTorch name in the trace): no PyTorch advice.
+
+    Only ranks whose names were read count (evidence ``workload``); without any, nothing
+    says the program is not PyTorch.
+    """
+    read = any(ev(r, "workload") is not None for r in c.ranks.values())
+    return read and workload.native_program(c.workload())
+
+
+def _cause_gain(f: Finding, c: Context) -> int | None:
+    """Up to the cause's own time per step, never more than the "other" time.
+
+    For slow steps (a step-variability finding) the cause's time in them, spread over
+    every analysed step: the mean a step would gain. None when the GPU was mostly busy
+    while the calls blocked (a wait for its own work is not time it idles).
+    """
+    own = int(_host_cause(f).get("ns_per_step") or 0)
+    waits = _host_cause(f).get("waits_for") or {}
+    if float(waits.get("compute", 0.0)) + float(waits.get("communication", 0.0)) >= 0.5:
+        return None  # the GPU was busy meanwhile: the wait is not the GPU's idle time
+    if f.kind == FindingKind.STEP_VARIABILITY:
+        n = max(len({s.step for s in c.steps}), 1)
+        return round(own * len(_host_cause(f).get("steps") or [1]) / n)
+    return min(own, _other(f, c)) if own else _other(f, c)
 
 
 def _stall_detail(f: Finding, c: Context) -> str:
     gaps = _idle_in_steps(f, c)
     many = (f" ({gaps['long_gaps']} gaps of {c.rules.launch_gap_ns / 1e3:.0f} µs or more in the "
             "profiled steps)") if gaps["long_gaps"] else ""  # fmt: skip
+    if _host_cause(f).get("kind") == "python":
+        return ("The training thread spends its time between operators ("
+                + str(_host_cause(f)["text"])
+                + "): Python-side work in the loop — logging, metrics, data reshaping, "
+                "small tensor ops issued one by one. torch.compile the model and loss, move "
+                "logging and metrics out of the step (every N steps), and look at "
+                "py-spy or torch.profiler(with_stack=True) for the Python frames.")  # fmt: skip
     return ("The GPU sits idle for long stretches while the host is inside the step" + many
             + ": look for synchronising calls (.item(), .cpu(), torch.cuda.synchronize, "
             "printing tensors), Python-side preprocessing, logging or checkpointing in the "
             "loop; py-spy or torch.profiler(with_stack=True) shows where the host spends "
-            "them. Short launch gaps are not the problem here, so CUDA graphs would not "
-            "help much.")  # fmt: skip
+            "them.")  # fmt: skip
+
+
+def _sync_detail(f: Finding, c: Context) -> str:
+    cause = _host_cause(f)
+    waits = cause.get("waits_for") or {}
+    who = max(waits, key=lambda k: waits[k]) if waits else ""
+    api = cause.get("api", "a synchronising call")
+    head = f"The training thread blocks in {api} ({cause['text']}). "
+    if _native(c):
+        return head + ("Synchronise only where the host needs the result: replace "
+                       "cudaDeviceSynchronize/cudaStreamSynchronize in the loop with events "
+                       "(cudaEventRecord + cudaStreamWaitEvent) between streams, and check "
+                       "convergence every N iterations instead of every one.")  # fmt: skip
+    if who == "communication":
+        return head + ("It waits for a collective: the time is set by the slowest rank's "
+                       "arrival or by the transfer itself. Find the late rank (the straggler "
+                       "findings), and drop host-side waits on collectives (.item() on a "
+                       "reduced loss, work.wait() right after launch): let the GPU stream "
+                       "order the work.")  # fmt: skip
+    if who == "copy":
+        return head + ("It waits for a copy to or from the host: .item(), .cpu(), .tolist() "
+                       "or a pageable copy. Copy into pinned buffers with non_blocking=True "
+                       "and read them one step later, or keep the value on the GPU.")  # fmt: skip
+    return head + ("It waits for the GPU to drain its queue (.item(), .cpu(), print of a "
+                   "tensor, torch.cuda.synchronize, _local_scalar_dense): the host cannot "
+                   "queue the next kernels meanwhile. Log scalars every N steps, accumulate "
+                   "metrics on the GPU, and use non_blocking copies to pinned memory.")  # fmt: skip
+
+
+def _alloc_detail(f: Finding, c: Context) -> str:
+    cause = _host_cause(f)
+    head = f"Memory is allocated and freed through the driver inside the steps ({cause['text']}). "
+    if _native(c):
+        return head + ("Allocate device and pinned buffers once, before the loop, and reuse "
+                       "them; where sizes vary, use stream-ordered pools (cudaMallocAsync / "
+                       "cudaMemPool) instead of cudaMalloc/cudaFree.")  # fmt: skip
+    env = "PYTORCH_HIP_ALLOC_CONF" if c.device().vendor == "amd" else "PYTORCH_CUDA_ALLOC_CONF"
+    return head + ("PyTorch's caching allocator should make these rare: make sure "
+                   "PYTORCH_NO_CUDA_MEMORY_CACHING is not set and torch.cuda.empty_cache() is "
+                   f"not called in the loop; set {env}=expandable_segments:True so a "
+                   "fragmented cache grows instead of freeing and retrying, and keep tensor "
+                   "shapes stable (pad variable-length batches to a few sizes).")  # fmt: skip
+
+
+def _copy_detail(f: Finding, c: Context) -> str:
+    cause = _host_cause(f)
+    head = f"Host-device copies block the training thread ({cause['text']}). "
+    if _native(c):
+        return head + ("Allocate the host buffers pinned (cudaMallocHost / cudaHostRegister) "
+                       "and copy with cudaMemcpyAsync on a stream of its own, so copies "
+                       "overlap the kernels; copy only what the host needs (a residual, not "
+                       "the grid) and only every N iterations.")  # fmt: skip
+    waits = cause.get("waits_for") or {}
+    busy = float(waits.get("compute", 0.0)) + float(waits.get("communication", 0.0))
+    if busy >= 0.5:
+        return head + (
+            f"While the call blocks, the GPU is still running earlier work ({busy:.0%} of the "
+            "time): the copy waits for it, so it acts as a synchronisation — a device-to-host "
+            "read (.item(), .cpu(), .tolist(), a size or length the host needs). Read such "
+            "values a step later from a pinned buffer filled with non_blocking=True, or keep "
+            "them on the GPU."
+        )
+    return head + (
+        "A copy from pageable memory, or to the host, returns only when done: pin "
+        "the host tensors (pin_memory=True, .pin_memory()), copy with "
+        ".to(device, non_blocking=True), and avoid .cpu()/.item() in the step."
+    )
+
+
+def _gpu_busy_share(f: Finding) -> float:
+    """The share of a sync/copy cause's blocking time with the GPU still running work."""
+    waits = _host_cause(f).get("waits_for") or {}
+    return float(waits.get("compute", 0.0)) + float(waits.get("communication", 0.0))
+
+
+def _copy_title(f: Finding, c: Context) -> str:
+    api = _host_cause(f).get("api")
+    if _gpu_busy_share(f) >= 0.5:
+        return f"Move device-to-host reads out of the step ({api} waits for the GPU)"
+    return f"Make host-device copies asynchronous ({api} blocks)"
+
+
+def _jit_detail(f: Finding, c: Context) -> str:
+    cause = _host_cause(f)
+    head = f"Kernels are compiled inside the measured steps ({cause['text']}). "
+    if _native(c):
+        return head + (
+            "Compile once and cache the module: load it before the timed loop "
+            "(cuModuleLoad once), keep the PTX/cubin cache (CUDA_CACHE_PATH, "
+            "CUDA_CACHE_MAXSIZE), or compile ahead of time for the target "
+            "architecture (-gencode): nothing is JIT-compiled at run time."
+        )
+    return head + ("Run warm-up iterations before measuring, keep shapes and dtypes stable so "
+                   "nothing recompiles (TORCH_LOGS=recompiles shows why; mark_dynamic for "
+                   "varying dimensions), and keep compiled artefacts across runs "
+                   "(TORCHINDUCTOR_FX_GRAPH_CACHE / the Inductor cache; nvFuser and NVRTC "
+                   "reuse their kernels once the same fusion is seen).")  # fmt: skip
+
+
+def _launch_title(f: Finding, c: Context) -> str:
+    if _native(c):
+        return "Cut launch overhead: CUDA graphs or fewer, larger kernels"
+    graphs = bool(_host_cause(f).get("graphs_launched"))
+    compiled = _compiled(c)
+    if graphs and compiled:
+        return "Cut launch overhead: larger batches, graphs over the eager parts"
+    if graphs:
+        return "Cut launch overhead: fuse kernels with torch.compile, larger batches"
+    if compiled:
+        return "Cut launch and host overhead: CUDA graphs (reduce-overhead), larger batches"
+    return "Cut launch and host overhead: CUDA graphs, torch.compile, larger batches"
+
+
+def _compiled(c: Context) -> bool:
+    """torch.compile is already in use (its compiled graphs or Triton kernels run)."""
+    return "compiled" in c.workload()
+
+
+def _launch_detail(f: Finding, c: Context) -> str:
+    cause = _host_cause(f)
+    why = cause.get("text") or "short launch gaps"
+    head = f"The GPU waits for the host to issue work ({why}). "
+    if _native(c):
+        return head + ("Capture the iteration in a CUDA graph (cudaStreamBeginCapture / "
+                       "cudaGraphLaunch) and replay it, fuse small kernels, or give each "
+                       "kernel more work.")  # fmt: skip
+    inf = workload.inference(c.workload())
+    graphs = ("CUDA graphs are already launched (cudaGraphLaunch/hipGraphLaunch): capture the "
+              "parts still run eagerly, " if cause.get("graphs_launched") else
+              "capture the step in a CUDA graph (torch.cuda.graphs / "
+              "torch.compile(mode='reduce-overhead')" + (
+                  "; in an inference engine, keep its CUDA-graph mode on — vLLM without "
+                  "enforce_eager — for decode steps" if inf else "") + "), ")  # fmt: skip
+    fuse = ("extend torch.compile to the parts still run eagerly (it is in use), "
+            if _compiled(c) else "fuse small kernels with torch.compile, ")  # fmt: skip
+    return head + (graphs + fuse + "and raise the batch size so each kernel does more work.")
 
 
 HOST = (
     Remedy(
         id=_const("exposed-copies"),
         title=_const("Hide host-device copies: pinned memory, non_blocking, a side stream"),
-        detail=_const(
+        detail=lambda f, c: (
             "Most of the time outside compute is memory copies with nothing running beside "
-            "them: allocate host tensors in pinned memory (DataLoader(pin_memory=True) or "
-            ".pin_memory()), copy with .to(device, non_blocking=True), prefetch the next "
-            "batch on a side CUDA stream, and avoid device-to-host copies inside the step "
-            "(.cpu(), .item(), .tolist())."
+            f"them ({_host_cause(f).get('text') or 'copies alone'}): "
+            + ("allocate host buffers pinned (cudaMallocHost), copy with cudaMemcpyAsync on a "
+               "stream of its own and overlap the copies with kernels; copy less and less "
+               "often." if _native(c) else
+               "allocate host tensors in pinned memory (DataLoader(pin_memory=True) or "
+               ".pin_memory()), copy with .to(device, non_blocking=True), prefetch the next "
+               "batch on a side CUDA stream, and avoid device-to-host copies inside the step "
+               "(.cpu(), .item(), .tolist()).")
         ),
         gain=_other,
         evidence=_host_evidence,
-        applies=_copy_bound,
+        applies=_is("copies"),
+    ),
+    Remedy(
+        id=_const("host-sync"),
+        title=lambda f, c: ("Take the synchronisation out of the step "
+                            f"({_host_cause(f).get('api')})"),
+        detail=_sync_detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=_is("sync"),
+    ),
+    Remedy(
+        id=_const("caching-allocator"),
+        title=lambda f, c: (
+            "Allocate once, outside the loop (cudaMalloc/cudaFree in the steps)" if _native(c)
+            else f"Keep the caching allocator on: {_host_cause(f).get('api')} inside the steps"),
+        detail=_alloc_detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=_is("allocator"),
+    ),
+    Remedy(
+        id=_const("blocking-copies"),
+        title=_copy_title,
+        detail=_copy_detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=_is("copy"),
+    ),
+    Remedy(
+        id=_const("jit-compilation"),
+        title=_const("Compile kernels once, outside the measured steps"),
+        detail=_jit_detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=_is("jit"),
     ),
     Remedy(
         id=_const("launch-bound"),
-        title=_const("Cut launch and host overhead: CUDA graphs, torch.compile, larger batches"),
-        detail=_const(
-            "The GPU idles in short gaps between kernels while the host launches them: "
-            "capture the step in a CUDA graph (torch.cuda.graphs / "
-            "torch.compile(mode='reduce-overhead')), fuse small kernels with torch.compile, "
-            "raise the batch size, and remove synchronisations (.item(), .cpu(), "
-            "torch.cuda.synchronize) from the step."
-        ),
+        title=_launch_title,
+        detail=_launch_detail,
         gain=_other,
         evidence=_host_evidence,
-        applies=_launch_bound,
+        applies=_is("launch"),
     ),
     Remedy(
         id=_const("host-stalls"),
-        title=_const("Find the host work that stalls the GPU inside the step"),
+        title=lambda f, c: ("Cut Python overhead between operators"
+                            if _host_cause(f).get("kind") == "python"
+                            else "Find the host work that stalls the GPU inside the step"),
         detail=_stall_detail,
         gain=_other,
         evidence=_host_evidence,
-        applies=lambda f, c: (c.run.mode == Mode.GPU and not _launch_bound(f, c)
-                              and not _copy_bound(f, c)),
+        applies=lambda f, c: (c.run.mode == Mode.GPU
+                              and _host_cause(f).get("kind", "unknown") in ("python", "unknown")),
     ),
     Remedy(
         id=_const("host-overhead"),
@@ -308,6 +515,7 @@ def _compute_evidence(f: Finding, _c: Context) -> dict[str, Any]:
     m = _cm(f)
     return {"compute_share": m.compute_share, "unit": m.unit, "fusable_share": m.fusable_share,
             "gemm_share": m.gemm_share, "fp32_gemm_share": m.fp32_gemm_share,
+            "matrix_share": m.matrix_share, "fp32_matrix_share": m.fp32_matrix_share,
             "top": list(m.top)}  # fmt: skip
 
 
@@ -322,23 +530,89 @@ def _fusion_detail(f: Finding, _c: Context) -> str:
     )
 
 
-def _precision_detail(f: Finding, _c: Context) -> str:
+def _matrix_text(f: Finding) -> str:
+    """Which matrix families hold compute: "GEMMs 40%, convolutions 25%"."""
+    fams = _cm(f).families
+    parts = [
+        (label, float(fams.get(fam, 0.0)))
+        for fam, label in (
+            ("GEMM", "GEMMs"),
+            ("convolution", "convolutions"),
+            ("attention", "attention"),
+        )
+    ]
+    shown = [f"{label} {v:.0%}" for label, v in parts if v >= 0.05]
+    return ", ".join(shown) or f"matrix kernels {_cm(f).matrix_share:.0%}"
+
+
+def _precision_title(f: Finding, c: Context) -> str:
+    if _cm(f).unit == "operator":
+        return "Run the matrix operators in bf16 on the CPU (autocast)"
+    dev = c.device()
+    if workload.inference(c.workload()):
+        half = "bf16" if dev.bf16 else "fp16"
+        return f"Serve the model in {half}" + (" or FP8" if dev.fp8 else "")
+    if dev.known and not dev.bf16 and dev.fp16:
+        return "Train in fp16 mixed precision (autocast with a GradScaler)"
+    if dev.known and dev.bf16:
+        extra = " or TF32" if dev.tf32 else ""
+        return f"Run matmuls, convolutions and attention in bf16 (autocast){extra}"
+    return "Use mixed precision (autocast) for the fp32 matrix work"
+
+
+def _precision_detail(f: Finding, c: Context) -> str:
     cpu = _cm(f).unit == "operator"
-    text = (
-        f"GEMMs take {_cm(f).gemm_share:.0%} of compute and {_cm(f).fp32_gemm_share:.0%} of "
-        "their time runs in full fp32: "
-    )
+    fp32 = max(_cm(f).fp32_matrix_share, _cm(f).fp32_gemm_share)
+    text = (f"Matrix kernels take {_cm(f).matrix_share:.0%} of compute ({_matrix_text(f)}) "
+            f"and {fp32:.0%} of their time runs in full fp32: ")  # fmt: skip
+    if not cpu and workload.inference(c.workload()):
+        dev = c.device()
+        half = "torch.bfloat16" if dev.bf16 or not dev.known else "torch.float16"
+        fp8 = (
+            " On this GPU FP8 weights and activations halve the bytes again (the "
+            "engine's fp8 quantisation, e.g. vLLM --quantization fp8 or TensorRT-LLM)."
+        )
+        return text + (
+            f"an inference engine needs no loss scaling: load the weights in {half} "
+            "(model.to(dtype)) or let the engine pick its half-precision dtype; weight-only "
+            "INT8/INT4 quantisation cuts memory traffic further for small batches."
+            + (fp8 if dev.fp8 else "")
+        )
     if cpu:
         return text + (
             "run the forward pass under torch.autocast('cpu', dtype=torch.bfloat16) on CPUs "
             "with bf16 support (AMX, AVX-512 BF16)."
         )
+    dev = c.device()
+    on = f"{dev.generation} ({dev.basis})" if dev.known else ""
+    if dev.known and not dev.bf16 and dev.fp16:
+        return text + (
+            f"{on} has fp16 tensor cores but no bf16 or TF32: train under "
+            "torch.autocast('cuda', dtype=torch.float16) with a torch.amp.GradScaler to keep "
+            "small gradients from underflowing; channels_last memory format helps cuDNN "
+            "convolutions use the tensor cores."
+        )
+    if dev.known and dev.bf16:
+        tf32 = (" or at least let fp32 matmuls and convolutions use TF32 with "
+                "torch.backends.cuda.matmul.allow_tf32 = True and "
+                "torch.backends.cudnn.allow_tf32 = True") if dev.tf32 else ""  # fmt: skip
+        fp8 = (f"; on {dev.generation}, FP8 (Transformer Engine's fp8_autocast, "
+               "torchao float8) speeds up large GEMMs further") if dev.fp8 else ""  # fmt: skip
+        return text + (
+            f"{on} runs bf16 on its matrix units: train under "
+            f"torch.autocast('cuda', dtype=torch.bfloat16) (no loss scaling needed){tf32}"
+            f"{fp8}; scaled_dot_product_attention then picks the flash kernels."
+        )
     return text + (
-        "train under torch.autocast('cuda', dtype=torch.bfloat16) (mixed precision), or at "
-        "least let fp32 matmuls use TF32 tensor cores with "
-        "torch.backends.cuda.matmul.allow_tf32 = True / "
-        "torch.set_float32_matmul_precision('high')."
+        "train under torch.autocast (bf16 where the GPU supports it, else fp16 with a "
+        "GradScaler), or let fp32 matmuls use TF32 tensor cores where available "
+        "(torch.set_float32_matmul_precision('high'))."
     )
+
+
+def _amp_on(c: Context) -> bool:
+    """Half-precision kernels already hold ``advice.amp_on_share`` of compute."""
+    return c.low_precision_share() >= c.rules.amp_on_share
 
 
 COMPUTE = (
@@ -348,16 +622,21 @@ COMPUTE = (
         detail=_fusion_detail,
         gain=lambda f, c: None,
         evidence=_compute_evidence,
-        applies=lambda f, c: _cm(f).fusable_share >= c.rules.fusion_share,
+        applies=lambda f, c: (_cm(f).fusable_share >= c.rules.fusion_share
+                              and not _native(c) and not _compiled(c)),
     ),
     Remedy(
         id=_const("reduced-precision"),
-        title=_const("Run the GEMMs in bf16 (autocast) or TF32 instead of fp32"),
+        title=_precision_title,
         detail=_precision_detail,
         gain=lambda f, c: None,
-        evidence=_compute_evidence,
-        applies=lambda f, c: (_cm(f).gemm_share >= c.rules.gemm_share
-                              and _cm(f).fp32_gemm_share >= c.rules.fp32_gemm_share),
+        evidence=lambda f, c: {**_compute_evidence(f, c), "device": c.device().as_dict(),
+                               "low_precision_share": c.low_precision_share()},
+        applies=lambda f, c: (
+            _cm(f).matrix_share >= c.rules.gemm_share
+            and max(_cm(f).fp32_matrix_share, _cm(f).fp32_gemm_share) >= c.rules.fp32_gemm_share
+            and not _amp_on(c) and not _native(c)
+            and (not c.device().known or c.device().fp16)),
     ),
 )  # fmt: skip
 
@@ -368,6 +647,15 @@ RULES: dict[FindingKind, tuple[Remedy, ...]] = {
     FindingKind.STRAGGLER: (STRAGGLER,),
     FindingKind.PIPELINE_BUBBLE: (PIPELINE,),
     FindingKind.HOST_BOUND: HOST,
+    FindingKind.EXPOSED_COPIES: (
+        dataclasses.replace(
+            HOST[0],
+            applies=lambda f, c: c.run.mode == Mode.GPU,
+            gain=lambda f, c: round(f.metrics.share() * c.step_ns),
+        ),
+    ),
+    # slow steps filled by one class of host calls: that cause's remedy
+    FindingKind.STEP_VARIABILITY: HOST[1:5],
     FindingKind.COMPUTE_BOUND: COMPUTE,
 }
 
@@ -410,9 +698,26 @@ def recommend(
     # a straggler slowed by its own data waits for the same loader the data remedy fixes
     data = [i for i, r in enumerate(out) if r.id == "dataloader"]
     groups += [[i, *data] for i in data_stragglers]
+    out, groups = _unique(out, groups)
     out = _with_overlaps(out, groups)
     out.sort(key=lambda r: -(r.estimated_gain_ns or 0))
     return out
+
+
+def _unique(
+    out: list[Recommendation], groups: list[list[int]]
+) -> tuple[list[Recommendation], list[list[int]]]:
+    """One recommendation per id (two findings may call for the same remedy): the larger gain."""
+    best: dict[str, int] = {}
+    for i, r in enumerate(out):
+        j = best.get(r.id)
+        if j is None or (r.estimated_gain_ns or 0) > (out[j].estimated_gain_ns or 0):
+            best[r.id] = i
+    keep = sorted(best.values())
+    new = {old: k for k, old in enumerate(keep)}
+    remap = {i: new[best[r.id]] for i, r in enumerate(out)}
+    groups = [sorted({remap[i] for i in g}) for g in groups]
+    return [out[i] for i in keep], groups
 
 
 def _with_overlaps(out: list[Recommendation], groups: list[list[int]]) -> list[Recommendation]:

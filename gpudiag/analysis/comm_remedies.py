@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from gpudiag.analysis import workload
 from gpudiag.analysis.metrics import CommBoundMetrics
 from gpudiag.analysis.model import Finding, Mode
 from gpudiag.analysis.remedy import Context, Remedy
@@ -85,7 +86,58 @@ def _amd(f: Finding, c: Context) -> bool:
 
 
 def _for(*patterns: str) -> Callable[[Finding, Context], bool]:
-    return lambda f, c: _is_transfer(f, c) and _pattern(f, c) in patterns
+    # an inference engine has no gradients: its collectives get their own remedy
+    def applies(f: Finding, c: Context) -> bool:
+        training = {"gradients", "parameters"} & set(patterns)
+        if training and workload.inference(c.workload()):
+            return False
+        return _is_transfer(f, c) and _pattern(f, c) in patterns
+
+    return applies
+
+
+def _names(c: Context, f: Finding, tag: str) -> str:
+    """Up to two names behind a workload tag, for the text."""
+    names = (c.workload(f.ranks).get(tag) or c.workload().get(tag) or {}).get("names", [])
+    return ", ".join(names[:2]) or tag
+
+
+def _quantised(c: Context, f: Finding) -> bool:
+    """The embedding exchange is already quantised (FBGEMM FP8/8-bit row-wise codecs)."""
+    return "quantised_comms" in c.workload(f.ranks)
+
+
+def _deepep(c: Context, f: Finding) -> bool:
+    names = (c.workload(f.ranks).get("moe") or {}).get("names", [])
+    return any(re.search(r"(?i)deep_?ep", n) for n in names)
+
+
+def _allreduce_calls(f: Finding, c: Context) -> tuple[float, float]:
+    """The flagged ranks' all-reduces a step and their median size (largest rank's)."""
+    per, size = 0.0, -1.0
+    for e in c.evidence(f.ranks):
+        row = (e.collective_calls or {}).get("allreduce") or {}
+        if float(row.get("per_step", 0.0)) > per:
+            per, size = float(row.get("per_step", 0.0)), float(row.get("bytes_median", -1.0))
+    return per, size
+
+
+def _overlap_detail(f: Finding, c: Context) -> str:
+    per, size = _allreduce_calls(f, c)
+    # many small all-reduces a step: each pays the latency; larger buckets, not smaller
+    if per >= c.rules.many_allreduce_calls and 0 <= size < c.rules.small_allreduce_bytes:
+        buckets = (f"It issues {per:.0f} all-reduces a step of {size / 1024:.0f} KiB (median): "
+                   "each pays the collective's latency, so raise bucket_cap_mb (fewer, larger "
+                   "buckets) — or, outside DDP, flatten the gradients into a few buffers "
+                   "(torch._utils._flatten_dense_tensors, a fused optimizer's "
+                   "buckets)")  # fmt: skip
+    else:
+        buckets = "tune bucket_cap_mb (smaller buckets start earlier)"
+    return ("Only part of the gradient synchronisation overlaps compute. With DDP keep "
+            "find_unused_parameters=False, set gradient_as_bucket_view=True and "
+            f"static_graph=True where the graph is static; {buckets}; make sure no "
+            "synchronising call (.item(), .cpu(), a barrier) sits between backward and the "
+            "optimizer step.")  # fmt: skip
 
 
 def _comm_evidence_with_pattern(f: Finding, c: Context) -> dict[str, Any]:
@@ -109,13 +161,7 @@ COMM = (
     Remedy(
         id=_const("comm-overlap"),
         title=_const("Hide gradient communication behind backward"),
-        detail=_const(
-            "Only part of the gradient synchronisation overlaps compute. With DDP keep "
-            "find_unused_parameters=False, set gradient_as_bucket_view=True and "
-            "static_graph=True where the graph is static, and tune bucket_cap_mb "
-            "(smaller buckets start earlier); make sure no synchronising call "
-            "(.item(), .cpu(), a barrier) sits between backward and the optimizer step."
-        ),
+        detail=_overlap_detail,
         gain=_transfer,
         evidence=_comm_evidence_with_pattern,
         applies=_for("gradients"),
@@ -159,19 +205,75 @@ COMM = (
         applies=_for("parameters"),
     ),
     Remedy(
+        id=_const("embedding-all-to-all"),
+        title=_const("Pipeline and shrink the sparse-embedding all-to-alls (TorchRec)"),
+        detail=lambda f, c: (
+            "The exposed communication is the all-to-all of sharded embeddings (TorchRec/"
+            f"FBGEMM: {_names(c, f, 'torchrec')}): its input distribution (KJTAllToAll) and "
+            "pooled-embedding exchange. Overlap the next batch's input distribution with the "
+            "current step (TrainPipelineSparseDist, or the semi-synchronous pipeline), revisit "
+            "the sharding plan (EmbeddingShardingPlanner: table-wise for small tables, "
+            "row- or column-wise for large ones, data-parallel for tiny ones, so fewer "
+            "lookups cross ranks)"
+            + ("; the embeddings are already exchanged in FP8, so quantising them further is "
+               "not the lever" if _quantised(c, f) else
+               ", and quantise the exchanged embeddings (QCommsConfig with fp16/bf16 "
+               "forward and backward precision)")
+            + ". Mixture-of-experts and DDP gradient remedies do not apply to this traffic."
+        ),
+        gain=_transfer,
+        evidence=lambda f, c: {**_comm_evidence_with_pattern(f, c), "workload": "torchrec"},
+        applies=lambda f, c: _for("tokens")(f, c) and workload.sparse_embeddings(c.workload()),
+    ),
+    Remedy(
         id=_const("moe-all-to-all"),
         title=_const("Cut and hide the all-to-all token exchange (expert parallelism)"),
+        detail=lambda f, c: (
+            "The exposed communication is the mixture-of-experts dispatch and combine "
+            f"({_names(c, f, 'moe')}): lower the capacity factor or drop overflow tokens, "
+            "use a hierarchical all-to-all (intra-node first, then across nodes), and "
+            "overlap dispatch/combine with expert compute"
+            + (" (DeepEP is already in use: overlap its low-latency kernels with the next "
+               "micro-batch, and balance experts across ranks)" if _deepep(c, f)
+               else " (chunked or pipelined all-to-all, e.g. DeepEP or Tutel)")
+            + ". DDP's gradient remedies do not apply to this traffic."
+        ),
+        gain=_transfer,
+        evidence=lambda f, c: {**_comm_evidence_with_pattern(f, c), "workload": "moe"},
+        # DeepEP's dispatch/combine kernels are no NCCL collective type: "other" counts
+        applies=lambda f, c: (_is_transfer(f, c) and workload.expert_parallel(c.workload())
+                              and _pattern(f, c) in ("tokens", "other")),
+    ),
+    Remedy(
+        id=_const("all-to-all"),
+        title=_const("Cut and hide the all-to-all exchanges"),
         detail=_const(
-            "The exposed communication is mostly all-to-all, as in mixture-of-experts "
-            "dispatch and combine or sharded embeddings: lower the capacity factor or drop "
-            "overflow tokens, use a hierarchical all-to-all (intra-node first, then across "
-            "nodes), and overlap dispatch/combine with expert compute (chunked or "
-            "pipelined all-to-all, e.g. DeepEP or Tutel). DDP's gradient remedies do not "
-            "apply to this traffic."
+            "The exposed communication is mostly all-to-all: exchange fewer, larger messages "
+            "(batch the exchanges of a step), use a hierarchical all-to-all (intra-node "
+            "first, then across nodes), and start it early enough to overlap compute that "
+            "does not depend on it. DDP's gradient remedies do not apply to this traffic."
         ),
         gain=_transfer,
         evidence=_comm_evidence_with_pattern,
-        applies=_for("tokens"),
+        applies=lambda f, c: (_for("tokens")(f, c)
+                              and not workload.sparse_embeddings(c.workload())
+                              and not workload.expert_parallel(c.workload())),
+    ),
+    Remedy(
+        id=_const("inference-collectives"),
+        title=_const("Cut the tensor-parallel collectives of inference"),
+        detail=_const(
+            "An inference engine's all-reduces and all-gathers carry activations, not "
+            "gradients: use the engine's custom or NVLS all-reduce for small messages (vLLM's "
+            "custom all-reduce, NCCL_NVLS_ENABLE=1 on NVSwitch systems), fuse the all-reduce "
+            "with the following norm where the engine offers it, overlap it with the next "
+            "layer's GEMM, or use fewer tensor-parallel ranks (more data or pipeline "
+            "parallelism) when batches are small."
+        ),
+        gain=_transfer,
+        evidence=lambda f, c: {**_comm_evidence_with_pattern(f, c), "workload": "inference"},
+        applies=lambda f, c: (_is_transfer(f, c) and workload.inference(c.workload())
+                              and _pattern(f, c) in ("gradients", "parameters")),
     ),
     Remedy(
         id=_const("p2p-overlap"),

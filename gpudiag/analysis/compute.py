@@ -5,13 +5,15 @@ An information-level finding (``compute_bound``) when the run's compute share re
 kernel or operator breakdown (:func:`gpudiag.analysis.kernels.combine`) with
 communication and copies left out, so that the remedies (analysis/advice.py) can say
 what would make compute itself faster: fusion when elementwise, reduction and
-normalisation kernels hold ``advice.fusion_share`` of it; reduced precision when GEMMs
-hold ``advice.gemm_share`` and ``advice.fp32_gemm_share`` of GEMM time is in fp32.
+normalisation kernels hold ``advice.fusion_share`` of it; reduced precision when matrix
+kernels (GEMMs, convolutions, attention) hold ``advice.gemm_share`` and
+``advice.fp32_gemm_share`` of their time is in fp32.
 """
 
 from __future__ import annotations
 
 from gpudiag.analysis import words
+from gpudiag.analysis.kernels import MATRIX
 from gpudiag.analysis.metrics import ComputeMetrics
 from gpudiag.analysis.model import Finding, FindingKind, KernelBreakdown, RunSummary, Severity
 from gpudiag.config import AdviceRules
@@ -57,6 +59,8 @@ def compute_bound(
                 gemm_share=fams.get("GEMM", 0.0),
                 fp32_gemm_share=kernels.fp32_gemm_share if kernels else 0.0,
                 top=names[:5],
+                matrix_share=sum(fams.get(f, 0.0) for f in MATRIX),
+                fp32_matrix_share=kernels.fp32_matrix_share if kernels else 0.0,
             ),
         )
     ]

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpudiag import __version__
 from gpudiag.analysis.advice import recommend
+from gpudiag.analysis.causes import exposed_copies
 from gpudiag.analysis.collectives import (
     bandwidth_findings,
     match,
@@ -60,6 +61,7 @@ from gpudiag.analysis.reconcile import (
     explained_by_pipeline,
     source_findings,
     step_range_notes,
+    with_host_cause,
     without_warmup,
 )
 from gpudiag.analysis.runend import LEADS as ENDED_KINDS
@@ -68,6 +70,7 @@ from gpudiag.analysis.spread import rank_spread
 from gpudiag.analysis.stragglers import find_stragglers, late_arrival
 from gpudiag.analysis.summary import run_summary, summarize_rank
 from gpudiag.analysis.timeline import Timeline
+from gpudiag.analysis.variability import variability
 from gpudiag.analysis.verdict import verdict
 from gpudiag.analysis.whatif import what_if
 from gpudiag.analysis.wholerun import whole_run
@@ -204,6 +207,12 @@ def _collector_skips_inputs() -> Iterator[None]:
         gc.unfreeze()
 
 
+def _finding_order(f: Finding) -> tuple[int, bool, float]:
+    """Severity first; how the run ended first among equals; then the larger share."""
+    share = f.metrics.share() if isinstance(f.metrics, ShareMetrics) else 0
+    return (Severity(f.severity).order, f.kind not in ENDED_KINDS, -share)
+
+
 def _build(
     results: Sequence[RankResult],
     th: Thresholds,
@@ -224,6 +233,7 @@ def _build(
     notes = list(notes) + step_range_notes(results)
     findings = idle_findings(ranks, steps, th) + source_findings(results, run) + warm
     findings += list(extra_findings)
+    findings += variability(steps, th.variability, ranks)
     kernels = combine_kernels([r.evidence.kernels for r in ranks])
     findings += compute_bound(run, kernels, th.advice)
     colls = [r.collectives for r in results if r.collectives is not None]
@@ -251,18 +261,14 @@ def _build(
         if f.kind == FindingKind.STRAGGLER and f.cause == Cause.HOST and f.ranks
     }  # fmt: skip
     findings = drop_host_bound(findings, host_stragglers)
+    findings = with_host_cause(findings, ranks, steps, th)
+    findings += exposed_copies(ranks, steps, findings, th)
     findings, lims, limit_notes = judge_evidence(
         {r.rank: r.evidence.coverage or {} for r in ranks},
         {r.rank: r.meta.dropped for r in results}, findings, th.evidence,
     )  # fmt: skip
     notes += limit_notes
-    findings.sort(
-        key=lambda f: (
-            Severity(f.severity).order,
-            f.kind not in ENDED_KINDS,  # how the run ended comes first among equals
-            -(f.metrics.share() if isinstance(f.metrics, ShareMetrics) else 0),
-        )
-    )
+    findings.sort(key=_finding_order)
     return Diagnosis(
         run=run,
         ranks=ranks,

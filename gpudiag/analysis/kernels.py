@@ -19,7 +19,12 @@ Triton's ``triton_poi``/``triton_red``) rather than exact names, in the kernel's
 (before its template and argument lists) first, then in the whole signature.
 
 Precision: a GEMM kernel whose name says fp32 (``sgemm``, ``f32f32``, ``_s1688``) — not
-TF32 or a reduced type — is counted in ``fp32_gemm_share``.
+TF32 or a reduced type — is counted in ``fp32_gemm_share``. The matrix families (GEMM,
+convolution, attention) have ``fp32_matrix_share``, the
+share of their time in fp32 kernels, where a convolution or attention kernel is fp32 when
+its name says so (``scudnn``, ``sgemm``, ``<float``, ``f32``, ``fp32``) and names no
+reduced type (``half``, ``bf16``, ``bfloat16``, ``f16``, ``e4m3`` …): precision advice
+covers cuDNN convolutions and attention, not only GEMMs.
 """
 
 from __future__ import annotations
@@ -74,6 +79,18 @@ def family(name: str, kind: int | None = None) -> str:
             if rx.search(text):
                 return fam
     return "other"
+
+
+MATRIX = ("GEMM", "convolution", "attention")
+_FP32_ANY = re.compile(r"scudnn|sgemm|<float\b|\bfloat\b|f32|fp32", re.IGNORECASE)
+_HALF = re.compile(r"half|bfloat16|bf16|fp16|f16|e4m3|e5m2|int8|tf32", re.IGNORECASE)
+
+
+def is_fp32_matrix(name: str, fam: str) -> bool:
+    """A GEMM, convolution or attention kernel computing in full fp32."""
+    if fam == "GEMM":
+        return is_fp32_gemm(name)
+    return fam in MATRIX and bool(_FP32_ANY.search(name)) and not _HALF.search(name)
 
 
 def is_fp32_gemm(name: str) -> bool:
@@ -133,12 +150,15 @@ def breakdown(
     kind_of = np.full(len(tl.names), -1, np.int64)
     kind_of[names] = tl.kind[idx]
     fams: dict[str, float] = {}
-    fp32 = 0.0
+    fp32 = fp32_matrix = 0.0
     for i in np.flatnonzero(time_by).tolist():
         fam = family(tl.names[i], int(kind_of[i]))
         fams[fam] = fams.get(fam, 0.0) + time_by[i]
         if fam == "GEMM" and is_fp32_gemm(tl.names[i]):
             fp32 += time_by[i]
+        if is_fp32_matrix(tl.names[i], fam):
+            fp32_matrix += time_by[i]
+    matrix = sum(fams.get(f, 0.0) for f in MATRIX)
     order = np.argsort(time_by)[::-1][:TOP]
     top = [TopEntry(tl.names[i], family(tl.names[i], int(kind_of[i])), int(time_by[i]),
                     int(count_by[i]), float(time_by[i] / total))
@@ -149,6 +169,7 @@ def breakdown(
         top=top,
         families={f: v / total for f, v in sorted(fams.items(), key=lambda kv: -kv[1])},
         fp32_gemm_share=fp32 / fams["GEMM"] if fams.get("GEMM") else 0.0,
+        fp32_matrix_share=fp32_matrix / matrix if matrix else 0.0,
     )
 
 
@@ -160,7 +181,7 @@ def combine(per_rank: Sequence[KernelBreakdown | None]) -> KernelBreakdown | Non
     total = sum(p.total_ns for p in present)
     by_name: dict[str, tuple[str, int, int]] = {}
     fams: dict[str, float] = {}
-    fp32 = gemm = 0.0
+    fp32 = gemm = fp32_matrix = matrix = 0.0
     for p in present:
         for e in p.top:
             fam, t, c = by_name.get(e.name, (e.family, 0, 0))
@@ -170,6 +191,9 @@ def combine(per_rank: Sequence[KernelBreakdown | None]) -> KernelBreakdown | Non
         g = p.families.get("GEMM", 0.0) * p.total_ns
         gemm += g
         fp32 += p.fp32_gemm_share * g
+        mx = sum(p.families.get(f, 0.0) for f in MATRIX) * p.total_ns
+        matrix += mx
+        fp32_matrix += p.fp32_matrix_share * mx
     top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:TOP]
     return KernelBreakdown(
         unit=present[0].unit,
@@ -179,4 +203,5 @@ def combine(per_rank: Sequence[KernelBreakdown | None]) -> KernelBreakdown | Non
         if total
         else {},
         fp32_gemm_share=fp32 / gemm if gemm else 0.0,
+        fp32_matrix_share=fp32_matrix / matrix if matrix else 0.0,
     )

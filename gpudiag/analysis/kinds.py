@@ -34,6 +34,8 @@ class FindingKind(StrEnum):
     COLLECTIVE_MISMATCH = "collective_mismatch"
     COMPUTE_BOUND = "compute_bound"
     LIMITED_EVIDENCE = "limited_evidence"
+    STEP_VARIABILITY = "step_variability"
+    EXPOSED_COPIES = "exposed_copies"
 
 
 class Severity(StrEnum):

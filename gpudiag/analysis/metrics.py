@@ -108,6 +108,51 @@ class CommBoundMetrics(ShareMetrics):
 
 
 @dataclass(frozen=True)
+class HostMetrics(ShareMetrics):
+    """``host_bound`` on GPU traces: the share, and the named host-side cause (causes.py)."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.HOST_BOUND,)
+
+    cause: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExposedCopiesMetrics(ShareMetrics):
+    """``exposed_copies``: host-device copies with nothing beside them, and their memory."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.EXPOSED_COPIES,)
+
+    pageable: bool = False
+
+
+@dataclass(frozen=True)
+class VariabilityMetrics(FindingMetrics):
+    """``step_variability``: how the job's step times spread, and what fills slow steps."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.STEP_VARIABILITY,)
+
+    pattern: str  # "jitter", "outlier", "stalls", "regime_change"
+    median_ns: int
+    p90_ns: int
+    min_ns: int
+    max_ns: int
+    p90_median_ratio: float
+    p90_p10_ratio: float
+    steps_ns: dict[str, int]
+    excess_share: float  # of the window, the slow steps' time above the median
+    change_at_step: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    regime_ratio: float | None = field(default=None, metadata=OMIT_IF_NONE)
+    median_before_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    median_after_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    cause: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
+    # otherwise the part of the step that grows in the slow steps ("data_wait", …)
+    grows: str | None = field(default=None, metadata=OMIT_IF_NONE)
+
+    def share(self) -> float:  # noqa: D102
+        return self.excess_share
+
+
+@dataclass(frozen=True)
 class StragglerMetrics(FindingMetrics):
     """A straggler from the step-time rule (profiled window or step telemetry)."""
 
@@ -202,6 +247,8 @@ class ComputeMetrics(FindingMetrics):
     gemm_share: float
     fp32_gemm_share: float
     top: list[str]
+    matrix_share: float = 0.0  # GEMM + convolution + attention, of compute
+    fp32_matrix_share: float = 0.0  # of their time, in full fp32
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,7 @@ class KernelBreakdown:
     top: list[TopEntry]
     families: dict[str, float]  # family → share of total_ns, largest first
     fp32_gemm_share: float  # of GEMM time, in full fp32
+    fp32_matrix_share: float = 0.0  # of GEMM, convolution and attention time, in full fp32
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,19 @@ class RankEvidence:
     host_comm_types: dict[str, float] | None = None  # by host-side operation
     # what the trace holds, for the evidence limits (analysis/evidence.py)
     coverage: dict[str, Any] | None = None
+    # issue 20: what the rank runs and on what, and where its host time goes
+    workload: dict[str, dict[str, Any]] | None = None  # tag → {count, names}
+    device: dict[str, Any] | None = None  # the GPUs' generation and formats
+    host_api: dict[str, dict[str, Any]] | None = None  # runtime-call class → its time
+    host_op_share: float | None = None  # of the steps, an operator open on the thread
+    kernels_per_step: float | None = None
+    kernel_ns_median: int | None = None
+    low_precision_share: float | None = None  # of compute kernel time, half precision
+    copy_ns: int | None = None  # GPU copy time in the steps …
+    pageable_copy_ns: int | None = None  # … from or to pageable memory
+    copies_alone: dict[str, list[int]] | None = None  # host-device copies alone, per step
+    # collective type → calls per analysed step and median message bytes (-1: unknown)
+    collective_calls: dict[str, dict[str, float]] | None = None
 
     @classmethod
     def of(cls, parts: dict[str, Any]) -> RankEvidence:
@@ -387,7 +401,8 @@ class Verdict:
     """The one line every renderer shows first (analysis/verdict.py, docs/definitions.md)."""
 
     headline: str
-    bottleneck: str  # "data", "communication", "straggler", "pipeline", "host", "none", "unknown"
+    bottleneck: str  # "data", "communication", "straggler", "pipeline", "host", "copy",
+    # "variability", "none", "unknown", "hang", "mismatch", "failure", "interrupted"
     share: float  # of step time; for "none" the compute share
     ranks: list[int]
     basis: str  # "profiled window" or "whole run"

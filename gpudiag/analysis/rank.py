@@ -33,7 +33,9 @@ from gpudiag.analysis.collectives import (
     extract,
     host_comm_types,
 )
+from gpudiag.analysis.devices import capability, common_capability
 from gpudiag.analysis.evidence import rank_facts
+from gpudiag.analysis.hostcause import host_evidence
 from gpudiag.analysis.kernels import breakdown as kernel_breakdown
 from gpudiag.analysis.metrics import (
     IdleMetrics,
@@ -53,6 +55,7 @@ from gpudiag.analysis.model import (
 from gpudiag.analysis.steady import steady_steps
 from gpudiag.analysis.steps import StepWindows, find_steps
 from gpudiag.analysis.timeline import RankLanes, rank_lanes
+from gpudiag.analysis.workload import name_counts, recognise
 from gpudiag.config import Thresholds
 from gpudiag.traces.schema import (
     Kind,
@@ -192,11 +195,15 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
     evidence = _evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th)
     evidence["coverage"] = rank_facts(tl, len(steps), sum(s.gpu_ops or 0 for s in steps),
                                       sum(s.duration_ns for s in steps))  # fmt: skip
+    evidence |= _workload_and_device(tl)
+    if mode == Mode.GPU:
+        evidence |= host_evidence(tl, win, keep, sets)
     top = kernel_breakdown(tl, (win.start[keep], win.end[keep]), gpu=mode == Mode.GPU)
     if top is not None:
         evidence["kernels"] = top
     if colls.type:
         evidence["comm_types"] = comm_type_shares(colls)
+        evidence["collective_calls"] = _calls_per_step(colls, int(keep.sum()))
         evidence.update(_recv_wait(tl, colls, sets, win, keep))
         if mode == Mode.GPU:
             host = host_comm_types(tl, th.comm_op_re)
@@ -217,6 +224,31 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
         events=len(tl),
         lanes=rank_lanes(tl, win, sets, keep, full=timeline == "full") if timeline else None,
     )
+
+
+def _workload_and_device(tl: RankTimeline) -> dict[str, Any]:
+    """What the rank runs (analysis/workload.py) and what its GPUs support (devices.py)."""
+    out: dict[str, Any] = {"workload": recognise(name_counts(tl.names, tl.name))}
+    m = tl.meta
+    cc, sms = m.compute_capability, m.multiprocessors
+    caps = [capability(name, cc[i] if i < len(cc) else None, sms[i] if i < len(sms) else None)
+            for i, name in enumerate(m.devices)]  # fmt: skip
+    cap = common_capability(caps)
+    if cap.known:
+        out["device"] = cap.as_dict()
+    return out
+
+
+def _calls_per_step(colls: Collectives, steps: int) -> dict[str, dict[str, float]]:
+    """Per collective type: calls per analysed step and the median message size (bytes)."""
+    out: dict[str, dict[str, float]] = {}
+    types = np.asarray(colls.type, dtype=object)
+    for t in sorted(set(colls.type)):
+        sel = (types == t) & (colls.step >= 0)
+        sizes = colls.nbytes[sel & (colls.nbytes >= 0)]
+        out[t] = {"per_step": round(int(sel.sum()) / max(steps, 1), 1),
+                  "bytes_median": float(np.median(sizes)) if sizes.size else -1.0}  # fmt: skip
+    return out
 
 
 def _truncated(win: StepWindows, mode: Mode, th: Thresholds) -> int | None:

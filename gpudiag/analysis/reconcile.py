@@ -14,11 +14,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpudiag.analysis import words
+from gpudiag.analysis.causes import host_cause
 from gpudiag.analysis.collectives import (
     SyncByStep,
 )
 from gpudiag.analysis.metrics import (
     CommBoundMetrics,
+    HostMetrics,
     ShareMetrics,
     SourceMissingMetrics,
     WarmupMetrics,
@@ -119,6 +121,27 @@ def explained_by_pipeline(
     limit = pipe.ideal_bubble_ratio + th.pipeline.imbalance_margin
     explained = {r.rank for r in ranks if r.rank in pipe.stage_ranks and r.shares.other <= limit}
     return drop_host_bound(findings, explained)
+
+
+def with_host_cause(
+    findings: list[Finding], ranks: Sequence[RankSummary], steps: Sequence[StepBreakdown],
+    th: Thresholds,
+) -> list[Finding]:  # fmt: skip
+    """Name the host-side cause of each GPU host-bound finding (analysis/causes.py)."""
+    gpu = {r.rank for r in ranks if r.mode == Mode.GPU}
+    out = []
+    for f in findings:
+        if f.kind == FindingKind.HOST_BOUND and f.ranks and set(f.ranks) <= gpu:
+            cause = host_cause(ranks, steps, f.ranks, th.advice)
+            msg = f.message
+            if cause["text"]:
+                head = msg.split(": host overhead, kernel-launch gaps", 1)[0]
+                msg = f"{head}: {cause['label']} — {cause['text']}"
+            share = f.metrics_as(ShareMetrics)
+            metrics = HostMetrics(share.per_rank, share.threshold, cause=cause)
+            f = dataclasses.replace(f, message=msg, metrics=metrics)
+        out.append(f)
+    return out
 
 
 def drop_host_bound(findings: list[Finding], explained: set[int]) -> list[Finding]:

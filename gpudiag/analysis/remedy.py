@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from gpudiag.analysis import workload
+from gpudiag.analysis.devices import Capability, common_capability
 from gpudiag.analysis.model import (
     Finding,
     RankEvidence,
@@ -110,6 +112,23 @@ class Context:
     def exposed_transfer(self, ranks: Sequence[int]) -> int:
         """The largest per-rank median of comm-wait minus synchronisation wait per step."""
         return self.per_rank.largest(ranks, "exposed_transfer")
+
+    def workload(self, ranks: Sequence[int] = ()) -> dict[str, Any]:
+        """The workload tags of some ranks (every rank when none is named)."""
+        which = [self.ranks[r] for r in ranks if r in self.ranks] or list(self.ranks.values())
+        return workload.merged(r.evidence.workload or {} for r in which)
+
+    def device(self) -> Capability:
+        """What every rank's GPUs support (analysis/devices.py)."""
+        caps = [Capability(**r.evidence.device) for r in self.ranks.values()
+                if r.evidence.device]  # fmt: skip
+        return common_capability(caps)
+
+    def low_precision_share(self) -> float:
+        """The share of compute kernel time in half-precision kernels, over every rank."""
+        vals = [float(r.evidence.low_precision_share) for r in self.ranks.values()
+                if r.evidence.low_precision_share is not None]  # fmt: skip
+        return max(vals, default=0.0)
 
 
 Text = Callable[[Finding, Context], str]

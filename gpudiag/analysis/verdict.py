@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from gpudiag.analysis import words
+from gpudiag.analysis.causes import mx
 from gpudiag.analysis.evidence import WITHHOLD, Limit
 from gpudiag.analysis.metrics import JobFailedMetrics, StragglerMetrics
 from gpudiag.analysis.model import Finding, FindingKind, Mode, RunSummary, Severity, Verdict
 
-BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "none", "unknown", "hang",
-               "mismatch", "failure", "interrupted")  # fmt: skip
+BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "copy", "variability",
+               "none", "unknown", "hang", "mismatch", "failure", "interrupted")  # fmt: skip
 PROFILED = "profiled window"
 WHOLE_RUN = "whole run"
 
@@ -33,6 +35,7 @@ _KIND = {
     FindingKind.STRAGGLER: "straggler",
     FindingKind.PIPELINE_BUBBLE: "pipeline",
     FindingKind.HOST_BOUND: "host",
+    FindingKind.EXPOSED_COPIES: "copy",
 }
 
 
@@ -64,7 +67,46 @@ def verdict(run: RunSummary, findings: Sequence[Finding], lims: Sequence[Limit] 
     named = [f for f in findings if f.kind in _KIND]
     if run.mode == Mode.TELEMETRY:  # no trace: every number is the step telemetry's
         return _telemetry_basis(_verdict(run, named))
-    return _limited(_verdict(run, named), run, lims)
+    uneven = [f for f in findings if f.kind == FindingKind.STEP_VARIABILITY
+              and f.severity != Severity.INFO and mx(f, "pattern") != "jitter"
+              and float(mx(f, "excess_share", 0.0)) >= 0.5]  # fmt: skip
+    return _limited(_verdict(run, named, uneven), run, lims)
+
+
+def _host_words(cause: Any) -> str:
+    """What a host-bound rank loses its time to: the named cause, else the generic list."""
+    if not isinstance(cause, dict) or cause.get("kind") in (None, "unknown", "copies"):
+        return "host overhead, launch gaps or synchronisation"
+    api = f" ({cause['api']})" if cause.get("api") else ""
+    return f"{cause['label']}{api}"
+
+
+def _root_cause(run: RunSummary, f: Finding, named: Sequence[Finding]) -> Finding:
+    """The straggler, when the chosen finding's ranks wait for it rather than work.
+
+    A communication- or host-bound finding on other ranks whose waits are mostly for the
+    last rank — ``sync_wait_share`` above one half, host time spent synchronising on a
+    collective, or the straggler's own ``wait_caused_ns`` at least half of their lost
+    time (share × median step × steps × ranks) — is the straggler's doing: the verdict
+    names the straggler.
+    """
+    if f.kind not in (FindingKind.COMM_BOUND, FindingKind.HOST_BOUND):
+        return f
+    late = [s for s in named if s.kind == FindingKind.STRAGGLER and s.ranks
+            and not set(s.ranks) & set(f.ranks)]  # fmt: skip
+    if not late:
+        return f
+    cause = mx(f, "cause") if isinstance(mx(f, "cause"), dict) else {}
+    waits = (cause or {}).get("waits_for") or {}
+    waiting = float(mx(f, "sync_wait_share") or 0.0) > 0.5 or (
+        (cause or {}).get("kind") == "sync" and float(waits.get("communication", 0.0)) >= 0.5
+    )
+    top = min(late, key=lambda s: (Severity(s.severity).order, -float(s.wait_caused_ns or 0)))
+    # or the straggler's caused waiting is at least half of these ranks' lost time
+    lost = f.metrics.mean_share() * run.step_time_ns_median * run.steps * len(f.ranks)
+    if not waiting and not (lost > 0 and float(top.wait_caused_ns or 0) >= 0.5 * lost):
+        return f
+    return top
 
 
 def _limited(v: Verdict, run: RunSummary, lims: Sequence[Limit]) -> Verdict:
@@ -91,7 +133,13 @@ def _telemetry_basis(v: Verdict) -> Verdict:
     return v
 
 
-def _verdict(run: RunSummary, named: Sequence[Finding]) -> Verdict:
+def _verdict(run: RunSummary, named: Sequence[Finding], uneven: Sequence[Finding] = ()) -> Verdict:
+    if not named and uneven:
+        # no steady bottleneck, but a few steps hold the time: name them
+        u = uneven[0]
+        return Verdict(headline=f"uneven steps: {u.message}", bottleneck="variability",
+                       share=float(mx(u, "excess_share", 0.0)), ranks=list(u.ranks),
+                       basis=PROFILED)  # fmt: skip
     if not named:
         c, idle = run.shares.compute, run.idle_ratio
         return Verdict(
@@ -103,7 +151,11 @@ def _verdict(run: RunSummary, named: Sequence[Finding]) -> Verdict:
             basis=PROFILED,
         )
     f = min(named, key=lambda f: (Severity(f.severity).order, -f.metrics.share()))
+    f = _root_cause(run, f, named)
     kind = _KIND[f.kind]
+    cause = mx(f, "cause") if f.kind == FindingKind.HOST_BOUND else None
+    if isinstance(cause, dict) and cause.get("kind") == "copies":
+        kind = "copy"
     share = f.metrics.mean_share()
     who = words.ranks(f.ranks) if f.ranks else "the run"
     basis = PROFILED
@@ -126,7 +178,9 @@ def _verdict(run: RunSummary, named: Sequence[Finding]) -> Verdict:
             "data": f"data-bound: {who} {verb} for input {words.percent(share)} of each step",
             "communication": f"communication-bound: {who} {verb} for collectives "
             f"{words.percent(share)} of each step",
-            "host": f"host-bound: {who} {lose} {words.percent(share)} of each step to host "
-            "overhead, launch gaps or synchronisation",
+            "host": f"host-bound: {who} {lose} {words.percent(share)} of each step to "
+            + _host_words(cause),
+            "copy": f"copy-bound: {who} {lose} {words.percent(share)} of each step to "
+            "host-device copies with nothing computing",
         }[kind]
     return Verdict(headline=text, bottleneck=kind, share=share, ranks=list(f.ranks), basis=basis)

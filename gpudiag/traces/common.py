@@ -46,6 +46,9 @@ from gpudiag.nputil import unique, unique_index
 from gpudiag.traces.schema import I64, HostSteps, Kind, RankMeta, RankTimeline
 
 OPTIMIZER_STEP = "Optimizer.step#"
+# Optimizer.step ranges are user annotations since PyTorch 1.10; older (2021) traces file
+# them as operators ("Operator"/"cpu_op").
+_OPT_KINDS = (Kind.ANNOTATION, Kind.CPU_OP)
 # Below this share of GPU ops with a launching runtime call, steps are assigned by time.
 LAUNCH_LINKED_MIN_RATIO = 0.5
 STEP_MAX = np.iinfo(np.int32).max
@@ -68,7 +71,8 @@ _NUMBERED = re.compile(r"(^|[\s#_:-])N$")
 LIBRARY_RANGE = re.compile(
     r"^\[DALI\]|^nccl|^rccl|^(cudnn|cublas|cublasLt|cutlass|cufft|curand|cusparse)|::|"
     r", seq = |, op_id = |^autograd::|^## .* ##$|^Optimizer\.|^ProfilerStep#|"
-    r"^enumerate\(|^gpudiag\.|Backward\d*$",
+    r"^enumerate\(|^gpudiag\.|Backward\d*$|^nvFusion|^nvfuser|^FusionExecutor|^CudaCodeGen|"
+    r"^MPI(_|$)|^PMPI_",
     re.IGNORECASE,
 )
 # Phases, not iterations: an epoch or a train/eval phase encloses many steps.
@@ -82,6 +86,9 @@ STEP_NAME_HINT = re.compile(r"step|iter|batch|train|\bit\b", re.IGNORECASE)
 USER_STEP_MIN_COVERAGE = 0.8
 # ... and recur at least this often to be taken for the iteration.
 USER_STEP_MIN_RANGES = 3
+# A one-off phase range bounds the analysis only when its ranges leave at least a tenth of
+# the thread's time outside them.
+PHASE_MAX_SHARE = 0.9
 _DIGITS = re.compile(r"\d+")
 
 
@@ -202,7 +209,7 @@ def main_lane(
     opt_names = [i for i, s in enumerate(names) if s.startswith(OPTIMIZER_STEP)]
     for mask in (
         kind == Kind.STEP,
-        np.isin(name, opt_names) & (kind == Kind.ANNOTATION),
+        np.isin(name, opt_names) & np.isin(kind, _OPT_KINDS),
     ):
         mask = mask & host
         if mask.any():
@@ -440,7 +447,7 @@ def resolve_steps(
     work = kind != Kind.OS_WAIT  # waits alone do not widen the window
     lo, hi = (int(start[work].min()), int(end[work].max())) if work.any() else (0, 0)
     opt_names = [i for i, s in enumerate(names) if s.startswith(OPTIMIZER_STEP)]
-    opt = np.flatnonzero(np.isin(name, opt_names) & (kind == Kind.ANNOTATION))
+    opt = np.flatnonzero(np.isin(name, opt_names) & np.isin(kind, _OPT_KINDS))
     if main >= 0:
         opt = opt[lane[opt] == main]
     if opt.size >= 2:
@@ -450,6 +457,12 @@ def resolve_steps(
                 "ends of Optimizer.step ranges")  # fmt: skip
         hs = HostSteps(host_s, ends, np.arange(opt.size, dtype=np.int64), "optimizer", [note])
         return hs, step_col, main
+    phase = find_user_steps(start, end, kind, lane, name, names, lanes, range_label, phase=True)
+    if phase is not None:
+        idx, numbers, note, family = phase
+        step_col[idx] = numbers
+        hs = HostSteps(start[idx], end[idx], numbers, "user_range", [note], family)
+        return hs, step_col, int(lane[idx[0]])
     ranges = kind == Kind.ANNOTATION
     if ranges.any():
         often = frequent_ranges(names, name[ranges])
@@ -580,8 +593,15 @@ def find_user_steps(
     names: Sequence[str],
     lanes: Sequence[str],
     range_label: str = "range",
+    phase: bool = False,
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64], str, str] | None:
     """The user's own iteration range (``step N``, ``iteration N``, ``Batch N``, ``train_step``).
+
+    With ``phase``: a one-off user range instead (fewer than :data:`USER_STEP_MIN_RANGES`
+    ranges: a ``Jacobi solve``), or a range named as a phase however often it recurs
+    (``Epoch 2``, ``test``), holding the same share of the launches, found only when no
+    iteration range is: each of its ranges becomes one analysed window, so that setup and
+    teardown outside it do not drive the verdict.
 
     Candidates are the annotation ranges (NVTX push/pop and start/end ranges of any domain,
     ``record_function``) of one thread, grouped by name with numbers folded, less the
@@ -602,10 +622,36 @@ def find_user_steps(
     """
     anchors, events, what = _anchor_lanes(lanes, lane, kind)
     for anchor in anchors:
-        found = _user_step_families(start, end, kind, lane, name, names, anchor, events)
+        found = _user_step_families(start, end, kind, lane, name, names, anchor, events, phase)
+        if phase:
+            found = _bounding(found, start, end, lane, anchor, kind)
         if found:
-            return _choose(found, start, end, name, names, range_label, what)
+            idx, numbers, note, fam = _choose(found, start, end, name, names, range_label, what)
+            if phase:
+                cov = max(f[2] for f in found if f[0] == fam)
+                note = (f"the analysed phase is {range_label} '{fam}' ({idx.size} "
+                        f"{'range' if idx.size == 1 else 'ranges'}, {cov:.0%} of the thread's "
+                        f"{what} inside; each is one window): setup and teardown outside it "
+                        "are left out")  # fmt: skip
+            return idx, numbers, note, fam
     return None
+
+
+def _bounding(
+    found: list[tuple[str, npt.NDArray[np.intp], float]],
+    start: I64,
+    end: I64,
+    lane: npt.NDArray[np.integer],
+    anchor: int,
+    kind: npt.NDArray[np.integer],
+) -> list[tuple[str, npt.NDArray[np.intp], float]]:
+    """Phase families that leave part of the thread's time outside (else they bound nothing)."""
+    mine = (lane == anchor) & (kind != Kind.OS_WAIT)
+    if not mine.any():
+        return []
+    span = int(end[mine].max() - start[mine].min())
+    return [f for f in found
+            if int((end[f[1]] - start[f[1]]).sum()) <= PHASE_MAX_SHARE * span]  # fmt: skip
 
 
 def _user_step_families(
@@ -617,6 +663,7 @@ def _user_step_families(
     names: Sequence[str],
     anchor: int,
     events: npt.NDArray[np.bool_],
+    phase: bool = False,
 ) -> list[tuple[str, npt.NDArray[np.intp], float]]:
     """The qualifying range families of one thread: (name, ranges in order, coverage)."""
     cand = np.flatnonzero((kind == Kind.ANNOTATION) & (lane == anchor))
@@ -633,14 +680,15 @@ def _user_step_families(
     families: dict[str, list[int]] = {}
     for i in unique(name[cand]).tolist():
         n = names[i]
-        if LIBRARY_RANGE.search(n) or PHASE_RANGE.search(n):
+        if LIBRARY_RANGE.search(n) or (PHASE_RANGE.search(n) and not phase):
             continue
         families.setdefault(_family(n), []).append(i)
     found = []
     for fam, ids in families.items():
         idx = cand[np.isin(name[cand], ids)]
-        if idx.size < USER_STEP_MIN_RANGES:
-            continue
+        recurs = idx.size >= USER_STEP_MIN_RANGES
+        if recurs == phase and not (phase and PHASE_RANGE.search(fam)):
+            continue  # an iteration recurs; a phase is one-off or named as one
         idx = idx[np.argsort(start[idx], kind="stable")]
         s, e = start[idx], end[idx]
         if np.any(s[1:] < e[:-1]):

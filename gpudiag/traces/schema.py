@@ -127,6 +127,9 @@ class RankMeta:
     world_size: int | None = None
     backend: str | None = None
     devices: list[str] = field(default_factory=list)  # GPU names
+    # per device, when the trace records them: "major.minor" and multiprocessors (SMs/CUs)
+    compute_capability: list[str] = field(default_factory=list)
+    multiprocessors: list[int] = field(default_factory=list)
     main_lane: int = -1  # lane of the training thread, -1 when unknown
     rank_from: str = ""  # "distributedInfo", "file name", "default", "manifest", ...
     has_gpu: bool = False

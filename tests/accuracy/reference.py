@@ -387,3 +387,54 @@ def clock_bounds(path: Path) -> dict[int, tuple[int, int | None]]:
             out[dev] = (up, low)
     con.close()
     return out
+
+
+# ---- host-side calls (issue 20) --------------------------------------------------------
+
+# Runtime/driver calls by class, written from docs/definitions.md ("Host-side causes"), not
+# from gpudiag's tables: which call blocks the training thread for what.
+HOST_CALLS = {
+    "sync": re.compile(
+        r"^(cuda|hip)(Stream|Device|Event)Synchronize$|^cu(Stream|Ctx|Event)Synchronize$"
+    ),
+    "allocator": re.compile(
+        r"^(cuda|hip)(Malloc|Free)(Host|Async|Managed)?$|^(cuda|hip)Host(Alloc|Malloc|Free)$|^cuMem(Alloc|Free)"
+    ),
+    "copy": re.compile(r"^(cuda|hip|cu)Memcpy"),
+    "jit": re.compile(r"^(nvrtc|hiprtc)|^cuModuleLoad|^cuLink|^hipModuleLoad"),
+    "launch": re.compile(r"^(cuda|hip|cu)(LaunchKernel|ExtModuleLaunchKernel|ModuleLaunchKernel)"),
+    "graph": re.compile(r"^(cuda|hip|cu)GraphLaunch$"),
+}
+
+
+def host_calls(path: Path) -> dict[int, dict[str, int]]:
+    """Per ProfilerStep of the training thread: ns of each call class inside the step range.
+
+    The training thread is the one with the ProfilerStep ranges; calls are clipped to the
+    range (they do not nest, so their durations add).
+    """
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+    steps: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
+    calls: list[tuple[tuple[str, str], str, float, float]] = []
+    for e in events:
+        cat = str(e.get("cat", "")).lower()
+        key = (str(e.get("pid")), str(e.get("tid")))
+        start, end = float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))
+        m = re.match(r"^ProfilerStep#(\d+)$", e.get("name", ""))
+        if m and cat in ("cpu_op", "user_annotation", "operator"):
+            steps.setdefault(key, []).append((int(m.group(1)), start, end))
+        elif cat in ("cuda_runtime", "runtime", "cuda_driver"):
+            for cls, rx in HOST_CALLS.items():
+                if rx.search(e.get("name", "")):
+                    calls.append((key, cls, start, end))
+                    break
+    main = max(steps, key=lambda k: len(steps[k]))
+    out: dict[int, dict[str, int]] = {}
+    for n, s, e in steps[main]:
+        per = out.setdefault(n, {})
+        for key, cls, cs, ce in calls:
+            if key == main and ce > s and cs < e:
+                per[cls] = per.get(cls, 0) + round((min(ce, e) - max(cs, s)) * 1000)
+    return out

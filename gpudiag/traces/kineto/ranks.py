@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -208,7 +209,10 @@ def _rank_meta(path: Path, trace: Trace, rank: int | None) -> tuple[int, RankMet
         meta.notes.append(f"distributedInfo.backend is {json_words(backend)}: ignored")
     devices = trace.deviceProperties
     if isinstance(devices, list):
-        meta.devices = [str(d.get("name", "")) for d in devices if isinstance(d, dict)]
+        props = [d for d in devices if isinstance(d, dict)]
+        meta.devices = [str(d.get("name", "")) for d in props]
+        meta.compute_capability = [_cc(d.get("computeMajor"), d.get("computeMinor")) for d in props]
+        meta.multiprocessors = [_count(d.get("numSms")) for d in props]
     elif devices is not None:
         meta.notes.append(f"deviceProperties is {json_words(devices)}, not a list: ignored")
     if not dist:
@@ -223,3 +227,15 @@ def _era(trace: Trace, first_cat: str | None) -> str:
     if first_cat and first_cat[:1].isupper():
         return "kineto-2021"
     return "kineto-2022"
+
+
+def _cc(major: Any, minor: Any) -> str:
+    """``"8.0"`` from deviceProperties' computeMajor/computeMinor, else ``""``."""
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 100
+             for v in (major, minor))  # fmt: skip
+    return f"{major}.{minor}" if ok else ""
+
+
+def _count(v: Any) -> int:
+    """A non-negative count from the trace, else 0."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 20 else 0

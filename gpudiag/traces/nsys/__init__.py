@@ -42,6 +42,7 @@ from gpudiag.traces.nsys.sql import (
     corrupt,
     gpu_metrics,
     gpu_names,
+    gpu_props,
     gpu_rows,
     nvtx_rows,
     osrt_rows,
@@ -218,6 +219,7 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
                                "rename the file with a rank below 2^31")  # fmt: skip
     capture = ex.install_version() or env.get("NSIGHT_SYSTEMS_VERSION")
     names_of = gpu_names(ex, sorted(set(rows.gpu[:, 2].tolist())))
+    props_of = gpu_props(ex, sorted(set(rows.gpu[:, 2].tolist())))
     metrics = gpu_metrics(ex)
     others = len((set(rp) | set(npc)) - set(gp)) if len(pids) > 1 else 0
     out: list[RankTimeline] = []
@@ -236,6 +238,8 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
         devs = sorted(set(rows.gpu[gi, 2].tolist()))
         meta.cuda_devices = devs
         meta.devices = [names_of[d] for d in devs if d in names_of]
+        meta.compute_capability = [props_of[d][0] for d in devs if d in names_of and d in props_of]
+        meta.multiprocessors = [props_of[d][1] for d in devs if d in names_of and d in props_of]
         mine = {m: tv for d in devs for m, tv in metrics.get(d, {}).items()}
         if not mine and len(pids) == 1 and len(metrics) == 1:
             mine = next(iter(metrics.values()))  # one process, one sampled GPU

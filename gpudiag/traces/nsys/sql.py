@@ -52,7 +52,9 @@ SUPPORTED_MAJORS = (2, 3)
 # Launcher variables naming the global rank, most specific first: under srun + mpirun,
 # SLURM_PROCID is 0 while OMPI_COMM_WORLD_RANK is the rank.
 RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "LOCAL_RANK")
-SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS")
+# The program's own world (torchrun, MPI), never the scheduler's task count: SLURM_NTASKS=8
+# may run one process that drives several GPUs.
+SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 # NVTX domains whose ranges are communication calls (NCCL's own ranges, nsys MPI tracing).
 COMM_DOMAINS = ("NCCL", "MPI")
 _PID = "((({col}) >> 24) & 16777215)"
@@ -648,6 +650,23 @@ def gpu_names(ex: Export, nsys_dev: list[int]) -> dict[int, str]:
         for i, n in ex.rows(f"SELECT id, name FROM {quoted(t)} WHERE typeof(id) = 'integer'")
         if i in nsys_dev
     }
+
+
+def gpu_props(ex: Export, nsys_dev: list[int]) -> dict[int, tuple[str, int]]:
+    """Device id → (compute capability "major.minor" or "", SM count or 0), where recorded."""
+    t = ex.usable("TARGET_INFO_GPU", {"id", "computeMajor", "computeMinor"})
+    if t is None:
+        return {}
+    sm = "smCount" if "smCount" in ex.cols(t) else "0"
+    out = {}
+    for i, major, minor, n in ex.rows(
+        f"SELECT id, computeMajor, computeMinor, {sm} FROM {quoted(t)} WHERE typeof(id) = 'integer'"
+    ):
+        if i not in nsys_dev:
+            continue
+        ok = all(isinstance(v, int) and 0 <= v < 100 for v in (major, minor))
+        out[int(i)] = (f"{major}.{minor}" if ok else "", n if isinstance(n, int) and n > 0 else 0)
+    return out
 
 
 # GPU_METRICS counters gpudiag joins to steps: key → metricName prefix (names vary by

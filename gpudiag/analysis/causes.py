@@ -1,0 +1,286 @@
+"""Decides which host-side cause explains a host-bound finding, with its evidence in one line.
+
+From the flagged ranks' evidence (analysis/hostcause.py) over their analysed steps, the
+first that holds, in this order:
+
+1. **copies** — GPU copies with nothing computing beside them hold at least
+   ``advice.launch_bound_share`` (half) of the "other" time: copy-bound;
+2. **synchronisation**, **allocator**, **blocking copies**, **JIT compilation** — the
+   class of runtime calls (``sync``, ``allocator``, ``copy``, ``jit``) with the most time
+   on the training thread, when that time is at least ``advice.host_cause_share`` (a
+   quarter) of the "other" time;
+3. **launch-bound** — at least ``advice.launch_min_kernels`` (20) kernels a step with a
+   median duration of at most ``advice.short_kernel_ns`` (50 µs), issued on average at
+   most ``advice.launch_interval_ns`` (150 µs) apart (step time ÷ kernels), or GPU-idle
+   gaps shorter than ``advice.launch_gap_ns`` holding half of the "other" time: the host
+   cannot issue work as fast as the GPU runs it (the case CUDA graphs exist for); kernels
+   issued further apart mean the host is busy elsewhere, which the next rules name;
+4. **Python overhead** — the training thread is outside any operator for at least
+   ``advice.host_cause_share`` of the steps;
+5. **unknown** — none of the above (long gaps with no call to show for them).
+
+Graph launches (``cudaGraphLaunch``/``hipGraphLaunch``) are reported beside the cause:
+CUDA graphs are then already in use and not suggested again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpudiag.analysis import words
+from gpudiag.analysis.metrics import ExposedCopiesMetrics
+from gpudiag.analysis.model import Finding, FindingKind, RankSummary, Severity, StepBreakdown
+from gpudiag.config import AdviceRules, Thresholds
+
+CAUSES = ("copies", "sync", "allocator", "copy", "jit", "launch", "python", "unknown")
+LABEL = {
+    "copies": "host-device copies with nothing computing",
+    "sync": "synchronisation",
+    "allocator": "the memory allocator",
+    "copy": "blocking copies",
+    "jit": "JIT compilation",
+    "launch": "kernel launches",
+    "python": "Python overhead between operators",
+    "unknown": "host work the trace does not show",
+}
+_WHO = {"compute": "its own kernels", "communication": "a collective (other ranks)",
+        "copy": "a copy", "nothing": "nothing on the GPU"}  # fmt: skip
+
+
+def ev(r: RankSummary, key: str) -> Any:
+    """One evidence value of a rank, ``None`` when not seen."""
+    e: Any = r.evidence
+    return e.get(key) if isinstance(e, Mapping) else getattr(e, key, None)
+
+
+def mx(f: Finding, key: str, default: Any = None) -> Any:
+    """One metric of a finding, ``default`` when it has none by that name."""
+    m: Any = f.metrics
+    return m.get(key, default) if isinstance(m, Mapping) else getattr(m, key, default)
+
+
+def fmt_ns(ns: float) -> str:
+    """A duration as a person writes it: 1.06 s, 35.1 ms, 14 µs."""
+    if ns >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if ns >= 1e6:
+        return f"{ns / 1e6:.1f} ms"
+    return f"{ns / 1e3:.0f} µs"
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """The flagged ranks and their analysed steps: what every rule of host_cause reads."""
+
+    mine: list[RankSummary]
+    kept: set[tuple[int, int]]
+    n_steps: int
+    other: int
+    total: int
+    rules: AdviceRules
+
+
+def host_cause(
+    ranks: Sequence[RankSummary],
+    steps: Sequence[StepBreakdown],
+    flagged: Sequence[int],
+    rules: AdviceRules,
+) -> dict[str, Any]:
+    """``{kind, label, text, api, ns_per_step, share, steps, …}`` (module docstring)."""
+    which = set(flagged)
+    sc = _Scope(
+        mine=[r for r in ranks if r.rank in which],
+        kept={(s.rank, s.step) for s in steps},
+        n_steps=max(sum(1 for s in steps if s.rank in which), 1),
+        other=sum(s.other_ns for s in steps if s.rank in which),
+        total=sum(s.duration_ns for s in steps if s.rank in which),
+        rules=rules,
+    )
+    graphs = sum(_api(r, "graph", sc.kept)[0] for r in sc.mine)
+    base: dict[str, Any] = {"graphs_launched": graphs > 0,
+                            "other_ns_per_step": sc.other // sc.n_steps}  # fmt: skip
+    if sc.other <= 0:
+        return {**base, **_done("unknown", "")}
+    for rule in (_copies_cause, _api_cause, _launch_cause, _python_cause):
+        found = rule(sc)
+        if found:
+            return {**base, **found}
+    return {**base, **_done("unknown", "")}
+
+
+def _copies_cause(sc: _Scope) -> dict[str, Any]:
+    copies = sum(_series(r, ev(r, "copies_alone") or {}, sc.kept)[0] for r in sc.mine)
+    if copies < sc.rules.launch_bound_share * sc.other:
+        return {}
+    pageable = sum(int(ev(r, "pageable_copy_ns") or 0) for r in sc.mine)
+    gpu_copy = sum(int(ev(r, "copy_ns") or 0) for r in sc.mine)
+    mem = "pageable" if gpu_copy and pageable >= 0.5 * gpu_copy else "pinned or device"
+    text = (f"GPU copies with nothing computing: {fmt_ns(copies / sc.n_steps)} a step "
+            f"({words.percent(copies / sc.total)} of step time; {mem} memory)")  # fmt: skip
+    return {**_done("copies", text), "share": copies / sc.other,
+            "pageable": mem == "pageable", "ns_per_step": copies // sc.n_steps}  # fmt: skip
+
+
+def _api_cause(sc: _Scope) -> dict[str, Any]:
+    best: tuple[int, str] = (0, "")
+    for cls in ("sync", "allocator", "copy", "jit"):
+        ns = sum(_api(r, cls, sc.kept)[0] for r in sc.mine)
+        if ns > best[0]:
+            best = (ns, cls)
+    ns, cls = best
+    if not cls or ns < sc.rules.host_cause_share * sc.other:
+        return {}
+    mine = sc.mine
+    api = _top_api(mine, cls)
+    in_steps = sorted({n for r in mine for n in _api(r, cls, sc.kept)[1]})
+    longest = max((_entry(r, cls).get("longest_ns", 0) for r in mine), default=0)
+    apis = list(dict.fromkeys(a for r in mine for a in _entry(r, cls).get("apis", [api])))
+    ops = [str(_entry(r, cls).get("longest_op")) for r in mine
+           if _entry(r, cls).get("longest_op")]  # fmt: skip
+    each = ns / max(len(in_steps), 1) / max(len(mine), 1)
+    where = (f"in each of {_steps_text(in_steps)}" if len(in_steps) > 1
+             else f"in {_steps_text(in_steps)}")  # fmt: skip
+    share = min(ns / sc.other, 1.0)
+    text = (f"{' and '.join(apis[:2])} {fmt_ns(each)} {where} ({words.percent(share)} of the "
+            f"host time); longest call {fmt_ns(longest)}"
+            + (f" in {ops[0]}" if ops else ""))  # fmt: skip
+    out = {**_done(cls, text), "api": api, "ns_per_step": ns // sc.n_steps,
+           "share": share, "steps": in_steps, "longest_ns": longest}  # fmt: skip
+    waits = waits_for(mine, cls) if cls in ("sync", "copy") else {}
+    if waits:
+        who = max(waits, key=lambda k: waits[k])
+        out["waits_for"] = waits
+        out["text"] += f"; it waits for {_WHO[who]} ({words.percent(waits[who])})"
+    return out
+
+
+def _launch_cause(sc: _Scope) -> dict[str, Any]:
+    kps = [float(ev(r, "kernels_per_step") or 0) for r in sc.mine]
+    med = [int(ev(r, "kernel_ns_median") or 0) for r in sc.mine]
+    short_gaps = sum(int(getattr(ev(r, "gpu_idle_in_steps"), "short_gaps_ns", 0) or 0)
+                     for r in sc.mine)  # fmt: skip
+    top = max(kps, default=0.0)
+    apart = (sc.total / sc.n_steps) / top if top else 0.0
+    many_short = (
+        bool(kps) and min(kps) >= sc.rules.launch_min_kernels
+        and 0 < max(med) <= sc.rules.short_kernel_ns and apart <= sc.rules.launch_interval_ns
+    )  # fmt: skip
+    if not many_short and short_gaps < sc.rules.launch_bound_share * sc.other:
+        return {}
+    launch = sum(_api(r, "launch", sc.kept)[0] for r in sc.mine)
+    sync = sum(_api(r, "sync", sc.kept)[0] for r in sc.mine) / sc.n_steps
+    held = f"synchronisation {fmt_ns(sync)} a step" if sync else "no synchronisation"
+    text = (f"{top:.0f} kernels a step, median {fmt_ns(float(np.median(med)))}, issued "
+            f"{fmt_ns(apart)} apart (launch calls {fmt_ns(launch / sc.n_steps)} a step; "
+            f"{held})")  # fmt: skip
+    return {**_done("launch", text), "kernels_per_step": top,
+            "kernel_ns_median": int(np.median(med)),
+            "ns_per_step": sc.other // sc.n_steps}  # fmt: skip
+
+
+def _python_cause(sc: _Scope) -> dict[str, Any]:
+    op_share = [ev(r, "host_op_share") for r in sc.mine]
+    outside = [1.0 - float(x) for x in op_share if x is not None]
+    if not outside or min(outside) < sc.rules.host_cause_share:
+        return {}
+    text = f"the training thread is between operators {words.percent(min(outside))} of each step"
+    return {**_done("python", text), "share": min(outside),
+            "ns_per_step": sc.other // sc.n_steps}  # fmt: skip
+
+
+def _done(kind: str, text: str) -> dict[str, Any]:
+    return {"kind": kind, "label": LABEL[kind], "text": text}
+
+
+def _entry(r: RankSummary, cls: str) -> Mapping[str, Any]:
+    return (ev(r, "host_api") or {}).get(cls) or {}
+
+
+def _api(r: RankSummary, cls: str, kept: set[tuple[int, int]]) -> tuple[int, list[int]]:
+    """A class's time over the rank's analysed steps, and the steps it occurs in."""
+    return _series(r, _entry(r, cls), kept)
+
+
+def _series(
+    r: RankSummary, e: Mapping[str, Any], kept: set[tuple[int, int]]
+) -> tuple[int, list[int]]:
+    """A per-step series' total over the rank's analysed steps, and the steps it is in."""
+    total, where = 0, []
+    for n, ns in zip(e.get("steps", []), e.get("ns_per_step", []), strict=False):
+        if (r.rank, n) in kept and ns > 0:
+            total += int(ns)
+            where.append(int(n))
+    return total, where
+
+
+def _top_api(ranks: Sequence[RankSummary], cls: str) -> str:
+    names = [str(_entry(r, cls).get("api")) for r in ranks if _entry(r, cls).get("api")]
+    return max(set(names), key=names.count) if names else cls
+
+
+def waits_for(ranks: Sequence[RankSummary], cls: str = "sync") -> dict[str, float]:
+    """What the GPU ran while the ranks' calls of one class blocked (time-weighted shares)."""
+    out: dict[str, float] = {}
+    weights = 0.0
+    for r in ranks:
+        e = _entry(r, cls)
+        w = float(e.get("ns") or 0)
+        for k, v in (e.get("waits_for") or {}).items():
+            out[k] = out.get(k, 0.0) + w * float(v)
+        weights += w
+    return {k: v / weights for k, v in out.items()} if weights else {}
+
+
+def _steps_text(nums: Sequence[int]) -> str:
+    if not nums:
+        return "no analysed step"
+    shown = words.fold(nums) if len(nums) <= 12 else words.fold(list(nums[:12])) + ", …"
+    return ("step " if len(nums) == 1 else "steps ") + shown
+
+
+def exposed_copies(
+    ranks: Sequence[RankSummary],
+    steps: Sequence[StepBreakdown],
+    findings: Sequence[Finding],
+    th: Thresholds,
+) -> list[Finding]:
+    """Copies with nothing computing beside them, ``advice.exposed_copy_share`` of a step.
+
+    Ranks whose host-bound finding already names copies as its cause are left out.
+    """
+    named = {r for f in findings if f.kind == FindingKind.HOST_BOUND
+             and (mx(f, "cause") or {}).get("kind") == "copies"
+             for r in f.ranks}  # fmt: skip
+    kept = {(s.rank, s.step) for s in steps}
+    per: dict[int, float] = {}
+    for r in ranks:
+        total = sum(s.duration_ns for s in steps if s.rank == r.rank)
+        copies = _series(r, ev(r, "copies_alone") or {}, kept)[0]
+        if r.rank not in named and total and copies / total >= th.advice.exposed_copy_share:
+            per[r.rank] = copies / total
+    if not per:
+        return []
+    lo, hi = min(per.values()), max(per.values())
+    span = words.percent(lo) if round(lo, 2) == round(hi, 2) else (
+        f"{words.percent(lo)}–{words.percent(hi)}")  # fmt: skip
+    mine = [r for r in ranks if r.rank in per]
+    names = sorted({str(e.name) for r in mine for e in getattr(ev(r, "kernels"), "top", [])
+                    if e.family == "memcpy"})  # fmt: skip
+    pageable = sum(int(ev(r, "pageable_copy_ns") or 0) for r in mine)
+    gpu_copy = sum(int(ev(r, "copy_ns") or 0) for r in mine)
+    mem = "pageable" if gpu_copy and pageable >= 0.5 * gpu_copy else "pinned or device"
+    what = f" ({', '.join(names[:2])}; {mem} memory)" if names else f" ({mem} memory)"
+    return [Finding(
+        kind=FindingKind.EXPOSED_COPIES,
+        severity=Severity.WARNING,
+        message=(f"{words.ranks(sorted(per))}: {span} of step time in host-device copies with "
+                 f"nothing computing beside them{what}"),
+        ranks=sorted(per),
+        metrics=ExposedCopiesMetrics(
+            per_rank={str(k): v for k, v in sorted(per.items())},
+            threshold=th.advice.exposed_copy_share, pageable=mem == "pageable"),
+    )]  # fmt: skip

@@ -1,0 +1,226 @@
+"""Flags varying step times: jitter, single outliers and regime changes, named by step number.
+
+The job's step time is, per step, the longest rank's (a synchronous step ends with its
+last rank). Over the analysed (steady) steps, with ``m`` their median:
+
+* a **regime change**: a step ``k`` after which every step is at least
+  ``variability.regime_factor`` (2×) slower — or faster — than the steps before it, in
+  median, with at least ``variability.min_steps_per_regime`` (2) steps on each side; the
+  split with the largest ratio is named ("from step 12 on, steps take 9.1× as long");
+* **outliers**: steps longer than ``variability.outlier_factor`` (1.5) × ``m`` — one is a
+  single outlier ("step 7 took 425 ms, 2.0× the median"), several are recurring stalls
+  (their numbers listed);
+* **jitter**: p90 / ``m`` above ``variability.p90_factor`` (1.3), or the spread p90 / p10
+  above ``variability.spread_factor`` (1.6), without either of the above ("steps vary
+  from 82 to 166 ms"; fast single steps — a short last step — do not count).
+
+Outliers, stalls and regime changes name what fills the slow steps when one class of
+host calls does (at least half of their excess over the median: ``hipFree`` in every
+slow step, a 463 ms ``cudaMemcpyAsync`` in ``aten::copy_``). At least
+``variability.min_steps`` (4) steps are needed. The finding is information
+(a warning from ``variability.severe_factor`` (2×) p90/median up): variability is a
+symptom, its cause is in the other findings or in the slow steps themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gpudiag.analysis import words
+from gpudiag.analysis.causes import LABEL, ev, fmt_ns, waits_for
+from gpudiag.analysis.metrics import VariabilityMetrics
+from gpudiag.analysis.model import Finding, FindingKind, RankSummary, Severity, StepBreakdown
+from gpudiag.config import VariabilityRules
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.1f} ms" if ns >= 1e5 else (
+        f"{ns / 1e3:.0f} µs"
+    )  # fmt: skip
+
+
+def job_steps(steps: Sequence[StepBreakdown]) -> tuple[list[int], list[int], dict[int, int]]:
+    """Step numbers in order, the job's step times, and which rank was slowest in each."""
+    per: dict[int, tuple[int, int]] = {}
+    for s in steps:
+        cur = per.get(s.step)
+        if cur is None or s.duration_ns > cur[0]:
+            per[s.step] = (s.duration_ns, s.rank)
+    nums = sorted(per)
+    return nums, [per[n][0] for n in nums], {n: per[n][1] for n in nums}
+
+
+def _regime(nums: list[int], dur: list[int], rules: VariabilityRules) -> tuple[int, float] | None:
+    """The split (index of the first step after it, ratio after/before) with the largest ratio."""
+    k_min = rules.min_steps_per_regime
+    best: tuple[int, float] | None = None
+    for k in range(k_min, len(dur) - k_min + 1):
+        before, after = dur[:k], dur[k:]
+        lo_b, hi_b, lo_a, hi_a = min(before), max(before), min(after), max(after)
+        if lo_a < rules.regime_factor * hi_b and lo_b < rules.regime_factor * hi_a:
+            continue
+        ratio = float(np.median(after) / np.median(before))
+        score = max(ratio, 1 / ratio)
+        if best is None or score > max(best[1], 1 / best[1]):
+            best = (k, ratio)
+    return best
+
+
+def _why(
+    named: Sequence[int], excess: float, slowest: dict[int, int], ranks: Sequence[RankSummary]
+) -> tuple[str, dict[str, Any]]:
+    """The class of runtime calls that fills the slow steps' excess time, if one does.
+
+    Of the host-call classes (analysis/hostcause.py) other than launches, the one with the
+    most time in the named steps on their slowest rank beyond its median in the other
+    steps; named when that holds at least half of the steps' excess over the median.
+    """
+    by = {r.rank: r for r in ranks}
+    best: tuple[int, str] = (0, "")
+    for cls in ("sync", "allocator", "copy", "jit"):
+        ns = 0
+        for n in named:
+            r = by.get(slowest[n])
+            e = ((ev(r, "host_api") or {}) if r else {}).get(cls) or {}
+            per = dict(zip(e.get("steps", []), e.get("ns_per_step", []), strict=False))
+            usual = [v for k, v in per.items() if k not in named]
+            typical = float(np.median(usual)) if usual else 0.0
+            ns += max(0, round(per.get(n, 0) - typical))
+        if ns > best[0]:
+            best = (ns, cls)
+    ns, cls = best
+    if not cls or ns < 0.5 * excess:
+        return "", {}
+    entries = [((ev(r, "host_api") or {}).get(cls) or {}) for r in ranks
+               if r.rank in {slowest[n] for n in named}]  # fmt: skip
+    apis = list(dict.fromkeys(a for e in entries for a in e.get("apis", [])))[:2]
+    ops = [str(e["longest_op"]) for e in entries if e.get("longest_op")]
+    where = f" in {ops[0]}" if ops else ""
+    each = (fmt_ns(ns) if len(named) == 1
+            else f"{fmt_ns(ns / len(named))} more a slow step than usual")  # fmt: skip
+    what = f"{' and '.join(apis) or cls} {each}{where}"
+    cause = {"kind": cls, "label": LABEL[cls], "text": f"{what}, in {_steps(named)}",
+             "api": apis[0] if apis else cls, "ns_per_step": round(ns / len(named)),
+             "steps": list(named)}  # fmt: skip
+    if cls in ("sync", "copy"):
+        cause["waits_for"] = waits_for([r for r in ranks if r.rank in {slowest[n] for n in named}],
+                                       cls)  # fmt: skip
+    return f" — {LABEL[cls]}: {what}", {"cause": cause}
+
+
+_PARTS = {"data_wait_ns": "data wait", "comm_wait_ns": "exposed communication",
+          "other_ns": "host time outside compute", "compute_ns": "compute"}  # fmt: skip
+
+
+def _part(
+    named: Sequence[int], excess: float, slowest: dict[int, int], steps: Sequence[StepBreakdown]
+) -> tuple[str, dict[str, Any]]:
+    """The part of the step (data wait, communication, host, compute) that grows in them.
+
+    Measured on each slow step's slowest rank, beyond that rank's median of the part in
+    the other steps; named when it holds at least half of the steps' excess.
+    """
+    by = {(s.rank, s.step): s for s in steps}
+    best: tuple[float, str] = (0.0, "")
+    for attr in _PARTS:
+        grew = 0.0
+        for n in named:
+            r = slowest[n]
+            usual = [getattr(s, attr) for s in steps if s.rank == r and s.step not in named]
+            grew += getattr(by[(r, n)], attr) - (float(np.median(usual)) if usual else 0.0)
+        if grew > best[0]:
+            best = (grew, attr)
+    grew, attr = best
+    if not attr or grew < 0.5 * excess:
+        return "", {}
+    each = fmt_ns(grew) if len(named) == 1 else f"{fmt_ns(grew / len(named))} a slow step"
+    return f" — {_PARTS[attr]} grows by {each}", {"grows": attr.removesuffix("_ns")}
+
+
+def variability(
+    steps: Sequence[StepBreakdown], rules: VariabilityRules, ranks: Sequence[RankSummary] = ()
+) -> list[Finding]:
+    """The step-variability finding of a run, if its steps vary (module docstring)."""
+    nums, dur, slowest = job_steps([s for s in steps if s.duration_ns > 0])
+    if len(dur) < rules.min_steps:
+        return []
+    arr = np.asarray(dur, np.float64)
+    med = float(np.median(arr))
+    p90 = float(np.percentile(arr, 90))
+    lo, hi = float(arr.min()), float(arr.max())
+    if med <= 0:
+        return []
+    p10 = float(np.percentile(arr, 10))
+    ratio, spread = p90 / med, p90 / p10 if p10 > 0 else float("inf")
+    metrics: dict[str, Any] = {
+        "median_ns": round(med),
+        "p90_ns": round(p90),
+        "min_ns": round(lo),
+        "max_ns": round(hi),
+        "p90_median_ratio": round(ratio, 3),
+        "p90_p10_ratio": round(spread, 3),
+        "steps_ns": {str(n): d for n, d in zip(nums, dur, strict=True)},
+    }
+    regime = _regime(nums, dur, rules)
+    slow = [n for n, d in zip(nums, dur, strict=True) if d > rules.outlier_factor * med]
+    if regime is not None:
+        k, r = regime
+        before, after = float(np.median(arr[:k])), float(np.median(arr[k:]))
+        what = "slower" if r > 1 else "faster"
+        text = (f"regime change: from step {nums[k]} on, steps take {_ms(after)} against "
+                f"{_ms(before)} before ({max(r, 1 / r):.1f}× {what}; "
+                f"steps {nums[0]}–{nums[k - 1]} then {nums[k]}–{nums[-1]})")  # fmt: skip
+        kind, named = "regime_change", nums[k:] if r > 1 else nums[:k]
+        metrics |= {"change_at_step": nums[k], "regime_ratio": round(r, 3),
+                    "median_before_ns": round(before), "median_after_ns": round(after)}  # fmt: skip
+    elif len(slow) == 1:
+        n = slow[0]
+        d = dur[nums.index(n)]
+        text = (f"single outlier: step {n} took {_ms(d)}, {d / med:.1f}× the median "
+                f"{_ms(med)} (slowest rank {slowest[n]})")  # fmt: skip
+        kind, named = "outlier", slow
+    elif slow:
+        text = (f"{len(slow)} of {len(nums)} steps stall: steps {_list(slow)} take "
+                f"{_ms(min(dur[nums.index(n)] for n in slow))}–{_ms(hi)} against a median "
+                f"of {_ms(med)}")  # fmt: skip
+        kind, named = "stalls", slow
+    elif ratio > rules.p90_factor or spread > rules.spread_factor:
+        top = sorted(nums, key=lambda n: -dur[nums.index(n)])[:3]
+        text = (f"step times vary from {_ms(lo)} to {_ms(hi)} (p90/median {ratio:.2f}, "
+                f"median {_ms(med)}); slowest: steps {_list(sorted(top))}")  # fmt: skip
+        kind, named = "jitter", sorted(top)
+    else:
+        return []
+    excess = sum(max(0.0, dur[nums.index(n)] - med) for n in named)
+    if excess > 0:
+        why, found = _why(named, excess, slowest, ranks)
+        if not why:
+            why, found = _part(named, excess, slowest, steps)
+        text += why
+        metrics |= found
+    metrics["excess_share"] = round(
+        sum(max(0, dur[nums.index(n)] - med) for n in named) / float(arr.sum()), 4
+    )
+    severe = ratio >= rules.severe_factor or (regime is not None)
+    return [
+        Finding(
+            kind=FindingKind.STEP_VARIABILITY,
+            severity=Severity.WARNING if severe else Severity.INFO,
+            message=text,
+            ranks=sorted({slowest[n] for n in named}),
+            steps=sorted(named),
+            metrics=VariabilityMetrics(**{**metrics, "pattern": kind}),
+        )
+    ]
+
+
+def _steps(nums: Sequence[int]) -> str:
+    return ("step " if len(nums) == 1 else "steps ") + _list(nums)
+
+
+def _list(nums: Sequence[int]) -> str:
+    shown = words.fold(list(nums)) if len(nums) <= 8 else words.fold(list(nums[:8])) + ", …"
+    return shown
