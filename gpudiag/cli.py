@@ -10,13 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
-from gpudiag import __version__
+from gpudiag import __version__, clihelp
 from gpudiag.config import Thresholds, load_project_config, thresholds_from_config
 from gpudiag.errors import EXIT_USAGE, GpudiagError
 from gpudiag.runconditions import RunConditions
 
 app = typer.Typer(
     name="gpudiag",
+    cls=clihelp.Group,
     help="Why is my distributed PyTorch training slow? Compute, data-wait, comm-wait, stragglers.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -87,7 +88,7 @@ def _diagnosis(path: Path, th: Thresholds, **kw: Any) -> Any:
     return api.analyze(path, thresholds=th, **kw)
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def analyze(
     paths: Annotated[
         list[Path],
@@ -270,7 +271,7 @@ def _print_run_diagnosis(out_dir: Path, run_dir: Path) -> None:
         record_incomplete(run_dir, msg)
 
 
-@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+@app.command(cls=clihelp.Command, context_settings={"allow_interspersed_args": False})
 def run(
     command: Annotated[list[str], typer.Argument(help="The training command, after `--`.")],
     out: Annotated[
@@ -324,7 +325,7 @@ def run(
     sys.exit(res.exit_code)
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def attach(
     pid: Annotated[int | None, typer.Option("--pid", help="A running job's PID.")] = None,
     run_dir: Annotated[
@@ -364,7 +365,7 @@ def attach(
     print(f"run directory: {res.run_dir}", file=sys.stderr)
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     no_color: NoColor = False,
@@ -413,7 +414,7 @@ def _gate_runs(path: Path, th: Thresholds, cfg: Any) -> list[Any]:
     return [run_stat(d, str(path), _run_conditions(path), cfg.warmup_steps, th)]
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def gate(
     paths: Annotated[
         list[Path],
@@ -542,7 +543,7 @@ def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form:
     return int(worst.exit_code)
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def diff(
     a: Annotated[
         Path, typer.Argument(help="Run A (run dir, traces or diagnosis JSON).", readable=False)
@@ -565,7 +566,7 @@ def diff(
     emit(run_diff(_diagnosis(a, th), _diagnosis(b, th), str(a), str(b), th.diff, th), form, output)
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def report(
     path: Annotated[
         Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.", readable=False)
