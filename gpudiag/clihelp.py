@@ -110,13 +110,13 @@ def _format_examples(name: str | None, fmt: click.HelpFormatter) -> None:
 class Command(TyperCommand):
     """A command whose help names parameters plainly and ends with examples."""
 
-    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:
+    def collect_usage_pieces(self, ctx: click.Context) -> list[str]:  # noqa: D102
         return _usage_pieces(self, ctx)
 
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:  # noqa: D102
         _format_params(self, ctx, formatter)
 
-    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:  # noqa: D102
         super().format_epilog(ctx, formatter)
         _format_examples(self.name, formatter)
 
@@ -124,11 +124,11 @@ class Command(TyperCommand):
 class Group(TyperGroup):
     """The top level: options plainly, and every command's first sentence whole."""
 
-    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:  # noqa: D102
         _format_params(self, ctx, formatter)
         self.format_commands(ctx, formatter)
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:  # noqa: D102
         rows = []
         for name in self.list_commands(ctx):
             cmd: Any = self.get_command(ctx, name)

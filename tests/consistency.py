@@ -115,7 +115,9 @@ def _what_if(d: dict[str, Any], out: list[str]) -> None:
     if kind == "communication" and not w["if_comm_overlapped_ns"] < now:
         out.append("communication-bound verdict but 'comm fully overlapped' changes nothing")
     for r in d["recommendations"]:
-        field = REMEDY_WHAT_IF.get(r["id"])
+        field = REMEDY_WHAT_IF.get(
+            "straggler" if r["id"].startswith("investigate-rank-") else r["id"]
+        )
         if field is None or r.get("estimated_gain_ns") is None or w.get(field) is None:
             continue
         gain = now - w[field]
@@ -129,9 +131,8 @@ def _what_if(d: dict[str, Any], out: list[str]) -> None:
 
 def _prose(d: dict[str, Any], text: str, out: list[str]) -> None:
     ids = {r["id"] for r in d["recommendations"]}
-    for rid in ids:
-        if re.search(rf"additive with[^.\n]*\b{re.escape(rid)}\b", text):
-            out.append(f"remedy id {rid!r} in prose where its title belongs")
+    out.extend(f"remedy id {rid!r} in prose where its title belongs" for rid in sorted(ids)
+               if re.search(rf"additive with[^.\n]*\b{re.escape(rid)}\b", text))  # fmt: skip
 
 
 def _header(d: dict[str, Any], text: str, out: list[str]) -> None:

@@ -185,15 +185,16 @@ def build_diagnosis(
             -(f.metrics.share() if isinstance(f.metrics, ShareMetrics) else 0),
         )
     )
+    wi = what_if(steps, findings)  # one step model: the what-if and the remedies' gains
     return Diagnosis(
         run=run,
         ranks=ranks,
         steps=steps,
         findings=findings,
-        recommendations=recommend(run, ranks, steps, findings, sync_by_step, th.advice),
+        recommendations=recommend(run, ranks, steps, findings, sync_by_step, th.advice, wi),
         spread=rank_spread(ranks),
         collectives=coll,
-        what_if=what_if(steps, findings),
+        what_if=wi,
         inputs=list(inputs),
         thresholds=th.as_dict(),
         notes=list(notes),

@@ -364,6 +364,7 @@ class Verdict:
     share: float  # of step time; for "none" the compute share
     ranks: list[int]
     basis: str  # "profiled window" or "whole run"
+    finding: int | None = None  # the index in Diagnosis.findings of the finding it quotes
 
 
 @dataclass(frozen=True)

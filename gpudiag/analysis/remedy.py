@@ -19,34 +19,37 @@ from gpudiag.analysis.model import (
     RankSummary,
     RunSummary,
     StepBreakdown,
+    WhatIf,
     by_rank,
 )
 from gpudiag.config import AdviceRules
 
 
-def median_part(
-    steps: Sequence[StepBreakdown], ranks: Sequence[int], attr: str, stat: Any = np.median
-) -> int:
-    """The largest per-rank median (or ``stat``) of one part over the given ranks' steps."""
+def mean_part(steps: Sequence[StepBreakdown], ranks: Sequence[int], attr: str) -> int:
+    """The largest per-rank mean of one part per step over the given ranks' steps.
+
+    The mean, as the shares and the what-if use (one step model): a part that is large in
+    a few steps costs its total over all of them, while its typical step holds none.
+    """
     best = 0.0
     grouped = by_rank(steps)
     for r in ranks:
         vals = [getattr(s, attr) for s in grouped.get(r, [])]
         if vals:
-            best = max(best, float(stat(vals)))
+            best = max(best, float(np.mean(vals)))
     return round(best)
 
 
 def exposed_transfer(
     steps: Sequence[StepBreakdown], ranks: Sequence[int], sync: Mapping[tuple[int, int], int]
 ) -> int:
-    """The largest per-rank median of comm-wait minus synchronisation wait per step."""
+    """The largest per-rank mean of comm-wait minus synchronisation wait per step."""
     best = 0.0
     grouped = by_rank(steps)
     for r in ranks:
         vals = [max(0, s.comm_wait_ns - sync.get((r, s.step), 0)) for s in grouped.get(r, [])]
         if vals:
-            best = max(best, float(np.median(vals)))
+            best = max(best, float(np.mean(vals)))
     return round(best)
 
 
@@ -59,11 +62,21 @@ class Context:
     steps: Sequence[StepBreakdown]
     sync: Mapping[tuple[int, int], int]
     rules: AdviceRules
+    what_if: WhatIf | None = None
 
     @property
     def step_ns(self) -> int:
-        """The run's median step time (≥ 1 ns), the base of every gain ratio."""
+        """The base of every gain ratio (≥ 1 ns): the what-if's mean step, else the median."""
+        if self.what_if is not None:
+            return max(self.what_if.step_time_ns, 1)
         return max(self.run.step_time_ns_median, 1)
+
+    def what_if_gain(self, field: str) -> int | None:
+        """The step time one change of the what-if saves (``if_no_data_wait_ns`` …)."""
+        if self.what_if is None:
+            return None
+        after = getattr(self.what_if, field)
+        return None if after is None else self.what_if.step_time_ns - after
 
     def evidence(self, ranks: Sequence[int]) -> list[RankEvidence]:
         """The evidence of those of ``ranks`` the run has."""

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from gpudiag.analysis import words
-from gpudiag.analysis.metrics import StragglerMetrics
+from gpudiag.analysis.metrics import LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.model import Finding, FindingKind, Mode, RunSummary, Severity, Verdict
 
 BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "none")
@@ -31,9 +31,10 @@ _KIND = {
 def verdict(run: RunSummary, findings: Sequence[Finding]) -> Verdict:
     """The headline, bottleneck, share, ranks and basis (docs/definitions.md, "Verdict")."""
     named = [f for f in findings if f.kind in _KIND]
+    index = {id(f): i for i, f in enumerate(findings)}
     if run.mode == Mode.TELEMETRY:  # no trace: every number is the step telemetry's
-        return _telemetry_basis(_verdict(run, named))
-    return _verdict(run, named)
+        return _telemetry_basis(_verdict(run, named, index))
+    return _verdict(run, named, index)
 
 
 def _telemetry_basis(v: Verdict) -> Verdict:
@@ -46,7 +47,7 @@ def _telemetry_basis(v: Verdict) -> Verdict:
     return v
 
 
-def _verdict(run: RunSummary, named: Sequence[Finding]) -> Verdict:
+def _verdict(run: RunSummary, named: Sequence[Finding], index: dict[int, int]) -> Verdict:
     if not named:
         c, idle = run.shares.compute, run.idle_ratio
         return Verdict(
@@ -56,9 +57,9 @@ def _verdict(run: RunSummary, named: Sequence[Finding]) -> Verdict:
             ranks=[],
             basis=PROFILED,
         )
-    f = min(named, key=lambda f: (Severity(f.severity).order, -f.metrics.share()))
+    f = min(named, key=lambda f: (Severity(f.severity).order, -_share(f)))
     kind = _KIND[f.kind]
-    share = f.metrics.mean_share()
+    share = _share(f)
     who = words.ranks(f.ranks) if f.ranks else "the run"
     basis = PROFILED
     if kind == "straggler":
@@ -66,11 +67,7 @@ def _verdict(run: RunSummary, named: Sequence[Finding]) -> Verdict:
         basis = (
             WHOLE_RUN if isinstance(m, StragglerMetrics) and m.source == "telemetry" else PROFILED
         )
-        cause = {"data": " (waiting for input)", "compute": " (slower compute)",
-                 "host": " (host overhead)", "hardware": " (a slower GPU)"}.get(
-            str(f.cause), "")  # fmt: skip
-        text = (f"straggler: {who} runs {words.percent(share)} slower than the median rank"
-                f"{cause}; the others wait for it")  # fmt: skip
+        text = _straggler(f, who, share)
     elif kind == "pipeline":
         text = f"pipeline bubble: stages idle {words.percent(share)} of each step"
     else:
@@ -83,4 +80,43 @@ def _verdict(run: RunSummary, named: Sequence[Finding]) -> Verdict:
             "host": f"host-bound: {who} {lose} {words.percent(share)} of each step to host "
             "overhead, launch gaps or synchronisation",
         }[kind]
-    return Verdict(headline=text, bottleneck=kind, share=share, ranks=list(f.ranks), basis=basis)
+    return Verdict(headline=text, bottleneck=kind, share=share, ranks=list(f.ranks),
+                   basis=basis, finding=index[id(f)])  # fmt: skip
+
+
+def _share(f: Finding) -> float:
+    """The share of step time a finding stands for, in its own terms.
+
+    A persistent straggler: its typical excess over the others (``median_excess_ratio``);
+    intermittent stalls: what they cost a step on average (the excess of a stall × the
+    stalls / the steps compared); a late rank: the others' waiting for it per step over the
+    step; any other finding: its mean share over its ranks.
+    """
+    m = f.metrics
+    if isinstance(m, StragglerMetrics):
+        if f.persistent:
+            return m.median_excess_ratio
+        return m.median_excess_ratio * m.slow_steps / max(m.steps_compared, 1)
+    if isinstance(m, LateArrivalMetrics):
+        return m.waited_ns_per_step / m.step_time_ns_median if m.step_time_ns_median else 0.0
+    return m.mean_share()
+
+
+_CAUSE = {"data": " (waiting for input)", "compute": " (slower compute)",
+          "host": " (host overhead)", "hardware": " (a slower GPU)"}  # fmt: skip
+
+
+def _straggler(f: Finding, who: str, share: float) -> str:
+    """A straggler's headline in its finding's own terms: excess, stall count or waiting."""
+    m = f.metrics
+    cause = _CAUSE.get(str(f.cause), "")
+    if isinstance(m, LateArrivalMetrics):
+        return (f"straggler: the others wait for {who} at {m.last_at} of "
+                f"{m.collectives_matched} collectives, {words.duration(m.waited_ns_per_step, 'brief')} "
+                f"a step ({words.percent(share)} of each step){cause}")  # fmt: skip
+    if isinstance(m, StragglerMetrics) and not f.persistent:
+        return (f"straggler: {who} stalled in {m.slow_steps} of {m.steps_compared} steps, "
+                f"~{words.duration(m.median_excess_ns, 'brief')} behind the others each time"
+                f"{cause}; the others wait for it")  # fmt: skip
+    return (f"straggler: {who} runs {words.percent(share)} slower than the median rank"
+            f"{cause}; the others wait for it")  # fmt: skip

@@ -196,9 +196,15 @@ def _recommendations(con: Console, d: Diagnosis) -> None:
         if rec.estimated_gain_ns:
             title += f" (could recover ~{duration(rec.estimated_gain_ns)} per step)"
         if rec.overlaps_with:
-            title += f"; not additive with {', '.join(rec.overlaps_with)}"
+            title += "; not additive with " + _titles(d, rec.overlaps_with)
         _print_wrapped(con, Text(" → ", style="cyan"), title, style="bold")
         _print_wrapped(con, Text("   "), rec.detail)
+
+
+def _titles(d: Diagnosis, ids: list[str]) -> str:
+    """Other remedies as a reader knows them: their titles up to a colon, quoted."""
+    by_id = {r.id: r.title.split(":")[0].split(" (")[0] for r in d.recommendations}
+    return ", ".join(f"“{by_id.get(i, i)}”" for i in ids)
 
 
 def _basis(v: Verdict) -> str:
@@ -366,7 +372,7 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
             w.if_comm_overlapped_ns, w.if_no_data_wait_ns
         ):
             text += f" · all together → {delta(w.if_all_ns)}"
-        lines.append(f"{text}  (step now {duration(cur)})")
+        lines.append(f"{text}  (mean step now {duration(cur)})")
     return lines
 
 
