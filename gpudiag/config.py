@@ -71,6 +71,8 @@ class SteadyRules:
     warmup_steps: int = 1  # the telemetry's first steps of each rank always left out ...
     warmup_min_steps: int = 3  # ... either only when at least this many steps remain
     include_warmup: bool = False  # --include-warmup: keep everything
+    mode_gap_factor: float = 1.5  # sorted steps this far apart: two kinds of step (modes.py)
+    mode_min_share: float = 0.2  # ... each kind at least this share of the steps
 
 
 @dataclass(frozen=True)

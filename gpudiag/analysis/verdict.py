@@ -111,9 +111,10 @@ def _straggler(f: Finding, who: str, share: float) -> str:
     m = f.metrics
     cause = _CAUSE.get(str(f.cause), "")
     if isinstance(m, LateArrivalMetrics):
+        wait = words.duration(m.waited_ns_per_step, "brief")
         return (f"straggler: the others wait for {who} at {m.last_at} of "
-                f"{m.collectives_matched} collectives, {words.duration(m.waited_ns_per_step, 'brief')} "
-                f"a step ({words.percent(share)} of each step){cause}")  # fmt: skip
+                f"{m.collectives_matched} collectives, {wait} a step "
+                f"({words.percent(share)} of each step){cause}")  # fmt: skip
     if isinstance(m, StragglerMetrics) and not f.persistent:
         return (f"straggler: {who} stalled in {m.slow_steps} of {m.steps_compared} steps, "
                 f"~{words.duration(m.median_excess_ns, 'brief')} behind the others each time"

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpudiag.analysis import words
+from gpudiag.analysis import modes, words
 from gpudiag.analysis.model import Diagnosis, KernelBreakdown, RankSummary, Severity, Verdict
 from gpudiag.analysis.words import duration
 from gpudiag.report.format import (
@@ -136,6 +136,9 @@ def _summary(con: Console, d: Diagnosis) -> None:
     window = (f"{window_label(r.mode)}: {words.plural(r.steps, 'step')} · step time median "
               f"{duration(r.step_time_ns_median)}, p90 {duration(r.step_time_ns_p90)}")  # fmt: skip
     con.print(Text(window))
+    kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
+    if kinds:  # a median that describes neither kind of step: say both
+        _print_wrapped(con, Text("  "), kinds)
     whole = whole_run_steps(d)
     if whole is not None:
         n, med = whole

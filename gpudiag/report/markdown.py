@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from gpudiag.analysis import words
+from gpudiag.analysis import modes, words
 from gpudiag.analysis.diff import DiffRow, RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
@@ -83,6 +83,9 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
               f"{duration(r.step_time_ns_p90)} · compute {pct(r.shares.compute)} · comm-wait "
               f"{pct(r.shares.comm_wait)} · data-wait {pct(r.shares.data_wait)} · other "
               f"{pct(r.shares.other)} · idle **{pct(r.idle_ratio)}**\n\n")  # fmt: skip
+    kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
+    if kinds:  # a median that describes neither kind of step: say both
+        out.write(f"{cell(kinds.capitalize())}\n\n")
     rows = [[str(x.rank), str(x.steps), duration(x.step_time_ns_median),
              duration(x.step_time_ns_p90),
              pct(x.shares.compute), pct(x.shares.comm_wait), pct(x.shares.data_wait),
