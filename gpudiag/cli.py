@@ -516,31 +516,24 @@ def _gate_one(
 
 def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form: str,
                    junit: Path | None, markdown: Path | None) -> int:  # fmt: skip
-    """Write a baseline file of several runs; gate each run's own limits; the worst exit."""
+    """Write a baseline file of several runs, one labelled row each; nothing is judged."""
     import json
 
     from gpudiag.analysis.baseline import baseline_to_json, run_stat
-    from gpudiag.analysis.gate import GateStatus, evaluate
+    from gpudiag.analysis.gate import baseline_summary
     from gpudiag.report import ci
     from gpudiag.rundir import atomic_write
 
-    runs, results = [], []
-    for p in paths:
-        d, cond = _diagnosis(p, th), _run_conditions(p)
-        runs.append(run_stat(d, str(p), cond, cfg.warmup_steps, th))
-        results.append(evaluate(d, cfg, None, str(p), None, th, cond))
+    runs = [run_stat(_diagnosis(p, th), str(p), _run_conditions(p), cfg.warmup_steps, th)
+            for p in paths]  # fmt: skip
     with atomic_write(out) as f:
         json.dump(baseline_to_json(runs, cfg, __version__), f, indent=1)
         f.write("\n")
     print(f"wrote {out}: baseline of {len(runs)} runs", file=sys.stderr)
-    order = [GateStatus.FAILED, GateStatus.INCONCLUSIVE, GateStatus.PASSED]
-    worst = min(results, key=lambda r: order.index(r.status))
-    for res in results:
-        emit(res, form, None)
-    ci.write_outputs(worst, junit, markdown)
-    if worst.exit_code:
-        print(f"gpudiag: gate {worst.status} (exit {worst.exit_code})", file=sys.stderr)
-    return int(worst.exit_code)
+    res = baseline_summary(runs, cfg, f"baseline {out}")
+    emit(res, form, None)
+    ci.write_outputs(res, junit, markdown)
+    return int(res.exit_code)
 
 
 @app.command(cls=clihelp.Command)

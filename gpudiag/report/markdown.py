@@ -28,6 +28,8 @@ def fmt_value(name: str, v: float | None) -> str:
         return "-"
     if name == "step_time_regression":
         return _signed(f"{v:+.1%}")
+    if name == "baseline_run":  # a run's median step time
+        return duration(v)
     return f"{v:.1%}"
 
 
