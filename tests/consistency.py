@@ -17,7 +17,8 @@ here only agreement is checked:
   overlap: comm fully overlapped; straggler: at median speed) and its ratio is that gain over
   the what-if's step;
 * prose never shows a remedy id where a title belongs ("not additive with nccl-tuning");
-* the console's header and its table quote the same step statistics for a single rank.
+* the console's header and its table quote the same step statistics for a single rank;
+* "idle X% (above T%)" only when X is above T.
 """
 
 from __future__ import annotations
@@ -144,6 +145,12 @@ def _header(d: dict[str, Any], text: str, out: list[str]) -> None:
         out.append(f"header median/p90 {head.groups()} but the rank table {row.groups()}")
 
 
+def _idle(text: str, out: list[str]) -> None:
+    pattern = r"idle (\d+(?:\.\d+)?)% \(above (\d+)%\)"
+    out.extend(f"'{m.group(0)}': an idle statement its own number contradicts"
+               for m in re.finditer(pattern, text) if float(m.group(1)) <= float(m.group(2)))  # fmt: skip
+
+
 def problems(d: dict[str, Any], console: str = "") -> list[str]:
     """Every disagreement between numbers of one diagnosis (empty: one story)."""
     out: list[str] = []
@@ -157,4 +164,5 @@ def problems(d: dict[str, Any], console: str = "") -> list[str]:
     if console:
         _prose(d, console, out)
         _header(d, console, out)
+        _idle(console, out)
     return out

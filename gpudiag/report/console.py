@@ -152,6 +152,10 @@ def _summary(con: Console, d: Diagnosis) -> None:
     thr = idle_threshold(d)
     if idle_flag and thr is not None:
         line.append(f" (above {thr:.0%})", style="red")
+    elif thr is not None:
+        over = sorted(k[0] for k in flagged(d) if k[1] == "idle" and k[0] is not None)
+        if over:  # the run is below the limit, some ranks above it
+            line.append(f" ({words.ranks(over)} above {thr:.0%})", style="red")
     line.append(f" · comm overlapped by compute {_pct(r.comm_overlapped_ratio)}")
     con.print(line)
 

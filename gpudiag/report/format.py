@@ -53,7 +53,9 @@ def pct(x: float | None, digits: int = 1) -> str:
 def flagged(d: Diagnosis) -> dict[tuple[int | None, str], Severity]:
     """(rank, column) → the most severe finding about it; rank ``None`` is the run line.
 
-    The run's idle is flagged when an ``idle_ratio`` finding exists.
+    The run's idle is flagged when an ``idle_ratio`` finding exists and the run's own idle
+    is above the finding's threshold (a rank above it does not make the run line say
+    "above 30%" beside 28.7%).
     """
     out: dict[tuple[int | None, str], Severity] = {}
     for f in d.findings:
@@ -61,7 +63,9 @@ def flagged(d: Diagnosis) -> dict[tuple[int | None, str], Severity]:
         if col is None:
             continue
         keys: list[tuple[int | None, str]] = [(r, col) for r in f.ranks]
-        if f.kind == FindingKind.IDLE_RATIO:
+        if f.kind == FindingKind.IDLE_RATIO and (
+            not isinstance(f.metrics, ShareMetrics) or d.run.idle_ratio > f.metrics.threshold
+        ):
             keys.append((None, col))
         sev = Severity(f.severity)
         for k in keys:
