@@ -51,6 +51,7 @@ class StragglerRules:
     persistent_alpha: float = 0.1  # persistent: ahead of the others in more steps than chance
     min_persistent_steps: int = 4  # ... (a sign test) with at least this many steps compared
     short_window_steps: int = 12  # fewer steps: stalls are named, not called periodic
+    short_window_stall_share: float = 0.5  # ... nor persistent when they hold this much excess
     spike_ratio: float = 0.25  # an intermittent stall: at least this × a step ...
     jitter_sigmas: float = 3.5  # ... and this many robust standard deviations of all excesses
     min_spikes: int = 3  # stalls must recur this often (unless one lasts a whole step)

@@ -35,7 +35,9 @@ The rule constants are ``Thresholds.stragglers`` (``[tool.gpudiag.stragglers]``)
   perturbs them). A stall must also stand out from the rank's own median busy time (with
   two ranks, one rank's dip is the other's excess). In a trace window shorter than
   ``short_window_steps`` (12) every stall is named with its steps, and the message says
-  the window is too short to tell persistent from periodic.
+  the window is too short to tell persistent from periodic; there, a rank whose stalls hold
+  ``short_window_stall_share`` (half) of its excess is not called persistent (the stalls
+  lift the median excess of so few steps).
 * **Late arrival** (:func:`late_arrival`): when no rule names a rank, the rank the
   others wait for at the matched collectives — last at most of them (at least
   ``collectives.late_share``, twice as often as the next, beyond chance for one of R
@@ -267,18 +269,20 @@ def _detect(m: StepMatrix, ctx: _Context, persistent_only: bool = False) -> list
     findings: list[Finding] = []
     for i in range(len(m.ranks)):
         typical = float(np.median(ex[i]))
+        stalls = slow[i] & (ex[i] >= spike_limit) & (own[i] >= spike_limit)
         persistent = bool(
             n >= rules.min_persistent_steps
             and typical >= rules.excess_ratio * step
             and sign_test(int(np.count_nonzero(ex[i] > 0)), n) < rules.persistent_alpha
             and np.count_nonzero(slow[i]) >= 2
+            and not _stalls_dominate(m, ex[i], stalls, rules)
         )
         if persistent:
             flagged = np.flatnonzero(slow[i])
         elif persistent_only:
             continue
         else:
-            flagged = np.flatnonzero(slow[i] & (ex[i] >= spike_limit) & (own[i] >= spike_limit))
+            flagged = np.flatnonzero(stalls)
             whole_step = bool((ex[i, flagged] >= step).any())
             enough = flagged.size >= rules.min_spikes or whole_step or _short(m, rules)
             if not flagged.size or not enough:
@@ -286,6 +290,22 @@ def _detect(m: StepMatrix, ctx: _Context, persistent_only: bool = False) -> list
         extra = [] if persistent else _confirmed_in_window(m, ctx.trace, i, flagged, rules)
         findings.append(_finding(m, ctx, i, flagged, persistent, ex, extra))
     return findings
+
+
+def _stalls_dominate(
+    m: StepMatrix, ex: F64, stalls: npt.NDArray[np.bool_], rules: StragglerRules
+) -> bool:
+    """In a short window, stalls holding most of a rank's excess are stalls, not persistence.
+
+    Two 0.5 s stalls in 6 steps beside a rank slowed ~25 ms a step by a busy host would
+    otherwise be a "persistent straggler" typically 20% slower: the stalls lift the median
+    excess of so few steps. When the stalls hold at least ``short_window_stall_share`` of
+    the rank's excess, the window names them (too few steps to tell the rest).
+    """
+    if not _short(m, rules) or not stalls.any():
+        return False
+    total = float(np.clip(ex, 0, None).sum())
+    return total > 0 and float(ex[stalls].sum()) >= rules.short_window_stall_share * total
 
 
 def _confirmed_in_window(
