@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +39,7 @@ FAMILIES: tuple[tuple[str, str], ...] = (
     ("convolution", r"(^|[^a-z])conv(olution|olve|_?[123]d|[^a-z]|$)|cudnn.*(fprop|dgrad|wgrad)"
                     r"|winograd|implicit_?gemm|miopen|^aten::(cudnn_)?convolution"),
     ("GEMM", r"gemm|gemv|cutlass|cublas|hipblas|^cijk_|xmma|wgmma|matmul|(^|[^a-z])bmm([^a-z]|$)"
+             r"|^nvjet_"
              r"|^aten::(mm|addmm|bmm|baddbmm|linear|matmul|addmv|mv|dot|einsum)$|_mm_|splitk"),
     ("normalisation", r"norm|rms_?norm|welford|(^|[^a-z])bn_(fw|bw)"),
     ("reduction", r"softmax|reduce|reduction|cross_?entropy|nll_?loss|triton_(red|per)_|argmax"
@@ -137,10 +139,7 @@ def breakdown(
         fams[fam] = fams.get(fam, 0.0) + time_by[i]
         if fam == "GEMM" and is_fp32_gemm(tl.names[i]):
             fp32 += time_by[i]
-    order = np.argsort(time_by)[::-1][:TOP]
-    top = [TopEntry(tl.names[i], family(tl.names[i], int(kind_of[i])), int(time_by[i]),
-                    int(count_by[i]), float(time_by[i] / total))
-           for i in order.tolist() if time_by[i] > 0]  # fmt: skip
+    top = _top(tl.names, time_by, count_by, kind_of, total)
     return KernelBreakdown(
         unit="kernel" if gpu else "operator",
         total_ns=total,
@@ -148,6 +147,21 @@ def breakdown(
         families={f: v / total for f, v in sorted(fams.items(), key=lambda kv: -kv[1])},
         fp32_gemm_share=fp32 / fams["GEMM"] if fams.get("GEMM") else 0.0,
     )
+
+
+def _top(names: Sequence[str], time_by: npt.NDArray[Any], count_by: npt.NDArray[Any],
+         kind_of: npt.NDArray[Any], total: int) -> list[TopEntry]:  # fmt: skip
+    """The largest rows, one per displayed name (:func:`display_name`), family of the largest."""
+    rows: dict[str, list[float]] = {}  # display name → [time, count, largest part, raw index]
+    for i in np.flatnonzero(time_by).tolist():
+        row = rows.setdefault(display_name(names[i]), [0.0, 0, 0.0, i])
+        row[0] += float(time_by[i])
+        row[1] += int(count_by[i])
+        if time_by[i] > row[2]:
+            row[2], row[3] = float(time_by[i]), i
+    best = sorted(rows.items(), key=lambda kv: -kv[1][0])[:TOP]
+    return [TopEntry(name, family(names[int(r[3])], int(kind_of[int(r[3])])), int(r[0]), int(r[1]),
+                     r[0] / total) for name, r in best]  # fmt: skip
 
 
 def combine(per_rank: Sequence[KernelBreakdown | None]) -> KernelBreakdown | None:
@@ -178,3 +192,83 @@ def combine(per_rank: Sequence[KernelBreakdown | None]) -> KernelBreakdown | Non
         else {},
         fp32_gemm_share=fp32 / gemm if gemm else 0.0,
     )
+
+
+_NOISE = re.compile(r"std::enable_if<.*?>::type\s*")  # SFINAE return types: noise
+_COMPILED = re.compile(r"(CompiledFxGraph|CompiledFunction)\s+([A-Za-z0-9]{6})[A-Za-z0-9]+")
+_MANGLED_PART = re.compile(r"(\d+)")
+
+
+def _demangle_prefix(name: str) -> str:
+    """The qualified name of an Itanium-mangled symbol (``_ZN2ck16tensor_operation…``).
+
+    Only the leading nested name (``_ZN <len><id>… E``) or plain name (``_Z <len><id>``) is
+    read — template arguments and parameters are noise in a kernel table; the rest is
+    dropped. Anything not in that form is returned as it is.
+    """
+    if not name.startswith("_Z"):
+        return name
+    i = 3 if name.startswith("_ZN") else 2
+    parts: list[str] = []
+    while i < len(name):
+        m = _MANGLED_PART.match(name, i)
+        if not m:
+            break
+        n = int(m.group(1))
+        ident = name[m.end() : m.end() + n]
+        if len(ident) < n or not ident:
+            break
+        parts.append(ident)
+        i = m.end() + n
+        if not name.startswith("_ZN"):
+            break
+    return "::".join(parts) if parts else name
+
+
+def _fold_templates(text: str, keep: int = 2) -> str:
+    """Templates nested deeper than ``keep`` levels become ``…``."""
+    out: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch == "<":
+            depth += 1
+        if depth <= keep:
+            out.append(ch)
+        elif not out or out[-1] != "…":
+            out.append("…")
+        if ch == ">":
+            depth = max(0, depth - 1)
+    return "".join(out)
+
+
+def _drop_parens(text: str) -> str:
+    """Every parenthesised list (parameters, lambdas' signatures, casts) removed."""
+    prev = None
+    while prev != text:
+        prev, text = text, re.sub(r"\([^()]*\)", "", text)
+    return text
+
+
+def display_name(name: str) -> str:
+    """A kernel or operator name as a person reads it in a table (one row per kernel).
+
+    Mangled names are demangled to their qualified name; ``void``, parameter lists,
+    ``(anonymous namespace)`` and lambdas' ``operator()`` chains go;
+    ``std::enable_if<…>::type`` return types are folded; templates nested deeper than two
+    levels become ``…``; torch.compile graph names keep 6 characters of their hash
+    (``## Call CompiledFxGraph fudNjs… ##`` → ``Call CompiledFxGraph fudNjs``). Names that
+    differ only in what is dropped share a row.
+    """
+    text = _demangle_prefix(name.strip())
+    text = _NOISE.sub("", text)
+    text = _COMPILED.sub(r"\1 \2", text).strip("# ").strip()
+    text = text.replace("(anonymous namespace)::", "")
+    text = re.sub(r"\{lambda\([^)]*\)#\d+\}", "lambda", text)
+    text = re.sub(r"::operator\(\)\(\)( const)?", "", text)
+    text = re.sub(r"(::lambda)+", "::lambda", text)
+    cpp = "::" in text or "<" in text  # a C++ symbol; "Memcpy HtoD (Pageable -> Device)" is not
+    text = _drop_parens(text) if cpp and "(" in text else text
+    if text.startswith("void "):
+        text = text[5:]
+    text = _fold_templates(text) if "<" in text else text
+    return re.sub(r"\s+", " ", text).strip() or name

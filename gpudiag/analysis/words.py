@@ -22,12 +22,13 @@ def duration(ns: float | None, style: DurationStyle = "table", digits: int = 1) 
       ``ms``, ``µs`` with one decimal and whole ``ns`` (tables and reports);
     - ``message``: ``1.23 s`` from 1 s, else ``123.4 ms`` (warm-up steps);
     - ``brief``: ``1.2 s`` from 1 s, ``123 ms`` from 10 ms, else ``1.2 ms`` (stragglers);
-    - ``ms``: always milliseconds with ``digits`` decimals (amounts compared in one unit).
+    - ``ms``: milliseconds with ``digits`` decimals, seconds (two decimals) from 1 s up — a
+      person reads ``3.60 s``, not ``3604.0 ms`` (issue 24).
     """
     if ns is None:
         return "n/a"
     if style == "ms":
-        return f"{ns / 1e6:.{digits}f} ms"
+        return f"{ns / 1e9:.2f} s" if abs(ns) >= 1e9 else f"{ns / 1e6:.{digits}f} ms"
     if style == "message":
         return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.1f} ms"
     if style == "brief":
