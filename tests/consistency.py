@@ -18,7 +18,8 @@ here only agreement is checked:
   the what-if's step;
 * prose never shows a remedy id where a title belongs ("not additive with nccl-tuning");
 * the console's header and its table quote the same step statistics for a single rank;
-* "idle X% (above T%)" only when X is above T.
+* "idle X% (above T%)" only when X is above T;
+* a kernel in the communication family contributes to communication time (GPU runs).
 """
 
 from __future__ import annotations
@@ -145,6 +146,16 @@ def _header(d: dict[str, Any], text: str, out: list[str]) -> None:
         out.append(f"header median/p90 {head.groups()} but the rank table {row.groups()}")
 
 
+def _comm_family(d: dict[str, Any], out: list[str]) -> None:
+    """A kernel of the communication family contributes to communication time."""
+    fams = (d.get("kernels") or {}).get("families") or {}
+    comm = float(fams.get("communication", 0.0))
+    seen = d["run"]["shares"]["comm_wait"] + d["run"]["comm_overlapped_ratio"]
+    if d["run"]["mode"] == "gpu" and comm >= 0.01 and seen == 0:
+        out.append(f"communication kernels hold {comm:.1%} of GPU time, but comm-wait and "
+                   "overlap are 0: two rule sets classify kernels")  # fmt: skip
+
+
 def _idle(text: str, out: list[str]) -> None:
     pattern = r"idle (\d+(?:\.\d+)?)% \(above (\d+)%\)"
     out.extend(f"'{m.group(0)}': an idle statement its own number contradicts"
@@ -161,6 +172,7 @@ def problems(d: dict[str, Any], console: str = "") -> list[str]:
                 _shares(f"rank {r['rank']}", r["shares"], out)
     _verdict(d, out)
     _what_if(d, out)
+    _comm_family(d, out)
     if console:
         _prose(d, console, out)
         _header(d, console, out)
