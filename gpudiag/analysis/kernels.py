@@ -37,7 +37,7 @@ FAMILIES: tuple[tuple[str, str], ...] = (
     ("memcpy", r"^(memcpy|memset|cudamemcpy|hipmemcpy)|^aten::(copy_|to|_to_copy|contiguous)$"),
     ("attention", r"flash|fmha|attention|attn|sdpa|scaled_dot_product"),
     ("convolution", r"(^|[^a-z])conv(olution|olve|_?[123]d|[^a-z]|$)|cudnn.*(fprop|dgrad|wgrad)"
-                    r"|winograd|implicit_?gemm|miopen|^aten::(cudnn_)?convolution"),
+                    r"|\d(fprop|dgrad|wgrad)_|winograd|implicit_?gemm|miopen|^aten::(cudnn_)?convolution"),
     ("GEMM", r"gemm|gemv|cutlass|cublas|hipblas|^cijk_|xmma|wgmma|matmul|(^|[^a-z])bmm([^a-z]|$)"
              r"|^nvjet_"
              r"|^aten::(mm|addmm|bmm|baddbmm|linear|matmul|addmv|mv|dot|einsum)$|_mm_|splitk"),
@@ -55,6 +55,7 @@ FAMILIES: tuple[tuple[str, str], ...] = (
 )  # fmt: skip
 _FAMILY_RES = [(f, re.compile(p, re.IGNORECASE)) for f, p in FAMILIES]
 _TEMPLATE = re.compile(r"[<(]")
+_GENERIC = re.compile(r"(^|::)\s*(void\s+)?(device_)?kernel\d*\s*$", re.IGNORECASE)
 _FP32_GEMM = re.compile(r"sgemm|f32f32|_s\d{3,4}gemm|gemm.*_f32_|fp32", re.IGNORECASE)
 _REDUCED = re.compile(r"tf32|bf16|fp16|f16|h\d{3,4}gemm|hgemm|e4m3|e5m2|i8|int8", re.IGNORECASE)
 
@@ -67,9 +68,13 @@ def family(name: str, kind: int | None = None) -> str:
         return "memcpy"
     if kind == Kind.COMM:
         return "communication"
-    # the kernel's own name first: its template and argument lists name other things
+    # the kernel's own name first: its template and argument lists name other things —
+    # unless it is a generic one (CUTLASS's and cuDNN's ``Kernel<…>``): then they say it
     base = _TEMPLATE.split(name, maxsplit=1)[0]
-    for text in (base, name) if base != name else (name,):
+    order = (base, name) if base != name else (name,)
+    if base != name and _GENERIC.search(base):
+        order = (_TEMPLATE.split(name, maxsplit=1)[1], *order)
+    for text in order:
         for fam, rx in _FAMILY_RES:
             if rx.search(text):
                 return fam
@@ -225,7 +230,7 @@ def _demangle_prefix(name: str) -> str:
     return "::".join(parts) if parts else name
 
 
-def _fold_templates(text: str, keep: int = 2) -> str:
+def _fold_templates(text: str, keep: int = 1) -> str:
     """Templates nested deeper than ``keep`` levels become ``…``."""
     out: list[str] = []
     depth = 0
@@ -241,34 +246,37 @@ def _fold_templates(text: str, keep: int = 2) -> str:
     return "".join(out)
 
 
-def _drop_parens(text: str) -> str:
-    """Every parenthesised list (parameters, lambdas' signatures, casts) removed."""
-    prev = None
-    while prev != text:
-        prev, text = text, re.sub(r"\([^()]*\)", "", text)
-    return text
+_ARGS = re.compile(r"(?<=[\w\]>])[<(]")  # a template or parameter list right after a name
+_ANON = re.compile(r"\(anonymous namespace\)::|<unnamed>::")
 
 
 def display_name(name: str) -> str:
     """A kernel or operator name as a person reads it in a table (one row per kernel).
 
-    Mangled names are demangled to their qualified name; ``void``, parameter lists,
-    ``(anonymous namespace)`` and lambdas' ``operator()`` chains go;
-    ``std::enable_if<…>::type`` return types are folded; templates nested deeper than two
-    levels become ``…``; torch.compile graph names keep 6 characters of their hash
-    (``## Call CompiledFxGraph fudNjs… ##`` → ``Call CompiledFxGraph fudNjs``). Names that
-    differ only in what is dropped share a row.
+    Mangled names are demangled to their qualified name; ``void``, ``std::enable_if<…>::type``
+    return types, anonymous namespaces (``(anonymous namespace)``, Nsight's ``<unnamed>``),
+    template arguments and parameter lists go — one row per kernel function — except for a
+    generic name (``cutlass::Kernel<…>``), whose first level of template arguments names it;
+    a space before a parenthesis is not a parameter list (``Memcpy HtoD (Pageable -> Device)``
+    stays whole); torch.compile graph names keep 6 characters of their hash
+    (``## Call CompiledFxGraph fudNjs… ##`` → ``Call CompiledFxGraph fudNjs``).
     """
     text = _demangle_prefix(name.strip())
     text = _NOISE.sub("", text)
     text = _COMPILED.sub(r"\1 \2", text).strip("# ").strip()
-    text = text.replace("(anonymous namespace)::", "")
-    text = re.sub(r"\{lambda\([^)]*\)#\d+\}", "lambda", text)
-    text = re.sub(r"::operator\(\)\(\)( const)?", "", text)
-    text = re.sub(r"(::lambda)+", "::lambda", text)
-    cpp = "::" in text or "<" in text  # a C++ symbol; "Memcpy HtoD (Pageable -> Device)" is not
-    text = _drop_parens(text) if cpp and "(" in text else text
     if text.startswith("void "):
         text = text[5:]
-    text = _fold_templates(text) if "<" in text else text
-    return re.sub(r"\s+", " ", text).strip() or name
+    text = _ANON.sub("", text)
+    m = _ARGS.search(text)
+    if m is None:
+        return re.sub(r"\s+", " ", text).strip() or name
+    base = text[: m.start()]
+    if m.group(0) == "<" and _GENERIC.search(base):
+        depth, end = 0, len(text)
+        for j in range(m.start(), len(text)):  # the template's own closing bracket
+            depth += {"<": 1, ">": -1}.get(text[j], 0)
+            if depth == 0:
+                end = j + 1
+                break
+        return base + _fold_templates(re.sub(r"\([^()]*\)", "", text[m.start() : end]))
+    return base.strip() or name

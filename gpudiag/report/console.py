@@ -19,7 +19,6 @@ from gpudiag.report.format import (
     flagged,
     idle_threshold,
     mode_label,
-    short_name,
     whole_run_steps,
     window_label,
 )
@@ -233,7 +232,7 @@ def _kernel_block(con: Console, k: KernelBreakdown) -> None:
         t.add_column("time", justify="right", no_wrap=True)
         t.add_column("share", justify="right", no_wrap=True)
         for e in k.top[:5]:
-            t.add_row(short_name(e.name), e.family, duration(e.time_ns), _pct(e.share))
+            t.add_row(e.name, e.family, duration(e.time_ns), _pct(e.share))
         return t
 
     con.print(_fit(con, build))

@@ -30,18 +30,6 @@ def whole_run_steps(d: Diagnosis) -> tuple[int, int] | None:
     return max(x.steps for x in wr), sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
 
 
-def short_name(name: str) -> str:
-    """A kernel or operator name without its return type, template arguments and parameters."""
-    n = name.strip()
-    if n.startswith("void "):
-        n = n[5:]
-    for stop in ("(", "<"):
-        i = n.find(stop)
-        if i > 0:
-            n = n[:i]
-    return n or name
-
-
 def pct(x: float | None, digits: int = 1) -> str:
     """A ratio as a percentage (``n/a`` when unknown); never ``-0.0%``."""
     if x is None:

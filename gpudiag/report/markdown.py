@@ -9,7 +9,7 @@ from gpudiag.analysis.diff import DiffRow, RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.analysis.words import duration
-from gpudiag.report.format import mode_label, pct, short_name, whole_run_steps, window_label
+from gpudiag.report.format import mode_label, pct, whole_run_steps, window_label
 
 _ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
@@ -103,7 +103,7 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         unit = "operator" if k.unit == "operator" else "kernel"
         out.write(f"\n### Top {unit}s, all ranks\n\n")
         _table(out, [unit, "family", "time", "share"],
-               [[short_name(e.name), e.family, duration(e.time_ns), pct(e.share)]
+               [[e.name, e.family, duration(e.time_ns), pct(e.share)]
                 for e in k.top[:5]], "llrr")  # fmt: skip
     if d.findings:
         out.write("\n### Findings\n\n")
