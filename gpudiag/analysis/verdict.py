@@ -112,9 +112,9 @@ def _straggler(f: Finding, who: str, share: float) -> str:
     cause = _CAUSE.get(str(f.cause), "")
     if isinstance(m, LateArrivalMetrics):
         wait = words.duration(m.waited_ns_per_step, "brief")
-        return (f"straggler: the others wait for {who} at {m.last_at} of "
-                f"{m.collectives_matched} collectives, {wait} a step "
-                f"({words.percent(share)} of each step){cause}")  # fmt: skip
+        return (f"straggler: {who} arrives last at {m.last_at} of {m.collectives_matched} "
+                f"collectives{cause}; the others wait {wait} a step for it "
+                f"({words.percent(share)} of each step)")  # fmt: skip
     if isinstance(m, StragglerMetrics) and not f.persistent:
         return (f"straggler: {who} stalled in {m.slow_steps} of {m.steps_compared} steps, "
                 f"~{words.duration(m.median_excess_ns, 'brief')} behind the others each time"

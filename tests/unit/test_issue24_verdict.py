@@ -61,8 +61,8 @@ def _doc(f: Finding) -> dict:
 
 def test_late_arrival_verdict_quotes_the_waiting_not_a_missing_excess():
     v = verdict(RUN, [_late()])
-    assert v.headline.startswith("straggler: the others wait for rank 1 at 9 of 10 collectives")
-    assert "150 ms a step (15% of each step)" in v.headline
+    assert v.headline.startswith("straggler: rank 1 arrives last at 9 of 10 collectives")
+    assert "the others wait 150 ms a step for it (15% of each step)" in v.headline
     assert "0% slower" not in v.headline
     assert v.share == 0.15 and v.finding == 0 and v.ranks == [1]
     assert problems(_doc(_late())) == []
@@ -90,3 +90,19 @@ def test_the_checker_catches_the_old_zero_percent_headline():
     doc["verdict"]["share"] = 0.0
     found = problems(doc)
     assert any("0% slower" in p for p in found) and any("metric" in p for p in found)
+
+
+def test_recorded_busy_host_demo_run_no_longer_reads_zero_percent_slower():
+    # a CPU-bound demo run recorded beside a CPU hog (tests/data/issue15_gate/README.md):
+    # its late-arrival straggler made the verdict "rank 0 runs 0% slower than the median rank"
+    import dataclasses
+
+    from gpudiag.api import load_diagnosis
+
+    d = load_diagnosis(Path(__file__).resolve().parents[1] / "data" / "issue15_gate"
+                       / "cpu_same9.diagnosis.json")  # fmt: skip
+    v = verdict(d.run, d.findings)
+    assert v.headline == ("straggler: rank 0 arrives last at 4 of 4 collectives (slower compute); "
+                          "the others wait 36 ms a step for it (12% of each step)")  # fmt: skip
+    doc = dataclasses.replace(d, verdict=v, what_if=None, recommendations=[]).to_json()
+    assert problems(doc) == []
