@@ -478,7 +478,7 @@ def _finding(
     if persistent:
         what = (f"rank {rank} is a persistent straggler: slower than the other ranks in "
                 f"{len(steps)} of {len(m.steps)} steps, typically by "
-                f"{duration(median_excess, 'ms')} "
+                f"{duration(median_excess, 'human')} "
                 f"({median_excess / step_median:.0%} of a step)")  # fmt: skip
     elif short:
         what = (f"rank {rank} stalled in {len(steps)} of {len(m.steps)} profiled "
@@ -492,15 +492,15 @@ def _finding(
             else f"in step{'s' if len(steps) > 1 else ''} " + ", ".join(map(str, steps[:8]))
         )
         what = (f"rank {rank} stalls {when} ({len(steps)} of {len(m.steps)} steps), "
-                f"{duration(median_excess, 'ms')} behind the others each time")  # fmt: skip
+                f"{duration(median_excess, 'human')} behind the others each time")  # fmt: skip
     why = _WORDS[cause]
     also = _also(cause, parts, step_median, ctx.rules)
     if also:
         # two parts of about the same size: naming only the larger would mislead
         top = parts["compute" if cause == Cause.HARDWARE else str(cause)]
-        more = " and ".join(f"{_SHORT[k]} (+{duration(parts[k], 'ms', 0)})" for k in also)
-        why = f"{why} (+{duration(top, 'ms', 0)} a step) and {more}"
-    msg = (f"{what}, {why}; the other ranks waited {duration(caused, 'ms')} in total "
+        more = " and ".join(f"{_SHORT[k]} (+{duration(parts[k], 'human', 0)})" for k in also)
+        why = f"{why} (+{duration(top, 'human', 0)} a step) and {more}"
+    msg = (f"{what}, {why}; the other ranks waited {duration(caused, 'human')} in total "
            "for it")  # fmt: skip
     if short:
         msg += (f"; too few steps to tell persistent from periodic — profile at least "

@@ -54,8 +54,9 @@ def test_one_row_per_kernel_and_no_template_noise_in_the_b200_table(kineto_sets)
 
 
 def test_durations_in_the_unit_a_person_would_use():
-    assert words.duration(3_604_000_000, "ms") == "3.60 s"
-    assert words.duration(12_340_000, "ms") == "12.3 ms"
+    assert words.duration(3_604_000_000, "human") == "3.60 s"
+    assert words.duration(12_340_000, "human") == "12.3 ms"
+    assert words.duration(3_604_000_000, "ms") == "3604.0 ms"  # amounts compared in one unit
 
 
 def test_nsys_kernels_named_just_kernel_get_their_template(shared_traces):
