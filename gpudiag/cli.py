@@ -10,13 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
-from gpudiag import __version__
+from gpudiag import __version__, clihelp
 from gpudiag.config import Thresholds, load_project_config, thresholds_from_config
 from gpudiag.errors import EXIT_USAGE, GpudiagError
 from gpudiag.runconditions import RunConditions
 
 app = typer.Typer(
     name="gpudiag",
+    cls=clihelp.Group,
     help="Why is my distributed PyTorch training slow? Compute, data-wait, comm-wait, stragglers.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -104,7 +105,7 @@ def _diagnosis(path: Path, th: Thresholds, **kw: Any) -> Any:
     return api.analyze(path, thresholds=th, cache=_state["cache"], **kw)
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def analyze(
     paths: Annotated[
         list[Path],
@@ -374,7 +375,7 @@ def _print_hang(event: Any) -> None:
         log(f"hang report failed ({type(e).__name__}: {e}); evidence in the run directory")
 
 
-@app.command(context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})
+@app.command(cls=clihelp.Command, context_settings={"allow_interspersed_args": False})
 def run(
     command: Annotated[list[str], typer.Argument(help="The training command, after `--`.")],
     out: Annotated[
@@ -399,22 +400,31 @@ def run(
         str, typer.Option("--nsys-range", help="window (the profiled steps, via CUDA) or all.")
     ] = "window",
     alerts: Annotated[
-        str, typer.Option("--alerts", help="on: live alerts (stderr, alerts.jsonl, panel); off.")
+        str,
+        typer.Option(
+            "--alerts", metavar="on|off", help="on: live alerts (stderr, alerts.jsonl, panel); off."
+        ),
     ] = "on",
     alert_exec: Annotated[
         str | None,
-        typer.Option("--alert-exec", help="Run CMD (sh -c) with each alert's JSON on stdin."),
+        typer.Option(
+            "--alert-exec", metavar="CMD", help="Run CMD (sh -c) with each alert's JSON on stdin."
+        ),
     ] = None,
     hang_timeout: Annotated[
         float | None,
         typer.Option(
             "--hang-timeout",
+            metavar="S",
             help="Seconds without a finished step on any rank before the job counts as stuck "
             "(default: the larger of 5 min and 20× the median step).",
         ),
     ] = None,
     on_hang: Annotated[
-        str, typer.Option("--on-hang", help="report (keep the job running) or kill.")
+        str,
+        typer.Option(
+            "--on-hang", metavar="report|kill", help="report (keep the job running) or kill."
+        ),
     ] = "report",
 ) -> None:
     """Run a training command unchanged and capture NVML, traces and step telemetry."""
@@ -452,7 +462,7 @@ def run(
     sys.exit(res.exit_code)
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def attach(
     pid: Annotated[int | None, typer.Option("--pid", help="A running job's PID.")] = None,
     run_dir: Annotated[
@@ -492,7 +502,7 @@ def attach(
     print(f"run directory: {res.run_dir}", file=sys.stderr)
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def doctor(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     no_color: NoColor = False,
@@ -541,7 +551,7 @@ def _gate_runs(path: Path, th: Thresholds, cfg: Any) -> list[Any]:
     return [run_stat(d, str(path), _run_conditions(path), cfg.warmup_steps, th)]
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def gate(
     paths: Annotated[
         list[Path],
@@ -644,34 +654,27 @@ def _gate_one(
 
 def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form: str,
                    junit: Path | None, markdown: Path | None) -> int:  # fmt: skip
-    """Write a baseline file of several runs; gate each run's own limits; the worst exit."""
+    """Write a baseline file of several runs, one labelled row each; nothing is judged."""
     import json
 
     from gpudiag.analysis.baseline import baseline_to_json, run_stat
-    from gpudiag.analysis.gate import GateStatus, evaluate
+    from gpudiag.analysis.gate import baseline_summary
     from gpudiag.report import ci
     from gpudiag.rundir import atomic_write
 
-    runs, results = [], []
-    for p in paths:
-        d, cond = _diagnosis(p, th), _run_conditions(p)
-        runs.append(run_stat(d, str(p), cond, cfg.warmup_steps, th))
-        results.append(evaluate(d, cfg, None, str(p), None, th, cond))
+    runs = [run_stat(_diagnosis(p, th), str(p), _run_conditions(p), cfg.warmup_steps, th)
+            for p in paths]  # fmt: skip
     with atomic_write(out) as f:
         json.dump(baseline_to_json(runs, cfg, __version__), f, indent=1)
         f.write("\n")
     print(f"wrote {out}: baseline of {len(runs)} runs", file=sys.stderr)
-    order = [GateStatus.FAILED, GateStatus.INCONCLUSIVE, GateStatus.PASSED]
-    worst = min(results, key=lambda r: order.index(r.status))
-    for res in results:
-        emit(res, form, None)
-    ci.write_outputs(worst, junit, markdown)
-    if worst.exit_code:
-        print(f"gpudiag: gate {worst.status} (exit {worst.exit_code})", file=sys.stderr)
-    return int(worst.exit_code)
+    res = baseline_summary(runs, cfg, f"baseline {out}")
+    emit(res, form, None)
+    ci.write_outputs(res, junit, markdown)
+    return int(res.exit_code)
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def diff(
     a: Annotated[
         Path, typer.Argument(help="Run A (run dir, traces or diagnosis JSON).", readable=False)
@@ -695,7 +698,7 @@ def diff(
     emit(run_diff(_diagnosis(a, th), _diagnosis(b, th), str(a), str(b), th.diff, th), form, output)
 
 
-@app.command()
+@app.command(cls=clihelp.Command)
 def report(
     path: Annotated[
         Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.", readable=False)

@@ -75,6 +75,7 @@ class StragglerRules:
     persistent_alpha: float = 0.1  # persistent: ahead of the others in more steps than chance
     min_persistent_steps: int = 4  # ... (a sign test) with at least this many steps compared
     short_window_steps: int = 12  # fewer steps: stalls are named, not called periodic
+    short_window_stall_share: float = 0.5  # ... nor persistent when they hold this much excess
     spike_ratio: float = 0.25  # an intermittent stall: at least this × a step ...
     jitter_sigmas: float = 3.5  # ... and this many robust standard deviations of all excesses
     min_spikes: int = 3  # stalls must recur this often (unless one lasts a whole step)
@@ -95,6 +96,8 @@ class SteadyRules:
     warmup_steps: int = 1  # the telemetry's first steps of each rank always left out ...
     warmup_min_steps: int = 3  # ... either only when at least this many steps remain
     include_warmup: bool = False  # --include-warmup: keep everything
+    mode_gap_factor: float = 1.5  # sorted steps this far apart: two kinds of step (modes.py)
+    mode_min_share: float = 0.2  # ... each kind at least this share of the steps
 
 
 @dataclass(frozen=True)
@@ -409,13 +412,16 @@ class GateConfig:
     """Every number that changes a gate verdict; ratios in [0, 1] (docs/gate.md).
 
     ``max_idle_ratio`` left at ``None`` uses the analysis's ``idle_ratio_max``, so the gate
-    and the idle finding never disagree on the limit.
+    and the idle finding never disagree on the limit — on GPU runs; a CPU-only run has no
+    idle limit unless one is set (:meth:`idle_limit`).
 
     Timing (a baseline of n runs, each reduced to its steady median step time):
     ``min_effect_ratio`` is the smallest slowdown worth failing for (``--min-effect``, also
     accepted as the older ``--max-regression``); ``run_alpha`` the one-sided level of the
     run-level t test, whose critical value also sets the noise floor (the minimum detectable
-    effect); ``single_run_min_effect_ratio`` the slowdown that fails against a single
+    effect) — 0.01, so that an unchanged run fails at most 1% of the time (measured: 1 of
+    264 recorded unchanged candidates, tests/unit/test_issue24_gate_false_alarms.py);
+    ``single_run_min_effect_ratio`` the slowdown that fails against a single
     baseline run (no between-run spread to measure), together with the within-run
     Mann-Whitney test at ``alpha``; ``max_runs_advice`` caps the "need ≥ N runs" advice.
 
@@ -432,7 +438,7 @@ class GateConfig:
     max_data_wait_ratio: float | None = None
     min_effect_ratio: float = 0.05
     alpha: float = 0.01
-    run_alpha: float = 0.05
+    run_alpha: float = 0.01
     single_run_min_effect_ratio: float = 0.50
     max_runs_advice: int = 30
     min_samples: int = 8
@@ -471,9 +477,15 @@ class GateConfig:
                 "choose --stragglers fail, warn or off",
             )
 
-    def idle_limit(self, th: Thresholds) -> float:
-        """The idle limit in force: the gate's own, else the analysis's."""
-        return th.idle_ratio_max if self.max_idle_ratio is None else self.max_idle_ratio
+    def idle_limit(self, th: Thresholds, mode: str | None = None) -> float | None:
+        """The idle limit in force: the gate's own, else the analysis's — on GPU runs.
+
+        Idle is time without GPU compute; a CPU-only run (``mode`` ``cpu``) has no GPU to
+        keep busy, so it has no idle limit unless one is set (``--max-idle-ratio``).
+        """
+        if self.max_idle_ratio is not None:
+            return self.max_idle_ratio
+        return None if mode == "cpu" else th.idle_ratio_max
 
 
 # Config-file keys → GateConfig fields; effects are written in percent there

@@ -1,20 +1,25 @@
 """Rules mapping Findings to Recommendations; each cites its evidence and the time it could recover.
 
 No remedy is proposed without a finding behind it, and each carries the numbers that
-triggered it. Estimated gains are first-order, per step, and stated as upper bounds:
+triggered it. Estimated gains are first-order, per *mean* step, and stated as upper
+bounds. One step model (:mod:`gpudiag.analysis.whatif`): where the what-if models the
+change a remedy makes, the remedy's gain is the what-if's saving, and every ratio is over
+the what-if's mean step:
 
-* data-wait → the worst flagged rank's mean data-wait per step (a synchronous step
-  waits for the slowest rank's batch; the mean, since a loader that runs dry every few
-  steps makes few steps wait long);
+* data-wait → "no data wait" (else the worst flagged rank's mean data-wait per step: a
+  synchronous step waits for the slowest rank's batch; the mean, since a loader that runs
+  dry every few steps makes few steps wait long);
 * exposed communication → only its transfer part counts: comm-wait minus the
   synchronisation wait of matched collectives (waiting for a slower rank is the
   straggler's cost, not the network's); remedies are omitted when under
-  ``advice.min_transfer_share`` (a tenth) of the wait is transfer. Overlap: up to that
-  exposed transfer per step; gradient accumulation over k micro-batches with ``no_sync``:
-  communication per optimizer step ÷ k, i.e. a gain of comm-wait × (1 − 1/k) per
-  micro-batch (k = ``advice.accumulation_micro_batches``, 4, shown); compression to
-  fp16/bf16: half the bytes, so up to half the comm-wait when bandwidth-bound;
-* straggler → the step time recovered if it ran at the other ranks' speed;
+  ``advice.min_transfer_share`` (a tenth) of the wait is transfer. Overlap: the exposed
+  transfer per step, as the what-if's "comm fully overlapped" measures it; gradient
+  accumulation over k micro-batches with ``no_sync``: communication per optimizer step
+  ÷ k, i.e. a gain of comm-wait × (1 − 1/k) per micro-batch
+  (k = ``advice.accumulation_micro_batches``, 4, shown); compression to fp16/bf16: half
+  the bytes, so up to half the comm-wait when bandwidth-bound;
+* straggler → "straggler at median speed": the step time recovered if it ran at the
+  other ranks' speed;
 * host-bound → up to the "other" time per step. CUDA graphs and fusion are proposed only
   with evidence of launch overhead: at least ``advice.launch_bound_share`` (half) of the
   "other" time spent in GPU-idle gaps shorter than ``advice.launch_gap_ns`` (100 µs) while
@@ -64,6 +69,7 @@ from gpudiag.analysis.model import (
     Recommendation,
     RunSummary,
     StepBreakdown,
+    WhatIf,
 )
 from gpudiag.analysis.remedy import Context, Remedy
 from gpudiag.analysis.remedy import const as _const
@@ -92,9 +98,10 @@ def _data_detail(f: Finding, c: Context) -> str:
 
 
 def _data_gain(f: Finding, c: Context) -> int | None:
-    # the mean, not the median: a loader that runs dry every few steps costs its stalls
-    # on average, while its typical step waits for nothing
-    return c.median_part(f.ranks, "data_wait_ns", "mean")
+    # the what-if's "no data wait" (the mean step: a loader that runs dry every few steps
+    # costs its stalls on average, while its typical step waits for nothing)
+    gain = c.what_if_gain("if_no_data_wait_ns")
+    return (gain or None) if gain is not None else c.median_part(f.ranks, "data_wait_ns", "mean")
 
 
 DATA = Remedy(
@@ -137,12 +144,18 @@ def _excess(f: Finding) -> int:
     return m.median_excess_ns if isinstance(m, (StragglerMetrics, LateArrivalMetrics)) else 0
 
 
+def _straggler_gain(f: Finding, c: Context) -> int | None:
+    """The what-if's "straggler at median speed", else the straggler's typical excess."""
+    gain = c.what_if_gain("if_straggler_at_median_speed_ns")
+    return (gain or None) if gain is not None else _excess(f)
+
+
 STRAGGLER = Remedy(
     id=lambda f, c: f"investigate-rank-{f.ranks[0]}",
     title=lambda f, c: f"Investigate rank {f.ranks[0]} ({_cause(f)})",
     detail=lambda f, c: f"Rank {f.ranks[0]} holds every other rank back: "
                         f"{_STRAGGLER_HINTS[_cause(f)]}",
-    gain=lambda f, c: _excess(f) if f.persistent else None,
+    gain=lambda f, c: _straggler_gain(f, c) if f.persistent else None,
     evidence=lambda f, c: {"rank": f.ranks[0], "cause": _cause(f),
                            "wait_caused_ns": f.wait_caused_ns, "persistent": f.persistent,
                            "steps": f.steps, "median_excess_ns": _excess(f)},
@@ -195,7 +208,7 @@ PIPELINE = Remedy(
 
 
 def _other(f: Finding, c: Context) -> int:
-    return c.median_part(f.ranks, "other_ns")
+    return c.median_part(f.ranks, "other_ns", "mean")
 
 
 def _idle_in_steps(f: Finding, c: Context) -> dict[str, Any]:
@@ -667,6 +680,7 @@ def recommend(
     findings: Sequence[Finding],
     sync_by_step: Mapping[tuple[int, int], int] | None = None,
     rules: AdviceRules | None = None,
+    wi: WhatIf | None = None,
 ) -> list[Recommendation]:
     """Recommendations for every actionable finding, most time recovered first.
 
@@ -675,7 +689,7 @@ def recommend(
     remedy can recover (see :mod:`gpudiag.analysis.collectives`).
     """
     ctx = Context(
-        run, {r.rank: r for r in ranks}, steps, sync_by_step or {}, rules or AdviceRules()
+        run, {r.rank: r for r in ranks}, steps, sync_by_step or {}, rules or AdviceRules(), wi
     )
     out: list[Recommendation] = []
     groups: list[list[int]] = []  # remedies acting on the same time, by index into out

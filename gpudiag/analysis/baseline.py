@@ -21,6 +21,10 @@ from gpudiag.runconditions import RunConditions
 # ---- samples and fingerprints ----
 
 
+WHOLE_RUN = "whole run (telemetry)"
+PROFILED = "profiled window"
+
+
 def step_samples(
     d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
 ) -> list[int]:
@@ -30,22 +34,29 @@ def step_samples(
     more steady steps than the profiled window, else the profiled steps; either way only
     the steady steps (:func:`gpudiag.analysis.steady.steady_steps`) count.
     """
+    return step_samples_and_basis(d, warmup_steps, th)[0]
+
+
+def step_samples_and_basis(
+    d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
+) -> tuple[list[int], str]:
+    """:func:`step_samples` and what they rest on: ``WHOLE_RUN`` or ``PROFILED``."""
     th = th or Thresholds()
     window = [RunStep(s.rank, s.step, s.start_ns, s.duration_ns, None, None, None, False)
               for s in d.steps]  # fmt: skip
     tele = list(d.whole_run.steps) if d.whole_run else []
     # The window's first step is not the job's: only --warmup-steps drops it there.
     keep = steady_steps(window, th.steady, warmup_steps or 0)
-    rows = window
+    rows, basis = window, PROFILED
     if tele:
         keep_t = steady_steps(tele, th.steady, warmup_steps)
         if len({st for _, st in keep_t}) > len({st for _, st in keep}):
-            rows, keep = tele, keep_t
+            rows, keep, basis = tele, keep_t, WHOLE_RUN
     per_step: dict[int, int] = {}
     for s in rows:
         if (s.rank, s.step) in keep and s.duration_ns > 0:
             per_step[s.step] = max(per_step.get(s.step, 0), s.duration_ns)
-    return [per_step[k] for k in sorted(per_step)]
+    return [per_step[k] for k in sorted(per_step)], basis
 
 
 def step_time_stats(

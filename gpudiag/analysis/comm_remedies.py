@@ -22,12 +22,22 @@ from gpudiag.analysis.remedy import const as _const
 
 
 def _comm_wait(f: Finding, c: Context) -> int:
-    return c.median_part(f.ranks, "comm_wait_ns")
+    return c.median_part(f.ranks, "comm_wait_ns", "mean")
 
 
 def _transfer(f: Finding, c: Context) -> int:
     """The exposed transfer per step: comm-wait less the wait for slower ranks."""
     return c.exposed_transfer(f.ranks) if c.sync else _comm_wait(f, c)
+
+
+def _overlap_gain(f: Finding, c: Context) -> int | None:
+    """What hiding the exposed transfer saves a step.
+
+    The what-if's "comm fully overlapped" (one step model for the what-if and every
+    communication remedy), else the transfer.
+    """
+    gain = c.what_if_gain("if_comm_overlapped_ns")
+    return (gain or None) if gain is not None else _transfer(f, c)
 
 
 def _is_transfer(f: Finding, c: Context) -> bool:
@@ -162,7 +172,7 @@ COMM = (
         id=_const("comm-overlap"),
         title=_const("Hide gradient communication behind backward"),
         detail=_overlap_detail,
-        gain=_transfer,
+        gain=_overlap_gain,
         evidence=_comm_evidence_with_pattern,
         applies=_for("gradients"),
     ),
@@ -174,7 +184,7 @@ COMM = (
             f"sample by {_k(c)}: wrap the first {_k(c) - 1} backward passes in "
             "`with model.no_sync():` and scale the learning rate or loss accordingly."
         ),
-        gain=lambda f, c: round(_transfer(f, c) * (1 - 1 / _k(c))),
+        gain=lambda f, c: round((_overlap_gain(f, c) or 0) * (1 - 1 / _k(c))) or None,
         evidence=lambda f, c: {**_comm_evidence_with_pattern(f, c), "k": _k(c)},
         applies=_for("gradients"),
     ),
@@ -186,7 +196,7 @@ COMM = (
             "(or fp16_compress_hook) halves the bytes of every all-reduce; PowerSGD "
             "(powerSGD_hook) cuts them far more for large layers at some accuracy cost."
         ),
-        gain=lambda f, c: _transfer(f, c) // 2,  # half the bytes
+        gain=lambda f, c: (_overlap_gain(f, c) or 0) // 2 or None,  # half the bytes
         evidence=_comm_evidence_with_pattern,
         applies=_for("gradients"),
     ),
@@ -200,7 +210,7 @@ COMM = (
             "blocks), wrap larger units so fewer, bigger gathers run, and keep "
             "limit_all_gathers so prefetching does not stall on memory."
         ),
-        gain=_transfer,
+        gain=_overlap_gain,
         evidence=_comm_evidence_with_pattern,
         applies=_for("parameters"),
     ),
@@ -253,7 +263,7 @@ COMM = (
             "first, then across nodes), and start it early enough to overlap compute that "
             "does not depend on it. DDP's gradient remedies do not apply to this traffic."
         ),
-        gain=_transfer,
+        gain=_overlap_gain,
         evidence=_comm_evidence_with_pattern,
         applies=lambda f, c: (_for("tokens")(f, c)
                               and not workload.sparse_embeddings(c.workload())
@@ -283,7 +293,7 @@ COMM = (
             "schedule: post irecv before the compute that precedes its use, batch pairs "
             "with dist.batch_isend_irecv, and wait only where the data is needed."
         ),
-        gain=_transfer,
+        gain=_overlap_gain,
         evidence=_comm_evidence_with_pattern,
         applies=_for("p2p"),
     ),

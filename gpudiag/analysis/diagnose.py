@@ -269,18 +269,19 @@ def _build(
     )  # fmt: skip
     notes += limit_notes
     findings.sort(key=_finding_order)
+    # one step model for the what-if and the gains; none from a split the trace cannot support
+    wi = None if withheld(lims) else what_if(steps, findings)
     return Diagnosis(
         run=run,
         ranks=ranks,
         steps=steps,
         findings=findings,
         recommendations=no_unseen_gains(
-            recommend(run, ranks, steps, findings, sync_by_step, th.advice), lims
+            recommend(run, ranks, steps, findings, sync_by_step, th.advice, wi), lims
         ),
         spread=rank_spread(ranks),
         collectives=coll,
-        # no what-if from a split the trace cannot support (evidence.py)
-        what_if=None if withheld(lims) else what_if(steps, findings),
+        what_if=wi,
         inputs=list(inputs),
         thresholds=th.as_dict(),
         notes=list(notes),

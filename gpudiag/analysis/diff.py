@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from gpudiag.analysis.baseline import (
     describe_fingerprint_difference,
     fingerprint,
+    step_samples_and_basis,
     step_time_stats,
 )
 from gpudiag.analysis.model import Diagnosis, RankSummary, RunSummary
@@ -80,6 +81,14 @@ def _values(s: RunSummary | RankSummary, d: Diagnosis | None = None,
     return out
 
 
+def _basis_note(a: Diagnosis, b: Diagnosis, th: Thresholds | None) -> str:
+    """Which window each step time rests on (the run rows may be telemetry, ranks never)."""
+    ba, bb = step_samples_and_basis(a, None, th)[1], step_samples_and_basis(b, None, th)[1]
+    run = ba if ba == bb else f"A: {ba}, B: {bb}"
+    return (f"step times: the run rows are the steady job step (the slowest rank each step) "
+            f"over the {run}; the rank rows, each rank's steps in the profiled window")  # fmt: skip
+
+
 def _row(scope: str, rank: int | None, metric: str, unit: str, lower: bool,
          a: float | None, b: float | None, rules: DiffRules) -> DiffRow:  # fmt: skip
     if a is None or b is None:
@@ -113,6 +122,7 @@ def diff(
         notes.append(f"different setups (A vs B: {describe_fingerprint_difference(fa, fb)}); "
                      "differences may come from that")  # fmt: skip
     va_run, vb_run = _values(a.run, a, th), _values(b.run, b, th)
+    notes.append(_basis_note(a, b, th))
     rows = [_row("run", None, m, u, lo, va_run[m], vb_run[m], rules)
             for m, u, lo in _METRICS]  # fmt: skip
     ra = {r.rank: r for r in a.ranks}

@@ -3,7 +3,8 @@
 Pure: no I/O, no globals. The rules (docs/gate.md states them for users):
 
 * **Absolute checks**, one per rank: ``idle_ratio`` ≤ ``max_idle_ratio`` (default: the
-  analysis's ``idle_ratio_max``, so the gate and the idle finding agree), and, when
+  analysis's ``idle_ratio_max``, so the gate and the idle finding agree, on GPU runs; a
+  CPU-only run has no idle limit unless one is set), and, when
   configured, comm-wait share ≤ ``max_comm_wait_ratio`` and data-wait share ≤
   ``max_data_wait_ratio``. A rank without analysed steps makes its check *inconclusive*.
 * **Stragglers**: every Finding of kind ``straggler`` (whoever produced it) is a failing
@@ -156,7 +157,7 @@ class GateResult:
 def _limit_checks(d: Diagnosis, cfg: GateConfig, th: Thresholds, note: str = "") -> list[Check]:
     out: list[Check] = []
     specs: list[tuple[str, str, float | None]] = [
-        ("idle_ratio", "idle ratio", cfg.idle_limit(th)),
+        ("idle_ratio", "idle ratio", cfg.idle_limit(th, str(d.run.mode))),
         ("comm_wait_share", "comm-wait share", cfg.max_comm_wait_ratio),
         ("data_wait_share", "data-wait share", cfg.max_data_wait_ratio),
     ]
@@ -196,6 +197,42 @@ def _straggler_checks(d: Diagnosis, cfg: GateConfig, base: Sequence[RunStat]) ->
     return out
 
 
+def baseline_summary(runs: Sequence[RunStat], cfg: GateConfig, name: str = "") -> GateResult:
+    """What ``gate --save-baseline FILE R1 R2 …`` says: each run labelled, nothing judged.
+
+    A baseline is what later runs are compared with, not a subject: its runs are never
+    held to the absolute limits (idle, shares, stragglers), and saving one passes. Each run
+    gets a row (its name, steady steps, median step time); a run with fewer than
+    ``min_samples`` steady steps is a warning (it will make comparisons inconclusive), and
+    one row says how much the runs vary and the smallest slowdown they can detect.
+    """
+    checks = []
+    for i, r in enumerate(runs):
+        label = r.name or f"run {i + 1}"
+        n, med = len(r.step_time_ns), r.step_time_ns_median
+        few = n < cfg.min_samples
+        text = (f"{label}: {n} steady steps, median step time "
+                f"{'n/a' if med is None else duration(med)}")  # fmt: skip
+        if few:
+            text += f"; fewer than {cfg.min_samples}: comparisons with it will be inconclusive"
+        checks.append(Check("baseline_run", None, WARN if few else PASS, med, None, text,
+                            samples=[n], details={"run": label}))  # fmt: skip
+    meds = [float(r.step_time_ns_median) for r in runs if r.step_time_ns_median]
+    if len(meds) >= 2:
+        m = float(np.mean(meds))
+        cv = float(np.std(meds, ddof=1)) / m if m > 0 else 0.0
+        mde = t_ppf(1.0 - cfg.run_alpha, len(meds) - 1) * cv * math.sqrt(1 + 1 / len(meds))
+        floor = max(mde, cfg.min_effect_ratio)
+        checks.append(Check("baseline_spread", None, PASS, cv, None,
+                            f"{len(meds)} runs vary by ±{cv:.1%}: a later run fails on timing "
+                            f"only when slower by more than {floor:.1%} (level "
+                            f"{cfg.run_alpha:g}, min effect {cfg.min_effect_ratio:.0%})",
+                            mde_ratio=mde))  # fmt: skip
+    fp = runs[0].fingerprint if runs else {}
+    return GateResult(GateStatus.PASSED, checks, name, None, fp, None, cfg.inconclusive_ok,
+                      asdict(cfg), None)  # fmt: skip
+
+
 def runs_needed(cv: float, effect: float, cfg: GateConfig) -> int | None:
     """The fewest baseline runs whose noise floor is below ``effect``; None past the cap."""
     for n in range(2, cfg.max_runs_advice + 1):
@@ -204,8 +241,9 @@ def runs_needed(cv: float, effect: float, cfg: GateConfig) -> int | None:
     return None
 
 
-def _regression_check(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig,
+def regression_check(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig,
                       contended: list[str]) -> Check:  # fmt: skip
+    """The timing check of one candidate run against the baseline runs (the module's rule)."""
     name, limit = "step_time_regression", cfg.min_effect_ratio
     counts = [len(cand.step_time_ns), min(len(b.step_time_ns) for b in base)]
     if min(counts) < cfg.min_samples or cand.step_time_ns_median is None:
@@ -326,7 +364,7 @@ def evaluate(
                                    f"({diffs}): not compared"))  # fmt: skip
         else:
             cand = run_stat(d, subject, conditions, cfg.warmup_steps, th)
-            checks.append(_regression_check(cand, base, cfg, contended))
+            checks.append(regression_check(cand, base, cfg, contended))
     statuses = {c.status for c in checks}
     if mismatch:
         status = GateStatus.INCONCLUSIVE

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -43,8 +44,9 @@ FAMILIES: tuple[tuple[str, str], ...] = (
     ("memcpy", r"^(memcpy|memset|cudamemcpy|hipmemcpy)|^aten::(copy_|to|_to_copy|contiguous)$"),
     ("attention", r"flash|fmha|attention|attn|sdpa|scaled_dot_product"),
     ("convolution", r"(^|[^a-z])conv(olution|olve|_?[123]d|[^a-z]|$)|cudnn.*(fprop|dgrad|wgrad)"
-                    r"|winograd|implicit_?gemm|miopen|^aten::(cudnn_)?convolution"),
+                    r"|\d(fprop|dgrad|wgrad)_|winograd|implicit_?gemm|miopen|^aten::(cudnn_)?convolution"),
     ("GEMM", r"gemm|gemv|cutlass|cublas|hipblas|^cijk_|xmma|wgmma|matmul|(^|[^a-z])bmm([^a-z]|$)"
+             r"|^nvjet_"
              r"|^aten::(mm|addmm|bmm|baddbmm|linear|matmul|addmv|mv|dot|einsum)$|_mm_|splitk"),
     ("normalisation", r"norm|rms_?norm|welford|(^|[^a-z])bn_(fw|bw)"),
     ("reduction", r"softmax|reduce|reduction|cross_?entropy|nll_?loss|triton_(red|per)_|argmax"
@@ -60,6 +62,7 @@ FAMILIES: tuple[tuple[str, str], ...] = (
 )  # fmt: skip
 _FAMILY_RES = [(f, re.compile(p, re.IGNORECASE)) for f, p in FAMILIES]
 _TEMPLATE = re.compile(r"[<(]")
+_GENERIC = re.compile(r"(^|::)\s*(void\s+)?(device_)?kernel\d*\s*$", re.IGNORECASE)
 _FP32_GEMM = re.compile(r"sgemm|f32f32|_s\d{3,4}gemm|gemm.*_f32_|fp32", re.IGNORECASE)
 _REDUCED = re.compile(r"tf32|bf16|fp16|f16|h\d{3,4}gemm|hgemm|e4m3|e5m2|i8|int8", re.IGNORECASE)
 
@@ -72,9 +75,13 @@ def family(name: str, kind: int | None = None) -> str:
         return "memcpy"
     if kind == Kind.COMM:
         return "communication"
-    # the kernel's own name first: its template and argument lists name other things
+    # the kernel's own name first: its template and argument lists name other things —
+    # unless it is a generic one (CUTLASS's and cuDNN's ``Kernel<…>``): then they say it
     base = _TEMPLATE.split(name, maxsplit=1)[0]
-    for text in (base, name) if base != name else (name,):
+    order = (base, name) if base != name else (name,)
+    if base != name and _GENERIC.search(base):
+        order = (_TEMPLATE.split(name, maxsplit=1)[1], *order)
+    for text in order:
         for fam, rx in _FAMILY_RES:
             if rx.search(text):
                 return fam
@@ -159,10 +166,7 @@ def breakdown(
         if is_fp32_matrix(tl.names[i], fam):
             fp32_matrix += time_by[i]
     matrix = sum(fams.get(f, 0.0) for f in MATRIX)
-    order = np.argsort(time_by)[::-1][:TOP]
-    top = [TopEntry(tl.names[i], family(tl.names[i], int(kind_of[i])), int(time_by[i]),
-                    int(count_by[i]), float(time_by[i] / total))
-           for i in order.tolist() if time_by[i] > 0]  # fmt: skip
+    top = _top(tl.names, time_by, count_by, kind_of, total)
     return KernelBreakdown(
         unit="kernel" if gpu else "operator",
         total_ns=total,
@@ -171,6 +175,21 @@ def breakdown(
         fp32_gemm_share=fp32 / fams["GEMM"] if fams.get("GEMM") else 0.0,
         fp32_matrix_share=fp32_matrix / matrix if matrix else 0.0,
     )
+
+
+def _top(names: Sequence[str], time_by: npt.NDArray[Any], count_by: npt.NDArray[Any],
+         kind_of: npt.NDArray[Any], total: int) -> list[TopEntry]:  # fmt: skip
+    """The largest rows, one per displayed name (:func:`display_name`), family of the largest."""
+    rows: dict[str, list[float]] = {}  # display name → [time, count, largest part, raw index]
+    for i in np.flatnonzero(time_by).tolist():
+        row = rows.setdefault(display_name(names[i]), [0.0, 0, 0.0, i])
+        row[0] += float(time_by[i])
+        row[1] += int(count_by[i])
+        if time_by[i] > row[2]:
+            row[2], row[3] = float(time_by[i]), i
+    best = sorted(rows.items(), key=lambda kv: -kv[1][0])[:TOP]
+    return [TopEntry(name, family(names[int(r[3])], int(kind_of[int(r[3])])), int(r[0]), int(r[1]),
+                     r[0] / total) for name, r in best]  # fmt: skip
 
 
 def combine(per_rank: Sequence[KernelBreakdown | None]) -> KernelBreakdown | None:
@@ -205,3 +224,86 @@ def combine(per_rank: Sequence[KernelBreakdown | None]) -> KernelBreakdown | Non
         fp32_gemm_share=fp32 / gemm if gemm else 0.0,
         fp32_matrix_share=fp32_matrix / matrix if matrix else 0.0,
     )
+
+
+_NOISE = re.compile(r"std::enable_if<.*?>::type\s*")  # SFINAE return types: noise
+_COMPILED = re.compile(r"(CompiledFxGraph|CompiledFunction)\s+([A-Za-z0-9]{6})[A-Za-z0-9]+")
+_MANGLED_PART = re.compile(r"(\d+)")
+
+
+def _demangle_prefix(name: str) -> str:
+    """The qualified name of an Itanium-mangled symbol (``_ZN2ck16tensor_operation…``).
+
+    Only the leading nested name (``_ZN <len><id>… E``) or plain name (``_Z <len><id>``) is
+    read — template arguments and parameters are noise in a kernel table; the rest is
+    dropped. Anything not in that form is returned as it is.
+    """
+    if not name.startswith("_Z"):
+        return name
+    i = 3 if name.startswith("_ZN") else 2
+    parts: list[str] = []
+    while i < len(name):
+        m = _MANGLED_PART.match(name, i)
+        if not m:
+            break
+        n = int(m.group(1))
+        ident = name[m.end() : m.end() + n]
+        if len(ident) < n or not ident:
+            break
+        parts.append(ident)
+        i = m.end() + n
+        if not name.startswith("_ZN"):
+            break
+    return "::".join(parts) if parts else name
+
+
+def _fold_templates(text: str, keep: int = 1) -> str:
+    """Templates nested deeper than ``keep`` levels become ``…``."""
+    out: list[str] = []
+    depth = 0
+    for ch in text:
+        if ch == "<":
+            depth += 1
+        if depth <= keep:
+            out.append(ch)
+        elif not out or out[-1] != "…":
+            out.append("…")
+        if ch == ">":
+            depth = max(0, depth - 1)
+    return "".join(out)
+
+
+_ARGS = re.compile(r"(?<=[\w\]>])[<(]")  # a template or parameter list right after a name
+_ANON = re.compile(r"\(anonymous namespace\)::|<unnamed>::")
+
+
+def display_name(name: str) -> str:
+    """A kernel or operator name as a person reads it in a table (one row per kernel).
+
+    Mangled names are demangled to their qualified name; ``void``, ``std::enable_if<…>::type``
+    return types, anonymous namespaces (``(anonymous namespace)``, Nsight's ``<unnamed>``),
+    template arguments and parameter lists go — one row per kernel function — except for a
+    generic name (``cutlass::Kernel<…>``), whose first level of template arguments names it;
+    a space before a parenthesis is not a parameter list (``Memcpy HtoD (Pageable -> Device)``
+    stays whole); torch.compile graph names keep 6 characters of their hash
+    (``## Call CompiledFxGraph fudNjs… ##`` → ``Call CompiledFxGraph fudNjs``).
+    """
+    text = _demangle_prefix(name.strip())
+    text = _NOISE.sub("", text)
+    text = _COMPILED.sub(r"\1 \2", text).strip("# ").strip()
+    if text.startswith("void "):
+        text = text[5:]
+    text = _ANON.sub("", text)
+    m = _ARGS.search(text)
+    if m is None:
+        return re.sub(r"\s+", " ", text).strip() or name
+    base = text[: m.start()]
+    if m.group(0) == "<" and _GENERIC.search(base):
+        depth, end = 0, len(text)
+        for j in range(m.start(), len(text)):  # the template's own closing bracket
+            depth += {"<": 1, ">": -1}.get(text[j], 0)
+            if depth == 0:
+                end = j + 1
+                break
+        return base + _fold_templates(re.sub(r"\([^()]*\)", "", text[m.start() : end]))
+    return base.strip() or name

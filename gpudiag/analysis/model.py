@@ -409,6 +409,7 @@ class Verdict:
     # what the traces cannot support (analysis/evidence.py): each sentence withholds the
     # verdict ("unknown") or qualifies it; absent from the JSON when there is none
     limits: list[str] | None = field(default=None, metadata=OMIT_IF_NONE)
+    finding: int | None = None  # the index in Diagnosis.findings of the finding it quotes
 
 
 @dataclass(frozen=True)

@@ -161,8 +161,8 @@ def _excess_cause(excess: float, compute: dict[int, float], rules: PipelineRules
     light = min(compute, key=lambda r: compute[r])
     if compute[light] > 0 and compute[heavy] / compute[light] > 1 + rules.imbalance_margin:
         return (f"the stages wait {excess:.0%} of the step beyond the schedule's bubble: "
-                f"unbalanced stages — rank {heavy} computes {duration(compute[heavy], 'ms')} a "
-                f"step against {duration(compute[light], 'ms')} on rank {light}; move layers "
+                f"unbalanced stages — rank {heavy} computes {duration(compute[heavy], 'human')} a "
+                f"step against {duration(compute[light], 'human')} on rank {light}; move layers "
                 "off the heavy stage")  # fmt: skip
     return (f"the stages wait {excess:.0%} of the step beyond the schedule's bubble with "
             "balanced compute: slow point-to-point transfers or host overhead between "

@@ -22,6 +22,7 @@ from gpudiag.analysis.model import (
     RankSummary,
     RunSummary,
     StepBreakdown,
+    WhatIf,
 )
 from gpudiag.config import AdviceRules
 from gpudiag.nputil import group_medians, unique_inverse
@@ -90,11 +91,21 @@ class Context:
     steps: Sequence[StepBreakdown]
     sync: Mapping[tuple[int, int], int]
     rules: AdviceRules
+    what_if: WhatIf | None = None
 
     @property
     def step_ns(self) -> int:
-        """The run's median step time (≥ 1 ns), the base of every gain ratio."""
+        """The base of every gain ratio (≥ 1 ns): the what-if's mean step, else the median."""
+        if self.what_if is not None:
+            return max(self.what_if.step_time_ns, 1)
         return max(self.run.step_time_ns_median, 1)
+
+    def what_if_gain(self, field: str) -> int | None:
+        """The step time one change of the what-if saves (``if_no_data_wait_ns`` …)."""
+        if self.what_if is None:
+            return None
+        after = getattr(self.what_if, field)
+        return None if after is None else self.what_if.step_time_ns - after
 
     def evidence(self, ranks: Sequence[int]) -> list[RankEvidence]:
         """The evidence of those of ``ranks`` the run has."""

@@ -35,7 +35,9 @@ The rule constants are ``Thresholds.stragglers`` (``[tool.gpudiag.stragglers]``)
   perturbs them). A stall must also stand out from the rank's own median busy time (with
   two ranks, one rank's dip is the other's excess). In a trace window shorter than
   ``short_window_steps`` (12) every stall is named with its steps, and the message says
-  the window is too short to tell persistent from periodic.
+  the window is too short to tell persistent from periodic; there, a rank whose stalls hold
+  ``short_window_stall_share`` (half) of its excess is not called persistent (the stalls
+  lift the median excess of so few steps).
 * **Late arrival** (:func:`late_arrival`): when no rule names a rank, the rank the
   others wait for at the matched collectives — last at most of them (at least
   ``collectives.late_share``, twice as often as the next, beyond chance for one of R
@@ -301,18 +303,20 @@ def _detect(m: StepMatrix, ctx: _Context, persistent_only: bool = False) -> list
     findings: list[Finding] = []
     for i in range(len(m.ranks)):
         typical = float(np.median(ex[i]))
+        stalls = slow[i] & (ex[i] >= spike_limit) & (own[i] >= spike_limit)
         persistent = bool(
             n >= rules.min_persistent_steps
             and typical >= rules.excess_ratio * step
             and sign_test(int(np.count_nonzero(ex[i] > 0)), n) < rules.persistent_alpha
             and np.count_nonzero(slow[i]) >= 2
+            and not _stalls_dominate(m, ex[i], stalls, rules)
         )
         if persistent:
             flagged = np.flatnonzero(slow[i])
         elif persistent_only:
             continue
         else:
-            flagged = np.flatnonzero(slow[i] & (ex[i] >= spike_limit) & (own[i] >= spike_limit))
+            flagged = np.flatnonzero(stalls)
             whole_step = bool((ex[i, flagged] >= step).any())
             enough = flagged.size >= rules.min_spikes or whole_step or _short(m, rules)
             if not flagged.size or not enough:
@@ -320,6 +324,22 @@ def _detect(m: StepMatrix, ctx: _Context, persistent_only: bool = False) -> list
         extra = [] if persistent else _confirmed_in_window(m, ctx.trace, i, flagged, rules)
         findings.append(_finding(m, ctx, i, flagged, persistent, ex, extra))
     return findings
+
+
+def _stalls_dominate(
+    m: StepMatrix, ex: F64, stalls: npt.NDArray[np.bool_], rules: StragglerRules
+) -> bool:
+    """In a short window, stalls holding most of a rank's excess are stalls, not persistence.
+
+    Two 0.5 s stalls in 6 steps beside a rank slowed ~25 ms a step by a busy host would
+    otherwise be a "persistent straggler" typically 20% slower: the stalls lift the median
+    excess of so few steps. When the stalls hold at least ``short_window_stall_share`` of
+    the rank's excess, the window names them (too few steps to tell the rest).
+    """
+    if not _short(m, rules) or not stalls.any():
+        return False
+    total = float(np.clip(ex, 0, None).sum())
+    return total > 0 and float(ex[stalls].sum()) >= rules.short_window_stall_share * total
 
 
 def _confirmed_in_window(
@@ -492,7 +512,7 @@ def _finding(
     if persistent:
         what = (f"rank {rank} is a persistent straggler: slower than the other ranks in "
                 f"{len(steps)} of {len(m.steps)} steps, typically by "
-                f"{duration(median_excess, 'ms')} "
+                f"{duration(median_excess, 'human')} "
                 f"({median_excess / step_median:.0%} of a step)")  # fmt: skip
     elif short:
         what = (f"rank {rank} stalled in {len(steps)} of {len(m.steps)} profiled "
@@ -506,15 +526,15 @@ def _finding(
             else f"in step{'s' if len(steps) > 1 else ''} " + ", ".join(map(str, steps[:8]))
         )
         what = (f"rank {rank} stalls {when} ({len(steps)} of {len(m.steps)} steps), "
-                f"{duration(median_excess, 'ms')} behind the others each time")  # fmt: skip
+                f"{duration(median_excess, 'human')} behind the others each time")  # fmt: skip
     why = _WORDS[cause]
     also = _also(cause, parts, step_median, ctx.rules)
     if also:
         # two parts of about the same size: naming only the larger would mislead
         top = parts["compute" if cause == Cause.HARDWARE else str(cause)]
-        more = " and ".join(f"{_SHORT[k]} (+{duration(parts[k], 'ms', 0)})" for k in also)
-        why = f"{why} (+{duration(top, 'ms', 0)} a step) and {more}"
-    msg = (f"{what}, {why}; the other ranks waited {duration(caused, 'ms')} in total "
+        more = " and ".join(f"{_SHORT[k]} (+{duration(parts[k], 'human', 0)})" for k in also)
+        why = f"{why} (+{duration(top, 'human', 0)} a step) and {more}"
+    msg = (f"{what}, {why}; the other ranks waited {duration(caused, 'human')} in total "
            "for it")  # fmt: skip
     if short:
         msg += (f"; too few steps to tell persistent from periodic — profile at least "

@@ -21,7 +21,7 @@ from typing import Any
 from gpudiag.analysis import words
 from gpudiag.analysis.causes import mx
 from gpudiag.analysis.evidence import WITHHOLD, Limit
-from gpudiag.analysis.metrics import JobFailedMetrics, StragglerMetrics
+from gpudiag.analysis.metrics import JobFailedMetrics, LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.model import Finding, FindingKind, Mode, RunSummary, Severity, Verdict
 
 BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "copy", "variability",
@@ -65,12 +65,13 @@ def verdict(run: RunSummary, findings: Sequence[Finding], lims: Sequence[Limit] 
     if ended is not None:
         return ended
     named = [f for f in findings if f.kind in _KIND]
+    index = {id(f): i for i, f in enumerate(findings)}
     if run.mode == Mode.TELEMETRY:  # no trace: every number is the step telemetry's
-        return _telemetry_basis(_verdict(run, named))
+        return _telemetry_basis(_verdict(run, named, index))
     uneven = [f for f in findings if f.kind == FindingKind.STEP_VARIABILITY
               and f.severity != Severity.INFO and mx(f, "pattern") != "jitter"
               and float(mx(f, "excess_share", 0.0)) >= 0.5]  # fmt: skip
-    return _limited(_verdict(run, named, uneven), run, lims)
+    return _limited(_verdict(run, named, index, uneven), run, lims)
 
 
 def _host_words(cause: Any) -> str:
@@ -133,13 +134,18 @@ def _telemetry_basis(v: Verdict) -> Verdict:
     return v
 
 
-def _verdict(run: RunSummary, named: Sequence[Finding], uneven: Sequence[Finding] = ()) -> Verdict:
+def _verdict(
+    run: RunSummary,
+    named: Sequence[Finding],
+    index: dict[int, int],
+    uneven: Sequence[Finding] = (),
+) -> Verdict:
     if not named and uneven:
         # no steady bottleneck, but a few steps hold the time: name them
         u = uneven[0]
         return Verdict(headline=f"uneven steps: {u.message}", bottleneck="variability",
                        share=float(mx(u, "excess_share", 0.0)), ranks=list(u.ranks),
-                       basis=PROFILED)  # fmt: skip
+                       basis=PROFILED, finding=index.get(id(u)))  # fmt: skip
     if not named:
         c, idle = run.shares.compute, run.idle_ratio
         return Verdict(
@@ -150,13 +156,13 @@ def _verdict(run: RunSummary, named: Sequence[Finding], uneven: Sequence[Finding
             ranks=[],
             basis=PROFILED,
         )
-    f = min(named, key=lambda f: (Severity(f.severity).order, -f.metrics.share()))
+    f = min(named, key=lambda f: (Severity(f.severity).order, -_share(f)))
     f = _root_cause(run, f, named)
     kind = _KIND[f.kind]
     cause = mx(f, "cause") if f.kind == FindingKind.HOST_BOUND else None
     if isinstance(cause, dict) and cause.get("kind") == "copies":
         kind = "copy"
-    share = f.metrics.mean_share()
+    share = _share(f)
     who = words.ranks(f.ranks) if f.ranks else "the run"
     basis = PROFILED
     if kind == "straggler":
@@ -164,11 +170,7 @@ def _verdict(run: RunSummary, named: Sequence[Finding], uneven: Sequence[Finding
         basis = (
             WHOLE_RUN if isinstance(m, StragglerMetrics) and m.source == "telemetry" else PROFILED
         )
-        cause = {"data": " (waiting for input)", "compute": " (slower compute)",
-                 "host": " (host overhead)", "hardware": " (a slower GPU)"}.get(
-            str(f.cause), "")  # fmt: skip
-        text = (f"straggler: {who} runs {words.percent(share)} slower than the median rank"
-                f"{cause}; the others wait for it")  # fmt: skip
+        text = _straggler(f, who, share)
     elif kind == "pipeline":
         text = f"pipeline bubble: stages idle {words.percent(share)} of each step"
     else:
@@ -183,4 +185,44 @@ def _verdict(run: RunSummary, named: Sequence[Finding], uneven: Sequence[Finding
             "copy": f"copy-bound: {who} {lose} {words.percent(share)} of each step to "
             "host-device copies with nothing computing",
         }[kind]
-    return Verdict(headline=text, bottleneck=kind, share=share, ranks=list(f.ranks), basis=basis)
+    return Verdict(headline=text, bottleneck=kind, share=share, ranks=list(f.ranks),
+                   basis=basis, finding=index[id(f)])  # fmt: skip
+
+
+def _share(f: Finding) -> float:
+    """The share of step time a finding stands for, in its own terms.
+
+    A persistent straggler: its typical excess over the others (``median_excess_ratio``);
+    intermittent stalls: what they cost a step on average (the excess of a stall × the
+    stalls / the steps compared); a late rank: the others' waiting for it per step over the
+    step; any other finding: its mean share over its ranks.
+    """
+    m = f.metrics
+    if isinstance(m, StragglerMetrics):
+        if f.persistent:
+            return m.median_excess_ratio
+        return m.median_excess_ratio * m.slow_steps / max(m.steps_compared, 1)
+    if isinstance(m, LateArrivalMetrics):
+        return m.waited_ns_per_step / m.step_time_ns_median if m.step_time_ns_median else 0.0
+    return m.mean_share()
+
+
+_CAUSE = {"data": " (waiting for input)", "compute": " (slower compute)",
+          "host": " (host overhead)", "hardware": " (a slower GPU)"}  # fmt: skip
+
+
+def _straggler(f: Finding, who: str, share: float) -> str:
+    """A straggler's headline in its finding's own terms: excess, stall count or waiting."""
+    m = f.metrics
+    cause = _CAUSE.get(str(f.cause), "")
+    if isinstance(m, LateArrivalMetrics):
+        wait = words.duration(m.waited_ns_per_step, "brief")
+        return (f"straggler: {who} arrives last at {m.last_at} of {m.collectives_matched} "
+                f"collectives{cause}; the others wait {wait} a step for it "
+                f"({words.percent(share)} of each step)")  # fmt: skip
+    if isinstance(m, StragglerMetrics) and not f.persistent:
+        return (f"straggler: {who} stalled in {m.slow_steps} of {m.steps_compared} steps, "
+                f"~{words.duration(m.median_excess_ns, 'brief')} behind the others each time"
+                f"{cause}; the others wait for it")  # fmt: skip
+    return (f"straggler: {who} runs {words.percent(share)} slower than the median rank"
+            f"{cause}; the others wait for it")  # fmt: skip

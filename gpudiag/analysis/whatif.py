@@ -4,13 +4,16 @@ The what-if figures (``Diagnosis.what_if``) model each profiled step as synchron
 ``step ≈ max_r busy_r + min_r wait_r`` — the last rank's own work (busy = step − comm
 wait), then the transfer, taken as the least wait of any rank (the last arrival waits only
 for the transfer). "Communication fully overlapped" drops the transfer:
-``median_s max_r busy``; "no data wait" subtracts each rank's data wait from its busy
+``mean_s max_r busy``; "no data wait" subtracts each rank's data wait from its busy
 time; "straggler at median speed" gives each persistent straggler the median busy time of
-the other ranks; "all" applies the three together. The current step time is the median
-of the longest rank's step; every figure is clamped between 0 and it.
+the other ranks; "all" applies the three together. The current step time is the **mean**
+of the longest rank's step (the run's time over its steps, the base the shares use: a
+loader that runs dry in one step of five costs a fifth of its stall per step, which a
+median step would not show); every figure is clamped between 0 and it.
 
-Remedies (analysis/advice.py) estimate their gains per finding; this model answers
-"what if all of them worked" for the run as a whole.
+This is the one step model: the remedies' gains for the same changes (no data wait: the
+loader remedy; comm fully overlapped: the communication remedies; a straggler at median
+speed: its remedy) are these differences, and their ratios are over this mean step.
 """
 
 from __future__ import annotations
@@ -55,11 +58,11 @@ def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> What
         if stragglers:
             no_strag.append(model(at_median(busy), wait))
         everything.append(max(at_median(fed).values()))
-    now = float(np.median(cur))
+    now = float(np.mean(cur))
 
     def clamped(values: list[float]) -> int:
         # a first-order model never predicts a step slower than now, nor below zero
-        return round(min(now, max(0.0, float(np.median(values)))))
+        return round(min(now, max(0.0, float(np.mean(values)))))
 
     return WhatIf(
         step_time_ns=round(now),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-DurationStyle = Literal["table", "message", "brief", "ms"]
+DurationStyle = Literal["table", "message", "brief", "ms", "human"]
 
 
 def duration(ns: float | None, style: DurationStyle = "table", digits: int = 1) -> str:
@@ -22,12 +22,16 @@ def duration(ns: float | None, style: DurationStyle = "table", digits: int = 1) 
       ``ms``, ``µs`` with one decimal and whole ``ns`` (tables and reports);
     - ``message``: ``1.23 s`` from 1 s, else ``123.4 ms`` (warm-up steps);
     - ``brief``: ``1.2 s`` from 1 s, ``123 ms`` from 10 ms, else ``1.2 ms`` (stragglers);
-    - ``ms``: always milliseconds with ``digits`` decimals (amounts compared in one unit).
+    - ``ms``: always milliseconds with ``digits`` decimals (amounts compared in one unit);
+    - ``human``: as ``ms`` below 1 s, seconds with two decimals from 1 s up — a person
+      reads ``3.60 s``, not ``3604.0 ms`` (issue 24; finding messages).
     """
     if ns is None:
         return "n/a"
-    if style == "ms":
+    if style == "ms" or (style == "human" and abs(ns) < 1e9):
         return f"{ns / 1e6:.{digits}f} ms"
+    if style == "human":
+        return f"{ns / 1e9:.2f} s"
     if style == "message":
         return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.1f} ms"
     if style == "brief":

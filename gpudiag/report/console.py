@@ -12,14 +12,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpudiag.analysis import words
+from gpudiag.analysis import modes, words
 from gpudiag.analysis.model import Diagnosis, KernelBreakdown, RankSummary, Severity, Verdict
 from gpudiag.analysis.words import duration
 from gpudiag.report.format import (
     flagged,
     idle_threshold,
     mode_label,
-    short_name,
     whole_run_steps,
     window_label,
 )
@@ -159,6 +158,9 @@ def _summary(con: Console, d: Diagnosis) -> None:
     window = (f"{window_label(r.mode)}: {words.plural(r.steps, 'step')} · step time median "
               f"{duration(r.step_time_ns_median)}, p90 {duration(r.step_time_ns_p90)}")  # fmt: skip
     con.print(Text(window))
+    kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
+    if kinds:  # a median that describes neither kind of step: say both
+        _print_wrapped(con, Text("  "), kinds)
     whole = whole_run_steps(d)
     if whole is not None:
         n, med = whole
@@ -173,6 +175,10 @@ def _summary(con: Console, d: Diagnosis) -> None:
     thr = idle_threshold(d)
     if idle_flag and thr is not None:
         line.append(f" (above {thr:.0%})", style="red")
+    elif thr is not None:
+        over = sorted(k[0] for k in flagged(d) if k[1] == "idle" and k[0] is not None)
+        if over:  # the run is below the limit, some ranks above it
+            line.append(f" ({words.ranks(over)} above {thr:.0%})", style="red")
     if r.gpu_idle_ratio is not None:
         line.append(f" · GPU idle {_pct(r.gpu_idle_ratio)}")
     line.append(f" · comm overlapped by compute {_pct(r.comm_overlapped_ratio)}")
@@ -222,9 +228,15 @@ def _recommendations(con: Console, d: Diagnosis) -> None:
         if rec.estimated_gain_ns:
             title += f" (could recover ~{duration(rec.estimated_gain_ns)} per step)"
         if rec.overlaps_with:
-            title += f"; not additive with {', '.join(rec.overlaps_with)}"
+            title += "; not additive with " + _titles(d, rec.overlaps_with)
         _print_wrapped(con, Text(" → ", style="cyan"), title, style="bold")
         _print_wrapped(con, Text("   "), rec.detail)
+
+
+def _titles(d: Diagnosis, ids: list[str]) -> str:
+    """Other remedies as a reader knows them: their titles up to a colon, quoted."""
+    by_id = {r.id: r.title.split(":")[0].split(" (")[0] for r in d.recommendations}
+    return ", ".join(f"“{by_id.get(i, i)}”" for i in ids)
 
 
 def _basis(v: Verdict) -> str:
@@ -246,7 +258,7 @@ def _kernel_block(con: Console, k: KernelBreakdown) -> None:
         t.add_column("time", justify="right", no_wrap=True)
         t.add_column("share", justify="right", no_wrap=True)
         for e in k.top[:5]:
-            t.add_row(short_name(e.name), e.family, duration(e.time_ns), _pct(e.share))
+            t.add_row(e.name, e.family, duration(e.time_ns), _pct(e.share))
         return t
 
     con.print(_fit(con, build))
@@ -400,7 +412,7 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
             w.if_comm_overlapped_ns, w.if_no_data_wait_ns
         ):
             text += f" · all together → {delta(w.if_all_ns)}"
-        lines.append(f"{text}  (step now {duration(cur)})")
+        lines.append(f"{text}  (mean step now {duration(cur)})")
     return lines
 
 

@@ -30,18 +30,6 @@ def whole_run_steps(d: Diagnosis) -> tuple[int, int] | None:
     return max(x.steps for x in wr), sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
 
 
-def short_name(name: str) -> str:
-    """A kernel or operator name without its return type, template arguments and parameters."""
-    n = name.strip()
-    if n.startswith("void "):
-        n = n[5:]
-    for stop in ("(", "<"):
-        i = n.find(stop)
-        if i > 0:
-            n = n[:i]
-    return n or name
-
-
 def pct(x: float | None, digits: int = 1) -> str:
     """A ratio as a percentage (``n/a`` when unknown); never ``-0.0%``."""
     if x is None:
@@ -53,7 +41,9 @@ def pct(x: float | None, digits: int = 1) -> str:
 def flagged(d: Diagnosis) -> dict[tuple[int | None, str], Severity]:
     """(rank, column) → the most severe finding about it; rank ``None`` is the run line.
 
-    The run's idle is flagged when an ``idle_ratio`` finding exists.
+    The run's idle is flagged when an ``idle_ratio`` finding exists and the run's own idle
+    is above the finding's threshold (a rank above it does not make the run line say
+    "above 30%" beside 28.7%).
     """
     out: dict[tuple[int | None, str], Severity] = {}
     for f in d.findings:
@@ -61,7 +51,9 @@ def flagged(d: Diagnosis) -> dict[tuple[int | None, str], Severity]:
         if col is None:
             continue
         keys: list[tuple[int | None, str]] = [(r, col) for r in f.ranks]
-        if f.kind == FindingKind.IDLE_RATIO:
+        if f.kind == FindingKind.IDLE_RATIO and (
+            not isinstance(f.metrics, ShareMetrics) or d.run.idle_ratio > f.metrics.threshold
+        ):
             keys.append((None, col))
         sev = Severity(f.severity)
         for k in keys:

@@ -15,8 +15,9 @@ from collections import defaultdict
 from html import escape
 from typing import Any, TextIO
 
-from gpudiag.analysis import words
-from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, FindingKind, StepBreakdown
+from gpudiag.analysis import modes, words
+from gpudiag.analysis.metrics import LateArrivalMetrics, StragglerMetrics
+from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, Finding, FindingKind, StepBreakdown
 from gpudiag.analysis.words import duration
 from gpudiag.report.format import (
     flagged,
@@ -46,6 +47,10 @@ margin-right:14px}.sw{display:inline-block;width:11px;height:11px;margin-right:4
 vertical-align:-1px}.sev-error{color:#c62828}.sev-warning{color:#b26a00}.sev-info{color:#666}
 svg{display:block;margin:2px 0 10px}svg text{font:11px system-ui,sans-serif;fill:#444}
 .chart-title{font-weight:600;margin-top:8px}
+table.kernels{table-layout:fixed;width:100%}table.kernels th:first-child{width:auto}
+table.kernels th:nth-child(2){width:9em}table.kernels th:nth-child(n+3){width:6.5em}
+.kname{display:block;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.kinds{margin:0 0 6px}
 """
 
 
@@ -151,7 +156,7 @@ def _rank_medians(d: Diagnosis) -> str:
     return "".join(out)
 
 
-def _table(head: list[str], rows: list[list[str]], left: int = 1) -> str:
+def _table(head: list[str], rows: list[list[str]], left: int = 1, cls: str = "") -> str:
     th = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>' for i, h in enumerate(head))
     body = "".join(
         "<tr>"
@@ -159,7 +164,8 @@ def _table(head: list[str], rows: list[list[str]], left: int = 1) -> str:
         + "</tr>"
         for r in rows
     )
-    return f"<table><tr>{th}</tr>{body}</table>"
+    attr = f' class="{cls}"' if cls else ""
+    return f"<table{attr}><tr>{th}</tr>{body}</table>"
 
 
 def _verdict(d: Diagnosis) -> str:
@@ -182,17 +188,35 @@ def _whole_run_line(d: Diagnosis) -> str:
     return f"<p>whole run (telemetry): {_e(n)} per rank, step time median <b>{_ms(med)}</b></p>"
 
 
+def _step_kinds(d: Diagnosis) -> str:
+    """Both kinds of step when the steps are bimodal (the median describes neither)."""
+    kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
+    return f'<p class="kinds">{_e(kinds)}</p>' if kinds else ""
+
+
+def _straggler_steps(f: Finding) -> str:
+    """In how many of the compared steps the straggler was slow (its steps when listed)."""
+    m = f.metrics
+    if isinstance(m, StragglerMetrics):
+        listed = f" ({words.fold(f.steps)})" if f.steps else ""
+        return f"{m.slow_steps} of {m.steps_compared}{listed}"
+    if isinstance(m, LateArrivalMetrics):
+        return f"last at {m.last_at} of {m.collectives_matched} collectives"
+    return words.fold(f.steps) if f.steps else "-"
+
+
 def _kernels(d: Diagnosis) -> str:
     """The run's top kernels or operators, with family and share."""
     k = d.kernels
     if not k or not k.top:
         return ""
     unit = "operator" if k.unit == "operator" else "kernel"
-    rows = [[_e(e.name), _e(e.family), _ms(int(e.time_ns)), _e(e.count),
-             _pct(float(e.share))] for e in k.top]  # fmt: skip
+    # long (cuDNN, CUTLASS) names are cut with an ellipsis; the full name is the tooltip
+    rows = [[f'<span class="kname" title="{_e(e.name)}">{_e(e.name)}</span>', _e(e.family),
+             _ms(int(e.time_ns)), _e(e.count), _pct(float(e.share))] for e in k.top]  # fmt: skip
     fams = " · ".join(f"{_e(f)} {_pct(float(v))}" for f, v in k.families.items())
     return (f"<h2>Top {unit}s by {'CPU' if unit == 'operator' else 'GPU'} time, all ranks</h2>"
-            + _table([unit, "family", "time", "count", "share"], rows, left=2)
+            + _table([unit, "family", "time", "count", "share"], rows, left=2, cls="kernels")
             + (f'<p class="muted">by family: {fams}</p>' if fams else ""))  # fmt: skip
 
 
@@ -273,6 +297,7 @@ def _head(d: Diagnosis) -> list[str]:
         + (f" (above {thr:.0%})" if thr is not None and (None, "idle") in flags else "")
         + (f" · GPU idle {_pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else "")
         + f" · gpudiag {_e(d.gpudiag_version)}</p>",
+        _step_kinds(d),
         _whole_run_line(d),
     ]
 
@@ -299,7 +324,7 @@ def _straggler_section(d: Diagnosis) -> list[str]:
     strag = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
     if strag:
         p.append(_table(["ranks", "steps", "finding"],
-                        [[_e(words.fold(f.ranks)), _e(len(f.steps)), _e(f.message)]
+                        [[_e(words.fold(f.ranks)), _e(_straggler_steps(f)), _e(f.message)]
                          for f in strag], left=3))  # fmt: skip
     else:
         p.append('<p class="muted">No straggler findings.</p>')

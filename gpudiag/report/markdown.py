@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from gpudiag.analysis import words
+from gpudiag.analysis import modes, words
 from gpudiag.analysis.diff import DiffRow, RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.analysis.words import duration
-from gpudiag.report.format import mode_label, pct, short_name, whole_run_steps, window_label
+from gpudiag.report.format import mode_label, pct, whole_run_steps, window_label
 
 _ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
@@ -28,6 +28,8 @@ def fmt_value(name: str, v: float | None) -> str:
         return "-"
     if name == "step_time_regression":
         return _signed(f"{v:+.1%}")
+    if name == "baseline_run":  # a run's median step time
+        return duration(v)
     return f"{v:.1%}"
 
 
@@ -85,6 +87,9 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
               f"{pct(r.shares.other)} · non-compute idle **{pct(r.idle_ratio)}**"
               + (f" · GPU idle {pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else "")
               + "\n\n")  # fmt: skip
+    kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
+    if kinds:  # a median that describes neither kind of step: say both
+        out.write(f"{cell(kinds.capitalize())}\n\n")
     rows = [[str(x.rank), str(x.steps), duration(x.step_time_ns_median),
              duration(x.step_time_ns_p90),
              pct(x.shares.compute), pct(x.shares.comm_wait), pct(x.shares.data_wait),
@@ -102,7 +107,7 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         unit = "operator" if k.unit == "operator" else "kernel"
         out.write(f"\n### Top {unit}s, all ranks\n\n")
         _table(out, [unit, "family", "time", "share"],
-               [[short_name(e.name), e.family, duration(e.time_ns), pct(e.share)]
+               [[e.name, e.family, duration(e.time_ns), pct(e.share)]
                 for e in k.top[:5]], "llrr")  # fmt: skip
     if d.findings:
         out.write("\n### Findings\n\n")

@@ -83,8 +83,12 @@ def test_balanced_run_passes(runs: dict[str, Path], tmp_path: Path) -> None:
 def test_data_starved_run_fails_on_idle_ratio_with_junit(runs: dict[str, Path],
                                                          tmp_path: Path) -> None:  # fmt: skip
     junit, md = tmp_path / "gate.xml", tmp_path / "gate.md"
+    # a CPU-only run has no idle limit unless one is set (issue 24): set the analysis's 0.3
     code, out, err = gate(str(runs["starved"]), "--junit", str(junit), "--max-data-wait", "0.2",
-                          "--markdown", str(md), "-f", "json", cwd=tmp_path)  # fmt: skip
+                          "--max-idle-ratio", "0.3", "--markdown", str(md), "-f", "json",
+                          cwd=tmp_path)  # fmt: skip
+    unset = gate(str(runs["starved"]), "-f", "json", "--stragglers", "off", cwd=tmp_path)[1]
+    assert "idle_ratio" not in {c["name"] for c in json.loads(unset)["checks"]}
     assert code == 1, out + err
     assert "gate failed" in err
     shares = [c["value"] for c in json.loads(out)["checks"] if c["name"] == "data_wait_share"]

@@ -94,36 +94,38 @@ def test_t_matches_scipy():
 # ---- the run-level rule ----
 
 
-@pytest.mark.parametrize("n", [3, 4, 5])
-def test_a_20pct_shift_on_5pct_between_run_spread_fails(n):
-    # GIVEN n baseline runs whose medians vary by ±5% (sample SD) and a candidate +20%
+@pytest.mark.parametrize(("n", "shift"), [(3, 0.45), (4, 0.30), (5, 0.25)])
+def test_a_shift_beyond_the_noise_floor_on_5pct_between_run_spread_fails(n, shift):
+    # GIVEN n baseline runs whose medians vary by ±5% (sample SD) and a candidate +shift
     base = spread_runs(n)
-    res = evaluate(candidate(120), GateConfig(), baseline=base)
+    res = evaluate(candidate(100 * (1 + shift)), GateConfig(), baseline=base)
     reg = regression(res)
-    # THEN the noise floor is t_{0.95,n-1}·0.05·sqrt(1+1/n) (below 20%) and the gate fails
-    mde = t_ppf(0.95, n - 1) * 0.05 * math.sqrt(1 + 1 / n)
-    assert reg.mde_ratio == pytest.approx(mde, rel=1e-6) and mde < 0.20
+    # THEN the noise floor is t_{1-run_alpha,n-1}·0.05·sqrt(1+1/n) (run_alpha 0.01: 40%,
+    # 25%, 21% for 3, 4, 5 runs; issue 24) below the shift, and the gate fails
+    alpha = GateConfig().run_alpha
+    mde = t_ppf(1 - alpha, n - 1) * 0.05 * math.sqrt(1 + 1 / n)
+    assert reg.mde_ratio == pytest.approx(mde, rel=1e-6) and mde < shift
     assert reg.status == "fail" and res.exit_code == 1, reg.message
-    assert reg.effect_ratio == pytest.approx(0.20, abs=0.01)
+    assert reg.effect_ratio == pytest.approx(shift, abs=0.01)
     assert reg.ci == pytest.approx([reg.effect_ratio - mde, reg.effect_ratio + mde])
-    assert reg.p_value is not None and reg.p_value < 0.05
+    assert reg.p_value is not None and reg.p_value < alpha
     assert reg.details["baseline_runs"] == n and reg.details["baseline_cv"] == pytest.approx(0.05)
     assert f"smallest detectable effect {mde:.1%}" in reg.message
 
 
 def test_an_effect_inside_the_noise_floor_is_inconclusive_with_advice():
-    # ±10% between runs, 3 runs: MDE ≈ 34%; +20% cannot be told from noise
-    res = evaluate(candidate(120), GateConfig(), baseline=spread_runs(3, 0.10))
+    # ±5% between runs, 3 runs: MDE ≈ 40% at run_alpha 0.01; +20% cannot be told from noise
+    res = evaluate(candidate(120), GateConfig(), baseline=spread_runs(3, 0.05))
     reg = regression(res)
     assert reg.status == "inconclusive" and res.exit_code == 5
-    need = runs_needed(0.10, reg.effect_ratio, GateConfig())
+    need = runs_needed(0.05, reg.effect_ratio, GateConfig())
     assert need is not None and need > 3
     assert (
-        f"the baseline runs vary by ±10.0%; need ≥ {need} runs or a quieter runner to "
+        f"the baseline runs vary by ±5.0%; need ≥ {need} runs or a quieter runner to "
         "detect 20%" in reg.message
     )
     assert evaluate(candidate(120), GateConfig(inconclusive_ok=True),
-                    baseline=spread_runs(3, 0.10)).exit_code == 0  # fmt: skip
+                    baseline=spread_runs(3, 0.05)).exit_code == 0  # fmt: skip
 
 
 def test_noise_no_number_of_runs_can_beat_says_use_a_quieter_runner():
@@ -322,7 +324,8 @@ NO_CONTENTION = dataclasses.replace(CFG, max_other_cpu_ratio=1.0, max_steal_rati
 
 @pytest.mark.parametrize("name", ["cpu_same1", "cpu_same9"])
 def test_recorded_unchanged_cpu_runs_beside_a_hog_do_not_fail(name):
-    # ±12% between baseline runs (noise floor 40.6% with 3 runs): +11.7% and −0.2% do not fail,
+    # ±12% between baseline runs (noise floor 96.8% with 3 runs at run_alpha 0.01; 40.6% at
+    # the former 0.05): +11.7% and −0.2% do not fail,
     # with or without the contention rule
     base = recorded_baseline("cpu")
     d, cond = recorded(name)
@@ -330,7 +333,7 @@ def test_recorded_unchanged_cpu_runs_beside_a_hog_do_not_fail(name):
         res = evaluate(d, cfg, base, name, "cpu_baseline", conditions=cond)
         assert res.status in ("passed", "inconclusive"), regression(res).message
     reg = regression(evaluate(d, CFG, base, conditions=cond))
-    assert reg.mde_ratio == pytest.approx(0.406, abs=0.002)
+    assert reg.mde_ratio == pytest.approx(0.406 * t_ppf(0.99, 2) / t_ppf(0.95, 2), abs=0.005)
 
 
 def test_recorded_30pct_slowdown_fails_on_timing_and_is_inconclusive_when_contended():
@@ -339,7 +342,7 @@ def test_recorded_30pct_slowdown_fails_on_timing_and_is_inconclusive_when_conten
     assert (cond.other_cpu_ratio_mean or 0) > 0.25  # recorded on a busy host
     reg = regression(evaluate(d, NO_CONTENTION, base, conditions=cond))
     assert reg.status == "fail" and reg.effect_ratio == pytest.approx(0.32, abs=0.01)
-    assert reg.mde_ratio == pytest.approx(0.081, abs=0.002)
+    assert reg.mde_ratio == pytest.approx(0.081 * t_ppf(0.99, 2) / t_ppf(0.95, 2), abs=0.005)
     res = evaluate(d, CFG, base, conditions=cond)
     assert res.status == "inconclusive" and "contended" in regression(res).message
     same, cond = recorded("wait_same1")

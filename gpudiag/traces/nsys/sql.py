@@ -389,7 +389,8 @@ def gpu_rows(ex: Export) -> I64A:
             pid = _PID.format(col="globalPid")
             ok += f" AND {_is_int('globalPid')}"
         if kind == Kind.COMPUTE:
-            nm = next((_int_or(n, -1, 0, 2**62) for n in ("shortName", "demangledName")
+            # the demangled name: a short name can be just "Kernel" (CUTLASS, cuDNN)
+            nm = next((_int_or(n, -1, 0, 2**62) for n in ("demangledName", "shortName")
                        if n in c), "-1")  # fmt: skip
         elif kind == Kind.MEMCPY:
             nm = _int_or("copyKind", -1, 0, 2**31 - 1) if "copyKind" in c else "-1"

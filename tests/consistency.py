@@ -1,0 +1,182 @@
+"""Properties every diagnosis must hold, whatever its input: one story, one source per number.
+
+:func:`problems` reads a diagnosis as a user does — its JSON (``Diagnosis.to_json``) and its
+console text — and lists each place where two of its numbers disagree (issue 24 §1). It
+never recomputes the analysis: the truth of each number is the accuracy tests' business;
+here only agreement is checked:
+
+* the shares of step time (run and ranks) sum to 1;
+* the verdict names a finding (``verdict.finding``) of its kind, with that finding's ranks,
+  and quotes that finding's own metric (``verdict.share``): a persistent straggler's typical
+  excess, an intermittent one's stall count, a late rank's waiting per step, a data, comm or
+  host finding's mean share over its ranks; the headline's percentage is that share;
+* a straggler verdict only above the straggler threshold (never "0% slower");
+* a data-bound verdict implies a positive "no data wait" gain in the what-if, and a
+  communication-bound one a positive "comm fully overlapped" gain;
+* a remedy's estimated gain is the what-if's for the change it makes (data: no data wait;
+  overlap: comm fully overlapped; straggler: at median speed) and its ratio is that gain over
+  the what-if's step;
+* prose never shows a remedy id where a title belongs ("not additive with nccl-tuning");
+* the console's header and its table quote the same step statistics for a single rank;
+* "idle X% (above T%)" only when X is above T;
+* a kernel in the communication family contributes to communication time (GPU runs).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+#: The what-if field each remedy's gain is (the change the remedy makes).
+REMEDY_WHAT_IF = {
+    "dataloader": "if_no_data_wait_ns",
+    "comm-overlap": "if_comm_overlapped_ns",
+    "straggler": "if_straggler_at_median_speed_ns",
+}
+_KIND = {"copy": "host_bound", "variability": "step_variability", "data": "data_bound", "communication": "comm_bound", "straggler": "straggler",
+         "pipeline": "pipeline_bubble", "host": "host_bound"}  # fmt: skip
+
+
+def _close(a: float, b: float, tol: float) -> bool:
+    return abs(a - b) <= tol
+
+
+def _shares(where: str, shares: dict[str, float], out: list[str]) -> None:
+    total = sum(shares[k] for k in ("compute", "comm_wait", "data_wait", "other"))
+    if not _close(total, 1.0, 0.005):
+        out.append(f"{where}: shares sum to {total:.4f}, not 1")
+
+
+def _finding_share(f: dict[str, Any]) -> float | None:
+    """The number a verdict naming ``f`` must quote, in the finding's own terms."""
+    m = f["metrics"]
+    if f["kind"] == "straggler":
+        if m.get("source") == "late_arrival":
+            step = m.get("step_time_ns_median") or 0
+            return m["waited_ns_per_step"] / step if step else None
+        if f.get("persistent"):
+            return float(m["median_excess_ratio"])
+        return None  # a stall count, not a share
+    if f["kind"] == "pipeline_bubble":
+        return max(float(m.get("bubble_ratio", 0.0)), float(m.get("ideal_bubble_ratio", 0.0)))
+    per = m.get("per_rank") or {}
+    vals = [float(per[str(r)]) for r in f["ranks"] if str(r) in per] or [
+        float(v) for v in per.values()
+    ]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _verdict(d: dict[str, Any], out: list[str]) -> None:
+    v = d.get("verdict") or {}
+    kind = v.get("bottleneck")
+    # no finding to quote: no bottleneck, a verdict withheld for want of evidence (issue 20),
+    # or how the run ended (hang, mismatch, failure, interrupt: their own findings, issue 21)
+    if not kind or kind in ("none", "unknown", "hang", "mismatch", "failure", "interrupted"):
+        return
+    idx = v.get("finding")
+    if not isinstance(idx, int) or not 0 <= idx < len(d["findings"]):
+        out.append(f"verdict {kind!r} names no finding (verdict.finding = {idx!r})")
+        return
+    f = d["findings"][idx]
+    if f["kind"] != _KIND[kind]:
+        out.append(f"verdict {kind!r} quotes a {f['kind']} finding")
+    if sorted(v["ranks"]) != sorted(f["ranks"]):
+        out.append(f"verdict ranks {v['ranks']} are not its finding's {f['ranks']}")
+    want = _finding_share(f)
+    if want is not None and not _close(float(v["share"]), want, 1e-9):
+        out.append(f"verdict share {v['share']:.4f} is not its finding's metric {want:.4f}")
+    head = v["headline"]
+    pct = re.findall(r"(\d+)%", head)
+    if want is not None and pct and int(pct[0]) != round(100 * want):
+        out.append(f"headline says {pct[0]}% but its finding's metric is {want:.1%}")
+    if kind == "straggler":
+        _straggler(d, f, head, out)
+
+
+def _straggler(d: dict[str, Any], f: dict[str, Any], head: str, out: list[str]) -> None:
+    rules = d["thresholds"]["stragglers"]
+    m = f["metrics"]
+    if re.search(r"\b0% slower", head):
+        out.append(f"straggler verdict below any threshold: {head!r}")
+    if f.get("persistent") and float(m["median_excess_ratio"]) < rules["excess_ratio"]:
+        out.append(f"persistent straggler verdict below the threshold: {head!r}")
+    if f.get("persistent") is False:
+        n = m.get("slow_steps")
+        if n is None or f"{n} of {m.get('steps_compared')}" not in head:
+            out.append(f"an intermittent straggler's verdict without its stall count: {head!r}")
+        if "slower than the median" in head:
+            out.append(f"stalls quoted as a persistent excess: {head!r}")
+
+
+def _what_if(d: dict[str, Any], out: list[str]) -> None:
+    w = d.get("what_if")
+    kind = (d.get("verdict") or {}).get("bottleneck")
+    if not w:
+        return
+    now = w["step_time_ns"]
+    if kind == "data" and not w["if_no_data_wait_ns"] < now:
+        out.append("data-bound verdict but 'no data wait' changes nothing in the what-if")
+    if kind == "communication" and not w["if_comm_overlapped_ns"] < now:
+        out.append("communication-bound verdict but 'comm fully overlapped' changes nothing")
+    for r in d["recommendations"]:
+        field = REMEDY_WHAT_IF.get(
+            "straggler" if r["id"].startswith("investigate-rank-") else r["id"]
+        )
+        if field is None or r.get("estimated_gain_ns") is None or w.get(field) is None:
+            continue
+        gain = now - w[field]
+        if not _close(r["estimated_gain_ns"], gain, max(1.0, 0.005 * now)):
+            out.append(f"remedy {r['id']} promises {r['estimated_gain_ns'] / 1e6:.1f} ms a step, "
+                       f"the what-if {gain / 1e6:.1f} ms")  # fmt: skip
+        ratio = r.get("estimated_gain_ratio")
+        if ratio is not None and now and not _close(ratio, r["estimated_gain_ns"] / now, 1e-3):
+            out.append(f"remedy {r['id']}: gain ratio {ratio:.3f} is not its gain over the step")
+
+
+def _prose(d: dict[str, Any], text: str, out: list[str]) -> None:
+    ids = {r["id"] for r in d["recommendations"]}
+    out.extend(f"remedy id {rid!r} in prose where its title belongs" for rid in sorted(ids)
+               if re.search(rf"additive with[^.\n]*\b{re.escape(rid)}\b", text))  # fmt: skip
+
+
+def _header(d: dict[str, Any], text: str, out: list[str]) -> None:
+    if len(d["ranks"]) != 1:
+        return
+    head = re.search(r"step time median (\S+ \S+), p90 (\S+ \S+)", text)
+    row = re.search(r"^\s*\d+\s+\d+\s+(\S+ \S+)\s+(\S+ \S+)\s", text, re.M)
+    if head and row and head.groups() != row.groups():
+        out.append(f"header median/p90 {head.groups()} but the rank table {row.groups()}")
+
+
+def _comm_family(d: dict[str, Any], out: list[str]) -> None:
+    """A kernel of the communication family contributes to communication time."""
+    fams = (d.get("kernels") or {}).get("families") or {}
+    comm = float(fams.get("communication", 0.0))
+    seen = d["run"]["shares"]["comm_wait"] + d["run"]["comm_overlapped_ratio"]
+    if d["run"]["mode"] == "gpu" and comm >= 0.01 and seen == 0:
+        out.append(f"communication kernels hold {comm:.1%} of GPU time, but comm-wait and "
+                   "overlap are 0: two rule sets classify kernels")  # fmt: skip
+
+
+def _idle(text: str, out: list[str]) -> None:
+    pattern = r"idle (\d+(?:\.\d+)?)% \(above (\d+)%\)"
+    out.extend(f"'{m.group(0)}': an idle statement its own number contradicts"
+               for m in re.finditer(pattern, text) if float(m.group(1)) <= float(m.group(2)))  # fmt: skip
+
+
+def problems(d: dict[str, Any], console: str = "") -> list[str]:
+    """Every disagreement between numbers of one diagnosis (empty: one story)."""
+    out: list[str] = []
+    if d["steps"]:
+        _shares("run", d["run"]["shares"], out)
+        for r in d["ranks"]:
+            if r["steps"]:
+                _shares(f"rank {r['rank']}", r["shares"], out)
+    _verdict(d, out)
+    _what_if(d, out)
+    _comm_family(d, out)
+    if console:
+        _prose(d, console, out)
+        _header(d, console, out)
+        _idle(console, out)
+    return out
