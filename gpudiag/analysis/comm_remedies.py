@@ -95,9 +95,17 @@ def _amd(f: Finding, c: Context) -> bool:
     )
 
 
+def _native(c: Context) -> bool:
+    """A C/C++/CUDA/MPI program: GPU work without any PyTorch name in the ranks read."""
+    read = [r.evidence.workload for r in c.ranks.values() if r.evidence.workload is not None]
+    return bool(read) and workload.native_program(c.workload())
+
+
 def _for(*patterns: str) -> Callable[[Finding, Context], bool]:
     # an inference engine has no gradients: its collectives get their own remedy
     def applies(f: Finding, c: Context) -> bool:
+        if _native(c):  # a C/C++/MPI program has no DDP, FSDP or optimizer to tune
+            return False
         training = {"gradients", "parameters"} & set(patterns)
         if training and workload.inference(c.workload()):
             return False
@@ -168,6 +176,21 @@ def _tuning_detail(f: Finding, c: Context) -> str:
 
 
 COMM = (
+    Remedy(
+        id=_const("native-comm-overlap"),
+        title=_const("Overlap the program's communication with its computation"),
+        detail=_const(
+            "The program waits in its own communication calls (MPI or a library of its own), "
+            "not in PyTorch collectives. Post halo or boundary exchanges early with "
+            "non-blocking calls (MPI_Isend/MPI_Irecv, then MPI_Waitall) and compute the "
+            "interior while they are in flight; with GPU buffers use a CUDA-aware MPI or "
+            "NCCL/NVSHMEM so that no host staging copy sits between the two, and check the "
+            "ranks-to-GPUs binding against the topology (nvidia-smi topo -m)."
+        ),
+        gain=_overlap_gain,
+        evidence=_comm_evidence_with_pattern,
+        applies=lambda f, c: _native(c) and _is_transfer(f, c),
+    ),
     Remedy(
         id=_const("comm-overlap"),
         title=_const("Hide gradient communication behind backward"),
@@ -314,6 +337,6 @@ COMM = (
         gain=lambda f, c: None,
         evidence=_comm_evidence_with_pattern,
         applies=lambda f, c: (_is_transfer(f, c) and c.run.mode == Mode.GPU
-                              and "gloo" not in _backends(f, c)),
+                              and "gloo" not in _backends(f, c) and not _native(c)),
     ),
 )  # fmt: skip

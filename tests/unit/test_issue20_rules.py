@@ -328,3 +328,29 @@ def test_many_tiny_allreduces_get_larger_buckets_not_smaller() -> None:
     assert "raise bucket_cap_mb" in detail(404, 64 * 1024)
     assert "smaller buckets" not in detail(404, 64 * 1024)
     assert "smaller buckets start earlier" in detail(5, 25 << 20)
+
+
+def test_an_mpi_program_gets_no_pytorch_communication_advice() -> None:
+    """The Jacobi solver (C + MPI, no PyTorch name): its MPI waits get native advice only."""
+    from pathlib import Path
+
+    import gpudiag
+
+    path = (
+        Path(__file__).resolve().parents[2].parent / "shared/traces/nsys/jacobi-mpi/report1.sqlite"
+    )
+    if not path.exists():
+        import pytest
+
+        pytest.skip(f"{path} not present")
+    d = gpudiag.analyze(path, jobs=1)
+    ids = {r.id for r in d.recommendations}
+    assert "native-comm-overlap" in ids
+    assert not ids & {
+        "comm-overlap",
+        "grad-accumulation",
+        "grad-compression",
+        "fsdp-prefetch",
+        "nccl-tuning",
+        "nccl-backend",
+    }
