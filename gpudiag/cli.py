@@ -321,6 +321,19 @@ def _with_alerts(show: Any, monitor: Any) -> Any:
     return with_alerts
 
 
+def _check_run_args(profile_steps: str, nsys_range: str) -> None:
+    """Usage errors of `gpudiag run` that typer cannot see: the window and the nsys range."""
+    from gpudiag.collect import hook
+
+    try:
+        hook.parse_window(profile_steps)
+    except ValueError as e:
+        raise GpudiagError(str(e), "use --profile-steps 5:10 or off", EXIT_USAGE) from e
+    if nsys_range not in ("window", "all"):
+        raise GpudiagError(f"--nsys-range {nsys_range} is not window or all",
+                           "use --nsys-range window or --nsys-range all", EXIT_USAGE)  # fmt: skip
+
+
 def _hang_options(timeout_s: float | None, on_hang: str) -> Any:
     """The watchdog's settings: --hang-timeout, else [tool.gpudiag.hang]; its report printer."""
     from gpudiag.collect import watchdog
@@ -428,16 +441,10 @@ def run(
     ] = "report",
 ) -> None:
     """Run a training command unchanged and capture NVML, traces and step telemetry."""
-    from gpudiag.collect import hook, launcher, watchdog
+    from gpudiag.collect import launcher, watchdog
     from gpudiag.report.live import run_progress
 
-    try:
-        hook.parse_window(profile_steps)
-    except ValueError as e:
-        raise GpudiagError(str(e), "use --profile-steps 5:10 or off", EXIT_USAGE) from e
-    if nsys_range not in ("window", "all"):
-        raise GpudiagError(f"--nsys-range {nsys_range} is not window or all",
-                           "use --nsys-range window or --nsys-range all", EXIT_USAGE)  # fmt: skip
+    _check_run_args(profile_steps, nsys_range)
     opts = launcher.RunOptions(command, out, profile_steps, not no_nvml, nvml_interval, node_rank)
     opts.nsys, opts.nsys_range = nsys, nsys_range
     monitor = _alert_monitor(alerts, alert_exec)
