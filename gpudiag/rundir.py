@@ -56,6 +56,27 @@ def steps_path(run_dir: Path, rank: int) -> Path:
     return run_dir / RANKS_DIR / f"rank-{rank}.steps.jsonl"
 
 
+def appended_step_lines(
+    run_dir: Path, offsets: dict[Path, int]
+) -> Iterator[tuple[int, list[bytes]]]:
+    """(rank, complete lines appended since ``offsets``) for each rank's telemetry file.
+
+    Advances ``offsets`` past the last complete line; a partly written line waits for the
+    next call. Files that vanish or are not named ``rank-N.steps.jsonl`` are skipped.
+    """
+    for path in sorted((run_dir / RANKS_DIR).glob("rank-*.steps.jsonl")):
+        try:
+            rank = int(path.name.split(".")[0].split("-")[1])
+            with open(path, "rb") as f:
+                f.seek(offsets.get(path, 0))
+                data = f.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        end = data.rfind(b"\n") + 1
+        offsets[path] = offsets.get(path, 0) + end
+        yield rank, data[:end].splitlines()
+
+
 def nvml_path(run_dir: Path, host: str) -> Path:
     """Where the sampler of ``host`` appends NVML samples."""
     return run_dir / NVML_DIR / f"{host}.jsonl"

@@ -200,20 +200,9 @@ class StepsTail:
     def poll(self) -> dict[int, RankProgress]:
         """Read the lines appended since the last poll."""
         now = time.monotonic()
-        for path in sorted((self.run_dir / rundir.RANKS_DIR).glob("rank-*.steps.jsonl")):
-            try:
-                rank = int(path.name.split(".")[0].split("-")[1])
-                with open(path, "rb") as f:
-                    f.seek(self.offsets.get(path, 0))
-                    data = f.read()
-            except (OSError, ValueError, IndexError):
-                continue
-            end = data.rfind(b"\n") + 1  # a partly written line waits for the next poll
-            self.offsets[path] = self.offsets.get(path, 0) + end
+        for rank, lines in rundir.appended_step_lines(self.run_dir, self.offsets):
             rp = self.ranks.setdefault(rank, RankProgress())
-            for line in data[:end].splitlines():
-                if b'"type":"step"' in line:
-                    rp.steps += 1
+            rp.steps += sum(b'"type":"step"' in line for line in lines)
             hist = self.history.setdefault(rank, [])
             hist.append((now, rp.steps))
             while len(hist) > 2 and now - hist[0][0] > 10.0:

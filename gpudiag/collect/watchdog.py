@@ -105,18 +105,9 @@ class _Tail:
     def poll(self) -> bool:
         """Read what was appended; True when some rank finished a step."""
         advanced = False
-        for path in sorted((self.run_dir / rundir.RANKS_DIR).glob("rank-*.steps.jsonl")):
-            try:
-                rank = int(path.name.split(".")[0].split("-")[1])
-                with open(path, "rb") as f:
-                    f.seek(self.offsets.get(path, 0))
-                    data = f.read()
-            except (OSError, ValueError, IndexError):
-                continue
-            end = data.rfind(b"\n") + 1
-            self.offsets[path] = self.offsets.get(path, 0) + end
+        for rank, lines in rundir.appended_step_lines(self.run_dir, self.offsets):
             self.steps.setdefault(rank, 0)
-            for line in data[:end].splitlines():
+            for line in lines:
                 if b'"type":"step"' not in line:
                     continue
                 self.steps[rank] += 1
