@@ -264,7 +264,8 @@ def _build(
     findings = with_host_cause(findings, ranks, steps, th)
     findings += exposed_copies(ranks, steps, findings, th)
     findings, lims, limit_notes = judge_evidence(
-        {r.rank: r.evidence.coverage or {} for r in ranks},
+        # only ranks with a trace have facts to judge (telemetry-only ranks have none)
+        {r.rank: r.evidence.coverage for r in ranks if r.evidence.coverage},
         {r.rank: r.meta.dropped for r in results}, findings, th.evidence,
     )  # fmt: skip
     notes += limit_notes
