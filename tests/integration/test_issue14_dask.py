@@ -181,8 +181,10 @@ def test_rank_results_are_bounded_by_steps_and_collectives(tmp_path):
         (res,) = source_results(load_run(path).sources[0], th)
         size = len(pickle.dumps(res, protocol=5))
         colls = len(res.collectives.type) if res.collectives else 0
-        # THEN what crosses back costs a constant, ~100 B a step and ~60 B a collective
-        assert size <= 2500 + 150 * len(res.steps) + 80 * colls, (path, size, res.events)
+        # THEN what crosses back costs a constant (meta + the evidence summaries: device,
+        # workload, host API, kernel families, coverage; ~3.5 kB measured), ~100 B a step and
+        # ~60 B a collective: nothing in it grows with the events
+        assert size <= 4000 + 150 * len(res.steps) + 80 * colls, (path, size, res.events)
         assert res.events > 0
 
 
