@@ -24,7 +24,9 @@ of compute in half-precision kernels (AMP already on) are measured beside them.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +36,7 @@ import numpy.typing as npt
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.classify import RankSets
 from gpudiag.analysis.steps import StepWindows
+from gpudiag.nputil import unique_inverse
 from gpudiag.traces.schema import Kind, RankTimeline
 
 API_CLASSES: dict[str, re.Pattern[str]] = {
@@ -112,7 +115,7 @@ def _host_api(
     rt = np.flatnonzero(host & (tl.kind == Kind.RUNTIME))
     if not rt.size:
         return {}
-    cls_of = _classes(tl.names)[tl.name[rt]]
+    cls_of = _per_event(tl.names, tl.name[rt], _class_of)
     api: dict[str, Any] = {}
     for k, cls in enumerate(API_CLASSES):
         idx = rt[cls_of == k]
@@ -157,7 +160,7 @@ def _kernels(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[s
     comp = kern[tl.kind[kern] == Kind.COMPUTE]
     cdur = (tl.end_ns[comp] - tl.start_ns[comp]).astype(np.float64)
     if cdur.sum() > 0:
-        low = _matches(tl.names, LOW_PRECISION_KERNEL)[tl.name[comp]]
+        low = _per_event(tl.names, tl.name[comp], _found(LOW_PRECISION_KERNEL)).astype(bool)
         out["low_precision_share"] = round(float(cdur[low].sum() / cdur.sum()), 4)
     return out
 
@@ -170,14 +173,14 @@ def _copies(
     cp = np.flatnonzero(gpu & (tl.kind == Kind.MEMCPY))
     if not cp.size:
         return out
-    hd = cp[_matches(tl.names, HOST_DEVICE_COPY)[tl.name[cp]]]
+    hd = cp[_per_event(tl.names, tl.name[cp], _found(HOST_DEVICE_COPY)).astype(bool)]
     alone = iv.subtract(iv.union(tl.start_ns[hd], tl.end_ns[hd]),
                         iv.join(iv.join(sets.compute, sets.comm), sets.data))  # fmt: skip
     per_alone = iv.measure(alone, w.s, w.e)
     if per_alone.sum():
         out["copies_alone"] = {"steps": [int(x) for x in w.numbers],
                                "ns_per_step": [int(x) for x in per_alone]}  # fmt: skip
-    page = cp[_matches(tl.names, PAGEABLE_COPY)[tl.name[cp]]]
+    page = cp[_per_event(tl.names, tl.name[cp], _found(PAGEABLE_COPY)).astype(bool)]
     out["copy_ns"] = int(iv.measure(iv.union(tl.start_ns[cp], tl.end_ns[cp]), w.s, w.e).sum())
     pdur = iv.measure(iv.union(tl.start_ns[page], tl.end_ns[page]), w.s, w.e)
     out["pageable_copy_ns"] = int(pdur.sum())
@@ -194,19 +197,25 @@ def _enclosing_op(tl: RankTimeline, host: npt.NDArray[np.bool_], i: int) -> str:
     return tl.names[int(tl.name[j])]
 
 
-def _classes(names: list[str] | tuple[str, ...] | Any) -> npt.NDArray[np.int64]:
-    """Per distinct name: the index of its class in :data:`API_CLASSES`, else -1."""
-    out = np.full(len(names), -1, np.int64)
-    for i, n in enumerate(names):
-        for k, pat in enumerate(API_CLASSES.values()):
-            if pat.search(n):
-                out[i] = k
-                break
-    return out
+@functools.lru_cache(maxsize=1 << 15)
+def _class_of(name: str) -> int:
+    """The index of the name's class in :data:`API_CLASSES`, else -1."""
+    return next((k for k, pat in enumerate(API_CLASSES.values()) if pat.search(name)), -1)
 
 
-def _matches(names: Any, pat: re.Pattern[str]) -> npt.NDArray[np.bool_]:
-    return np.array([bool(pat.search(n)) for n in names], bool)
+def _per_event(
+    names: Sequence[str], name_ids: npt.NDArray[Any], judge: Callable[[str], Any]
+) -> npt.NDArray[np.int64]:
+    """``judge`` of each event's name, each distinct name judged once."""
+    if not name_ids.size:
+        return np.zeros(0, np.int64)
+    distinct, inverse = unique_inverse(name_ids)
+    return np.array([judge(names[i]) for i in distinct.tolist()], np.int64)[inverse]
+
+
+def _found(pat: re.Pattern[str]) -> Callable[[str], int]:
+    """1 where the pattern occurs in the name, else 0."""
+    return lambda name: int(pat.search(name) is not None)
 
 
 def _inside(t: npt.NDArray[np.int64], s: npt.NDArray[np.int64], e: npt.NDArray[np.int64]) -> Any:

@@ -29,6 +29,7 @@ covers cuDNN convolutions and attention, not only GEMMs.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -75,6 +76,12 @@ def family(name: str, kind: int | None = None) -> str:
         return "memcpy"
     if kind == Kind.COMM:
         return "communication"
+    return _name_family(name)
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _name_family(name: str) -> str:
+    """The family by name alone (ranks of one job share their kernels: cached)."""
     # the kernel's own name first: its template and argument lists name other things —
     # unless it is a generic one (CUTLASS's and cuDNN's ``Kernel<…>``): then they say it
     base = _TEMPLATE.split(name, maxsplit=1)[0]
@@ -277,6 +284,7 @@ _ARGS = re.compile(r"(?<=[\w\]>])[<(]")  # a template or parameter list right af
 _ANON = re.compile(r"\(anonymous namespace\)::|<unnamed>::")
 
 
+@functools.lru_cache(maxsize=1 << 15)
 def display_name(name: str) -> str:
     """A kernel or operator name as a person reads it in a table (one row per kernel).
 

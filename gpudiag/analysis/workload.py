@@ -21,6 +21,7 @@ graphs already replayed), ``training`` (an optimizer step or backward operators)
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -61,6 +62,12 @@ SIGNS: dict[str, re.Pattern[str]] = {
 }
 
 
+@functools.lru_cache(maxsize=1 << 15)
+def _tags(name: str) -> tuple[str, ...]:
+    """The tags whose sign the name carries (ranks of one job share their names: cached)."""
+    return tuple(tag for tag, sign in SIGNS.items() if sign.search(name))
+
+
 def recognise(counts: Iterable[tuple[str, int]]) -> dict[str, dict[str, Any]]:
     """Tag → ``{"count": intervals matched, "names": up to three of their names}``.
 
@@ -71,12 +78,11 @@ def recognise(counts: Iterable[tuple[str, int]]) -> dict[str, dict[str, Any]]:
     for name, n in counts:
         if n <= 0:
             continue
-        for tag, sign in SIGNS.items():
-            if sign.search(name):
-                hit = out.setdefault(tag, {"count": 0, "names": []})
-                hit["count"] += int(n)
-                if len(hit["names"]) < 3:
-                    hit["names"].append(name if len(name) <= 60 else name[:57] + "...")
+        for tag in _tags(name):
+            hit = out.setdefault(tag, {"count": 0, "names": []})
+            hit["count"] += int(n)
+            if len(hit["names"]) < 3:
+                hit["names"].append(name if len(name) <= 60 else name[:57] + "...")
     return out
 
 

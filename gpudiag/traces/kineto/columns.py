@@ -20,7 +20,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from gpudiag.nputil import unique_index
+from gpudiag.nputil import unique, unique_index
 from gpudiag.traces.common import TIME_MAX_NS, TIME_MIN_NS, NamePatterns, refine_kinds
 from gpudiag.traces.kineto.events import SKIPPED_PHASES, Args
 from gpudiag.traces.schema import Kind
@@ -97,6 +97,8 @@ _GET_TID = attrgetter("tid")
 _GET_TS = attrgetter("ts")
 _GET_DUR = attrgetter("dur")
 _GET_ARGS = attrgetter("args")
+_GET_EXT = attrgetter("external_id")
+_GET_EXT_LEGACY = attrgetter("external_id_legacy")
 _GET_CORR = attrgetter("correlation")
 
 
@@ -354,13 +356,14 @@ class Columns:
         """Keep the External ids of host operators: holes in them mean a sampled trace."""
         ops = np.flatnonzero(((kind == Kind.CPU_OP) | (kind == Kind.COMM)) & ~is_gpu)
         if ops.size:
-            self._ext_ids.append(np.fromiter(
-                (max(args[i].external_id, args[i].external_id_legacy) for i in ops.tolist()),
-                np.int64, ops.size))  # fmt: skip
+            sel = list(map(args.__getitem__, ops.tolist()))
+            ext = np.fromiter(map(_GET_EXT, sel), np.int64, ops.size)
+            legacy = np.fromiter(map(_GET_EXT_LEGACY, sel), np.int64, ops.size)
+            self._ext_ids.append(np.maximum(ext, legacy))
 
     def coverage(self) -> dict[str, int]:
         """Host-operator External ids present, their span and the holes between them."""
-        ids = np.unique(np.concatenate(self._ext_ids)) if self._ext_ids else np.zeros(0, np.int64)
+        ids = unique(np.concatenate(self._ext_ids)) if self._ext_ids else np.zeros(0, np.int64)
         ids = ids[ids >= 0]
         if ids.size < 2:
             return {}
