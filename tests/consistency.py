@@ -22,6 +22,9 @@ here only agreement is checked:
   straggler; a "no bottleneck" verdict that names a finding names that pipeline's info
   finding and quotes its bubble;
 * the console's header and its table quote the same step statistics for a single rank;
+  the run's median and p90 are those of every analysed (rank, step), each rank's those of
+  its own steps (computed here), and a header over several ranks says "over all ranks'
+  steps";
 * "idle X% (above T%)" only when X is above T;
 * a kernel in the communication family contributes to communication time (GPU runs).
 """
@@ -30,6 +33,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+import numpy as np
 
 #: The what-if field each remedy's gain is (the change the remedy makes).
 REMEDY_WHAT_IF = {
@@ -173,6 +178,32 @@ def _prose(d: dict[str, Any], text: str, out: list[str]) -> None:
                if re.search(rf"additive with[^.\n]*\b{re.escape(rid)}\b", text))  # fmt: skip
 
 
+def _stats(durs: list[int]) -> tuple[int, int]:
+    """(median, p90) of step times, computed here (numpy's linear percentile)."""
+    if not durs:
+        return 0, 0
+    return round(float(np.percentile(durs, 50))), round(float(np.percentile(durs, 90)))
+
+
+def _step_stats(d: dict[str, Any], text: str, out: list[str]) -> None:
+    """Header and rows: one statistics function, the header's over every (rank, step)."""
+    if not d["steps"]:
+        return
+    run = (d["run"]["step_time_ns_median"], d["run"]["step_time_ns_p90"])
+    if run != _stats([s["duration_ns"] for s in d["steps"]]):
+        out.append(f"run median/p90 {run} are not those of all its steps")
+    for r in d["ranks"]:
+        mine = [s["duration_ns"] for s in d["steps"] if s["rank"] == r["rank"]]
+        if r["steps"] and (r["step_time_ns_median"], r["step_time_ns_p90"]) != _stats(mine):
+            out.append(f"rank {r['rank']}: median/p90 are not those of its steps")
+    if (
+        text
+        and sum(1 for r in d["ranks"] if r["steps"]) > 1
+        and (re.search(r"step time median .*p90 \S+ \S+ over all ranks' steps", text) is None)
+    ):
+        out.append("a header of several ranks' step times does not say it is over all of them")
+
+
 def _header(d: dict[str, Any], text: str, out: list[str]) -> None:
     if len(d["ranks"]) != 1:
         return
@@ -208,6 +239,7 @@ def problems(d: dict[str, Any], console: str = "") -> list[str]:
                 _shares(f"rank {r['rank']}", r["shares"], out)
     _verdict(d, out)
     _pipeline(d, out)
+    _step_stats(d, console, out)
     _what_if(d, out)
     _comm_family(d, out)
     if console:

@@ -19,6 +19,7 @@ from gpudiag.report.format import (
     flagged,
     idle_threshold,
     mode_label,
+    step_time_scope,
     whole_run_steps,
     window_label,
 )
@@ -155,9 +156,10 @@ def _summary(con: Console, d: Diagnosis) -> None:
         head.append(f" of {r.world_size}")
     head.append(f" · {mode_label(r.mode)}")
     con.print(head)
-    window = (f"{window_label(r.mode)}: {words.plural(r.steps, 'step')} · step time median "
-              f"{duration(r.step_time_ns_median)}, p90 {duration(r.step_time_ns_p90)}")  # fmt: skip
-    con.print(Text(window))
+    label = f"{window_label(r.mode)}: "
+    _print_wrapped(con, Text(label), f"{words.plural(r.steps, 'step')} · step time "
+                   f"median {duration(r.step_time_ns_median)}, p90 "
+                   f"{duration(r.step_time_ns_p90)}{step_time_scope(d)}")  # fmt: skip
     kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
     if kinds:  # a median that describes neither kind of step: say both
         _print_wrapped(con, Text("  "), kinds)
