@@ -406,7 +406,10 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
             change = f"{(v - cur) / cur:+.0%}"
             return f"{duration(v)} ({'no change' if change in ('+0%', '-0%') else change})"
 
-        text = (f"what if: comm fully overlapped → {delta(w.if_comm_overlapped_ns)} · "
+        # a pipeline's communication wait is its bubble, which no overlap removes
+        pipe = " (its waits are the pipeline's bubble)" if (
+            d.collectives is not None and d.collectives.pipeline is not None) else ""  # fmt: skip
+        text = (f"what if: comm fully overlapped{pipe} → {delta(w.if_comm_overlapped_ns)} · "
                 f"no data wait → {delta(w.if_no_data_wait_ns)}")  # fmt: skip
         if w.if_straggler_at_median_speed_ns is not None:
             text += f" · straggler at median speed → {delta(w.if_straggler_at_median_speed_ns)}"
