@@ -17,7 +17,14 @@ here only agreement is checked:
   overlap: comm fully overlapped; straggler: at median speed) and its ratio is that gain over
   the what-if's step;
 * prose never shows a remedy id where a title belongs ("not additive with nccl-tuning");
+* a recognised pipeline (``collectives.pipeline``) has exactly one ``pipeline_bubble``
+  finding, at any bubble size, and none of its stages is called communication-bound or a
+  straggler; a "no bottleneck" verdict that names a finding names that pipeline's info
+  finding and quotes its bubble;
 * the console's header and its table quote the same step statistics for a single rank;
+  the run's median and p90 are those of every analysed (rank, step), each rank's those of
+  its own steps (computed here), and a header over several ranks says "over all ranks'
+  steps";
 * "idle X% (above T%)" only when X is above T;
 * a kernel in the communication family contributes to communication time (GPU runs).
 """
@@ -26,6 +33,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+import numpy as np
 
 #: The what-if field each remedy's gain is (the change the remedy makes).
 REMEDY_WHAT_IF = {
@@ -69,6 +78,9 @@ def _finding_share(f: dict[str, Any]) -> float | None:
 def _verdict(d: dict[str, Any], out: list[str]) -> None:
     v = d.get("verdict") or {}
     kind = v.get("bottleneck")
+    if kind == "none" and v.get("finding") is not None:
+        _within_schedule(d, v, out)
+        return
     # no finding to quote: no bottleneck, a verdict withheld for want of evidence (issue 20),
     # or how the run ended (hang, mismatch, failure, interrupt: their own findings, issue 21)
     if not kind or kind in ("none", "unknown", "hang", "mismatch", "failure", "interrupted"):
@@ -91,6 +103,33 @@ def _verdict(d: dict[str, Any], out: list[str]) -> None:
         out.append(f"headline says {pct[0]}% but its finding's metric is {want:.1%}")
     if kind == "straggler":
         _straggler(d, f, head, out)
+
+
+def _within_schedule(d: dict[str, Any], v: dict[str, Any], out: list[str]) -> None:
+    """A "no bottleneck" verdict naming a finding names a pipeline within its threshold."""
+    idx = v["finding"]
+    f = d["findings"][idx] if isinstance(idx, int) and 0 <= idx < len(d["findings"]) else None
+    if f is None or f["kind"] != "pipeline_bubble" or f["severity"] != "info":
+        out.append(f"a 'no bottleneck' verdict names finding {idx!r}, not a pipeline within "
+                   "its threshold")  # fmt: skip
+        return
+    want = _finding_share(f)
+    if want is not None and f"{round(100 * want)}%" not in v["headline"]:
+        out.append(f"'no bottleneck' names the pipeline but not its bubble {want:.0%}")
+
+
+def _pipeline(d: dict[str, Any], out: list[str]) -> None:
+    """A recognised pipeline always has its finding, and a pipeline finding its section."""
+    pipe = (d.get("collectives") or {}).get("pipeline")
+    found = [f for f in d["findings"] if f["kind"] == "pipeline_bubble"]
+    if pipe and len(found) != 1:
+        out.append(f"a pipeline of {pipe['stages']} stages with {len(found)} pipeline findings")
+    if found and not pipe:
+        out.append("a pipeline finding without the collectives' pipeline section")
+    stages = set(pipe["stage_ranks"]) if pipe else set()
+    out.extend(f"a pipeline stage's receive waits called {f['kind']} (ranks {f['ranks']})"
+               for f in d["findings"] if f["kind"] in ("comm_bound", "straggler")
+               and f["ranks"] and set(f["ranks"]) <= stages)  # fmt: skip
 
 
 def _straggler(d: dict[str, Any], f: dict[str, Any], head: str, out: list[str]) -> None:
@@ -139,6 +178,32 @@ def _prose(d: dict[str, Any], text: str, out: list[str]) -> None:
                if re.search(rf"additive with[^.\n]*\b{re.escape(rid)}\b", text))  # fmt: skip
 
 
+def _stats(durs: list[int]) -> tuple[int, int]:
+    """(median, p90) of step times, computed here (numpy's linear percentile)."""
+    if not durs:
+        return 0, 0
+    return round(float(np.percentile(durs, 50))), round(float(np.percentile(durs, 90)))
+
+
+def _step_stats(d: dict[str, Any], text: str, out: list[str]) -> None:
+    """Header and rows: one statistics function, the header's over every (rank, step)."""
+    if not d["steps"]:
+        return
+    run = (d["run"]["step_time_ns_median"], d["run"]["step_time_ns_p90"])
+    if run != _stats([s["duration_ns"] for s in d["steps"]]):
+        out.append(f"run median/p90 {run} are not those of all its steps")
+    for r in d["ranks"]:
+        mine = [s["duration_ns"] for s in d["steps"] if s["rank"] == r["rank"]]
+        if r["steps"] and (r["step_time_ns_median"], r["step_time_ns_p90"]) != _stats(mine):
+            out.append(f"rank {r['rank']}: median/p90 are not those of its steps")
+    if (
+        text
+        and sum(1 for r in d["ranks"] if r["steps"]) > 1
+        and (re.search(r"step time median .*p90 \S+ \S+ over all ranks' steps", text) is None)
+    ):
+        out.append("a header of several ranks' step times does not say it is over all of them")
+
+
 def _header(d: dict[str, Any], text: str, out: list[str]) -> None:
     if len(d["ranks"]) != 1:
         return
@@ -173,6 +238,8 @@ def problems(d: dict[str, Any], console: str = "") -> list[str]:
             if r["steps"]:
                 _shares(f"rank {r['rank']}", r["shares"], out)
     _verdict(d, out)
+    _pipeline(d, out)
+    _step_stats(d, console, out)
     _what_if(d, out)
     _comm_family(d, out)
     if console:

@@ -68,6 +68,7 @@ from gpudiag.analysis.model import (
     RankSummary,
     Recommendation,
     RunSummary,
+    Severity,
     StepBreakdown,
     WhatIf,
 )
@@ -201,6 +202,8 @@ PIPELINE = Remedy(
     detail=_pipe_detail,
     gain=_pipe_gain,
     evidence=lambda f, c: f.metrics.to_json(),
+    # a bubble within the threshold: worth it only while more micro-batches would shrink it
+    applies=lambda f, c: f.severity != Severity.INFO or _pipe_gain(f, c) is not None,
 )
 
 

@@ -233,7 +233,7 @@ def _build(
     notes = list(notes) + step_range_notes(results)
     findings = idle_findings(ranks, steps, th) + source_findings(results, run) + warm
     findings += list(extra_findings)
-    findings += variability(steps, th.variability, ranks)
+    findings += variability(steps, th.variability, ranks, th.steady)
     kernels = combine_kernels([r.evidence.kernels for r in ranks])
     findings += compute_bound(run, kernels, th.advice)
     colls = [r.collectives for r in results if r.collectives is not None]

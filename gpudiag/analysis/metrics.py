@@ -131,7 +131,7 @@ class VariabilityMetrics(FindingMetrics):
 
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.STEP_VARIABILITY,)
 
-    pattern: str  # "jitter", "outlier", "stalls", "regime_change"
+    pattern: str  # "jitter", "outlier", "stalls", "regime_change", "two_kinds"
     median_ns: int
     p90_ns: int
     min_ns: int
@@ -147,6 +147,8 @@ class VariabilityMetrics(FindingMetrics):
     cause: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
     # otherwise the part of the step that grows in the slow steps ("data_wait", …)
     grows: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    # two kinds of step (analysis/modes.py): each kind's steps, median_ns, min_ns, max_ns
+    modes: list[dict[str, int]] | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def share(self) -> float:  # noqa: D102
         return self.excess_share

@@ -17,9 +17,11 @@ micro-batches per step (forward sends per step of the first stage):
   unknown schedule and not compared;
 * the **schedule's bubble** for GPipe and 1F1B is (p − 1) / (m + p − 1).
 
-A ``pipeline_bubble`` finding is raised when the measured bubble or the schedule's own
-bubble exceeds the idle threshold, or the measured bubble exceeds the schedule's by more
-than ``pipeline.imbalance_margin``. The schedule's bubble also holds each stage's idle
+Every recognised pipeline has a ``pipeline_bubble`` finding: a warning when the measured
+bubble or the schedule's own bubble exceeds the idle threshold, or the measured bubble
+exceeds the schedule's by more than ``pipeline.imbalance_margin``; else an info finding
+that says the bubble is within the threshold (so a pipeline's receive waits are never left
+unexplained, whatever its bubble). The schedule's bubble also holds each stage's idle
 drain at the end of a step (stage s finishes its backward s slots early), which is not a
 receive wait: a balanced GPipe pipeline measures below (p − 1)/(m + p − 1), so only an
 excess is compared. The excess
@@ -122,8 +124,7 @@ def find_pipeline(
         stage_bubble_ratio={str(r): v for r, v in bubbles.items()},
     )
     excess = measured - ideal if schedule != "unknown" else 0.0
-    if max(measured, ideal) <= idle_ratio_max and excess <= rules.imbalance_margin:
-        return section, []
+    within = max(measured, ideal) <= idle_ratio_max and excess <= rules.imbalance_margin
     why = []
     if m < target_m:
         why.append(f"{m} micro-batches for {p} stages leave a schedule bubble of {ideal:.0%}; "
@@ -133,17 +134,28 @@ def find_pipeline(
                    "compared with a schedule's")  # fmt: skip
     elif excess > rules.imbalance_margin:
         why.append(_excess_cause(excess, compute, rules))
-    name = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(schedule, "unknown schedule")
-    stages_text = ", ".join(f"rank {r}: {v:.0%}" for r, v in bubbles.items())
+    if within:
+        # recognised at any bubble size: its receive waits are the bubble, said once
+        why.insert(0, f"within the {idle_ratio_max:.0%} idle threshold: the stages' receive "
+                   "waits are this bubble, not communication left unhidden")  # fmt: skip
     finding = Finding(
-        kind=FindingKind.PIPELINE_BUBBLE, severity=Severity.WARNING,
-        message=(f"pipeline of {p} stages ({name}, m = {m}): {measured:.0%} of step time "
-                 f"blocked waiting for the neighbouring stage ({stages_text}); the schedule's "
-                 f"bubble (p−1)/(m+p−1) is {ideal:.0%}" + ("; " + "; ".join(why) if why else "")),
+        kind=FindingKind.PIPELINE_BUBBLE,
+        severity=Severity.INFO if within else Severity.WARNING,
+        message=_message(section, bubbles) + ("; " + "; ".join(why) if why else ""),
         ranks=stage_ranks,
         metrics=section,
-    )  # fmt: skip
+    )
     return section, [finding]
+
+
+def _message(pipe: PipelineSummary, bubbles: dict[int, float]) -> str:
+    """What the finding says first: stages, schedule, m, measured and schedule bubble."""
+    name = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(pipe.schedule, "unknown schedule")
+    stages_text = ", ".join(f"rank {r}: {v:.0%}" for r, v in bubbles.items())
+    return (f"pipeline of {pipe.stages} stages ({name}, m = {pipe.micro_batches}): "
+            f"{pipe.bubble_ratio:.0%} of step time blocked waiting for the neighbouring stage "
+            f"({stages_text}); the schedule's bubble (p−1)/(m+p−1) is "
+            f"{pipe.ideal_bubble_ratio:.0%}")  # fmt: skip
 
 
 def _bubble(rank: RankSummary, steps: Sequence[StepBreakdown]) -> float:

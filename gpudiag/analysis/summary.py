@@ -21,6 +21,16 @@ def _percentile(values: np.ndarray[Any, Any], q: float) -> int:
     return round(float(np.percentile(values, q))) if values.size else 0
 
 
+def step_time_stats(durations: Sequence[int]) -> tuple[int, int]:
+    """(median, p90) of step times, ns: the one function behind every header and table.
+
+    The run's figures are it over every analysed (rank, step), each rank's over its own
+    steps; with several ranks they can differ from every row, and renderers say so.
+    """
+    arr = np.asarray(durations, dtype=np.int64)
+    return _percentile(arr, 50), _percentile(arr, 90)
+
+
 def _gpu_idle(steps: Sequence[StepBreakdown]) -> float | None:
     """Time-weighted GPU idle (no GPU activity of any kind); None without GPU steps."""
     gpu = [s for s in steps if s.gpu_idle_ns is not None]
@@ -44,13 +54,13 @@ def _shares(steps: Sequence[StepBreakdown]) -> tuple[Shares, float, float, float
 
 def summarize_rank(res: RankResult) -> RankSummary:
     """A rank's summary over its analysed steps."""
-    durs = np.array([s.duration_ns for s in res.steps], dtype=np.int64)
+    median, p90 = step_time_stats([s.duration_ns for s in res.steps])
     shares, ov, idle, hidden = _shares(res.steps)
     return RankSummary(
         rank=res.rank,
         steps=len(res.steps),
-        step_time_ns_median=_percentile(durs, 50),
-        step_time_ns_p90=_percentile(durs, 90),
+        step_time_ns_median=median,
+        step_time_ns_p90=p90,
         shares=shares,
         comm_overlapped_ratio=ov,
         comm_hidden_ratio=hidden,
@@ -67,7 +77,7 @@ def summarize_rank(res: RankResult) -> RankSummary:
 
 def run_summary(results: Sequence[RankResult], steps: Sequence[StepBreakdown]) -> RunSummary:
     """The run's summary over every rank's analysed steps."""
-    durs = np.array([s.duration_ns for s in steps], dtype=np.int64)
+    median, p90 = step_time_stats([s.duration_ns for s in steps])
     shares, ov, idle, _ = _shares(steps)
     modes = {r.mode for r in results}
     world = [r.meta.world_size for r in results if r.meta.world_size]
@@ -75,8 +85,8 @@ def run_summary(results: Sequence[RankResult], steps: Sequence[StepBreakdown]) -
         ranks=len(results),
         world_size=max(world) if world else None,
         steps=len({s.step for s in steps}),
-        step_time_ns_median=_percentile(durs, 50),
-        step_time_ns_p90=_percentile(durs, 90),
+        step_time_ns_median=median,
+        step_time_ns_p90=p90,
         shares=shares,
         comm_overlapped_ratio=ov,
         idle_ratio=idle,

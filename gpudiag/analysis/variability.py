@@ -24,6 +24,7 @@ symptom, its cause is in the other findings or in the slow steps themselves.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,7 +34,8 @@ from gpudiag.analysis import words
 from gpudiag.analysis.causes import LABEL, ev, fmt_ns, waits_for
 from gpudiag.analysis.metrics import VariabilityMetrics
 from gpudiag.analysis.model import Finding, FindingKind, RankSummary, Severity, StepBreakdown
-from gpudiag.config import VariabilityRules
+from gpudiag.analysis.modes import step_modes
+from gpudiag.config import SteadyRules, VariabilityRules
 
 
 def _ms(ns: float) -> str:
@@ -141,7 +143,10 @@ def _part(
 
 
 def variability(
-    steps: Sequence[StepBreakdown], rules: VariabilityRules, ranks: Sequence[RankSummary] = ()
+    steps: Sequence[StepBreakdown],
+    rules: VariabilityRules,
+    ranks: Sequence[RankSummary] = (),
+    steady: SteadyRules | None = None,
 ) -> list[Finding]:
     """The step-variability finding of a run, if its steps vary (module docstring)."""
     nums, dur, slowest = job_steps([s for s in steps if s.duration_ns > 0])
@@ -164,37 +169,11 @@ def variability(
         "p90_p10_ratio": round(spread, 3),
         "steps_ns": {str(n): d for n, d in zip(nums, dur, strict=True)},
     }
-    regime = _regime(nums, dur, rules)
-    slow = [n for n, d in zip(nums, dur, strict=True) if d > rules.outlier_factor * med]
-    if regime is not None:
-        k, r = regime
-        before, after = float(np.median(arr[:k])), float(np.median(arr[k:]))
-        what = "slower" if r > 1 else "faster"
-        text = (f"regime change: from step {nums[k]} on, steps take {_ms(after)} against "
-                f"{_ms(before)} before ({max(r, 1 / r):.1f}× {what}; "
-                f"steps {nums[0]}–{nums[k - 1]} then {nums[k]}–{nums[-1]})")  # fmt: skip
-        kind, named = "regime_change", nums[k:] if r > 1 else nums[:k]
-        metrics |= {"change_at_step": nums[k], "regime_ratio": round(r, 3),
-                    "median_before_ns": round(before), "median_after_ns": round(after)}  # fmt: skip
-    elif len(slow) == 1:
-        n = slow[0]
-        d = dur[nums.index(n)]
-        text = (f"single outlier: step {n} took {_ms(d)}, {d / med:.1f}× the median "
-                f"{_ms(med)} (slowest rank {slowest[n]})")  # fmt: skip
-        kind, named = "outlier", slow
-    elif slow:
-        text = (f"{len(slow)} of {len(nums)} steps stall: steps {_list(slow)} take "
-                f"{_ms(min(dur[nums.index(n)] for n in slow))}–{_ms(hi)} against a median "
-                f"of {_ms(med)}")  # fmt: skip
-        kind, named = "stalls", slow
-    elif ratio > rules.p90_factor or spread > rules.spread_factor:
-        top = sorted(nums, key=lambda n: -dur[nums.index(n)])[:3]
-        text = (f"step times vary from {_ms(lo)} to {_ms(hi)} (p90/median {ratio:.2f}, "
-                f"median {_ms(med)}); slowest: steps {_list(sorted(top))}")  # fmt: skip
-        kind, named = "jitter", sorted(top)
-    else:
+    found_pattern = _pattern(nums, dur, slowest, rules, steady or SteadyRules(), metrics)
+    if found_pattern is None:
         return []
-    excess = sum(max(0.0, dur[nums.index(n)] - med) for n in named)
+    text, kind, named, base = found_pattern
+    excess = sum(max(0.0, dur[nums.index(n)] - base) for n in named)
     if excess > 0:
         why, found = _why(named, excess, slowest, ranks)
         if not why:
@@ -202,9 +181,9 @@ def variability(
         text += why
         metrics |= found
     metrics["excess_share"] = round(
-        sum(max(0, dur[nums.index(n)] - med) for n in named) / float(arr.sum()), 4
+        sum(max(0.0, dur[nums.index(n)] - base) for n in named) / float(arr.sum()), 4
     )
-    severe = ratio >= rules.severe_factor or (regime is not None)
+    severe = ratio >= rules.severe_factor or kind == "regime_change"
     return [
         Finding(
             kind=FindingKind.STEP_VARIABILITY,
@@ -215,6 +194,64 @@ def variability(
             metrics=VariabilityMetrics(**{**metrics, "pattern": kind}),
         )
     ]
+
+
+def _pattern(
+    nums: list[int], dur: list[int], slowest: dict[int, int], rules: VariabilityRules,
+    steady: SteadyRules, metrics: dict[str, Any],
+) -> tuple[str, str, list[int], float] | None:  # fmt: skip
+    """(message, pattern, the steps it names, the time their excess is over), or None.
+
+    Adds the pattern's own figures to ``metrics``.
+    """
+    arr = np.asarray(dur, np.float64)
+    med, hi = float(np.median(arr)), float(arr.max())
+    ratio = float(np.percentile(arr, 90)) / med
+    p10 = float(np.percentile(arr, 10))
+    spread = float(np.percentile(arr, 90)) / p10 if p10 > 0 else float("inf")
+    regime = _regime(nums, dur, rules)
+    slow = [n for n, d in zip(nums, dur, strict=True) if d > rules.outlier_factor * med]
+    kinds = step_modes(dur, steady) if regime is None else []
+    both = ""
+    if kinds:
+        # two kinds of step: a median describes neither; name both (and the slow ones)
+        fast, slow_kind = kinds
+        metrics["modes"] = [dataclasses.asdict(k) for k in kinds]
+        both = (f"two kinds of step: {fast.steps} around {_ms(fast.median_ns)} "
+                f"({_ms(fast.min_ns)}–{_ms(fast.max_ns)}) and {slow_kind.steps} around "
+                f"{_ms(slow_kind.median_ns)} ({_ms(slow_kind.min_ns)}–{_ms(slow_kind.max_ns)}), "
+                f"{slow_kind.median_ns / fast.median_ns:.1f}× as long")  # fmt: skip
+        if len(slow) < 2:  # the slow kind is not a set of stalls over the median: name it
+            named = [n for n, d in zip(nums, dur, strict=True) if d > fast.max_ns]
+            return (f"{both}; the slow ones: steps {_list(named)} (a median of {_ms(med)} "
+                    "describes neither)", "two_kinds", named, float(fast.median_ns))  # fmt: skip
+    if regime is not None:
+        k, r = regime
+        before, after = float(np.median(arr[:k])), float(np.median(arr[k:]))
+        what = "slower" if r > 1 else "faster"
+        text = (f"regime change: from step {nums[k]} on, steps take {_ms(after)} against "
+                f"{_ms(before)} before ({max(r, 1 / r):.1f}× {what}; "
+                f"steps {nums[0]}–{nums[k - 1]} then {nums[k]}–{nums[-1]})")  # fmt: skip
+        metrics |= {"change_at_step": nums[k], "regime_ratio": round(r, 3),
+                    "median_before_ns": round(before), "median_after_ns": round(after)}  # fmt: skip
+        return text, "regime_change", nums[k:] if r > 1 else nums[:k], med
+    if len(slow) == 1:
+        n = slow[0]
+        d = dur[nums.index(n)]
+        return (f"single outlier: step {n} took {_ms(d)}, {d / med:.1f}× the median "
+                f"{_ms(med)} (slowest rank {slowest[n]})", "outlier", slow, med)  # fmt: skip
+    if slow:
+        against = (f"; {both} (a median of {_ms(med)} describes neither)" if both
+                   else f" against a median of {_ms(med)}")  # fmt: skip
+        return (f"{len(slow)} of {len(nums)} steps stall: steps {_list(slow)} take "
+                f"{_ms(min(dur[nums.index(n)] for n in slow))}–{_ms(hi)}{against}", "stalls",
+                slow, med)  # fmt: skip
+    if ratio > rules.p90_factor or spread > rules.spread_factor:
+        top = sorted(sorted(nums, key=lambda n: -dur[nums.index(n)])[:3])
+        return (f"step times vary from {_ms(float(arr.min()))} to {_ms(hi)} (p90/median "
+                f"{ratio:.2f}, median {_ms(med)}); slowest: steps {_list(top)}", "jitter", top,
+                med)  # fmt: skip
+    return None
 
 
 def _steps(nums: Sequence[int]) -> str:

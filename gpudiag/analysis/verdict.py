@@ -22,7 +22,15 @@ from gpudiag.analysis import words
 from gpudiag.analysis.causes import mx
 from gpudiag.analysis.evidence import WITHHOLD, Limit
 from gpudiag.analysis.metrics import JobFailedMetrics, LateArrivalMetrics, StragglerMetrics
-from gpudiag.analysis.model import Finding, FindingKind, Mode, RunSummary, Severity, Verdict
+from gpudiag.analysis.model import (
+    Finding,
+    FindingKind,
+    Mode,
+    PipelineSummary,
+    RunSummary,
+    Severity,
+    Verdict,
+)
 
 BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "copy", "variability",
                "none", "unknown", "hang", "mismatch", "failure", "interrupted")  # fmt: skip
@@ -64,14 +72,37 @@ def verdict(run: RunSummary, findings: Sequence[Finding], lims: Sequence[Limit] 
     ended = _ended(findings)
     if ended is not None:
         return ended
-    named = [f for f in findings if f.kind in _KIND]
+    # a pipeline whose bubble is within the threshold is no bottleneck; the line says it
+    within = [f for f in findings if _within_schedule(f)]
+    named = [f for f in findings if f.kind in _KIND and not _within_schedule(f)]
     index = {id(f): i for i, f in enumerate(findings)}
     if run.mode == Mode.TELEMETRY:  # no trace: every number is the step telemetry's
         return _telemetry_basis(_verdict(run, named, index))
     uneven = [f for f in findings if f.kind == FindingKind.STEP_VARIABILITY
               and f.severity != Severity.INFO and mx(f, "pattern") != "jitter"
               and float(mx(f, "excess_share", 0.0)) >= 0.5]  # fmt: skip
-    return _limited(_verdict(run, named, index, uneven), run, lims)
+    return _limited(_verdict(run, named, index, uneven, within[:1]), run, lims)
+
+
+def _within_schedule(f: Finding) -> bool:
+    """An info pipeline finding: a pipeline recognised, its bubble within the threshold."""
+    return f.kind == FindingKind.PIPELINE_BUBBLE and f.severity == Severity.INFO
+
+
+def _no_bottleneck(run: RunSummary, pipe: Sequence[Finding], index: dict[int, int]) -> Verdict:
+    """No bottleneck: how the step splits, and a pipeline's bubble when there is one."""
+    c, idle = run.shares.compute, run.idle_ratio
+    head = f"no bottleneck: compute {words.percent(c)}, non-compute idle {words.percent(idle)}"
+    if pipe:
+        pm = pipe[0].metrics_as(PipelineSummary)
+        name = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(pm.schedule, "unknown schedule")
+        head = (f"no bottleneck beyond the pipeline's bubble: compute {words.percent(c)}; "
+                f"{pm.stages} stages ({name}, m = {pm.micro_batches}) idle "
+                f"{words.percent(pm.share())} of each step by their schedule "
+                f"({words.percent(pm.bubble_ratio)} measured waiting for a neighbour), within "
+                "the idle threshold")  # fmt: skip
+    return Verdict(headline=head, bottleneck="none", share=c, ranks=[], basis=PROFILED,
+                   finding=index[id(pipe[0])] if pipe else None)  # fmt: skip
 
 
 def _host_words(cause: Any) -> str:
@@ -139,6 +170,7 @@ def _verdict(
     named: Sequence[Finding],
     index: dict[int, int],
     uneven: Sequence[Finding] = (),
+    within: Sequence[Finding] = (),
 ) -> Verdict:
     if not named and uneven:
         # no steady bottleneck, but a few steps hold the time: name them
@@ -147,15 +179,7 @@ def _verdict(
                        share=float(mx(u, "excess_share", 0.0)), ranks=list(u.ranks),
                        basis=PROFILED, finding=index.get(id(u)))  # fmt: skip
     if not named:
-        c, idle = run.shares.compute, run.idle_ratio
-        return Verdict(
-            headline=f"no bottleneck: compute {words.percent(c)}, non-compute idle "
-            f"{words.percent(idle)}",
-            bottleneck="none",
-            share=c,
-            ranks=[],
-            basis=PROFILED,
-        )
+        return _no_bottleneck(run, within, index)
     f = min(named, key=lambda f: (Severity(f.severity).order, -_share(f)))
     f = _root_cause(run, f, named)
     kind = _KIND[f.kind]

@@ -19,6 +19,7 @@ from gpudiag.report.format import (
     flagged,
     idle_threshold,
     mode_label,
+    step_time_scope,
     whole_run_steps,
     window_label,
 )
@@ -155,9 +156,10 @@ def _summary(con: Console, d: Diagnosis) -> None:
         head.append(f" of {r.world_size}")
     head.append(f" · {mode_label(r.mode)}")
     con.print(head)
-    window = (f"{window_label(r.mode)}: {words.plural(r.steps, 'step')} · step time median "
-              f"{duration(r.step_time_ns_median)}, p90 {duration(r.step_time_ns_p90)}")  # fmt: skip
-    con.print(Text(window))
+    label = f"{window_label(r.mode)}: "
+    _print_wrapped(con, Text(label), f"{words.plural(r.steps, 'step')} · step time "
+                   f"median {duration(r.step_time_ns_median)}, p90 "
+                   f"{duration(r.step_time_ns_p90)}{step_time_scope(d)}")  # fmt: skip
     kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
     if kinds:  # a median that describes neither kind of step: say both
         _print_wrapped(con, Text("  "), kinds)
@@ -404,7 +406,10 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
             change = f"{(v - cur) / cur:+.0%}"
             return f"{duration(v)} ({'no change' if change in ('+0%', '-0%') else change})"
 
-        text = (f"what if: comm fully overlapped → {delta(w.if_comm_overlapped_ns)} · "
+        # a pipeline's communication wait is its bubble, which no overlap removes
+        pipe = " (its waits are the pipeline's bubble)" if (
+            d.collectives is not None and d.collectives.pipeline is not None) else ""  # fmt: skip
+        text = (f"what if: comm fully overlapped{pipe} → {delta(w.if_comm_overlapped_ns)} · "
                 f"no data wait → {delta(w.if_no_data_wait_ns)}")  # fmt: skip
         if w.if_straggler_at_median_speed_ns is not None:
             text += f" · straggler at median speed → {delta(w.if_straggler_at_median_speed_ns)}"

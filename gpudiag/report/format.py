@@ -30,6 +30,16 @@ def whole_run_steps(d: Diagnosis) -> tuple[int, int] | None:
     return max(x.steps for x in wr), sorted(x.step_time_ns_median for x in wr)[len(wr) // 2]
 
 
+def step_time_scope(d: Diagnosis) -> str:
+    """What the header's step-time median and p90 are over, when a table row may differ.
+
+    Both come from one function (``analysis.summary.step_time_stats``): the header's over
+    every analysed (rank, step), each row's over its rank's steps. With one rank they are
+    the same; with several the header says so (`` over all ranks' steps``).
+    """
+    return " over all ranks' steps" if sum(1 for r in d.ranks if r.steps) > 1 else ""
+
+
 def pct(x: float | None, digits: int = 1) -> str:
     """A ratio as a percentage (``n/a`` when unknown); never ``-0.0%``."""
     if x is None:

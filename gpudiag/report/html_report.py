@@ -24,6 +24,7 @@ from gpudiag.report.format import (
     idle_threshold,
     mode_label,
     pct,
+    step_time_scope,
     whole_run_steps,
     window_label,
 )
@@ -292,7 +293,8 @@ def _head(d: Diagnosis) -> list[str]:
         + (f" of {_e(r.world_size)}" if r.world_size and r.world_size != r.ranks else "")
         + f" · {_e(mode_label(r.mode))} · {_e(window_label(r.mode))}: "
         f"{_e(words.plural(r.steps, 'step'))}, step time median "
-        f"<b>{_ms(r.step_time_ns_median)}</b>, p90 {_ms(r.step_time_ns_p90)} · non-compute "
+        f"<b>{_ms(r.step_time_ns_median)}</b>, p90 {_ms(r.step_time_ns_p90)}"
+        f"{_e(step_time_scope(d))} · non-compute "
         f'idle <b class="{"bad" if (None, "idle") in flags else ""}">{_pct(r.idle_ratio)}</b>'
         + (f" (above {thr:.0%})" if thr is not None and (None, "idle") in flags else "")
         + (f" · GPU idle {_pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else "")

@@ -9,7 +9,7 @@ from gpudiag.analysis.diff import DiffRow, RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.analysis.words import duration
-from gpudiag.report.format import mode_label, pct, whole_run_steps, window_label
+from gpudiag.report.format import mode_label, pct, step_time_scope, whole_run_steps, window_label
 
 _ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
@@ -82,7 +82,8 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     label = window_label(r.mode).capitalize()
     out.write(f"{label}: {words.plural(r.steps, 'step')}, step time median "
               f"**{duration(r.step_time_ns_median)}**, p90 "
-              f"{duration(r.step_time_ns_p90)} · compute {pct(r.shares.compute)} · comm-wait "
+              f"{duration(r.step_time_ns_p90)}{step_time_scope(d)} · compute "
+              f"{pct(r.shares.compute)} · comm-wait "
               f"{pct(r.shares.comm_wait)} · data-wait {pct(r.shares.data_wait)} · other "
               f"{pct(r.shares.other)} · non-compute idle **{pct(r.idle_ratio)}**"
               + (f" · GPU idle {pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else "")
