@@ -64,7 +64,12 @@ MAX_BYTES = 256 << 20  # per cache directory; a rank's entry is ~5-100 KB
 STALE_TMP_S = 3600.0  # temporary files older than this are from writers that died
 # The thresholds that per-rank analysis reads (rank.rank_result and what it calls);
 # the load options (name patterns, step marker) are part of each source's key too.
-RANK_THRESHOLDS = ("comm_op_re", "truncated_step_ratio", "advice.launch_gap_ns")
+RANK_THRESHOLDS = (
+    "comm_op_re",
+    "truncated_step_ratio",
+    "advice.launch_gap_ns",
+    "loader.launch_linked_min_ratio",
+)
 NO_CACHE_ENV = "GPUDIAG_NO_CACHE"
 DIR_ENV = "GPUDIAG_CACHE_DIR"
 

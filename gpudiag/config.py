@@ -164,6 +164,19 @@ class EvidenceRules:
 
 
 @dataclass(frozen=True)
+class LoaderRules:
+    """How loaders find steps and check clocks (traces/common.py); in each input's cache key."""
+
+    user_step_coverage_ratio: float = 0.8  # a user range holds ≥ this share of the launches
+    user_step_min_ranges: int = 3  # ... and recurs at least this often to be the iteration
+    phase_max_share: float = 0.9  # a one-off phase range bounds the analysis up to this share
+    launch_linked_min_ratio: float = 0.5  # fewer GPU ops with a launch call: steps by time
+    clock_tolerance_ns: int = 100_000  # GPU/host clock bounds violated by more: an offset
+    clock_late_ns: int = 50_000_000  # every GPU op this late after its launch: said, not fixed
+    clock_residue_ratio: float = 0.01  # after a shift, more ops before their launch: unreliable
+
+
+@dataclass(frozen=True)
 class DiffRules:
     """When a change between two runs counts as noise (analysis/diff.py)."""
 
@@ -205,6 +218,7 @@ _GROUPS: dict[str, type] = {
     "live": LiveRules,
     "hang": HangRules,
     "evidence": EvidenceRules,
+    "loader": LoaderRules,
 }
 
 
@@ -234,6 +248,7 @@ class Thresholds:
     live: LiveRules = field(default_factory=LiveRules)
     hang: HangRules = field(default_factory=HangRules)
     evidence: EvidenceRules = field(default_factory=EvidenceRules)
+    loader: LoaderRules = field(default_factory=LoaderRules)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

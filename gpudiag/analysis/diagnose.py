@@ -267,6 +267,7 @@ def _build(
         # only ranks with a trace have facts to judge (telemetry-only ranks have none)
         {r.rank: r.evidence.coverage for r in ranks if r.evidence.coverage},
         {r.rank: r.meta.dropped for r in results}, findings, th.evidence,
+        th.loader.launch_linked_min_ratio,
     )  # fmt: skip
     notes += limit_notes
     findings.sort(key=_finding_order)

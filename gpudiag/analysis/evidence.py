@@ -42,7 +42,6 @@ from gpudiag.analysis import words
 from gpudiag.analysis.metrics import LimitedEvidenceMetrics, ShareMetrics
 from gpudiag.analysis.model import Finding, FindingKind, Recommendation, Severity
 from gpudiag.config import EvidenceRules
-from gpudiag.traces.common import LAUNCH_LINKED_MIN_RATIO
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline
 
 WITHHOLD = "withhold"
@@ -113,11 +112,13 @@ def _sign_word(name: str) -> str:
     return "CUDA runtime calls"
 
 
-def limits(facts: Mapping[int, Mapping[str, Any]], rules: EvidenceRules) -> list[Limit]:
+def limits(
+    facts: Mapping[int, Mapping[str, Any]], rules: EvidenceRules, linked_min_ratio: float = 0.5
+) -> list[Limit]:
     """The limits of the traces of every rank: one per kind, naming the ranks it applies to."""
     found: dict[tuple[str, str], list[tuple[int, str, str]]] = {}
     for rank in sorted(facts):
-        for kind, effect, lead, detail in _rank_limits(facts[rank], rules):
+        for kind, effect, lead, detail in _rank_limits(facts[rank], rules, linked_min_ratio):
             found.setdefault((kind, effect), []).append((rank, lead, detail))
     out = []
     for (kind, effect), hits in found.items():
@@ -147,7 +148,9 @@ def _short_range(fs: Sequence[Mapping[str, Any]]) -> str:
     return f"{n} GPU ops in 1 step of {dur}"
 
 
-def _rank_limits(f: Mapping[str, Any], rules: EvidenceRules) -> list[tuple[str, str, str, str]]:
+def _rank_limits(
+    f: Mapping[str, Any], rules: EvidenceRules, linked_min_ratio: float
+) -> list[tuple[str, str, str, str]]:
     """(kind, effect, sentence with ``{}`` for the rank's numbers, the numbers)."""
     out = []
     if f.get("clock_unreliable"):
@@ -174,7 +177,7 @@ def _rank_limits(f: Mapping[str, Any], rules: EvidenceRules) -> list[tuple[str, 
         out.append(("short", QUALIFY, "only {}: too little to generalise",
                     f"{f['gpu_ops_in_steps']} GPU ops in {f['steps']} step of "
                     f"{words.duration(int(f['step_ns']))}"))  # fmt: skip
-    if f["gpu_ops"] and f["gpu_ops_linked"] < LAUNCH_LINKED_MIN_RATIO * f["gpu_ops"]:
+    if f["gpu_ops"] and f["gpu_ops_linked"] < linked_min_ratio * f["gpu_ops"]:
         out.append(("unlinked", QUALIFY,
                     "only {} GPU ops have a launching call in the trace: steps are assigned by "
                     "time", f"{f['gpu_ops_linked']} of {f['gpu_ops']}"))  # fmt: skip
@@ -244,8 +247,13 @@ def judge_evidence(
     dropped: Mapping[int, Mapping[str, int]],
     findings: Sequence[Finding],
     rules: EvidenceRules,
+    linked_min_ratio: float = 0.5,
 ) -> tuple[list[Finding], list[Limit], list[str]]:
-    """The findings as the limits leave them, the limits, and their notes (dropped events too)."""
-    lims = limits(facts, rules)
+    """The findings as the limits leave them, the limits, and their notes (dropped events too).
+
+    ``linked_min_ratio``: ``Thresholds.loader.launch_linked_min_ratio``, below which the
+    loader assigned steps by time.
+    """
+    lims = limits(facts, rules, linked_min_ratio)
     notes = dropped_event_notes(dropped) + [lim.message for lim in lims]
     return apply_limits(findings, lims), lims, notes

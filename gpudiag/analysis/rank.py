@@ -167,7 +167,7 @@ def source_results(
 
 def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -> RankResult:
     """Steps and their classification for one rank."""
-    win = find_steps(tl)
+    win = find_steps(tl, th.loader.launch_linked_min_ratio)
     sets = rank_sets(tl, th.comm_op_re)
     parts = classify_steps(tl, win, sets)
     mode = Mode(parts.mode)

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpudiag.analysis.kinds import StepSource
-from gpudiag.traces.common import LAUNCH_LINKED_MIN_RATIO
 from gpudiag.traces.schema import GPU_BUSY_KINDS, I32, I64, Kind, RankTimeline
 
 
@@ -53,8 +52,12 @@ class StepWindows:
         return self.end - self.start
 
 
-def find_steps(tl: RankTimeline) -> StepWindows:
-    """The step windows of ``tl`` (see the module docstring)."""
+def find_steps(tl: RankTimeline, linked_min_ratio: float = 0.5) -> StepWindows:
+    """The step windows of ``tl`` (see the module docstring).
+
+    ``linked_min_ratio``: ``Thresholds.loader.launch_linked_min_ratio`` (launch links are
+    trusted when at least this share of the GPU work has one).
+    """
     hs = tl.steps
     if not len(hs):
         work = tl.kind != Kind.OS_WAIT
@@ -79,7 +82,7 @@ def find_steps(tl: RankTimeline) -> StepWindows:
     # When launches are linked for most GPU work, unlinked work that runs before the first
     # linked op was launched before the profiler started: it is backlog, not step work.
     linked = busy & (tl.launch_ns >= 0)
-    if busy.any() and np.count_nonzero(linked) >= LAUNCH_LINKED_MIN_RATIO * np.count_nonzero(busy):
+    if busy.any() and np.count_nonzero(linked) >= linked_min_ratio * np.count_nonzero(busy):
         first_linked = tl.start_ns[linked].min()
         owner[busy & ~linked & (tl.start_ns < first_linked)] = -1
 

@@ -39,6 +39,7 @@ from gpudiag.config import (
     DEFAULT_COMM_HOST_RE,
     DEFAULT_COMM_KERNEL_RE,
     DEFAULT_DATA_RE,
+    LoaderRules,
     Thresholds,
 )
 from gpudiag.errors import InputError
@@ -49,8 +50,6 @@ OPTIMIZER_STEP = "Optimizer.step#"
 # Optimizer.step ranges are user annotations since PyTorch 1.10; older (2021) traces file
 # them as operators ("Operator"/"cpu_op").
 _OPT_KINDS = (Kind.ANNOTATION, Kind.CPU_OP)
-# Below this share of GPU ops with a launching runtime call, steps are assigned by time.
-LAUNCH_LINKED_MIN_RATIO = 0.5
 STEP_MAX = np.iinfo(np.int32).max
 
 # Every time a loader accepts lies in [TIME_MIN_NS, TIME_MAX_NS] (about 1897 … 2116 as
@@ -82,14 +81,10 @@ PHASE_RANGE = re.compile(
     re.IGNORECASE,
 )
 STEP_NAME_HINT = re.compile(r"step|iter|batch|train|\bit\b", re.IGNORECASE)
-# A user range must hold at least this share of its thread's launches (or operators) ...
-USER_STEP_MIN_COVERAGE = 0.8
-# ... and recur at least this often to be taken for the iteration.
-USER_STEP_MIN_RANGES = 3
-# A one-off phase range bounds the analysis only when its ranges leave at least a tenth of
-# the thread's time outside them.
-PHASE_MAX_SHARE = 0.9
 _DIGITS = re.compile(r"\d+")
+
+
+DEFAULT_RULES = LoaderRules()
 
 
 @dataclass(frozen=True)
@@ -101,11 +96,12 @@ class LoadOptions:
     data_re: str = DEFAULT_DATA_RE
     step_marker: str | None = None  # None: automatic (ProfilerStep#N, gpudiag.step#N, …)
     nsys: str | None = None  # nsys binary for exporting .nsys-rep reports (else found)
+    rules: LoaderRules = DEFAULT_RULES  # step-finding and clock-check limits (Thresholds.loader)
 
     @classmethod
     def from_thresholds(cls, th: Thresholds, nsys: str | None = None) -> LoadOptions:
         """The options that the thresholds' patterns imply."""
-        return cls(th.comm_kernel_re, th.comm_host_re, th.data_re, th.step_re, nsys)
+        return cls(th.comm_kernel_re, th.comm_host_re, th.data_re, th.step_re, nsys, th.loader)
 
 
 class NamePatterns:
@@ -115,6 +111,7 @@ class NamePatterns:
 
     def __init__(self, opts: LoadOptions) -> None:
         self.explicit_step = opts.step_marker is not None
+        self.rules = opts.rules
         self.step_re = opts.step_marker if opts.step_marker is not None else AUTO_STEP_RE
         self.rx = [re.compile(p) for p in (opts.comm_kernel_re, opts.comm_host_re,
                                            opts.data_re, self.step_re)]  # fmt: skip
@@ -254,35 +251,35 @@ class RawColumns:
 
 
 # GPU/CPU clocks. A GPU op cannot start before its launch call starts, and an op launched by
-# a blocking call (a synchronous copy) ends before that call returns. Violations beyond this
-# tolerance mean the GPU clock is offset from the host's.
-CLOCK_TOLERANCE_NS = 100_000
-# Every GPU op starting at least this long after its launch call: the clocks may be offset
-# (or the GPU ran that far behind for the whole trace); said, not corrected.
-CLOCK_LATE_NS = 50_000_000
-# After a correction at most this share of linked ops may still start before their launch.
-CLOCK_RESIDUE_RATIO = 0.01
+# a blocking call (a synchronous copy) ends before that call returns. Violations beyond
+# ``LoaderRules.clock_tolerance_ns`` mean the GPU clock is offset from the host's.
 _BLOCKING_LAUNCH = re.compile(r"^(cuda|hip)Memcpy(2D)?(_v\d+)?$|^hipMemcpyWithStream$")
 # Of a blocking copy call, only a device-to-host copy is complete when it returns (a pageable
 # host-to-device copy returns once staged, a device-to-device one at once).
 _COMPLETE_ON_RETURN = re.compile(r"^Memcpy DtoH\b")
 
 
-def check_clocks(cols: RawColumns, kind: npt.NDArray[np.int64], meta: RankMeta) -> None:
+def check_clocks(
+    cols: RawColumns,
+    kind: npt.NDArray[np.int64],
+    meta: RankMeta,
+    rules: LoaderRules = DEFAULT_RULES,
+) -> None:
     """Detect a GPU/CPU clock offset per device from the launch links; correct it or say so.
 
     Per device, with S/E a GPU op's start/end and L/R its launch call's start/return:
     the offset Δ (GPU clock − host clock) satisfies Δ ≤ min(S − L) over every linked op
     (no op starts before its launch) and Δ ≥ max(E − R) over the device-to-host copies of
     blocking calls (``cudaMemcpy``: such a copy ends before the call returns). When either
-    bound is violated by more than :data:`CLOCK_TOLERANCE_NS` the GPU times are shifted by
+    bound is violated by more than ``rules.clock_tolerance_ns`` the GPU times are shifted by
     the blocking copies' bound (else by the launch bound) and a note says so; when the
-    bounds contradict each other or the shift leaves more than :data:`CLOCK_RESIDUE_RATIO`
+    bounds contradict each other or the shift leaves more than ``rules.clock_residue_ratio``
     of ops starting before their launch, nothing is shifted and ``meta.clock_unreliable``
     is set: compute and host time are not split.
     """
     if not len(cols.start_ns):
         return
+    tol = rules.clock_tolerance_ns
     gpu_lane = np.array([ln.startswith("gpu:") for ln in cols.lanes], bool)
     is_gpu = gpu_lane[cols.lane]
     rt = np.flatnonzero((kind == Kind.RUNTIME) & ~is_gpu)
@@ -308,8 +305,8 @@ def check_clocks(cols: RawColumns, kind: npt.NDArray[np.int64], meta: RankMeta) 
         blk = blocking_name[cols.name[c]] & dtoh[cols.name[o]]
         lower = int((cols.end_ns[o[blk]] - cols.end_ns[c[blk]]).max()) if blk.any() else None
         where = f"device {dev}" if dev >= 0 else "the GPU"
-        if upper >= -CLOCK_TOLERANCE_NS and (lower is None or lower <= CLOCK_TOLERANCE_NS):
-            if upper >= CLOCK_LATE_NS:
+        if upper >= -tol and (lower is None or lower <= tol):
+            if upper >= rules.clock_late_ns:
                 meta.notes.append(
                     f"every GPU op on {where} starts at least {upper / 1e6:.1f} ms after its "
                     "launch call: the GPU clock may be offset from the host's, or the GPU ran "
@@ -319,16 +316,16 @@ def check_clocks(cols: RawColumns, kind: npt.NDArray[np.int64], meta: RankMeta) 
         # A blocking call returns within µs of its copy's end, while the least launch
         # latency can be larger: the blocking copies' bound is the closer one.
         shift: int | None = upper if lower is None else lower
-        if lower is not None and lower > upper + CLOCK_TOLERANCE_NS:
+        if lower is not None and lower > upper + tol:
             shift = None
         if shift is not None:
-            late = np.count_nonzero(lat - shift < -CLOCK_TOLERANCE_NS)
-            if late > CLOCK_RESIDUE_RATIO * o.size:
+            late = np.count_nonzero(lat - shift < -tol)
+            if late > rules.clock_residue_ratio * o.size:
                 shift = None
         evidence = []
-        if upper < -CLOCK_TOLERANCE_NS:
+        if upper < -tol:
             evidence.append(f"GPU ops start up to {-upper / 1e6:.3f} ms before their launch calls")
-        if lower is not None and lower > CLOCK_TOLERANCE_NS:
+        if lower is not None and lower > tol:
             evidence.append(f"blocking copies end up to {lower / 1e6:.3f} ms after their calls "
                             "returned")  # fmt: skip
         what = " and ".join(evidence)
@@ -381,14 +378,14 @@ def build_rank(
     kind = cols.kind
     if not kinds_final:
         kind = refine_kinds(kind, patterns.flags(cols.names)[cols.name])
-    check_clocks(cols, kind, meta)
+    check_clocks(cols, kind, meta, patterns.rules)
     meta.main_lane = main_lane(cols.lanes, cols.lane, kind, cols.name, cols.names, meta.pid)
     gpu = np.array([ln.startswith("gpu:") for ln in cols.lanes], bool)
     is_gpu = gpu[cols.lane] if len(cols.lane) else np.zeros(0, bool)
     n_gpu = int(np.count_nonzero(is_gpu))
     linked = int(np.count_nonzero(is_gpu & (cols.launch_ns >= 0)))
     meta.has_gpu = meta.has_gpu or n_gpu > 0
-    if n_gpu and linked < LAUNCH_LINKED_MIN_RATIO * n_gpu:
+    if n_gpu and linked < patterns.rules.launch_linked_min_ratio * n_gpu:
         meta.notes.append(f"only {linked} of {n_gpu} GPU ops have a launching runtime call in "
                           "the trace; steps are assigned by time instead")  # fmt: skip
     steps, step_col, meta.main_lane = resolve_steps(
@@ -437,7 +434,8 @@ def resolve_steps(
         return hs, step_col, int(lane[steps[0]])
     if patterns.explicit_step:
         _no_match(kind, name, names, patterns, path)
-    user = find_user_steps(start, end, kind, lane, name, names, lanes, range_label)
+    user = find_user_steps(start, end, kind, lane, name, names, lanes, range_label,
+                           rules=patterns.rules)  # fmt: skip
     if user is not None:
         idx, numbers, note, family = user
         step_col[idx] = numbers
@@ -457,7 +455,8 @@ def resolve_steps(
                 "ends of Optimizer.step ranges")  # fmt: skip
         hs = HostSteps(host_s, ends, np.arange(opt.size, dtype=np.int64), "optimizer", [note])
         return hs, step_col, main
-    phase = find_user_steps(start, end, kind, lane, name, names, lanes, range_label, phase=True)
+    phase = find_user_steps(start, end, kind, lane, name, names, lanes, range_label, phase=True,
+                            rules=patterns.rules)  # fmt: skip
     if phase is not None:
         idx, numbers, note, family = phase
         step_col[idx] = numbers
@@ -594,10 +593,11 @@ def find_user_steps(
     lanes: Sequence[str],
     range_label: str = "range",
     phase: bool = False,
+    rules: LoaderRules = DEFAULT_RULES,
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64], str, str] | None:
     """The user's own iteration range (``step N``, ``iteration N``, ``Batch N``, ``train_step``).
 
-    With ``phase``: a one-off user range instead (fewer than :data:`USER_STEP_MIN_RANGES`
+    With ``phase``: a one-off user range instead (fewer than ``rules.user_step_min_ranges``
     ranges: a ``Jacobi solve``), or a range named as a phase however often it recurs
     (``Epoch 2``, ``test``), holding the same share of the launches, found only when no
     iteration range is: each of its ranges becomes one analysed window, so that setup and
@@ -607,8 +607,8 @@ def find_user_steps(
     ``record_function``) of one thread, grouped by name with numbers folded, less the
     ranges of libraries (:data:`LIBRARY_RANGE`) and of phases (:data:`PHASE_RANGE`:
     epochs, train/eval). A family qualifies when it recurs (at least
-    :data:`USER_STEP_MIN_RANGES` ranges), never overlaps itself, and its ranges hold at
-    least :data:`USER_STEP_MIN_COVERAGE` of the thread's GPU launches (on CPU traces, its
+    ``rules.user_step_min_ranges`` ranges), never overlaps itself, and its ranges hold at
+    least ``rules.user_step_coverage_ratio`` of the thread's GPU launches (on CPU traces, its
     operators) made outside data-loading ranges. Threads are tried in order of launches
     (operators), among those with ranges: the first with a qualifying family is the
     training thread (a data-decoding thread may launch more, but has no iteration
@@ -622,9 +622,10 @@ def find_user_steps(
     """
     anchors, events, what = _anchor_lanes(lanes, lane, kind)
     for anchor in anchors:
-        found = _user_step_families(start, end, kind, lane, name, names, anchor, events, phase)
+        found = _user_step_families(start, end, kind, lane, name, names, anchor, events, phase,
+                                    rules)  # fmt: skip
         if phase:
-            found = _bounding(found, start, end, lane, anchor, kind)
+            found = _bounding(found, start, end, lane, anchor, kind, rules.phase_max_share)
         if found:
             idx, numbers, note, fam = _choose(found, start, end, name, names, range_label, what)
             if phase:
@@ -644,6 +645,7 @@ def _bounding(
     lane: npt.NDArray[np.integer],
     anchor: int,
     kind: npt.NDArray[np.integer],
+    max_share: float,
 ) -> list[tuple[str, npt.NDArray[np.intp], float]]:
     """Phase families that leave part of the thread's time outside (else they bound nothing)."""
     mine = (lane == anchor) & (kind != Kind.OS_WAIT)
@@ -651,7 +653,7 @@ def _bounding(
         return []
     span = int(end[mine].max() - start[mine].min())
     return [f for f in found
-            if int((end[f[1]] - start[f[1]]).sum()) <= PHASE_MAX_SHARE * span]  # fmt: skip
+            if int((end[f[1]] - start[f[1]]).sum()) <= max_share * span]  # fmt: skip
 
 
 def _user_step_families(
@@ -664,6 +666,7 @@ def _user_step_families(
     anchor: int,
     events: npt.NDArray[np.bool_],
     phase: bool = False,
+    rules: LoaderRules = DEFAULT_RULES,
 ) -> list[tuple[str, npt.NDArray[np.intp], float]]:
     """The qualifying range families of one thread: (name, ranges in order, coverage)."""
     cand = np.flatnonzero((kind == Kind.ANNOTATION) & (lane == anchor))
@@ -686,7 +689,7 @@ def _user_step_families(
     found = []
     for fam, ids in families.items():
         idx = cand[np.isin(name[cand], ids)]
-        recurs = idx.size >= USER_STEP_MIN_RANGES
+        recurs = idx.size >= rules.user_step_min_ranges
         if recurs == phase and not (phase and PHASE_RANGE.search(fam)):
             continue  # an iteration recurs; a phase is one-off or named as one
         idx = idx[np.argsort(start[idx], kind="stable")]
@@ -696,7 +699,7 @@ def _user_step_families(
         inside = np.searchsorted(s, ev, side="right") - 1
         covered = (inside >= 0) & (ev < e[np.maximum(inside, 0)])
         coverage = float(np.count_nonzero(covered) / ev.size) if ev.size else 0.0
-        if coverage >= USER_STEP_MIN_COVERAGE:
+        if coverage >= rules.user_step_coverage_ratio:
             found.append((fam, idx, coverage))
     return found
 

@@ -25,8 +25,8 @@ from gpudiag.analysis.workload import (
     recognise,
     sparse_embeddings,
 )
-from gpudiag.config import VariabilityRules
-from gpudiag.traces.common import find_user_steps
+from gpudiag.config import LoaderRules, VariabilityRules, thresholds_from_config
+from gpudiag.traces.common import LoadOptions, find_user_steps
 from gpudiag.traces.schema import Kind
 
 # ---- devices ----
@@ -219,6 +219,24 @@ def test_nvfuser_ranges_are_not_steps_the_users_range_is() -> None:
     assert found is not None
     idx, _, note, family = found
     assert family == "test" and len(idx) == 3 and "analysed phase" in note
+
+
+def test_the_loader_limits_come_from_the_thresholds() -> None:
+    # three `step N` ranges holding every launch: the iteration with the default 3-range
+    # minimum, not with [tool.gpudiag.loader] user_step_min_ranges = 4 (then a phase)
+    names = ["step 1", "step 2", "step 3", "cudaLaunchKernel"]
+    rows = []
+    for k in range(3):
+        rows += [(int(Kind.ANNOTATION), k, 1000 * k, 1000 * k + 900),
+                 (int(Kind.RUNTIME), 3, 1000 * k + 10, 1000 * k + 20)]  # fmt: skip
+    kind, name, start, end = (np.array(c, np.int64) for c in zip(*rows, strict=True))
+    lane = np.zeros(len(rows), np.int64)
+    found = find_user_steps(start, end, kind, lane, name, names, ["cpu:1"])
+    assert found is not None and found[3] == "step N"
+    stricter = LoaderRules(user_step_min_ranges=4)
+    assert find_user_steps(start, end, kind, lane, name, names, ["cpu:1"], rules=stricter) is None
+    th = thresholds_from_config({"loader": {"user_step_min_ranges": 4}})  # [tool.gpudiag.loader]
+    assert th.loader == stricter and LoadOptions.from_thresholds(th).rules == stricter
 
 
 def test_verdict_names_the_straggler_whose_lateness_fills_the_others_host_time() -> None:

@@ -24,7 +24,7 @@ import gpudiag
 from gpudiag import cache, rundir
 from gpudiag.analysis.diagnose import diagnose
 from gpudiag.analysis.rank import source_results
-from gpudiag.config import Thresholds
+from gpudiag.config import LoaderRules, Thresholds
 from gpudiag.fanout import serial_map
 from gpudiag.traces.common import LoadOptions
 from gpudiag.traces.load import load_run
@@ -118,7 +118,9 @@ def test_a_changed_file_misses(traces, tmp_path):
 @pytest.mark.parametrize(
     "change",
     [{"comm_op_re": r"^(nccl|gloo):"}, {"truncated_step_ratio": 0.4}, {"step_re": r"^ProfilerStep#(\d+)$"},
-     {"data_re": r"^never$"}, {"comm_kernel_re": r"^nccl"}, {"comm_host_re": r"^never$"}],
+     {"data_re": r"^never$"}, {"comm_kernel_re": r"^nccl"}, {"comm_host_re": r"^never$"},
+     {"loader": LoaderRules(user_step_min_ranges=4)}, {"loader": LoaderRules(clock_late_ns=1)},
+     {"loader": LoaderRules(launch_linked_min_ratio=0.9)}],
 )  # fmt: skip
 def test_a_threshold_of_the_per_rank_work_misses(traces, tmp_path, change):
     home = tmp_path / "home"
