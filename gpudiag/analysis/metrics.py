@@ -291,6 +291,9 @@ class JobFailedMetrics(FindingMetrics):
     where: str | None = field(default=None, metadata=OMIT_IF_NONE)
     collective: str | None = field(default=None, metadata=OMIT_IF_NONE)
     others: list[dict[str, Any]] | None = field(default=None, metadata=OMIT_IF_NONE)
+    # a timeout or lost peer first: the ranks it waited for, and on what evidence
+    waited_for: list[int] | None = field(default=None, metadata=OMIT_IF_NONE)
+    waited_for_evidence: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)
