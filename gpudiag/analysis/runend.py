@@ -151,6 +151,9 @@ def _failure_message(
         return f"the run was {head}; the diagnosis covers the steps the ranks finished"
     if first is not None and culprits:
         return _consequence_words(first, culprits, why) + code
+    if first is not None and first.mismatch:
+        # the line names what differs: that is the verdict (the raw line is in metrics.error)
+        return f"{first.mismatch}, in step {first.step} (rank {first.rank} raised it){code}"
     if first is not None:
         msg = describe(first, first=True)
         if first.how in CONSEQUENCES:
@@ -198,6 +201,7 @@ def _failure_finding(end: RunEnd, failed: list[Any], cases: list[HangCase]) -> F
         ],
         waited_for=culprits or None,
         waited_for_evidence=basis or None,
+        mismatch=first.mismatch if first is not None else None,
     )
     return Finding(FindingKind.JOB_FAILED, severity, msg,
                    ranks=culprits or ([first.rank] if first is not None else []),

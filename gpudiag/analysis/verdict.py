@@ -51,6 +51,9 @@ def _ended(findings: Sequence[Finding]) -> Verdict | None:
     for f in findings:
         if f.kind != FindingKind.JOB_FAILED or not isinstance(f.metrics, JobFailedMetrics):
             continue
+        if f.metrics.mismatch and f.severity == Severity.ERROR:
+            return Verdict(f"collective mismatch: {f.message}", "mismatch", 0.0, list(f.ranks),
+                           WHOLE_RUN)  # fmt: skip
         if f.metrics.interrupted:
             return Verdict(f"interrupted: {f.message}", "interrupted", 0.0, list(f.ranks),
                            WHOLE_RUN)  # fmt: skip
