@@ -64,3 +64,22 @@ def test_timeout_without_evidence_says_so() -> None:
     f = _failed(end)
     assert f.ranks == [0] and f.metrics.waited_for is None
     assert "a peer never arrived; the run does not record which" in f.message
+
+
+def test_hang_root_gets_the_first_remedy() -> None:
+    # hang1's stacks as recorded: rank 0 inside all_reduce, rank 1 at job.py:17 (sleeping)
+    from gpudiag.analysis.advice import recommend
+    from gpudiag.analysis.model import Mode, RunSummary, Shares
+
+    waiting = ThreadStack("MainThread", True, (
+        Frame("all_reduce", LIB, 3245), Frame("<module>", "/job/job.py", 20)))  # fmt: skip
+    idle = ThreadStack("MainThread", True, (Frame("<module>", "/job/job.py", 17),))
+    stacks = (RankStacks("a", 0, 1, 8, (waiting,), {}, None, "off"),
+              RankStacks("b", 1, 1, 8, (idle,), {}, None, "off"))  # fmt: skip
+    end = RunEnd(ends=(RankEnd(0, 8, 9_000, False), RankEnd(1, 8, 5_000, False)), stacks=stacks)
+    findings = run_end_findings(end)
+    run = RunSummary(2, 2, 4, 80, 90, Shares(1.0, 0.0, 0.0, 0.0), 0.0, 0.0, Mode.TELEMETRY)
+    (rec,) = recommend(run, [], [], findings)
+    assert rec.id == "hang-rank-1" and rec.estimated_gain_ns is None
+    assert rec.title == "Find why rank 1 never entered all_reduce"
+    assert "Rank 1 was in <module> (job.py:17) while rank 0 waited" in rec.detail

@@ -66,3 +66,13 @@ def test_abort_inside_a_collective_says_what_it_may_be() -> None:
     (f,) = run_end_findings(end)
     assert f.ranks == [1] and f.metrics.how == "signal"
     assert "inside all_reduce" in f.message and "a possible collective mismatch" in f.message
+
+
+def test_mismatch_gets_its_remedy_first() -> None:
+    from gpudiag.analysis.advice import recommend
+
+    end = RunEnd(ends=(RankEnd(0, 7, 1_000, False, error_ns=1_000, error=PGW),), exit_code=1)
+    run = RunSummary(2, 2, 10, 1, 1, Shares(1.0, 0.0, 0.0, 0.0), 0.0, 0.0, Mode.TELEMETRY)
+    (rec,) = recommend(run, [], [], run_end_findings(end))
+    assert rec.id == "collective-mismatch"
+    assert rec.detail.startswith("all_reduce sizes [1000] vs [500] (rank 0 vs rank 1). ")
