@@ -53,6 +53,8 @@ from typing import Any
 from gpudiag.analysis import workload
 from gpudiag.analysis.causes import ev, mx
 from gpudiag.analysis.comm_remedies import COMM
+from gpudiag.analysis.end_remedies import HANG as HANG_REMEDY
+from gpudiag.analysis.end_remedies import MISMATCH as MISMATCH_REMEDY
 from gpudiag.analysis.metrics import (
     ComputeMetrics,
     LateArrivalMetrics,
@@ -673,7 +675,12 @@ RULES: dict[FindingKind, tuple[Remedy, ...]] = {
     # slow steps filled by one class of host calls: that cause's remedy
     FindingKind.STEP_VARIABILITY: HOST[1:5],
     FindingKind.COMPUTE_BOUND: COMPUTE,
+    # a hang or a collective mismatch: fix it first (no step time estimated)
+    FindingKind.HANG: (HANG_REMEDY,),
+    FindingKind.COLLECTIVE_MISMATCH: (MISMATCH_REMEDY,),
+    FindingKind.JOB_FAILED: (MISMATCH_REMEDY,),
 }
+_ENDED = (FindingKind.HANG, FindingKind.COLLECTIVE_MISMATCH, FindingKind.JOB_FAILED)
 
 
 def recommend(
@@ -717,7 +724,8 @@ def recommend(
     groups += [[i, *data] for i in data_stragglers]
     out, groups = _unique(out, groups)
     out = _with_overlaps(out, groups)
-    out.sort(key=lambda r: -(r.estimated_gain_ns or 0))
+    # a run that hung or disagreed on a collective must be fixed before any speed-up
+    out.sort(key=lambda r: (r.finding not in _ENDED, -(r.estimated_gain_ns or 0)))
     return out
 
 

@@ -35,6 +35,23 @@ _CONNECTION = re.compile(
     r"connection (reset|closed|refused)|broken pipe|peer|socket closed|remote worker", re.I
 )
 CONSEQUENCES = ("timeout", "connection")
+# torch's ProcessGroupWrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL; gloo and NCCL alike):
+# "Detected mismatch between collectives on ranks. Rank 0 is running collective:
+# CollectiveFingerPrint(SequenceNumber=7, OpType=ALLREDUCE, TensorShape=[1000], …), but
+# Rank 1 is running collective: CollectiveFingerPrint(…)" (c10d/ProcessGroupWrapper.cpp).
+_FINGERPRINTS = re.compile(
+    r"Rank (\d+) is running collective: CollectiveFingerPrint\((.*?)\), but Rank (\d+) is "
+    r"running collective: CollectiveFingerPrint\((.*)"
+)
+_OP_TYPE = re.compile(r"OpType=(\w+)")
+_SHAPE = re.compile(r"TensorShape=\[(.*?)\](?:, |\)|$)")
+_DTYPES = re.compile(r"TensorDtypes=\[?([\w, ]*?)\]?(?:, TensorDeviceTypes|\)|$)")
+# gloo's tcp pair (pair.cc): "op.preamble.length <= op.nbytes. 1000 vs 500. Received data
+# size doesn't match expected size. Is there a distributed collective mismatch in your code?"
+_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "alltoall": "all_to_all",
+        "alltoall_base": "all_to_all_single", "_allgather_base": "all_gather_into_tensor",
+        "_reduce_scatter_base": "reduce_scatter_tensor"}  # fmt: skip
+_GLOO_SIZES = re.compile(r"(\d+) vs (\d+)\. Received data size doesn't match expected size")
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,41 @@ class RankFailure:
     time_ns: int | None
     where: str = ""  # innermost frames of the job's own code (fault log)
     collective: str | None = None  # the torch.distributed call it died in (fault log)
+    mismatch: str | None = None  # what differs, read from a mismatch line (see mismatch_words)
+
+
+def mismatch_words(line: str) -> str | None:
+    """What a collective-mismatch error line says differs, in words; None when it says not.
+
+    torch's fingerprint check: ``all_reduce sizes [1000] vs [500] (rank 0 vs rank 1)`` (or
+    the operations, or the dtypes, whichever differ); gloo's size check, on the rank that
+    received: ``received 1000 bytes where 500 were expected``.
+    """
+    m = _FINGERPRINTS.search(line)
+    if m:
+        a, b = _fingerprint(m.group(2)), _fingerprint(m.group(4))
+        ranks = f"(rank {m.group(1)} vs rank {m.group(3)})"
+        if a[0] != b[0]:
+            return f"{a[0]} vs {b[0]} {ranks}"
+        if a[1] != b[1]:
+            return f"{a[0]} sizes [{a[1]}] vs [{b[1]}] {ranks}"
+        if a[2] != b[2]:
+            return f"{a[0]} dtypes {a[2]} vs {b[2]} {ranks}"
+        return f"{a[0]} {ranks}"
+    g = _GLOO_SIZES.search(line)
+    if g:
+        return f"received {g.group(1)} bytes where {g.group(2)} were expected"
+    return None
+
+
+def _fingerprint(text: str) -> tuple[str, str, str]:
+    """(operation, shape, dtypes) of one ``CollectiveFingerPrint(…)``'s text."""
+    op = _OP_TYPE.search(text)
+    shape = _SHAPE.search(text)
+    dt = _DTYPES.search(text)
+    name = op.group(1).lower() if op else "?"
+    name = _OPS.get(name, name)
+    return name, shape.group(1) if shape else "?", dt.group(1).strip() if dt else "?"
 
 
 def _fault_where(threads: Sequence[ThreadStack]) -> tuple[str, str | None]:
@@ -78,7 +130,9 @@ def classify(end: RankEnd) -> RankFailure | None:
             how = "connection"
         else:
             how = "error"
-        return RankFailure(end.rank, end.steps, how, line, end.error_ns or end.last_ns)
+        detail = mismatch_words(line) if how == "mismatch" else None
+        return RankFailure(end.rank, end.steps, how, line, end.error_ns or end.last_ns,
+                           mismatch=detail)  # fmt: skip
     if not end.exited:
         line = "ended without an exit record or error (killed)"
         return RankFailure(end.rank, end.steps, "killed", line, end.last_ns)
@@ -134,6 +188,9 @@ def describe(f: RankFailure, first: bool = False) -> str:
     }[f.how]
     msg = f"rank {f.rank} failed first, in step {f.step}: " if first else f"rank {f.rank}: "
     msg += what
+    if f.how == "mismatch" and f.mismatch:
+        msg += f": {f.mismatch}"
+        return msg
     if f.how == "signal":
         msg += f" ({f.line})"
     elif f.how != "killed":
@@ -142,4 +199,7 @@ def describe(f: RankFailure, first: bool = False) -> str:
         msg += f" inside {f.collective}"
     if f.where:
         msg += f", called from {f.where}" if f.collective else f" in {f.where}"
+    if f.how == "signal" and f.collective and "Abort" in f.line:
+        msg += (" (gloo aborts a rank this way when a collective's sizes differ across ranks: "
+                "a possible collective mismatch; the sizes are on the rank's stderr)")  # fmt: skip
     return msg

@@ -293,6 +293,11 @@ class JobFailedMetrics(FindingMetrics):
     where: str | None = field(default=None, metadata=OMIT_IF_NONE)
     collective: str | None = field(default=None, metadata=OMIT_IF_NONE)
     others: list[dict[str, Any]] | None = field(default=None, metadata=OMIT_IF_NONE)
+    # a timeout or lost peer first: the ranks it waited for, and on what evidence
+    waited_for: list[int] | None = field(default=None, metadata=OMIT_IF_NONE)
+    waited_for_evidence: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    # a collective mismatch the first error line spells out (analysis/failure.py)
+    mismatch: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)

@@ -410,6 +410,8 @@ class Verdict:
     # verdict ("unknown") or qualifies it; absent from the JSON when there is none
     limits: list[str] | None = field(default=None, metadata=OMIT_IF_NONE)
     finding: int | None = None  # the index in Diagnosis.findings of the finding it quotes
+    # the run was interrupted (Ctrl-C): the rest is the bottleneck of the steps it finished
+    interrupted: bool | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from gpudiag import __version__
-from gpudiag.analysis.failure import describe, failures
+from gpudiag.analysis.failure import CONSEQUENCES, RankFailure, describe, failures, short
 from gpudiag.analysis.hang import HangCase, analyze_dumps, hang_cases
 from gpudiag.analysis.kinds import FindingKind, Mode, Severity
 from gpudiag.analysis.metrics import CollectiveMismatchMetrics, HangMetrics, JobFailedMetrics
@@ -93,11 +93,80 @@ def run_end_findings(end: RunEnd | None) -> list[Finding]:
     out += [_case_finding(c, stalls) for c in cases]
     failed = failures(end.ends)
     if end.exit_code not in (None, 0) or end.interrupted or failed:
-        out.append(_failure_finding(end, failed))
+        out.append(_failure_finding(end, failed, cases))
     return out
 
 
-def _failure_finding(end: RunEnd, failed: list[Any]) -> Finding:
+def waited_for(
+    end: RunEnd, first: RankFailure, cases: list[HangCase]
+) -> tuple[list[int], str, str]:
+    """Whom ``first`` (a timeout or a lost peer) waited for, and the evidence that says so.
+
+    A rank whose collective timed out waited for a peer that never arrived: the roots of the
+    hang evidence (ranks that never entered the collective, ``analysis/hang.py``), else the
+    ranks *behind*: that finished fewer steps than the step ``first`` was in. Returns (the
+    ranks, the evidence: ``flight recorder``, ``stacks`` or ``steps``, why in words); none:
+    ([], "", "").
+    """
+    if first.how not in CONSEQUENCES:
+        return [], "", ""
+    roots = [c for c in cases if c.explained_by is None and c.culprits]
+    named = sorted({r for c in roots for r in c.culprits} - {first.rank})
+    if named:
+        c = roots[0]
+        seq = f" #{c.seq}" if c.seq is not None else ""
+        verb = "never entered" if c.kind == "hang" else "disagreed on"
+        return named, c.evidence, f"{_who(named)} {verb} {c.op}{seq} ({c.evidence})"
+    steps = {e.rank: e.steps for e in end.ends}
+    behind = sorted(r for r, n in steps.items() if r != first.rank and n < first.step)
+    if not behind:
+        return [], "", ""
+    done = "/".join(str(steps[r]) for r in behind)
+    return behind, "steps", f"{_who(behind)} never reached step {first.step} (finished {done})"
+
+
+def _who(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def _consequence_words(first: RankFailure, culprits: list[int], why: str) -> str:
+    """``rank 1 never entered all_reduce #14 (…): rank 0's all_reduce timed out waiting for it``."""
+    what = "timed out waiting for" if first.how == "timeout" else "lost"
+    them = "it" if len(culprits) == 1 else "them"
+    coll = first.collective or "collective"
+    line = short(first.line)
+    return f"{why}: rank {first.rank}'s {coll} {what} {them} in step {first.step}: {line}"
+
+
+def _failure_message(
+    end: RunEnd, failed: list[RankFailure], interrupted: bool, culprits: list[int], why: str
+) -> str:
+    """The job_failed finding's sentence (see :func:`_failure_finding`)."""
+    first = failed[0] if failed else None
+    code = f" (the job exited with code {end.exit_code})" if end.exit_code not in (None, 0) else ""
+    if interrupted:
+        head = "interrupted (Ctrl-C)"
+        if first is not None:
+            head += f" in step {first.step}"
+        return f"the run was {head}; the diagnosis covers the steps the ranks finished"
+    if first is not None and culprits:
+        return _consequence_words(first, culprits, why) + code
+    if first is not None and first.mismatch:
+        # the line names what differs: that is the verdict (the raw line is in metrics.error)
+        return f"{first.mismatch}, in step {first.step} (rank {first.rank} raised it){code}"
+    if first is not None:
+        msg = describe(first, first=True)
+        if first.how in CONSEQUENCES:
+            msg += " (a peer never arrived; the run does not record which)"
+        others = [f for f in failed[1:] if f.how != "killed"]
+        if others:
+            msg += "; then " + describe(others[0])
+        return msg + code
+    return (f"the training job exited with code {end.exit_code}; no rank recorded an error: "
+            "the diagnosis covers the steps it completed")  # fmt: skip
+
+
+def _failure_finding(end: RunEnd, failed: list[Any], cases: list[HangCase]) -> Finding:
     first = failed[0] if failed else None
     killed_by_watchdog = bool((end.hang or {}).get("killed"))
     if killed_by_watchdog:
@@ -115,21 +184,8 @@ def _failure_finding(end: RunEnd, failed: list[Any]) -> Finding:
         any(f.how == "interrupt" for f in failed)
         and all(f.how in ("interrupt", "killed") for f in failed)
     )
-    if interrupted:
-        head = "interrupted (Ctrl-C)"
-        if first is not None:
-            head += f" in step {first.step}"
-        msg = f"the run was {head}; the diagnosis covers the steps the ranks finished"
-    elif first is not None:
-        msg = describe(first, first=True)
-        others = [f for f in failed[1:] if f.how != "killed"]
-        if others:
-            msg += "; then " + describe(others[0])
-        if end.exit_code not in (None, 0):
-            msg += f" (the job exited with code {end.exit_code})"
-    else:
-        msg = (f"the training job exited with code {end.exit_code}; no rank recorded an error: "
-               "the diagnosis covers the steps it completed")  # fmt: skip
+    culprits, basis, why = waited_for(end, first, cases) if first else ([], "", "")
+    msg = _failure_message(end, failed, interrupted, culprits, why)
     severity = Severity.ERROR if first is not None and not interrupted else Severity.WARNING
     metrics = JobFailedMetrics(
         exit_code=end.exit_code,
@@ -143,9 +199,12 @@ def _failure_finding(end: RunEnd, failed: list[Any]) -> Finding:
         others=[
             {"rank": f.rank, "how": f.how, "error": f.line, "step": f.step} for f in failed[1:]
         ],
+        waited_for=culprits or None,
+        waited_for_evidence=basis or None,
+        mismatch=first.mismatch if first is not None else None,
     )
     return Finding(FindingKind.JOB_FAILED, severity, msg,
-                   ranks=[first.rank] if first is not None else [],
+                   ranks=culprits or ([first.rank] if first is not None else []),
                    steps=[first.step] if first is not None else [], metrics=metrics)  # fmt: skip
 
 

@@ -59,6 +59,9 @@ def _ended(findings: Sequence[Finding]) -> Verdict | None:
     for f in findings:
         if f.kind != FindingKind.JOB_FAILED or not isinstance(f.metrics, JobFailedMetrics):
             continue
+        if f.metrics.mismatch and f.severity == Severity.ERROR:
+            return Verdict(f"collective mismatch: {f.message}", "mismatch", 0.0, list(f.ranks),
+                           WHOLE_RUN)  # fmt: skip
         if f.metrics.interrupted:
             return Verdict(f"interrupted: {f.message}", "interrupted", 0.0, list(f.ranks),
                            WHOLE_RUN)  # fmt: skip
@@ -70,8 +73,29 @@ def _ended(findings: Sequence[Finding]) -> Verdict | None:
 def verdict(run: RunSummary, findings: Sequence[Finding], lims: Sequence[Limit] = ()) -> Verdict:
     """The headline, bottleneck, share, ranks and basis (docs/definitions.md, "Verdict")."""
     ended = _ended(findings)
-    if ended is not None:
+    if ended is not None and (ended.bottleneck != "interrupted" or not run.steps):
         return ended
+    v = _bottleneck(run, findings, lims)
+    return v if ended is None else _until_interrupted(ended, v, findings)
+
+
+def _until_interrupted(ended: Verdict, v: Verdict, findings: Sequence[Finding]) -> Verdict:
+    """An interrupted run: where it stopped, then the bottleneck of the steps it finished.
+
+    Ctrl-C is the user's, not a failure: the finished steps are whole and their bottleneck
+    is the verdict's (``bottleneck``, ``share``, ``ranks``, ``basis`` are that verdict's);
+    ``interrupted`` marks it (docs/definitions.md, "Verdict").
+    """
+    step = next((f.metrics.step for f in findings if isinstance(f.metrics, JobFailedMetrics)
+                 and f.metrics.interrupted), None)  # fmt: skip
+    where = f" in step {step}" if step is not None else ""
+    return dataclasses.replace(
+        v, headline=f"interrupted{where} (Ctrl-C); until then: {v.headline}", interrupted=True
+    )
+
+
+def _bottleneck(run: RunSummary, findings: Sequence[Finding], lims: Sequence[Limit]) -> Verdict:
+    """The verdict of a run that did not end badly (or of the steps an interrupted one ran)."""
     # a pipeline whose bubble is within the threshold is no bottleneck; the line says it
     within = [f for f in findings if _within_schedule(f)]
     named = [f for f in findings if f.kind in _KIND and not _within_schedule(f)]

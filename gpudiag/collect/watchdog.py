@@ -11,8 +11,11 @@ Then the watchdog writes a ``hang_dump`` request into the control file; each ran
 gpudiag thread (``collect/hangdump.py``) answers with its thread stacks and flight
 recorder; once every rank seen so far has answered (or after ``hang.answer_wait_s``) the
 report callback prints the hang diagnosis, and with ``--on-hang kill`` the job is ended
-(SIGTERM to its process group, SIGKILL after ``KILL_GRACE_S``) and ``gpudiag run`` exits
-``EXIT_HANG_KILLED`` (124, as ``timeout`` does). The watchdog fires once per run.
+as Ctrl-C ends it first — SIGINT to its process group, so each rank unwinds and its exit
+handlers run (a profiler window it was inside is saved, cut at the step it was in) — then,
+if it is still alive after ``INTERRUPT_GRACE_S``, SIGTERM, and SIGKILL after
+``KILL_GRACE_S``; ``gpudiag run`` exits ``EXIT_HANG_KILLED`` (124, as ``timeout`` does).
+The watchdog fires once per run.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from gpudiag import rundir
 from gpudiag.collect import hangdump
 
 ANSWER_WAIT_S = 10.0
+INTERRUPT_GRACE_S = 30.0  # for the ranks to unwind and save their profiler windows
 KILL_GRACE_S = 5.0
 EXIT_HANG_KILLED = 124
 ON_HANG = ("report", "kill")
@@ -224,19 +228,32 @@ class Watchdog:
         return sorted(out)
 
 
-def kill_job(pid: int, wait: Callable[[float], int | None]) -> None:
-    """SIGTERM the job's process group, SIGKILL it after ``KILL_GRACE_S`` if still alive."""
+def kill_job(
+    pid: int,
+    wait: Callable[[float], int | None],
+    interrupt_grace_s: float = INTERRUPT_GRACE_S,
+    kill_grace_s: float = KILL_GRACE_S,
+) -> str:
+    """End the job's process group; the signal that ended it (``SIGINT``, ``SIGTERM``, …).
+
+    SIGINT first, as Ctrl-C: the ranks raise KeyboardInterrupt and run their exit handlers
+    (gpudiag's saves the profiler window they were in); SIGTERM after ``interrupt_grace_s``
+    if the job is still alive; SIGKILL after another ``kill_grace_s``. "" when the group
+    was already gone.
+    """
     import signal
 
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    if wait(KILL_GRACE_S) is None:
+    last = ""
+    for sig, grace in ((signal.SIGINT, interrupt_grace_s), (signal.SIGTERM, kill_grace_s),
+                       (signal.SIGKILL, None)):  # fmt: skip
         try:
-            os.killpg(pid, signal.SIGKILL)
+            os.killpg(pid, sig)
         except (ProcessLookupError, PermissionError):
-            return
+            return last  # gone after the previous signal (or before the first)
+        last = sig.name
+        if grace is None or wait(grace) is not None:
+            return last
+    return last
 
 
 @dataclass
@@ -258,6 +275,7 @@ class Running:
     def __init__(self, wd: Watchdog) -> None:
         self.wd = wd
         self.killed = False
+        self.kill_signal = ""  # the signal that ended the job (kill_job)
 
 
 def start(opts: HangOptions | None, run_dir: Path, m: rundir.RunManifest) -> Running | None:
@@ -300,7 +318,7 @@ def tick(run: Running, child: Any, m: rundir.RunManifest) -> bool:
             return None
 
     run.killed = True
-    kill_job(child.pid, wait)
+    run.kill_signal = kill_job(child.pid, wait)
     return True
 
 
@@ -309,6 +327,8 @@ def finish(run: Running, m: rundir.RunManifest, code: int) -> int:
     if run.wd.event is not None:
         rec = run.wd.event.to_json()
         rec["killed"] = run.killed
+        if run.kill_signal:
+            rec["kill_signal"] = run.kill_signal
         rec["job_exit_code"] = code
         m.extra["hang"] = rec
     return EXIT_HANG_KILLED if run.killed else code

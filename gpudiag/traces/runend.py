@@ -27,6 +27,7 @@ from gpudiag.traces.flightrec import (
 )
 
 FAULT_LIMIT = 4 << 20
+ERROR_CHARS = 2000  # of the error line kept: torch's mismatch line holds two fingerprints (~760)
 _FAULT_TITLE = re.compile(r"^Fatal Python error: (.+)$", re.M)
 _THREAD = re.compile(
     r"^(Current thread|Thread) (0x[0-9a-f]+)(?: \[([^\]]*)\])? \(most recent call first\):$"
@@ -121,7 +122,7 @@ def _rank_end(path: Path) -> RankEnd | None:
         last_ns=max(ints) if ints else None,
         exited=any(r.get("type") in ("exit", "exec") for r in other),
         error_ns=err_ns if isinstance(err_ns, int) and not isinstance(err_ns, bool) else None,
-        error=str(msg).splitlines()[0][:500] if msg else None,
+        error=str(msg).splitlines()[0][:ERROR_CHARS] if msg else None,
         fault=fault,
         fault_threads=threads,
     )

@@ -88,7 +88,8 @@ def test_interrupted_run() -> None:
     end = RunEnd(ends=(RankEnd(0, 5, 1, False, error_ns=1, error="KeyboardInterrupt: "),),
                  exit_code=1, interrupted=True)  # fmt: skip
     (f,) = run_end_findings(end)
-    assert verdict(two_rank_run(), [f]).bottleneck == "interrupted"
+    v = verdict(two_rank_run(), [f])
+    assert v.interrupted and v.headline.startswith("interrupted in step 5 (Ctrl-C); until then: ")
     assert "interrupted (Ctrl-C) in step 5" in f.message
 
 
