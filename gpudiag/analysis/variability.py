@@ -8,8 +8,9 @@ last rank). Over the analysed (steady) steps, with ``m`` their median:
   median, with at least ``variability.min_steps_per_regime`` (2) steps on each side; the
   split with the largest ratio is named ("from step 12 on, steps take 9.1× as long");
 * **outliers**: steps longer than ``variability.outlier_factor`` (1.5) × ``m`` — one is a
-  single outlier ("step 7 took 425 ms, 2.0× the median"), several are recurring stalls
-  (their numbers listed);
+  single outlier ("step 7 took 425 ms, 2.0× the median") unless other steps come close to
+  it (``variability.cluster_ratio``: see :func:`_cluster`), several are recurring stalls
+  (their numbers listed); ``m`` is over the job's steps and the message says so;
 * **jitter**: p90 / ``m`` above ``variability.p90_factor`` (1.3), or the spread p90 / p10
   above ``variability.spread_factor`` (1.6), without either of the above ("steps vary
   from 82 to 166 ms"; fast single steps — a short last step — do not count).
@@ -165,7 +166,7 @@ def variability(
         "steps_ns": {str(n): d for n, d in zip(nums, dur, strict=True)},
     }
     regime = _regime(nums, dur, rules)
-    slow = [n for n, d in zip(nums, dur, strict=True) if d > rules.outlier_factor * med]
+    slow = _cluster(nums, dur, med, rules)
     if regime is not None:
         k, r = regime
         before, after = float(np.median(arr[:k])), float(np.median(arr[k:]))
@@ -179,18 +180,19 @@ def variability(
     elif len(slow) == 1:
         n = slow[0]
         d = dur[nums.index(n)]
-        text = (f"single outlier: step {n} took {_ms(d)}, {d / med:.1f}× the median "
-                f"{_ms(med)} (slowest rank {slowest[n]})")  # fmt: skip
+        text = (f"single outlier: step {n} took {_ms(d)} (rank {slowest[n]}), {d / med:.1f}× "
+                f"the median {_ms(med)} ({OVER})")  # fmt: skip
         kind, named = "outlier", slow
     elif slow:
-        text = (f"{len(slow)} of {len(nums)} steps stall: steps {_list(slow)} take "
-                f"{_ms(min(dur[nums.index(n)] for n in slow))}–{_ms(hi)} against a median "
-                f"of {_ms(med)}")  # fmt: skip
+        low = min(dur[nums.index(n)] for n in slow)
+        verb = "stall" if low > rules.outlier_factor * med else "are slow"
+        text = (f"{len(slow)} of {len(nums)} steps {verb}: steps {_list(slow)} take "
+                f"{_ms(low)}–{_ms(hi)} against a median of {_ms(med)} ({OVER})")  # fmt: skip
         kind, named = "stalls", slow
     elif ratio > rules.p90_factor or spread > rules.spread_factor:
         top = sorted(nums, key=lambda n: -dur[nums.index(n)])[:3]
         text = (f"step times vary from {_ms(lo)} to {_ms(hi)} (p90/median {ratio:.2f}, "
-                f"median {_ms(med)}); slowest: steps {_list(sorted(top))}")  # fmt: skip
+                f"median {_ms(med)}; {OVER}); slowest: steps {_list(sorted(top))}")  # fmt: skip
         kind, named = "jitter", sorted(top)
     else:
         return []
@@ -215,6 +217,25 @@ def variability(
             metrics=VariabilityMetrics(**{**metrics, "pattern": kind}),
         )
     ]
+
+
+# what the finding's median and p90 are over (the header's are over every rank's steps)
+OVER = "per step, the slowest rank's time"
+
+
+def _cluster(nums: list[int], dur: list[int], med: float, rules: VariabilityRules) -> list[int]:
+    """The slow steps: over ``outlier_factor`` × the median, and those close to a lone one.
+
+    A step over the factor is a *single* outlier only when no other step's excess over the
+    median is ``cluster_ratio`` (half) of its excess or more; otherwise it is one of a
+    cluster of slow steps (150, 147, 144 and 141 ms against a median of 99 ms), and every
+    step of that cluster is named.
+    """
+    slow = [n for n, d in zip(nums, dur, strict=True) if d > rules.outlier_factor * med]
+    if len(slow) != 1:
+        return slow
+    top = dur[nums.index(slow[0])] - med
+    return [n for n, d in zip(nums, dur, strict=True) if d - med >= rules.cluster_ratio * top]
 
 
 def _steps(nums: Sequence[int]) -> str:
