@@ -3,9 +3,28 @@ step model, and a cluster of slow steps (hand-built inputs with known, injected 
 
 from __future__ import annotations
 
-from gpudiag.analysis.model import FindingKind, StepBreakdown
+import dataclasses
+
+import pytest
+
+from gpudiag.analysis.diagnose import build_diagnosis
+from gpudiag.analysis.gate import evaluate
+from gpudiag.analysis.metrics import StragglerMetrics
+from gpudiag.analysis.model import (
+    Cause,
+    Diagnosis,
+    Finding,
+    FindingKind,
+    RunStep,
+    Severity,
+    StepBreakdown,
+    WholeRun,
+)
+from gpudiag.analysis.rank import telemetry_results
+from gpudiag.analysis.stragglers import on_busy_host
 from gpudiag.analysis.variability import variability
-from gpudiag.config import VariabilityRules
+from gpudiag.config import GateConfig, Thresholds, VariabilityRules
+from gpudiag.runconditions import RunConditions, host_contention
 
 
 def _job_steps(durations_ms: list[float], ranks: int = 2) -> list[StepBreakdown]:
@@ -49,3 +68,112 @@ def test_the_findings_median_is_the_job_steps_and_says_so() -> None:
         sorted(_CLUSTER)[5] * 1e6 / 2 + sorted(_CLUSTER)[6] * 1e6 / 2
     )
     assert "median of 101.5 ms (per step, the slowest rank's time)" in f.message
+
+
+# ---- items 1 and 2: the telemetry straggler's one number, and a busy host ----
+
+MS = 1_000_000
+
+
+def _ddp(excess_ms: float, steps: int = 24) -> WholeRun:
+    """A DDP job's step telemetry: rank 0 works ``excess_ms`` longer outside backward every
+    step and rank 1 waits that long inside backward (its all-reduce), so both ranks' steps
+    take the same 110 ms. Truth by construction: at rank 1's speed a step takes
+    110 − excess ms."""
+    out = []
+    for s in range(steps):
+        for r in range(2):
+            fwd = 40 + (excess_ms if r == 0 else 0)
+            bwd = 70 - (excess_ms if r == 0 else 0)  # 55 ms compute + the wait
+            out.append(RunStep(r, s, s * 110 * MS, 110 * MS, 0, None, round(bwd * MS), False))
+            assert fwd + bwd == 110
+    return WholeRun(ranks=[], steps=out)
+
+
+def _diagnosis(whole: WholeRun, busy: dict[str, float] | None = None) -> Diagnosis:
+    th = Thresholds()
+    return build_diagnosis(telemetry_results(whole, th), th, whole_run=whole, host_contention=busy)
+
+
+def test_telemetry_straggler_one_number() -> None:
+    d = _diagnosis(_ddp(15))
+    (f,) = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
+    m = f.metrics_as(StragglerMetrics)
+    gain = 15 * MS  # injected
+    assert f.ranks == [0] and f.persistent
+    assert m.step_time_ns_mean == 110 * MS and m.step_time_ns_if_median_speed == 110 * MS - gain
+    assert "the others wait for it 15.0 ms a step (14% of the mean step 110.0 ms)" in f.message
+    assert d.verdict is not None and d.verdict.share == pytest.approx(15 / 110)
+    assert "costs 14% of each step: the others wait 15 ms a step" in d.verdict.headline
+    assert d.what_if is not None and d.what_if.if_straggler_at_median_speed_ns == 95 * MS
+    (r,) = [r for r in d.recommendations if r.id == "investigate-rank-0"]
+    assert r.estimated_gain_ns == gain
+
+
+def test_telemetry_ranks_within_noise_name_no_straggler() -> None:
+    # which rank works longer alternates (±3 ms): nobody makes the others wait every step
+    whole = _ddp(0)
+    steps = [dataclasses.replace(s, backward_ns=s.backward_ns + (3 if (s.step + s.rank) % 2 else -3) * MS)
+             for s in whole.steps]  # fmt: skip
+    d = _diagnosis(WholeRun(ranks=[], steps=steps))
+    assert not [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
+    assert d.verdict is not None and d.verdict.bottleneck != "straggler"
+
+
+BUSY = {"other_cpu_ratio": 0.62}
+
+
+def test_busy_host_qualifies_the_straggler_everywhere() -> None:
+    d = _diagnosis(_ddp(15), BUSY)
+    (f,) = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
+    assert f.severity == Severity.WARNING  # not a confident (error) straggler
+    assert f.metrics_as(StragglerMetrics).host_contention == BUSY
+    tail = "other processes used 62% of the CPUs during the run: likely the host, not the job"
+    assert tail in f.message
+    assert d.verdict is not None and d.verdict.headline.startswith("busy host: rank 0 costs 14%")
+    assert tail in d.verdict.headline and d.verdict.bottleneck == "straggler"
+    (r,) = [r for r in d.recommendations if r.finding == FindingKind.STRAGGLER]
+    assert r.title.startswith("Re-run on a quiet host") and "nvidia-smi" not in r.detail
+    assert r.evidence["host_contention"] == BUSY
+
+
+def test_gate_straggler_under_contention_is_inconclusive_not_failed() -> None:
+    busy = RunConditions({"samples": 10, "other_cpu_ratio_mean": 0.62, "steal_ratio_mean": 0.0})
+    cfg = GateConfig()
+    res = evaluate(_diagnosis(_ddp(15), BUSY), cfg, conditions=busy)
+    (c,) = [c for c in res.checks if c.name == "straggler"]
+    assert c.status == "inconclusive" and res.status != "failed"
+    quiet = RunConditions({"samples": 10, "other_cpu_ratio_mean": 0.01, "steal_ratio_mean": 0.0})
+    res = evaluate(_diagnosis(_ddp(15)), cfg, conditions=quiet)
+    (c,) = [c for c in res.checks if c.name == "straggler"]
+    assert c.status == "fail" and res.status == "failed"
+
+
+def test_host_contention_reads_the_cpu_limits() -> None:
+    cond = RunConditions({"samples": 10, "other_cpu_ratio_mean": 0.62, "steal_ratio_mean": 0.3})
+    assert host_contention(cond, GateConfig()) == {"other_cpu_ratio": 0.62, "steal_ratio": 0.3}
+    assert (
+        host_contention(RunConditions({"samples": 3, "other_cpu_ratio_mean": 0.1}), GateConfig())
+        == {}
+    )
+    assert host_contention(None, GateConfig()) == {}
+
+
+def _straggler(cause: Cause) -> Finding:
+    return Finding(FindingKind.STRAGGLER, Severity.ERROR, "rank 1 …", ranks=[1],
+                   metrics=StragglerMetrics("trace", "", 0.8, 5 * MS, 0.2, 4, 4, {}, [], 25 * MS,
+                                            20 * MS, False, 25 * MS),
+                   cause=cause, persistent=True)  # fmt: skip
+
+
+def test_gpu_straggler_is_the_hosts_only_when_its_cause_is_host_work() -> None:
+    # a GPU job: a slower GPU compute is not the busy host's doing; a starved host thread is
+    (g,) = on_busy_host([_straggler(Cause.COMPUTE)], BUSY, gpu=True)
+    assert g.severity == Severity.ERROR and "host_contention" not in g.metrics.to_json()
+    (h,) = on_busy_host([_straggler(Cause.HOST)], BUSY, gpu=True)
+    assert h.severity == Severity.WARNING and "likely the host" in h.message
+    # a CPU job: its compute is the host's
+    (c,) = on_busy_host([_straggler(Cause.COMPUTE)], BUSY, gpu=False)
+    assert "likely the host" in c.message
+    # a quiet host changes nothing
+    assert on_busy_host([_straggler(Cause.HOST)], {}, gpu=False) == [_straggler(Cause.HOST)]
