@@ -723,26 +723,38 @@ def on_busy_host(findings: Sequence[Finding], busy: Mapping[str, float],
     """Stragglers that the run's recorded host contention likely explains, qualified.
 
     ``busy``: the host's CPU figures over the gate's limits
-    (:func:`gpudiag.runconditions.host_contention`). On a busy host the rank that falls
-    behind is the one the other processes happened to take CPU from: on a CPU job any
-    straggler (its compute is the host's), on a GPU job one whose cause is host-side work
-    (a starved Python or launch thread; a slower GPU or a longer GPU compute is not the
-    host's doing). Such a finding keeps its numbers, says the host is the likely cause
-    (``metrics.host_contention``), and is a warning, not an error.
+    (:func:`gpudiag.runconditions.host_contention`). CPU time the other processes take is
+    lost where the rank spends its CPU time: a CPU job's compute (its operators are most of
+    its step), its data loading. So on a CPU job a straggler whose excess is compute or data
+    (or that the telemetry cannot split) is likely the host's doing: the rank that falls
+    behind is the one they happened to take CPU from. Such a finding keeps its numbers,
+    says the host is the likely cause (``metrics.host_contention``) and is a warning, not
+    an error. A straggler that loses its time *outside* compute and data (sleeps, Python,
+    logging: cause ``host``) is not what contention stretches on a CPU job, and on a GPU
+    job it could be a starved launch thread or the job's own: either way the trace cannot
+    tell, so its message only says the host was busy too. A GPU job's slower GPU compute
+    is not the host's doing: left as it is.
     """
     if not busy:
         return list(findings)
     out = []
     for f in findings:
         m = f.metrics
-        host = not gpu or f.cause == Cause.HOST
-        if (f.kind != FindingKind.STRAGGLER or not host
-                or not isinstance(m, (StragglerMetrics, LateArrivalMetrics))):  # fmt: skip
+        if f.kind != FindingKind.STRAGGLER or not isinstance(
+            m, (StragglerMetrics, LateArrivalMetrics)
+        ):
             out.append(f)
-            continue
-        out.append(dataclasses.replace(
-            f, severity=Severity.WARNING,
-            message=f"{f.message} — {busy_host_words(busy)}: {BUSY_HOST}",
-            metrics=dataclasses.replace(m, host_contention=dict(busy)),
-        ))  # fmt: skip
+        elif f.cause == Cause.HOST:
+            why = ("a starved launch thread could explain it" if gpu else
+                   "contention stretches a CPU job's compute, not its time outside it")  # fmt: skip
+            out.append(dataclasses.replace(f, message=f"{f.message} (the host was busy too: "
+                                           f"{busy_host_words(busy)}; {why})"))  # fmt: skip
+        elif gpu:
+            out.append(f)
+        else:
+            out.append(dataclasses.replace(
+                f, severity=Severity.WARNING,
+                message=f"{f.message} — {busy_host_words(busy)}: {BUSY_HOST}",
+                metrics=dataclasses.replace(m, host_contention=dict(busy)),
+            ))  # fmt: skip
     return out
