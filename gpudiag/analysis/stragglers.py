@@ -518,6 +518,16 @@ def _caused(m: StepMatrix, ctx: _Context, i: int, flagged: npt.NDArray[np.intp],
     return int(np.nansum(np.minimum(np.clip(gap, 0, None), their_wait))), "busy-time gap"
 
 
+def _cost_words(now: float, after: float, source: str) -> str:
+    """One number: its cost to the mean step, as the verdict, what-if and remedy quote it."""
+    text = (f"the others wait for it {duration(now - after, 'human')} a step "
+            f"({(now - after) / now:.0%} of the mean step {duration(now, 'human')})")  # fmt: skip
+    if source == "telemetry":
+        text += ("; it works longer outside backward and they wait inside it, so every "
+                 "rank's step takes about as long")  # fmt: skip
+    return text
+
+
 def _finding(
     m: StepMatrix,
     ctx: _Context,
@@ -564,14 +574,7 @@ def _finding(
     msg = (f"{what}, {why}; the other ranks waited {duration(caused, 'human')} in total "
            "for it")  # fmt: skip
     if persistent:
-        # one number: its cost to the mean step, as the verdict, what-if and remedy quote it
-        msg = (
-            f"{what}, {why}: the others wait for it {duration(now - after, 'human')} a "
-            f"step ({(now - after) / now:.0%} of the mean step {duration(now, 'human')})"
-        )
-        if m.source == "telemetry":
-            msg += ("; it works longer outside backward and they wait inside it, so every "
-                    "rank's step takes about as long")  # fmt: skip
+        msg = f"{what}, {why}: {_cost_words(now, after, m.source)}"
     if short:
         msg += (f"; too few steps to tell persistent from periodic — profile at least "
                 f"{ctx.rules.short_window_steps} steps or use `gpudiag run`")  # fmt: skip
