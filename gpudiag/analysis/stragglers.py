@@ -728,15 +728,15 @@ def on_busy_host(findings: Sequence[Finding], busy: Mapping[str, float],
     ``busy``: the host's CPU figures over the gate's limits
     (:func:`gpudiag.runconditions.host_contention`). CPU time the other processes take is
     lost where the rank spends its CPU time: a CPU job's compute (its operators are most of
-    its step), its data loading. So on a CPU job a straggler whose excess is compute or data
-    (or that the telemetry cannot split) is likely the host's doing: the rank that falls
-    behind is the one they happened to take CPU from. Such a finding keeps its numbers,
-    says the host is the likely cause (``metrics.host_contention``) and is a warning, not
-    an error. A straggler that loses its time *outside* compute and data (sleeps, Python,
-    logging: cause ``host``) is not what contention stretches on a CPU job, and on a GPU
-    job it could be a starved launch thread or the job's own: either way the trace cannot
-    tell, so its message only says the host was busy too. A GPU job's slower GPU compute
-    is not the host's doing: left as it is.
+    its step). So on a CPU job a straggler whose excess is compute (or that the telemetry
+    cannot split) is likely the host's doing: the rank that falls behind is the one they
+    happened to take CPU from. Such a finding keeps its numbers, says the host is the
+    likely cause (``metrics.host_contention``) and is a warning, not an error. A straggler
+    that loses its time *outside* compute (sleeps, Python, logging: cause ``host``; its
+    loader: ``data``) is not what contention stretches on a CPU job: its message only says
+    the host was busy too. On a GPU job a host-side straggler could be a starved launch
+    thread or the job's own (the trace cannot tell: the message says both); a slower GPU
+    compute or loader is not the host's doing: left as it is.
     """
     if not busy:
         return list(findings)
@@ -747,9 +747,9 @@ def on_busy_host(findings: Sequence[Finding], busy: Mapping[str, float],
             m, (StragglerMetrics, LateArrivalMetrics)
         ):
             out.append(f)
-        elif f.cause == Cause.HOST:
+        elif f.cause in (Cause.HOST, Cause.DATA) and (not gpu or f.cause == Cause.HOST):
             why = ("a starved launch thread could explain it" if gpu else
-                   "contention stretches a CPU job's compute, not its time outside it")  # fmt: skip
+                   "contention stretches a job's CPU compute, not its time outside it")  # fmt: skip
             out.append(dataclasses.replace(f, message=f"{f.message} (the host was busy too: "
                                            f"{busy_host_words(busy)}; {why})"))  # fmt: skip
         elif gpu:

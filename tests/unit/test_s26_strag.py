@@ -168,7 +168,7 @@ def _straggler(cause: Cause) -> Finding:
 
 def test_busy_host_explains_a_cpu_jobs_compute_straggler_only() -> None:
     # a CPU job: stolen CPU stretches its compute (and data loading)
-    for cause in (Cause.COMPUTE, Cause.DATA, Cause.UNKNOWN):
+    for cause in (Cause.COMPUTE, Cause.UNKNOWN):
         (c,) = on_busy_host([_straggler(cause)], BUSY, gpu=False)
         assert c.severity == Severity.WARNING and "likely the host" in c.message
         assert c.metrics_as(StragglerMetrics).host_contention == BUSY
@@ -178,6 +178,8 @@ def test_busy_host_explains_a_cpu_jobs_compute_straggler_only() -> None:
     assert h.severity == Severity.ERROR and "likely the host" not in h.message
     assert "the host was busy too: other processes used 62% of the CPUs" in h.message
     assert "host_contention" not in h.metrics.to_json()
+    (d,) = on_busy_host([_straggler(Cause.DATA)], BUSY, gpu=False)  # its loader: its own
+    assert d.severity == Severity.ERROR and "the host was busy too" in d.message
     # a quiet host changes nothing
     assert on_busy_host([_straggler(Cause.HOST)], {}, gpu=False) == [_straggler(Cause.HOST)]
 
@@ -186,6 +188,7 @@ def test_gpu_straggler_is_never_blamed_on_the_host_without_evidence() -> None:
     # a slower GPU compute is not the busy host's doing
     (g,) = on_busy_host([_straggler(Cause.COMPUTE)], BUSY, gpu=True)
     assert g == _straggler(Cause.COMPUTE)
+    assert on_busy_host([_straggler(Cause.DATA)], BUSY, gpu=True) == [_straggler(Cause.DATA)]
     # host-side work: a starved launch thread could explain it, the trace cannot tell
     (h,) = on_busy_host([_straggler(Cause.HOST)], BUSY, gpu=True)
     assert h.severity == Severity.ERROR and "a starved launch thread could explain it" in h.message
