@@ -149,6 +149,9 @@ class VariabilityRules:
     p90_factor: float = 1.3  # p90 / median step time above this: jitter
     spread_factor: float = 1.6  # p90 / p10 of the step times above this: jitter
     outlier_factor: float = 1.5  # a step longer than this × the median: an outlier (stall)
+    # one outlier is single only when no other step comes within this share of its excess
+    # over the median; otherwise those steps are named together (a cluster of slow steps)
+    cluster_ratio: float = 0.5
     regime_factor: float = 2.0  # every step after a split this × slower (or faster): regime
     min_steps_per_regime: int = 2  # ... with at least this many steps on each side
     severe_factor: float = 2.0  # p90 / median from this up (or a regime change): a warning

@@ -181,6 +181,23 @@ class ContentionLimits(Protocol):
         """A GPU's share of samples with another process on it."""
 
 
+def host_contention(conditions: RunConditions | None, limits: ContentionLimits) -> dict[str, float]:
+    """The host's CPU figures over their limits: ``other_cpu_ratio``, ``steal_ratio`` (or {}).
+
+    What can slow any rank's host work (its Python, its launches, a CPU job's compute), as
+    against a GPU's own throttling or sharing.
+    """
+    if conditions is None or not conditions.raw:
+        return {}
+    out = {}
+    other, steal = conditions.other_cpu_ratio_mean, conditions.steal_ratio_mean
+    if other is not None and other > limits.max_other_cpu_ratio:
+        out["other_cpu_ratio"] = other
+    if steal is not None and steal > limits.max_steal_ratio:
+        out["steal_ratio"] = steal
+    return out
+
+
 def contention(conditions: RunConditions | None, limits: ContentionLimits) -> list[str]:
     """Why the recorded conditions are contended (empty: quiet, or not recorded)."""
     if conditions is None or not conditions.raw:

@@ -64,6 +64,10 @@ def _finding_share(f: dict[str, Any]) -> float | None:
             step = m.get("step_time_ns_median") or 0
             return m["waited_ns_per_step"] / step if step else None
         if f.get("persistent"):
+            # its cost to the mean step (the what-if's straggler at median speed)
+            mean = m.get("step_time_ns_mean")
+            if mean:
+                return (mean - m["step_time_ns_if_median_speed"]) / mean
             return float(m["median_excess_ratio"])
         return None  # a stall count, not a share
     if f["kind"] == "pipeline_bubble":

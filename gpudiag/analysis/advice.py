@@ -76,6 +76,7 @@ from gpudiag.analysis.model import (
 )
 from gpudiag.analysis.remedy import Context, Remedy
 from gpudiag.analysis.remedy import const as _const
+from gpudiag.analysis.stragglers import busy_host_words
 from gpudiag.config import AdviceRules
 
 # ---- data ----
@@ -138,8 +139,40 @@ _STRAGGLER_HINTS = {
 }  # fmt: skip
 
 
+# a CPU job's compute is the host's: no GPU to check
+_CPU_COMPUTE = ("it takes longer for the same work: check uneven sharding, the CPU cores it "
+                "runs on (frequency, other processes on them) and its thread count "
+                "(OMP_NUM_THREADS, torch.set_num_threads) against the others'.")  # fmt: skip
+
+
 def _cause(f: Finding) -> Cause:
     return f.cause or Cause.UNKNOWN
+
+
+def _busy(f: Finding) -> dict[str, float] | None:
+    """The recorded host contention that likely explains the straggler, if any."""
+    return getattr(f.metrics, "host_contention", None)
+
+
+def _straggler_title(f: Finding, c: Context) -> str:
+    if _busy(f):
+        return f"Re-run on a quiet host before investigating rank {f.ranks[0]}"
+    return f"Investigate rank {f.ranks[0]} ({_cause(f)})"
+
+
+def _straggler_detail(f: Finding, c: Context) -> str:
+    busy = _busy(f)
+    if busy:
+        words = busy_host_words(busy)
+        return (
+            f"{words[:1].upper()}{words[1:]}: on a busy host the rank that falls "
+            f"behind is the one they took CPU from, so rank {f.ranks[0]} may be no "
+            "straggler of the job's own. Re-run with the host to the job (or pin each "
+            "rank to its own cores: taskset, numactl) and see whether it still lags."
+        )
+    if c.run.mode == Mode.CPU and _cause(f) == Cause.COMPUTE:
+        return f"Rank {f.ranks[0]} holds every other rank back: {_CPU_COMPUTE}"
+    return f"Rank {f.ranks[0]} holds every other rank back: {_STRAGGLER_HINTS[_cause(f)]}"
 
 
 def _excess(f: Finding) -> int:
@@ -150,18 +183,22 @@ def _excess(f: Finding) -> int:
 def _straggler_gain(f: Finding, c: Context) -> int | None:
     """The what-if's "straggler at median speed", else the straggler's typical excess."""
     gain = c.what_if_gain("if_straggler_at_median_speed_ns")
+    m = f.metrics
+    if gain is None and isinstance(m, StragglerMetrics) and m.step_time_ns_mean:
+        return (m.step_time_ns_mean - m.step_time_ns_if_median_speed) or None
     return (gain or None) if gain is not None else _excess(f)
 
 
 STRAGGLER = Remedy(
-    id=lambda f, c: f"investigate-rank-{f.ranks[0]}",
-    title=lambda f, c: f"Investigate rank {f.ranks[0]} ({_cause(f)})",
-    detail=lambda f, c: f"Rank {f.ranks[0]} holds every other rank back: "
-                        f"{_STRAGGLER_HINTS[_cause(f)]}",
+    id=lambda f, c: f"quiet-host-rank-{f.ranks[0]}" if _busy(f) else
+                    f"investigate-rank-{f.ranks[0]}",
+    title=_straggler_title,
+    detail=_straggler_detail,
     gain=lambda f, c: _straggler_gain(f, c) if f.persistent else None,
     evidence=lambda f, c: {"rank": f.ranks[0], "cause": _cause(f),
                            "wait_caused_ns": f.wait_caused_ns, "persistent": f.persistent,
-                           "steps": f.steps, "median_excess_ns": _excess(f)},
+                           "steps": f.steps, "median_excess_ns": _excess(f),
+                           **({"host_contention": _busy(f)} if _busy(f) else {})},
     applies=lambda f, c: bool(f.ranks),
 )  # fmt: skip
 

@@ -42,6 +42,7 @@ from gpudiag.analysis.model import (
     FindingKind,
     LiveAlert,
     Mode,
+    RunSummary,
     Severity,
     WholeRun,
     by_rank,
@@ -67,7 +68,7 @@ from gpudiag.analysis.reconcile import (
 from gpudiag.analysis.runend import LEADS as ENDED_KINDS
 from gpudiag.analysis.runend import evidence_only, run_end_findings, without_unfinished
 from gpudiag.analysis.spread import rank_spread
-from gpudiag.analysis.stragglers import find_stragglers, late_arrival
+from gpudiag.analysis.stragglers import find_stragglers, late_arrival, on_busy_host
 from gpudiag.analysis.summary import run_summary, summarize_rank
 from gpudiag.analysis.timeline import Timeline
 from gpudiag.analysis.variability import variability
@@ -119,6 +120,7 @@ def _diagnose(
     results = without_unfinished(results, run.run_end, run.notes)
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
     notes = list(run.notes) + _busy_host(run, th)
+    busy = _host_contention(run, th)
     ended = run_end_findings(run.run_end)
     if ended:
         # the run's end, with the first failure, replaces the bare exit-code finding
@@ -136,7 +138,7 @@ def _diagnose(
         e = evidence_only(run, ended, th, notes + alert_notes)
         return (dataclasses.replace(e, alerts=alerts) if alerts else e), results
     d = build_diagnosis(results, th, run.inputs, notes + alert_notes, whole_run=whole,
-                        extra_findings=extra)  # fmt: skip
+                        extra_findings=extra, host_contention=busy)  # fmt: skip
     return (dataclasses.replace(d, alerts=alerts) if alerts else d), results
 
 
@@ -174,6 +176,21 @@ def _busy_host(run: RunTimeline, th: Thresholds) -> list[str]:
     ]
 
 
+def _gpu_job(run: RunSummary, whole: WholeRun | None) -> bool:
+    """A job on GPUs: a GPU trace, or NVML samples of GPUs its ranks used."""
+    gpus = whole.gpus if whole is not None else []
+    return run.mode in (Mode.GPU, Mode.MIXED) or any(g.rank is not None for g in gpus)
+
+
+def _host_contention(run: RunTimeline, th: Thresholds) -> dict[str, float]:
+    """The run's recorded host CPU contention over the gate's limits (empty: quiet/unknown)."""
+    from gpudiag.config import gate_config
+    from gpudiag.runconditions import host_contention
+
+    cond = run.manifest.conditions if run.manifest is not None else None
+    return host_contention(cond, gate_config(th.extra.get("gate")))
+
+
 def build_diagnosis(
     results: Sequence[RankResult],
     th: Thresholds,
@@ -181,10 +198,17 @@ def build_diagnosis(
     notes: Sequence[str] = (),
     whole_run: WholeRun | None = None,
     extra_findings: Sequence[Finding] = (),
+    host_contention: Mapping[str, float] | None = None,
 ) -> Diagnosis:
-    """Assemble run summary, findings and the Diagnosis from per-rank results."""
+    """Assemble run summary, findings and the Diagnosis from per-rank results.
+
+    ``host_contention``: the run's recorded host CPU contention
+    (:func:`gpudiag.runconditions.host_contention`), which qualifies the stragglers it can
+    explain (:func:`gpudiag.analysis.stragglers.on_busy_host`).
+    """
     with _collector_skips_inputs():
-        return _build(results, th, inputs, notes, whole_run, extra_findings)
+        return _build(results, th, inputs, notes, whole_run, extra_findings,
+                      host_contention or {})  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -220,6 +244,7 @@ def _build(
     notes: Sequence[str],
     whole_run: WholeRun | None,
     extra_findings: Sequence[Finding],
+    busy: Mapping[str, float],
 ) -> Diagnosis:
     results = sorted(results, key=lambda r: r.rank)
     results, warm = without_warmup(results, th)
@@ -255,6 +280,7 @@ def _build(
         findings = drop_ranks(findings, stage, FindingKind.COMM_BOUND)
         findings = [f for f in findings
                     if not (f.kind == FindingKind.STRAGGLER and set(f.ranks) <= stage)]  # fmt: skip
+    findings = on_busy_host(findings, busy, _gpu_job(run, whole_run))
     findings = comm_wait_for_stragglers(findings, steps, sync_by_step, th)
     host_stragglers = {
         f.ranks[0] for f in findings

@@ -8,7 +8,9 @@ Pure: no I/O, no globals. The rules (docs/gate.md states them for users):
   configured, comm-wait share ≤ ``max_comm_wait_ratio`` and data-wait share ≤
   ``max_data_wait_ratio``. A rank without analysed steps makes its check *inconclusive*.
 * **Stragglers**: every Finding of kind ``straggler`` (whoever produced it) is a failing
-  check (``stragglers="fail"``), a warning (``"warn"``) or ignored (``"off"``).
+  check (``stragglers="fail"``), a warning (``"warn"``) or ignored (``"off"``). A
+  candidate whose recorded run conditions are contended cannot fail on a straggler either
+  (on a busy host which rank falls behind is chance): what would fail is *inconclusive*.
 * **Regression against a baseline** of one or more runs. Each run is reduced to its
   steady median job step time (:func:`gpudiag.analysis.baseline.step_time_stats`, which
   ``diff`` uses too): per step number the slowest rank's duration (a synchronous step
@@ -181,7 +183,9 @@ def _limit_checks(d: Diagnosis, cfg: GateConfig, th: Thresholds, note: str = "")
     return out
 
 
-def _straggler_checks(d: Diagnosis, cfg: GateConfig, base: Sequence[RunStat]) -> list[Check]:
+def _straggler_checks(d: Diagnosis, cfg: GateConfig, base: Sequence[RunStat],
+                      contended: Sequence[str] = ()) -> list[Check]:  # fmt: skip
+    """One check per straggler finding's rank; a contended run's cannot fail (inconclusive)."""
     if cfg.stragglers == "off":
         return []
     found = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
@@ -190,10 +194,15 @@ def _straggler_checks(d: Diagnosis, cfg: GateConfig, base: Sequence[RunStat]) ->
     before = {r for b in base for r in b.stragglers}
     out: list[Check] = []
     status = FAIL if cfg.stragglers == "fail" else WARN
+    why = ""
+    if contended and status == FAIL:
+        # on a busy host the rank that falls behind is chance: as the timing check, no fail
+        status = INCONCLUSIVE
+        why = "inconclusive (contended run: see run_conditions): "
     for f in found:
         for rank in f.ranks or [None]:  # type: ignore[list-item]
             again = " (also in the baseline)" if base and rank in before else ""
-            out.append(Check("straggler", rank, status, None, None, f.message + again))
+            out.append(Check("straggler", rank, status, None, None, why + f.message + again))
     return out
 
 
@@ -347,7 +356,7 @@ def evaluate(
     contended = contention(conditions, cfg)
     recorded = conditions.to_json() if conditions is not None else None
     note = f" (run contended: {describe_run_conditions(conditions)})" if contended else ""
-    checks = _limit_checks(d, cfg, th, note) + _straggler_checks(d, cfg, base)
+    checks = _limit_checks(d, cfg, th, note) + _straggler_checks(d, cfg, base, contended)
     if recorded:
         checks.append(Check("run_conditions", None, WARN if contended else PASS, None, None,
                             ("contended: " + "; ".join(contended)) if contended else

@@ -170,11 +170,23 @@ class StragglerMetrics(FindingMetrics):
     excess_by_part_ns: dict[str, int]
     also: list[str]
     step_time_ns_median: int
-    step_time_ns_if_median_speed: int
+    step_time_ns_if_median_speed: int  # the mean step were it as fast as the others
     short_window: bool
+    # the mean step now, the base of the cost (step_time_ns_mean − …_if_median_speed) that
+    # the message, the verdict, the what-if and the remedy quote (analysis/stragglers.py)
+    step_time_ns_mean: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    # the run's recorded host CPU contention that likely explains it (other_cpu_ratio,
+    # steal_ratio over the gate's limits): absent on a quiet or unrecorded host
+    host_contention: dict[str, float] | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def share(self) -> float:  # noqa: D102
         return self.median_excess_ratio
+
+    def cost_ratio(self) -> float:
+        """What it costs the mean step (the what-if's straggler at median speed), over it."""
+        if not self.step_time_ns_mean:
+            return self.median_excess_ratio  # a file written before the cost was recorded
+        return (self.step_time_ns_mean - self.step_time_ns_if_median_speed) / self.step_time_ns_mean
 
 
 @dataclass(frozen=True)
@@ -193,6 +205,7 @@ class LateArrivalMetrics(FindingMetrics):
     excess_by_part_ns: dict[str, int]
     steps_compared: int
     step_time_ns_median: int
+    host_contention: dict[str, float] | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)

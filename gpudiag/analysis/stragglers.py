@@ -211,6 +211,22 @@ def slow_steps(m: StepMatrix, rules: StragglerRules) -> tuple[F64, npt.NDArray[n
     return ex, (ex >= rules.excess_ratio * step) & (m.wait <= others_wait), step
 
 
+def at_median_speed(m: StepMatrix, i: int) -> tuple[float, float]:
+    """(mean step now, mean step were rank ``i`` as fast as the others): the what-if's model.
+
+    :mod:`gpudiag.analysis.whatif`'s synchronous step, on this matrix: the mean of each
+    step's longest rank now, and of ``max_r busy + min_r wait`` with rank ``i``'s busy time
+    set to the others' median in that step, clamped to [0, now]. In the step telemetry the
+    wait is backward (DDP's all-reduce wait is in it), so a rank that works longer outside
+    backward shows here, where the ranks' step times alone (equal: the others wait) do not.
+    """
+    now = float(np.mean(m.duration.max(axis=0)))
+    busy = m.busy.copy()
+    busy[i] = np.median(np.delete(m.busy, i, axis=0), axis=0)
+    after = float(np.mean(busy.max(axis=0) + np.nanmin(m.wait, axis=0)))
+    return now, min(now, max(0.0, after))
+
+
 def jitter_ns(ex: F64) -> float:
     """One robust standard deviation of excesses (MAD × 1.4826)."""
     return MAD_TO_SIGMA * float(np.median(np.abs(ex - np.median(ex)))) if ex.size else 0.0
@@ -310,6 +326,7 @@ def _detect(m: StepMatrix, ctx: _Context, persistent_only: bool = False) -> list
             and sign_test(int(np.count_nonzero(ex[i] > 0)), n) < rules.persistent_alpha
             and np.count_nonzero(slow[i]) >= 2
             and not _stalls_dominate(m, ex[i], stalls, rules)
+            and _costly(m, i, rules)
         )
         if persistent:
             flagged = np.flatnonzero(slow[i])
@@ -324,6 +341,17 @@ def _detect(m: StepMatrix, ctx: _Context, persistent_only: bool = False) -> list
         extra = [] if persistent else _confirmed_in_window(m, ctx.trace, i, flagged, rules)
         findings.append(_finding(m, ctx, i, flagged, persistent, ex, extra))
     return findings
+
+
+def _costly(m: StepMatrix, i: int, rules: StragglerRules) -> bool:
+    """Rank ``i`` at the others' speed would shorten the mean step by ``excess_ratio`` of it.
+
+    The cost the finding, the verdict, the what-if and the remedy quote: a rank whose typical
+    excess the others absorb without waiting (or whose excess comes in steps they wait in
+    anyway) is no persistent straggler.
+    """
+    now, after = at_median_speed(m, i)
+    return now - after >= rules.excess_ratio * now
 
 
 def _stalls_dominate(
@@ -490,6 +518,16 @@ def _caused(m: StepMatrix, ctx: _Context, i: int, flagged: npt.NDArray[np.intp],
     return int(np.nansum(np.minimum(np.clip(gap, 0, None), their_wait))), "busy-time gap"
 
 
+def _cost_words(now: float, after: float, source: str) -> str:
+    """One number: its cost to the mean step, as the verdict, what-if and remedy quote it."""
+    text = (f"the others wait for it {duration(now - after, 'human')} a step "
+            f"({(now - after) / now:.0%} of the mean step {duration(now, 'human')})")  # fmt: skip
+    if source == "telemetry":
+        text += ("; it works longer outside backward and they wait inside it, so every "
+                 "rank's step takes about as long")  # fmt: skip
+    return text
+
+
 def _finding(
     m: StepMatrix,
     ctx: _Context,
@@ -509,11 +547,10 @@ def _finding(
     step_median = float(np.median(m.duration))
     cause, parts = _cause(m, ctx, rank, steps, persistent)
     short = not persistent and _short(m, ctx.rules)
+    now, after = at_median_speed(m, i) if persistent else (step_median, step_median)
     if persistent:
-        what = (f"rank {rank} is a persistent straggler: slower than the other ranks in "
-                f"{len(steps)} of {len(m.steps)} steps, typically by "
-                f"{duration(median_excess, 'human')} "
-                f"({median_excess / step_median:.0%} of a step)")  # fmt: skip
+        what = (f"rank {rank} is a persistent straggler, slower than the other ranks in "
+                f"{len(steps)} of {len(m.steps)} steps")  # fmt: skip
     elif short:
         what = (f"rank {rank} stalled in {len(steps)} of {len(m.steps)} profiled "
                 f"step{'s' if len(m.steps) != 1 else ''} ({_and(steps)}, "
@@ -536,6 +573,8 @@ def _finding(
         why = f"{why} (+{duration(top, 'human', 0)} a step) and {more}"
     msg = (f"{what}, {why}; the other ranks waited {duration(caused, 'human')} in total "
            "for it")  # fmt: skip
+    if persistent:
+        msg = f"{what}, {why}: {_cost_words(now, after, m.source)}"
     if short:
         msg += (f"; too few steps to tell persistent from periodic — profile at least "
                 f"{ctx.rules.short_window_steps} steps or use `gpudiag run`")  # fmt: skip
@@ -556,10 +595,9 @@ def _finding(
             excess_by_part_ns={k: round(v) for k, v in parts.items()},
             also=also,
             step_time_ns_median=round(step_median),
-            step_time_ns_if_median_speed=round(
-                min(step_median, max(0.0, step_median - (median_excess if persistent else 0.0)))
-            ),
+            step_time_ns_if_median_speed=round(after),
             short_window=short,
+            step_time_ns_mean=round(now) if persistent else None,
         ),
         cause=cause,
         persistent=persistent,
@@ -668,3 +706,58 @@ def _late_finding(
         persistent=None,
         wait_caused_ns=top.waited_ns,
     )
+
+
+BUSY_HOST = "likely the host, not the job; re-run on a quiet host"
+
+
+def busy_host_words(busy: Mapping[str, float]) -> str:
+    """``other processes used 65% of the CPUs during the run`` (and the steal time)."""
+    parts = []
+    if busy.get("other_cpu_ratio") is not None:
+        parts.append(f"other processes used {busy['other_cpu_ratio']:.0%} of the CPUs")
+    if busy.get("steal_ratio") is not None:
+        parts.append(f"the hypervisor took {busy['steal_ratio']:.0%} of the CPUs' time")
+    return " and ".join(parts) + " during the run"
+
+
+def on_busy_host(findings: Sequence[Finding], busy: Mapping[str, float],
+                 gpu: bool) -> list[Finding]:  # fmt: skip
+    """Stragglers that the run's recorded host contention likely explains, qualified.
+
+    ``busy``: the host's CPU figures over the gate's limits
+    (:func:`gpudiag.runconditions.host_contention`). CPU time the other processes take is
+    lost where the rank spends its CPU time: a CPU job's compute (its operators are most of
+    its step). So on a CPU job a straggler whose excess is compute (or that the telemetry
+    cannot split) is likely the host's doing: the rank that falls behind is the one they
+    happened to take CPU from. Such a finding keeps its numbers, says the host is the
+    likely cause (``metrics.host_contention``) and is a warning, not an error. A straggler
+    that loses its time *outside* compute (sleeps, Python, logging: cause ``host``; its
+    loader: ``data``) is not what contention stretches on a CPU job: its message only says
+    the host was busy too. On a GPU job a host-side straggler could be a starved launch
+    thread or the job's own (the trace cannot tell: the message says both); a slower GPU
+    compute or loader is not the host's doing: left as it is.
+    """
+    if not busy:
+        return list(findings)
+    out = []
+    for f in findings:
+        m = f.metrics
+        if f.kind != FindingKind.STRAGGLER or not isinstance(
+            m, (StragglerMetrics, LateArrivalMetrics)
+        ):
+            out.append(f)
+        elif f.cause in (Cause.HOST, Cause.DATA) and (not gpu or f.cause == Cause.HOST):
+            why = ("a starved launch thread could explain it" if gpu else
+                   "contention stretches a job's CPU compute, not its time outside it")  # fmt: skip
+            out.append(dataclasses.replace(f, message=f"{f.message} (the host was busy too: "
+                                           f"{busy_host_words(busy)}; {why})"))  # fmt: skip
+        elif gpu:
+            out.append(f)
+        else:
+            out.append(dataclasses.replace(
+                f, severity=Severity.WARNING,
+                message=f"{f.message} — {busy_host_words(busy)}: {BUSY_HOST}",
+                metrics=dataclasses.replace(m, host_contention=dict(busy)),
+            ))  # fmt: skip
+    return out

@@ -8,8 +8,9 @@ last rank). Over the analysed (steady) steps, with ``m`` their median:
   median, with at least ``variability.min_steps_per_regime`` (2) steps on each side; the
   split with the largest ratio is named ("from step 12 on, steps take 9.1× as long");
 * **outliers**: steps longer than ``variability.outlier_factor`` (1.5) × ``m`` — one is a
-  single outlier ("step 7 took 425 ms, 2.0× the median"), several are recurring stalls
-  (their numbers listed);
+  single outlier ("step 7 took 425 ms, 2.0× the median") unless other steps come close to
+  it (``variability.cluster_ratio``: see :func:`_cluster`), several are recurring stalls
+  (their numbers listed); ``m`` is over the job's steps and the message says so;
 * **jitter**: p90 / ``m`` above ``variability.p90_factor`` (1.3), or the spread p90 / p10
   above ``variability.spread_factor`` (1.6), without either of the above ("steps vary
   from 82 to 166 ms"; fast single steps — a short last step — do not count).
@@ -196,6 +197,25 @@ def variability(
     ]
 
 
+# what the finding's median and p90 are over (the header's are over every rank's steps)
+OVER = "per step, the slowest rank's time"
+
+
+def _cluster(nums: list[int], dur: list[int], med: float, rules: VariabilityRules) -> list[int]:
+    """The slow steps: over ``outlier_factor`` × the median, and those close to a lone one.
+
+    A step over the factor is a *single* outlier only when no other step's excess over the
+    median is ``cluster_ratio`` (half) of its excess or more; otherwise it is one of a
+    cluster of slow steps (150, 147, 144 and 141 ms against a median of 99 ms), and every
+    step of that cluster is named.
+    """
+    slow = [n for n, d in zip(nums, dur, strict=True) if d > rules.outlier_factor * med]
+    if len(slow) != 1:
+        return slow
+    top = dur[nums.index(slow[0])] - med
+    return [n for n, d in zip(nums, dur, strict=True) if d - med >= rules.cluster_ratio * top]
+
+
 def _pattern(
     nums: list[int], dur: list[int], slowest: dict[int, int], rules: VariabilityRules,
     steady: SteadyRules, metrics: dict[str, Any],
@@ -210,7 +230,8 @@ def _pattern(
     p10 = float(np.percentile(arr, 10))
     spread = float(np.percentile(arr, 90)) / p10 if p10 > 0 else float("inf")
     regime = _regime(nums, dur, rules)
-    slow = [n for n, d in zip(nums, dur, strict=True) if d > rules.outlier_factor * med]
+    stalls = [n for n, d in zip(nums, dur, strict=True) if d > rules.outlier_factor * med]
+    slow = _cluster(nums, dur, med, rules)
     kinds = step_modes(dur, steady) if regime is None else []
     both = ""
     if kinds:
@@ -221,7 +242,7 @@ def _pattern(
                 f"({_ms(fast.min_ns)}–{_ms(fast.max_ns)}) and {slow_kind.steps} around "
                 f"{_ms(slow_kind.median_ns)} ({_ms(slow_kind.min_ns)}–{_ms(slow_kind.max_ns)}), "
                 f"{slow_kind.median_ns / fast.median_ns:.1f}× as long")  # fmt: skip
-        if len(slow) < 2:  # the slow kind is not a set of stalls over the median: name it
+        if len(stalls) < 2:  # the slow kind is not a set of stalls over the median: name it
             named = [n for n, d in zip(nums, dur, strict=True) if d > fast.max_ns]
             return (f"{both}; the slow ones: steps {_list(named)} (a median of {_ms(med)} "
                     "describes neither)", "two_kinds", named, float(fast.median_ns))  # fmt: skip
@@ -238,19 +259,20 @@ def _pattern(
     if len(slow) == 1:
         n = slow[0]
         d = dur[nums.index(n)]
-        return (f"single outlier: step {n} took {_ms(d)}, {d / med:.1f}× the median "
-                f"{_ms(med)} (slowest rank {slowest[n]})", "outlier", slow, med)  # fmt: skip
+        return (f"single outlier: step {n} took {_ms(d)} (rank {slowest[n]}), "
+                f"{d / med:.1f}× the median {_ms(med)} ({OVER})", "outlier", slow, med)  # fmt: skip
     if slow:
+        low = min(dur[nums.index(n)] for n in slow)
+        verb = "stall" if low > rules.outlier_factor * med else "are slow"
         against = (f"; {both} (a median of {_ms(med)} describes neither)" if both
-                   else f" against a median of {_ms(med)}")  # fmt: skip
-        return (f"{len(slow)} of {len(nums)} steps stall: steps {_list(slow)} take "
-                f"{_ms(min(dur[nums.index(n)] for n in slow))}–{_ms(hi)}{against}", "stalls",
-                slow, med)  # fmt: skip
+                   else f" against a median of {_ms(med)} ({OVER})")  # fmt: skip
+        return (f"{len(slow)} of {len(nums)} steps {verb}: steps {_list(slow)} take "
+                f"{_ms(low)}–{_ms(hi)}{against}", "stalls", slow, med)  # fmt: skip
     if ratio > rules.p90_factor or spread > rules.spread_factor:
         top = sorted(sorted(nums, key=lambda n: -dur[nums.index(n)])[:3])
         return (f"step times vary from {_ms(float(arr.min()))} to {_ms(hi)} (p90/median "
-                f"{ratio:.2f}, median {_ms(med)}); slowest: steps {_list(top)}", "jitter", top,
-                med)  # fmt: skip
+                f"{ratio:.2f}, median {_ms(med)}; {OVER}); slowest: steps {_list(top)}",
+                "jitter", top, med)  # fmt: skip
     return None
 
 

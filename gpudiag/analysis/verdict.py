@@ -31,6 +31,7 @@ from gpudiag.analysis.model import (
     Severity,
     Verdict,
 )
+from gpudiag.analysis.stragglers import BUSY_HOST, busy_host_words
 
 BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "copy", "variability",
                "none", "unknown", "hang", "mismatch", "failure", "interrupted")  # fmt: skip
@@ -240,7 +241,8 @@ def _verdict(
 def _share(f: Finding) -> float:
     """The share of step time a finding stands for, in its own terms.
 
-    A persistent straggler: its typical excess over the others (``median_excess_ratio``);
+    A persistent straggler: what it costs the mean step (``StragglerMetrics.cost_ratio``,
+    the what-if's straggler at median speed);
     intermittent stalls: what they cost a step on average (the excess of a stall × the
     stalls / the steps compared); a late rank: the others' waiting for it per step over the
     step; any other finding: its mean share over its ranks.
@@ -248,7 +250,7 @@ def _share(f: Finding) -> float:
     m = f.metrics
     if isinstance(m, StragglerMetrics):
         if f.persistent:
-            return m.median_excess_ratio
+            return m.cost_ratio()
         return m.median_excess_ratio * m.slow_steps / max(m.steps_compared, 1)
     if isinstance(m, LateArrivalMetrics):
         return m.waited_ns_per_step / m.step_time_ns_median if m.step_time_ns_median else 0.0
@@ -260,6 +262,17 @@ _CAUSE = {"data": " (waiting for input)", "compute": " (slower compute)",
 
 
 def _straggler(f: Finding, who: str, share: float) -> str:
+    """A straggler's headline; on a busy host, the host first (``busy host: …``)."""
+    m = f.metrics
+    busy = getattr(m, "host_contention", None)
+    text = _straggler_text(f, who, share)
+    if not busy:
+        return text
+    return (f"busy host: {text.removeprefix('straggler: ')} — {busy_host_words(busy)}: "
+            f"{BUSY_HOST}")  # fmt: skip
+
+
+def _straggler_text(f: Finding, who: str, share: float) -> str:
     """A straggler's headline in its finding's own terms: excess, stall count or waiting."""
     m = f.metrics
     cause = _CAUSE.get(str(f.cause), "")
@@ -272,5 +285,9 @@ def _straggler(f: Finding, who: str, share: float) -> str:
         return (f"straggler: {who} stalled in {m.slow_steps} of {m.steps_compared} steps, "
                 f"~{words.duration(m.median_excess_ns, 'brief')} behind the others each time"
                 f"{cause}; the others wait for it")  # fmt: skip
-    return (f"straggler: {who} runs {words.percent(share)} slower than the median rank"
-            f"{cause}; the others wait for it")  # fmt: skip
+    wait = ""
+    if isinstance(m, StragglerMetrics) and m.step_time_ns_mean:
+        gain = m.step_time_ns_mean - m.step_time_ns_if_median_speed
+        wait = f" {words.duration(gain, 'brief')} a step"
+    return (f"straggler: {who}{cause} costs {words.percent(share)} of each step: the others "
+            f"wait{wait} for it")  # fmt: skip

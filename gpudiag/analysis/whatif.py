@@ -14,6 +14,11 @@ median step would not show); every figure is clamped between 0 and it.
 This is the one step model: the remedies' gains for the same changes (no data wait: the
 loader remedy; comm fully overlapped: the communication remedies; a straggler at median
 speed: its remedy) are these differences, and their ratios are over this mean step.
+
+A persistent straggler of the step telemetry (``metrics.source`` ``telemetry``) is found on
+the run's steady steps, not the window's: its cost is the same model on those steps, with
+the time in backward as the wait (:func:`gpudiag.analysis.stragglers.at_median_speed`),
+and that cost (ns per step) is what "straggler at median speed" and "all" subtract here.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpudiag.analysis.metrics import StragglerMetrics
 from gpudiag.analysis.model import Finding, FindingKind, StepBreakdown, WhatIf
 
 
@@ -32,9 +38,14 @@ def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> What
     by_step: dict[int, list[StepBreakdown]] = {}
     for s in steps:
         by_step.setdefault(s.step, []).append(s)
-    stragglers = {
-        f.ranks[0] for f in findings if f.kind == FindingKind.STRAGGLER and f.persistent and f.ranks
-    }
+    persistent = [f for f in findings
+                  if f.kind == FindingKind.STRAGGLER and f.persistent and f.ranks]  # fmt: skip
+    # a straggler of the step telemetry: its cost on its own steps (the same model, on every
+    # steady step with backward as the wait), which a window may not show (one rank's)
+    tele = [f.metrics for f in persistent if isinstance(f.metrics, StragglerMetrics)
+            and f.metrics.source == "telemetry" and f.metrics.step_time_ns_mean]  # fmt: skip
+    cost = sum((m.step_time_ns_mean or 0) - m.step_time_ns_if_median_speed for m in tele)
+    stragglers = {f.ranks[0] for f in persistent if f.metrics not in tele}
 
     def model(busy: dict[int, float], wait: dict[int, float]) -> float:
         # a synchronous step: the last rank's own work, then the transfer (the least wait)
@@ -64,6 +75,9 @@ def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> What
         # a first-order model never predicts a step slower than now, nor below zero
         return round(min(now, max(0.0, float(np.mean(values)))))
 
+    if tele:
+        no_strag = [(v - cost) for v in (no_strag or cur)]
+        everything = [v - cost for v in everything]
     return WhatIf(
         step_time_ns=round(now),
         if_comm_overlapped_ns=clamped(no_comm),

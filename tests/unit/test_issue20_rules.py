@@ -132,7 +132,7 @@ def test_jitter_names_range_and_slowest_steps() -> None:
 def test_single_outlier_named() -> None:
     (f,) = variability(_steps([215, 214, 216, 425, 215, 213]), R)
     assert f.metrics.pattern == "outlier" and f.steps == [4]
-    assert "step 4 took 425.0 ms, 2.0× the median" in f.message
+    assert "step 4 took 425.0 ms (rank 0), 2.0× the median 215.0 ms" in f.message
 
 
 def test_regime_change_named_with_its_step() -> None:

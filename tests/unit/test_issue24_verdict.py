@@ -78,9 +78,10 @@ def test_two_stalls_are_a_count_not_a_slowdown():
 
 
 def test_a_persistent_straggler_quotes_its_typical_excess():
+    # a finding without its cost (a file written before it was recorded): its typical excess
     f = _stalls(True, 420_000_000, slow=6, compared=6)
     v = verdict(RUN, [f])
-    assert v.headline.startswith("straggler: rank 1 runs 42% slower than the median rank")
+    assert v.headline.startswith("straggler: rank 1 (slower compute) costs 42% of each step")
     assert v.share == 0.42 and problems(_doc(f)) == []
 
 
