@@ -13,11 +13,12 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from pathlib import Path
 from typing import Any
 
 from gpudiag.errors import UsageError
+from gpudiag.records import dataclass
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -29,10 +29,11 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 from typing import IO, Any
 
+from gpudiag.records import dataclass
 from gpudiag.runconditions import RunConditions
 
 MANIFEST = "manifest.json"
@@ -40,6 +41,7 @@ MANIFEST_SCHEMA_VERSION = 1
 RANKS_DIR = "ranks"
 NVML_DIR = "nvml"
 NSYS_DIR = "nsys"
+HANG_DIR = "hang"  # flight-recorder dumps and stacks (traces/flightrec.py, collect/hangdump.py)
 CONDITIONS_DIR = "conditions"
 CONTROL = "control.json"
 ALERTS = "alerts.jsonl"  # the live alerts of `gpudiag run` (gpudiag/live/monitor.py)

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
+
+from gpudiag.records import dataclass
 
 
 @dataclass(frozen=True)

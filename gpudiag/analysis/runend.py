@@ -9,19 +9,20 @@ with the numbers docs/definitions.md lists. The verdict leads with them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudiag import __version__
-from gpudiag.analysis.failure import describe, failures
-from gpudiag.analysis.hang import HangCase, analyze_dumps, hang_cases
 from gpudiag.analysis.kinds import FindingKind, Mode, Severity
 from gpudiag.analysis.metrics import CollectiveMismatchMetrics, HangMetrics, JobFailedMetrics
 from gpudiag.analysis.model import Diagnosis, Finding, RunSummary, Shares
 from gpudiag.analysis.rank import RankResult
 from gpudiag.analysis.verdict import verdict
 from gpudiag.config import Thresholds
-from gpudiag.traces.runend import RunEnd
 from gpudiag.traces.schema import RunTimeline
+
+if TYPE_CHECKING:  # the hang and failure rules are imported only for a run that ended badly
+    from gpudiag.analysis.hang import HangCase
+    from gpudiag.traces.runend import RunEnd
 
 LEADS = (FindingKind.HANG, FindingKind.COLLECTIVE_MISMATCH, FindingKind.JOB_FAILED)
 
@@ -83,6 +84,9 @@ def run_end_findings(end: RunEnd | None) -> list[Finding]:
     """``hang``, ``collective_mismatch`` and ``job_failed`` findings of ``end``, roots first."""
     if end is None:
         return []
+    from gpudiag.analysis.failure import failures
+    from gpudiag.analysis.hang import analyze_dumps, hang_cases
+
     out: list[Finding] = []
     analysis = analyze_dumps(end.dumps, end.world_size) if end.dumps else None
     cases = hang_cases(analysis, end.stacks, end.world_size)
@@ -121,6 +125,8 @@ def _failure_finding(end: RunEnd, failed: list[Any]) -> Finding:
             head += f" in step {first.step}"
         msg = f"the run was {head}; the diagnosis covers the steps the ranks finished"
     elif first is not None:
+        from gpudiag.analysis.failure import describe
+
         msg = describe(first, first=True)
         others = [f for f in failed[1:] if f.how != "killed"]
         if others:

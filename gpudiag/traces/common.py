@@ -27,7 +27,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from gpudiag.config import (
 )
 from gpudiag.errors import InputError
 from gpudiag.nputil import unique, unique_index
+from gpudiag.records import dataclass
 from gpudiag.traces.schema import I64, HostSteps, Kind, RankMeta, RankTimeline
 
 OPTIMIZER_STEP = "Optimizer.step#"

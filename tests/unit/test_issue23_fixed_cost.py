@@ -30,8 +30,7 @@ TINY = {
 _PROBE = r"""
 import json, sys
 {body}
-tops = sorted({{m.split(".")[0] for m in sys.modules}})
-print(json.dumps(tops))
+print(json.dumps(sorted(sys.modules)))
 """
 
 
@@ -45,12 +44,14 @@ def _tiny_dir(tmp_path: Path, ranks: int = 1) -> Path:
     return d
 
 
-def _modules(body: str, tmp_path: Path) -> set[str]:
+def _modules(body: str, tmp_path: Path, full: bool = False) -> set[str]:
+    """The top-level packages (every module with ``full``) imported by ``body``."""
     env = dict(os.environ, PYTHONPATH=str(REPO), GPUDIAG_CACHE_DIR=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", _PROBE.format(body=body)], env=env,
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+    mods = json.loads(out.stdout.strip().splitlines()[-1])
+    return set(mods) if full else {m.split(".")[0] for m in mods}
 
 
 def test_api_analyze_imports_no_pandas(tmp_path):
@@ -74,6 +75,31 @@ def test_cli_analyze_json_imports_only_what_it_needs(tmp_path):
     # coercion is replaced), and no process pool for two tiny files
     for heavy in ("pandas", "distributed", "dask", "rich", "pydantic", "concurrent"):
         assert heavy not in mods, heavy
+
+
+def test_cli_analyze_tiny_imports_no_unused_modules(tmp_path):
+    """The modules a tiny trace's analysis never runs stay unimported (each costs ms)."""
+    d = _tiny_dir(tmp_path)
+    body = (
+        "from gpudiag.cli import main\n"
+        f"try:\n    main(['analyze', {str(d)!r}, '-f', 'json', '--no-cache', "
+        f"'-o', {str(tmp_path / 'o.json')!r}])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+    )
+    mods = _modules(body, tmp_path, full=True)
+    assert json.loads((tmp_path / "o.json").read_text())["steps"]
+    unused = {
+        "numpy.ma",  # numpy's median of floats / percentile import it: gpudiag.nputil's don't
+        "concurrent.futures", "multiprocessing", "pandas", "rich",
+        # run directories and flight-recorder dumps only
+        "gpudiag.traces.flightrec", "gpudiag.analysis.hang", "gpudiag.analysis.failure",
+        "gpudiag.traces.runend", "gpudiag.traces.alerts", "gpudiag.traces.jsonl",
+        "gpudiag.traces.telemetry", "gpudiag.serialise", "gpudiag.cache",
+        # other commands' and formats' modules
+        "gpudiag.analysis.gate", "gpudiag.analysis.diff", "gpudiag.analysis.online",
+        "gpudiag.report.console", "gpudiag.report.html_report", "gpudiag.frames",
+    }  # fmt: skip
+    assert not mods & unused, sorted(mods & unused)
 
 
 def test_steps_frame_still_uses_pandas(tmp_path):

@@ -1,0 +1,108 @@
+"""gpudiag.records.dataclass behaves as dataclasses.dataclass where gpudiag can tell (issue 23).
+
+Each class is declared twice, once with each decorator, and the two are checked against
+each other: the truth is the standard library's behaviour, not gpudiag's.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import pickle
+from typing import Any
+
+import pytest
+
+from gpudiag import records
+
+
+def _pair(frozen: bool) -> tuple[type, type]:
+    def make(deco: Any) -> type:
+        @deco(frozen=frozen)
+        class Point:
+            x: int
+            y: float = 0.5
+            tags: list[str] = dataclasses.field(default_factory=list)
+            note: str = dataclasses.field(default="", repr=False, compare=False)
+
+        return Point
+
+    return make(dataclasses.dataclass), make(records.dataclass)
+
+
+# module level, so that pickle finds them
+@records.dataclass(frozen=True)
+class Frozen:
+    """A frozen record for the pickle round trip."""
+
+    a: int
+    b: tuple[int, ...] = ()
+
+
+@records.dataclass
+class Plain:
+    """A mutable record for the pickle round trip."""
+
+    a: int
+    b: list[int] = dataclasses.field(default_factory=list)
+
+
+@pytest.mark.parametrize("frozen", [True, False])
+def test_same_behaviour_as_dataclasses(frozen: bool) -> None:
+    std, rec = _pair(frozen)
+    for args in [(1,), (1, 2.0), (1, 2.0, ["a"]), (1, float("nan"), [], "n")]:
+        s, r = std(*args), rec(*args)
+        assert repr(r) == repr(s)
+        assert (r == rec(*args)) == (s == std(*args))
+        assert (r == rec(9)) == (s == std(9))
+        assert r.__eq__(s) is NotImplemented  # another class: as the generated __eq__
+        assert dataclasses.asdict(r) == dataclasses.asdict(s)
+        assert dataclasses.astuple(r) == dataclasses.astuple(s)
+        assert [f.name for f in dataclasses.fields(r)] == [f.name for f in dataclasses.fields(s)]
+        assert dataclasses.replace(r, x=3) == rec(3, *args[1:])
+        if frozen:  # hashable as a tuple of its compared fields; a list field is not
+            with pytest.raises(TypeError, match="unhashable"):
+                hash(r)
+            assert hash(rec(1, 2.0, (), "x")) == hash(std(1, 2.0, (), "x"))  # type: ignore[arg-type]
+    assert (rec.__hash__ is None) == (std.__hash__ is None)
+    assert rec(1, note="a") == rec(1, note="b")  # compare=False
+    assert dataclasses.is_dataclass(rec)
+
+
+def test_frozen_refuses_assignment() -> None:
+    r = Frozen(1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.a = 2  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del r.a  # type: ignore[misc]
+    assert r.a == 1
+    m = Plain(1)
+    m.a = 2
+    assert m.a == 2
+
+
+def test_pickle_copy_and_recursion() -> None:
+    for obj in (Frozen(1, (2, 3)), Plain(1, [2])):
+        assert pickle.loads(pickle.dumps(obj)) == obj
+        assert copy.deepcopy(obj) == obj
+    p = Plain(1)
+    p.b.append(p)  # type: ignore[arg-type]
+    assert repr(p) == "Plain(a=1, b=[...])"
+
+
+def test_explicit_methods_are_kept() -> None:
+    @records.dataclass(frozen=True)
+    class Own:
+        a: int
+
+        def __repr__(self) -> str:
+            return "own"
+
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        __hash__ = object.__hash__
+
+    assert repr(Own(1)) == "own"
+    assert Own(1) == Own(2)
+    assert Own.__hash__ is object.__hash__
