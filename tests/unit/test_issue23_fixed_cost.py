@@ -169,3 +169,38 @@ class Item:
 
 def _pid(_: object) -> int:
     return os.getpid()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["analyze", "--help"], ["--debug", "gate", "--help"], ["report"], ["diff", "--bogus"],
+     ["--no-color", "doctor", "--help"], ["run", "--help"]],
+)  # fmt: skip
+def test_one_command_app_says_what_the_whole_app_says(argv, capsys, monkeypatch):
+    """main() builds only the command it runs; its help and usage errors are the same."""
+    from gpudiag import cli
+
+    def run() -> tuple[object, str, str]:
+        code: object = None
+        try:
+            cli.main(argv)
+        except SystemExit as e:
+            code = e.code
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    one = run()
+    assert len(cli._app_for(argv).registered_commands) in (0, 1)  # 0: "diff" is no command
+    monkeypatch.setattr(cli, "_app_for", lambda _: cli.app)
+    assert one == run()
+
+
+def test_app_for_picks_the_named_command_only():
+    from gpudiag import cli
+
+    assert cli._app_for(["--help"]) is cli.app and cli._app_for([]) is cli.app
+    assert cli._app_for(["--version", "analyze"]) is cli.app
+    assert cli._app_for(["anlyze", "x"]) is cli.app  # a typo: the whole app suggests
+    one = cli._app_for(["--debug", "analyze", "x", "--", "report"])
+    assert [c.callback.__name__ for c in one.registered_commands] == ["analyze"]
+    assert len(cli.app.registered_commands) > 1  # the app itself is untouched
