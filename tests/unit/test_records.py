@@ -106,3 +106,56 @@ def test_explicit_methods_are_kept() -> None:
     assert repr(Own(1)) == "own"
     assert Own(1) == Own(2)
     assert Own.__hash__ is object.__hash__
+
+
+def _classes(deco: Any) -> tuple[type, type, type]:
+    @deco(frozen=True)
+    class Base:
+        a: int
+        b: str = "b"
+        c: list[int] = dataclasses.field(default_factory=list, compare=False)
+        d: int = dataclasses.field(default=4, init=False)
+
+        def __post_init__(self) -> None:
+            object.__setattr__(self, "d", self.a * 10)
+
+    @deco(frozen=True)
+    class Child(Base):
+        e: float = 1.5
+
+    class Plain(Child):  # not a dataclass: inherits Child's __init__
+        pass
+
+    return Base, Child, Plain
+
+
+def test_init_as_dataclasses_builds_it():
+    std, rec = _classes(dataclasses.dataclass), _classes(records.dataclass)
+    for s, r in zip(std, rec, strict=True):
+        for args, kw in [((1,), {}), ((1, "x"), {"c": [2]}), ((), {"a": 3, "b": "y"})]:
+            assert repr(r(*args, **kw)) == repr(s(*args, **kw))
+            assert dataclasses.asdict(r(*args, **kw)) == dataclasses.asdict(s(*args, **kw))
+        for args, kw in [((), {}), ((1, 2, 3, 4, 5, 6), {}), ((1,), {"d": 2}), ((1,), {"z": 0})]:
+            with pytest.raises(TypeError) as want:
+                s(*args, **kw)
+            with pytest.raises(TypeError) as got:
+                r(*args, **kw)
+            assert str(got.value) == str(want.value)
+    assert rec[2](1).e == 1.5 and rec[1](2).d == 20  # after the first instance too
+    assert rec[0].__init__.__qualname__ == std[0].__init__.__qualname__
+
+
+def test_init_of_a_copy_is_the_same():
+    """The path taken where dataclasses has no _init_fn of 3.10-3.12's signature (3.13+)."""
+    std, rec = _classes(dataclasses.dataclass), _classes(records.dataclass)
+    for s, r in zip(std[:2], rec[:2], strict=True):
+        fields = list(dataclasses.fields(r))
+        init = records._init_of_copy(r, fields, True)
+        obj = object.__new__(r)
+        init(obj, 1, "x", [2])
+        assert repr(obj) == repr(s(1, "x", [2]))
+        with pytest.raises(TypeError) as want:
+            s(1, b="y", a=2)
+        with pytest.raises(TypeError) as got:
+            init(object.__new__(r), 1, b="y", a=2)
+        assert str(got.value) == str(want.value)
