@@ -20,11 +20,6 @@ from typing import Any
 from gpudiag.errors import UsageError
 from gpudiag.records import dataclass
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
-
 # One classification of communication, used by the shares, the kernel families and the
 # collectives: a GPU kernel is communication when its name matches one library's pattern
 # below (names may start with ``void`` and a namespace, as demangled signatures do).
@@ -326,6 +321,10 @@ def load_project_config(start: Path | None = None) -> dict[str, Any]:
             p = d / name
             if not p.is_file():
                 continue
+            if sys.version_info >= (3, 11):  # imported only when there is a file to read
+                import tomllib
+            else:  # pragma: no cover - Python 3.10
+                import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
             try:
                 data = tomllib.loads(p.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:

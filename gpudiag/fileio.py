@@ -25,7 +25,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
@@ -310,6 +309,8 @@ def _output(path: Path | str, mode: str, newline: str | None) -> Iterator[Any]:
         perm = 0o666 & ~_umask()
     except OSError as e:
         raise _write_error(path, e) from e
+    import tempfile  # only to write a file (random, which it imports, costs ~2 ms)
+
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as e:

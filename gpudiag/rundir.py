@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, field
@@ -334,6 +333,8 @@ def node_dirs(run_dir: Path) -> list[Path]:
 def atomic_write(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
     """Write to a temporary file beside ``path`` and rename it into place only on success."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # only to write (random, which it imports, costs ~2 ms)
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
