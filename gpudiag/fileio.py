@@ -22,13 +22,13 @@ import contextlib
 import errno
 import io
 import os
-import re
 import stat
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+from gpudiag import lazyre
 from gpudiag.errors import EnvironmentProblem, InputError, UsageError
 
 READ_HINT = "check the path and its permissions (ls -l), or give the files that can be read"
@@ -182,7 +182,7 @@ def _umask() -> int:
     return mask
 
 
-_FD_LINK = re.compile(r"^/(?:dev/fd|proc/self/fd|proc/(\d+)/fd)/(\d+)$")
+_FD_LINK = lazyre.compile(r"^/(?:dev/fd|proc/self/fd|proc/(\d+)/fd)/(\d+)$")
 
 
 def _descriptor(path: str) -> int | None:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpudiag import nputil
+from gpudiag import lazyre, nputil
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.classify import RankSets
 from gpudiag.analysis.steps import StepWindows
@@ -38,7 +38,7 @@ from gpudiag.records import dataclass
 from gpudiag.traces.schema import Kind, RankTimeline
 
 API_CLASSES: dict[str, re.Pattern[str]] = {
-    cls: re.compile(p)
+    cls: lazyre.compile(p)
     for cls, p in {
         "sync": r"^(cuda|hip)(Stream|Device|Event)Synchronize|^cu(Stream|Ctx|Event)Synchronize",
         "allocator": r"^(cuda|hip)(Malloc|Free|HostAlloc|HostMalloc|HostFree|MallocHost|"
