@@ -47,7 +47,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,7 @@ import msgspec
 import numpy as np
 
 from gpudiag import __version__
+from gpudiag.records import dataclass
 
 MAGIC = b"GPUDIAG-RANK-CACHE\n"
 FORMAT = 1

@@ -13,16 +13,12 @@ import os
 import re
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from pathlib import Path
 from typing import Any
 
 from gpudiag.errors import UsageError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
+from gpudiag.records import dataclass
 
 # One classification of communication, used by the shares, the kernel families and the
 # collectives: a GPU kernel is communication when its name matches one library's pattern
@@ -343,6 +339,10 @@ def load_project_config(start: Path | None = None) -> dict[str, Any]:
             p = d / name
             if not p.is_file():
                 continue
+            if sys.version_info >= (3, 11):  # imported only when there is a file to read
+                import tomllib
+            else:  # pragma: no cover - Python 3.10
+                import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
             try:
                 data = tomllib.loads(p.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:

@@ -22,14 +22,13 @@ import contextlib
 import errno
 import io
 import os
-import re
 import stat
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+from gpudiag import lazyre
 from gpudiag.errors import EnvironmentProblem, InputError, UsageError
 
 READ_HINT = "check the path and its permissions (ls -l), or give the files that can be read"
@@ -183,7 +182,7 @@ def _umask() -> int:
     return mask
 
 
-_FD_LINK = re.compile(r"^/(?:dev/fd|proc/self/fd|proc/(\d+)/fd)/(\d+)$")
+_FD_LINK = lazyre.compile(r"^/(?:dev/fd|proc/self/fd|proc/(\d+)/fd)/(\d+)$")
 
 
 def _descriptor(path: str) -> int | None:
@@ -310,6 +309,8 @@ def _output(path: Path | str, mode: str, newline: str | None) -> Iterator[Any]:
         perm = 0o666 & ~_umask()
     except OSError as e:
         raise _write_error(path, e) from e
+    import tempfile  # only to write a file (random, which it imports, costs ~2 ms)
+
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as e:

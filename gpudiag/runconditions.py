@@ -21,8 +21,9 @@ Only the standard library: collect, traces and analysis all import this module.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from gpudiag.records import dataclass
 
 # nvmlClocksEventReasons bits (nvml.h): the manifest's name, NVML's name.
 THROTTLE_REASONS: dict[int, tuple[str, str]] = {

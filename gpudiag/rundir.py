@@ -26,13 +26,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 from typing import IO, Any
 
+from gpudiag.records import dataclass
 from gpudiag.runconditions import RunConditions
 
 MANIFEST = "manifest.json"
@@ -40,6 +40,7 @@ MANIFEST_SCHEMA_VERSION = 1
 RANKS_DIR = "ranks"
 NVML_DIR = "nvml"
 NSYS_DIR = "nsys"
+HANG_DIR = "hang"  # flight-recorder dumps and stacks (traces/flightrec.py, collect/hangdump.py)
 CONDITIONS_DIR = "conditions"
 CONTROL = "control.json"
 ALERTS = "alerts.jsonl"  # the live alerts of `gpudiag run` (gpudiag/live/monitor.py)
@@ -332,6 +333,8 @@ def node_dirs(run_dir: Path) -> list[Path]:
 def atomic_write(path: Path, mode: str = "w") -> Iterator[IO[Any]]:
     """Write to a temporary file beside ``path`` and rename it into place only on success."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # only to write (random, which it imports, costs ~2 ms)
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:

@@ -8,14 +8,14 @@ run as the gate compares it and as a baseline file (``gate --save-baseline``) st
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
-import numpy as np
-
+from gpudiag import nputil
 from gpudiag.analysis.model import Diagnosis, FindingKind, RunStep
 from gpudiag.analysis.steady import steady_steps
 from gpudiag.config import GateConfig, Thresholds
+from gpudiag.records import dataclass
 from gpudiag.runconditions import RunConditions
 
 # ---- samples and fingerprints ----
@@ -66,7 +66,7 @@ def step_time_stats(
     samples = step_samples(d, warmup_steps, th)
     if not samples:
         return None, None, 0
-    return float(np.median(samples)), float(np.percentile(samples, 90)), len(samples)
+    return float(nputil.median(samples)), nputil.percentile(samples, 90), len(samples)
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,14 @@ CUDA graphs are then already in use and not suggested again.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from gpudiag import nputil
 from gpudiag.analysis import words
 from gpudiag.analysis.metrics import ExposedCopiesMetrics
 from gpudiag.analysis.model import Finding, FindingKind, RankSummary, Severity, StepBreakdown
 from gpudiag.config import AdviceRules, Thresholds
+from gpudiag.records import dataclass
 
 CAUSES = ("copies", "sync", "allocator", "copy", "jit", "launch", "python", "unknown")
 LABEL = {
@@ -174,11 +173,11 @@ def _launch_cause(sc: _Scope) -> dict[str, Any]:
     launch = sum(_api(r, "launch", sc.kept)[0] for r in sc.mine)
     sync = sum(_api(r, "sync", sc.kept)[0] for r in sc.mine) / sc.n_steps
     held = f"synchronisation {fmt_ns(sync)} a step" if sync else "no synchronisation"
-    text = (f"{top:.0f} kernels a step, median {fmt_ns(float(np.median(med)))}, issued "
+    text = (f"{top:.0f} kernels a step, median {fmt_ns(float(nputil.median(med)))}, issued "
             f"{fmt_ns(apart)} apart (launch calls {fmt_ns(launch / sc.n_steps)} a step; "
             f"{held})")  # fmt: skip
     return {**_done("launch", text), "kernels_per_step": top,
-            "kernel_ns_median": int(np.median(med)),
+            "kernel_ns_median": int(nputil.median(med)),
             "ns_per_step": sc.other // sc.n_steps}  # fmt: skip
 
 

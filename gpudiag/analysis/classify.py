@@ -47,7 +47,6 @@ blocked on the allreduce futures, which gloo does not record as an event. M = âˆ
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -56,6 +55,7 @@ from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.steps import StepWindows
 from gpudiag.config import DEFAULT_COMM_OP_RE, HOST_COMM_CALL_RE
 from gpudiag.nputil import unique
+from gpudiag.records import dataclass
 from gpudiag.traces.schema import I64, Kind, RankTimeline
 
 _BUCKET_COPY = "torch.distributed.ddp.reducer::copy_bucket_to_grad"

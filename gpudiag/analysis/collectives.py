@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag import nputil
 from gpudiag.analysis.metrics import BandwidthMetrics
 from gpudiag.analysis.model import (
     CollectiveRow,
@@ -49,6 +49,7 @@ from gpudiag.analysis.model import (
 )
 from gpudiag.config import CollectiveRules
 from gpudiag.nputil import unique
+from gpudiag.records import dataclass
 from gpudiag.traces.schema import I32, I64, Kind, RankTimeline
 
 # Per-direction NVLink bandwidth, GB/s (10^9 B/s), by GPU model (first match wins).
@@ -350,8 +351,8 @@ def _bandwidth_table(
                 peak_gbps, eff = peak, busbw / peak
         table.append(CollectiveRow(
             type=ty, size_bucket=label, count=len(items),
-            bytes_median=int(np.median(nbs[known])) if known.any() else None,
-            transfer_ns_median=int(np.median(ts)), algbw_gbps=algbw, busbw_gbps=busbw,
+            bytes_median=int(nputil.median(nbs[known])) if known.any() else None,
+            transfer_ns_median=int(nputil.median(ts)), algbw_gbps=algbw, busbw_gbps=busbw,
             peak_gbps=peak_gbps, efficiency=eff,
         ))  # fmt: skip
     return table

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
+
+from gpudiag import lazyre
+from gpudiag.records import dataclass
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,7 @@ def _nv_by_cc(major: int, minor: int) -> str:
 
 # Model names, most specific first: (pattern, vendor, generation).
 _NAMES: tuple[tuple[re.Pattern[str], str, str], ...] = tuple(
-    (re.compile(p, re.IGNORECASE), v, g)
+    (lazyre.compile(p, re.IGNORECASE), v, g)
     for p, v, g in (
         (r"\bMI3[5-9]\d", "amd", "CDNA4"),
         (r"\bMI3\d\d", "amd", "CDNA3"),

@@ -11,7 +11,7 @@ Communication is compared by the names of the dominant collectives
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from gpudiag.analysis.baseline import (
     describe_fingerprint_difference,
@@ -21,6 +21,7 @@ from gpudiag.analysis.baseline import (
 )
 from gpudiag.analysis.model import Diagnosis, RankSummary, RunSummary
 from gpudiag.config import DiffRules, Thresholds
+from gpudiag.records import dataclass
 
 
 @dataclass(frozen=True)

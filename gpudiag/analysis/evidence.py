@@ -33,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ from gpudiag.analysis import words
 from gpudiag.analysis.metrics import LimitedEvidenceMetrics, ShareMetrics
 from gpudiag.analysis.model import Finding, FindingKind, Recommendation, Severity
 from gpudiag.config import EvidenceRules
+from gpudiag.records import dataclass
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline
 
 WITHHOLD = "withhold"

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from gpudiag.analysis.hang import collective_of, user_frames, where_text
+from gpudiag.records import dataclass
 from gpudiag.traces.flightrec import ThreadStack
 from gpudiag.traces.runend import RankEnd
 

@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,7 @@ from gpudiag.analysis.stats import mann_whitney_u, t_ppf, t_sf
 from gpudiag.analysis.words import duration
 from gpudiag.config import GateConfig, Thresholds
 from gpudiag.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
+from gpudiag.records import dataclass
 from gpudiag.runconditions import RunConditions, contention
 from gpudiag.runconditions import describe as describe_run_conditions
 

@@ -26,8 +26,9 @@ import os
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
+from gpudiag.records import dataclass
 from gpudiag.traces.flightrec import Frame, FrDump, FrEntry, RankStacks, ThreadStack
 
 

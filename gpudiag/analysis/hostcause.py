@@ -27,20 +27,21 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag import lazyre, nputil
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.classify import RankSets
 from gpudiag.analysis.steps import StepWindows
 from gpudiag.nputil import unique_inverse
+from gpudiag.records import dataclass
 from gpudiag.traces.schema import Kind, RankTimeline
 
 API_CLASSES: dict[str, re.Pattern[str]] = {
-    cls: re.compile(p)
+    cls: lazyre.compile(p)
     for cls, p in {
         "sync": r"^(cuda|hip)(Stream|Device|Event)Synchronize|^cu(Stream|Ctx|Event)Synchronize",
         "allocator": r"^(cuda|hip)(Malloc|Free|HostAlloc|HostMalloc|HostFree|MallocHost|"
@@ -156,7 +157,7 @@ def _kernels(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[s
         return {}
     dur = tl.end_ns[kern] - tl.start_ns[kern]
     out: dict[str, Any] = {"kernels_per_step": round(kern.size / w.s.size, 1),
-                           "kernel_ns_median": int(np.median(dur))}  # fmt: skip
+                           "kernel_ns_median": int(nputil.median(dur))}  # fmt: skip
     comp = kern[tl.kind[kern] == Kind.COMPUTE]
     cdur = (tl.end_ns[comp] - tl.start_ns[comp]).astype(np.float64)
     if cdur.sum() > 0:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from gpudiag.analysis import words
 from gpudiag.analysis.metrics import (
@@ -48,6 +47,7 @@ from gpudiag.analysis.model import (
     by_rank,
 )
 from gpudiag.config import Thresholds
+from gpudiag.records import dataclass
 
 _DL = re.compile(r"^enumerate\((DataLoader|DataPipe)\)#(\w+)\.__next__$")
 

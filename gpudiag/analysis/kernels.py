@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag import lazyre
 from gpudiag.analysis.model import KernelBreakdown, TopEntry
 from gpudiag.nputil import unique
 from gpudiag.traces.schema import Kind, RankTimeline
@@ -61,7 +62,7 @@ FAMILIES: tuple[tuple[str, str], ...] = (
                     r"|zero_|fill_|ones_like|zeros_like|empty|t|transpose|view|reshape"
                     r"|permute|expand|cat|stack|index|embedding)"),
 )  # fmt: skip
-_FAMILY_RES = [(f, re.compile(p, re.IGNORECASE)) for f, p in FAMILIES]
+_FAMILY_RES = [(f, lazyre.compile(p, re.IGNORECASE)) for f, p in FAMILIES]
 _TEMPLATE = re.compile(r"[<(]")
 _GENERIC = re.compile(r"(^|::)\s*(void\s+)?(device_)?kernel\d*\s*$", re.IGNORECASE)
 _FP32_GEMM = re.compile(r"sgemm|f32f32|_s\d{3,4}gemm|gemm.*_f32_|fp32", re.IGNORECASE)

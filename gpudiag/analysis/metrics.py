@@ -10,11 +10,12 @@ finding is about (its largest and mean per-rank value), which the verdict ranks 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, field, fields
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 from gpudiag.analysis.kinds import FindingKind
+from gpudiag.records import dataclass
 
 _OMIT = "omit_if_none"
 # field metadata: the field is left out of the JSON while it is ``None`` (absent, not null)

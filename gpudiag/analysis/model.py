@@ -13,7 +13,7 @@ strings of the JSON. Each finding kind's metrics are a class of
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any, TypeVar
 
 from gpudiag.analysis.kinds import Cause as Cause
@@ -24,6 +24,7 @@ from gpudiag.analysis.kinds import StepSource as StepSource
 from gpudiag.analysis.kinds import StrEnum as StrEnum
 from gpudiag.analysis.metrics import OMIT_IF_NONE, FindingMetrics, NoMetrics, without_omitted
 from gpudiag.analysis.metrics import PipelineSummary as PipelineSummary
+from gpudiag.records import dataclass
 
 SCHEMA_VERSION = 1
 SHARE_KEYS = ("compute", "comm_wait", "data_wait", "other")

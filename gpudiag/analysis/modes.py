@@ -13,12 +13,13 @@ console, Markdown and HTML say the same.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from gpudiag import nputil
 from gpudiag.config import SteadyRules
+from gpudiag.records import dataclass
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,8 @@ def step_modes(durations: Sequence[int], rules: SteadyRules | None = None) -> li
     if ratios[i] < rules.mode_gap_factor:
         return []
     lo, hi = xs[: i + 1], xs[i + 1 :]
-    return [StepMode(len(g), round(float(np.median(g))), round(float(g[0])), round(float(g[-1])))
-            for g in (lo, hi)]  # fmt: skip
+    return [StepMode(len(g), round(float(nputil.median(g))), round(float(g[0])),
+                     round(float(g[-1]))) for g in (lo, hi)]  # fmt: skip
 
 
 def describe(

@@ -42,7 +42,6 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,6 +54,7 @@ from gpudiag.analysis.steady import disturbed_steps
 from gpudiag.analysis.stragglers import jitter_ns, slow_steps, steps_matrix
 from gpudiag.analysis.summary import summarize_rank
 from gpudiag.config import Thresholds
+from gpudiag.records import dataclass
 
 NO_PROGRESS = "no_progress"
 STRAGGLER = str(FindingKind.STRAGGLER)

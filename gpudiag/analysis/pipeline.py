@@ -39,6 +39,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpudiag import nputil
 from gpudiag.analysis.collectives import Collectives
 from gpudiag.analysis.model import (
     Finding,
@@ -99,7 +100,7 @@ def find_pipeline(
         sends = np.asarray([t == "send" for t in first.type]) & in_step
         per_step.append(int(np.count_nonzero(sends)) if any(t == "send" for t in first.type)
                         else int(np.count_nonzero(in_step)) // 2)  # fmt: skip
-    m = max(1, round(float(np.median(per_step))))
+    m = max(1, round(float(nputil.median(per_step))))
     p = len(stages)
     stage_ranks = sorted(c.rank for c in stages)
     summaries = {r.rank: r for r in ranks if r.rank in stage_ranks}

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 import numpy as np
 
+from gpudiag import nputil
 from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.classify import (
     RankSets,
@@ -57,6 +58,7 @@ from gpudiag.analysis.steps import StepWindows, find_steps
 from gpudiag.analysis.timeline import RankLanes, rank_lanes
 from gpudiag.analysis.workload import name_counts, recognise
 from gpudiag.config import Thresholds
+from gpudiag.records import dataclass
 from gpudiag.traces.schema import (
     Kind,
     RankMeta,
@@ -247,7 +249,7 @@ def _calls_per_step(colls: Collectives, steps: int) -> dict[str, dict[str, float
         sel = (types == t) & (colls.step >= 0)
         sizes = colls.nbytes[sel & (colls.nbytes >= 0)]
         out[t] = {"per_step": round(int(sel.sum()) / max(steps, 1), 1),
-                  "bytes_median": float(np.median(sizes)) if sizes.size else -1.0}  # fmt: skip
+                  "bytes_median": float(nputil.median(sizes)) if sizes.size else -1.0}  # fmt: skip
     return out
 
 
@@ -326,7 +328,7 @@ def _launch_gaps(sets: RankSets, win: StepWindows, mode: Mode, th: Thresholds) -
         "short_gaps": int(np.count_nonzero(short)),
         "short_gaps_ns": int(length[short].sum()),
         "long_gaps": int(np.count_nonzero(~short)),
-        "long_gap_ns_median": int(np.median(length[~short])) if (~short).any() else None,
+        "long_gap_ns_median": int(nputil.median(length[~short])) if (~short).any() else None,
     }}  # fmt: skip
 
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-import numpy as np
-
+from gpudiag import nputil
 from gpudiag.analysis import words
 from gpudiag.analysis.causes import host_cause
 from gpudiag.analysis.collectives import (
@@ -52,7 +51,7 @@ def without_warmup(
     kept = [dataclasses.replace(r, steps=[s for s in r.steps if s.step not in warm])
             for r in results]  # fmt: skip
     rest = [s.duration_ns for r in kept for s in r.steps]
-    median = float(np.median(rest)) if rest else 0.0
+    median = float(nputil.median(rest)) if rest else 0.0
     nums = sorted(warm)
     took = ", ".join(duration(warm[n], "message") for n in nums[:4]) + (
         "…" if len(nums) > 4 else ""

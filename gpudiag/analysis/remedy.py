@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ from gpudiag.analysis.model import (
 )
 from gpudiag.config import AdviceRules
 from gpudiag.nputil import group_medians, unique_inverse
+from gpudiag.records import dataclass
 
 
 class PerRankStats:

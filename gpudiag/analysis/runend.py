@@ -9,19 +9,21 @@ with the numbers docs/definitions.md lists. The verdict leads with them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudiag import __version__
-from gpudiag.analysis.failure import CONSEQUENCES, RankFailure, describe, failures, short
-from gpudiag.analysis.hang import HangCase, analyze_dumps, hang_cases
 from gpudiag.analysis.kinds import FindingKind, Mode, Severity
 from gpudiag.analysis.metrics import CollectiveMismatchMetrics, HangMetrics, JobFailedMetrics
 from gpudiag.analysis.model import Diagnosis, Finding, RunSummary, Shares
 from gpudiag.analysis.rank import RankResult
 from gpudiag.analysis.verdict import verdict
 from gpudiag.config import Thresholds
-from gpudiag.traces.runend import RunEnd
 from gpudiag.traces.schema import RunTimeline
+
+if TYPE_CHECKING:  # the hang and failure rules are imported only for a run that ended badly
+    from gpudiag.analysis.failure import RankFailure
+    from gpudiag.analysis.hang import HangCase
+    from gpudiag.traces.runend import RunEnd
 
 LEADS = (FindingKind.HANG, FindingKind.COLLECTIVE_MISMATCH, FindingKind.JOB_FAILED)
 
@@ -83,6 +85,9 @@ def run_end_findings(end: RunEnd | None) -> list[Finding]:
     """``hang``, ``collective_mismatch`` and ``job_failed`` findings of ``end``, roots first."""
     if end is None:
         return []
+    from gpudiag.analysis.failure import failures
+    from gpudiag.analysis.hang import analyze_dumps, hang_cases
+
     out: list[Finding] = []
     analysis = analyze_dumps(end.dumps, end.world_size) if end.dumps else None
     cases = hang_cases(analysis, end.stacks, end.world_size)
@@ -108,6 +113,8 @@ def waited_for(
     ranks, the evidence: ``flight recorder``, ``stacks`` or ``steps``, why in words); none:
     ([], "", "").
     """
+    from gpudiag.analysis.failure import CONSEQUENCES
+
     if first.how not in CONSEQUENCES:
         return [], "", ""
     roots = [c for c in cases if c.explained_by is None and c.culprits]
@@ -131,6 +138,8 @@ def _who(ranks: list[int]) -> str:
 
 def _consequence_words(first: RankFailure, culprits: list[int], why: str) -> str:
     """``rank 1 never entered all_reduce #14 (…): rank 0's all_reduce timed out waiting for it``."""
+    from gpudiag.analysis.failure import short
+
     what = "timed out waiting for" if first.how == "timeout" else "lost"
     them = "it" if len(culprits) == 1 else "them"
     coll = first.collective or "collective"
@@ -142,6 +151,8 @@ def _failure_message(
     end: RunEnd, failed: list[RankFailure], interrupted: bool, culprits: list[int], why: str
 ) -> str:
     """The job_failed finding's sentence (see :func:`_failure_finding`)."""
+    from gpudiag.analysis.failure import CONSEQUENCES, describe
+
     first = failed[0] if failed else None
     code = f" (the job exited with code {end.exit_code})" if end.exit_code not in (None, 0) else ""
     if interrupted:

@@ -23,8 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
-import numpy as np
-
+from gpudiag import nputil
 from gpudiag.config import SteadyRules
 
 
@@ -71,11 +70,13 @@ def warmup_steps(steps: Sequence[Timed], rules: SteadyRules) -> dict[int, float]
     for s in steps:
         per_step.setdefault(s.step, []).append(s.duration_ns)
     nums = sorted(per_step)
-    dur = [float(np.median(per_step[n])) for n in nums]
+    dur = [float(nputil.median(per_step[n])) for n in nums]
     out: dict[int, float] = {}
     for i, n in enumerate(nums):
         rest = dur[i + 1 :]
-        if len(rest) < rules.warmup_min_steps or dur[i] <= rules.warmup_factor * np.median(rest):
+        if len(rest) < rules.warmup_min_steps or dur[i] <= rules.warmup_factor * nputil.median(
+            rest
+        ):
             break
         out[n] = dur[i]
     tail = dur[len(out) :]

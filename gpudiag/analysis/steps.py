@@ -21,11 +21,12 @@ Pure: the timeline is read, never written; each interval's step is returned as `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 
 from gpudiag.analysis.kinds import StepSource
+from gpudiag.records import dataclass
 from gpudiag.traces.schema import GPU_BUSY_KINDS, I32, I64, Kind, RankTimeline
 
 

@@ -70,11 +70,11 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag import nputil
 from gpudiag.analysis import words
 from gpudiag.analysis.metrics import LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.model import (
@@ -94,6 +94,7 @@ from gpudiag.analysis.steady import steady_steps
 from gpudiag.analysis.words import duration
 from gpudiag.config import CollectiveRules, SteadyRules, StragglerRules
 from gpudiag.nputil import median_without_each
+from gpudiag.records import dataclass
 
 F64 = npt.NDArray[np.float64]
 MAD_TO_SIGMA = 1.4826  # median absolute deviation → standard deviation of a normal sample
@@ -206,7 +207,7 @@ def slow_steps(m: StepMatrix, rules: StragglerRules) -> tuple[F64, npt.NDArray[n
     more than the others' median in that step.
     """
     ex = excess(m.busy)
-    step = float(np.median(m.duration))
+    step = float(nputil.median(m.duration))
     others_wait = others_median(m.wait)
     return ex, (ex >= rules.excess_ratio * step) & (m.wait <= others_wait), step
 
@@ -229,7 +230,7 @@ def at_median_speed(m: StepMatrix, i: int) -> tuple[float, float]:
 
 def jitter_ns(ex: F64) -> float:
     """One robust standard deviation of excesses (MAD × 1.4826)."""
-    return MAD_TO_SIGMA * float(np.median(np.abs(ex - np.median(ex)))) if ex.size else 0.0
+    return MAD_TO_SIGMA * float(nputil.median(np.abs(ex - nputil.median(ex)))) if ex.size else 0.0
 
 
 @dataclass
@@ -292,10 +293,10 @@ def _leans_slow(m: StepMatrix, rank: int, rules: StragglerRules) -> bool:
     if rank not in m.ranks:
         return False
     ex = excess(m.busy)[m.ranks.index(rank)]
-    typical = float(np.median(m.duration))
+    typical = float(nputil.median(m.duration))
     return bool(
         np.mean(ex > 0) >= rules.lean_steps_ratio
-        and np.median(ex) >= rules.lean_excess_ratio * typical
+        and nputil.median(ex) >= rules.lean_excess_ratio * typical
     )
 
 
@@ -318,7 +319,7 @@ def _detect(m: StepMatrix, ctx: _Context, persistent_only: bool = False) -> list
     spike_limit = max(rules.spike_ratio * step, rules.jitter_sigmas * jitter_ns(ex))
     findings: list[Finding] = []
     for i in range(len(m.ranks)):
-        typical = float(np.median(ex[i]))
+        typical = float(nputil.median(ex[i]))
         stalls = slow[i] & (ex[i] >= spike_limit) & (own[i] >= spike_limit)
         persistent = bool(
             n >= rules.min_persistent_steps
@@ -390,7 +391,7 @@ def _confirmed_in_window(
         return []
     ti = trace.ranks.index(m.ranks[i])
     tex = excess(trace.busy)
-    typical = float(np.median(m.duration))
+    typical = float(nputil.median(m.duration))
     return [
         s for j, s in enumerate(trace.steps)
         if s % n == steps[0] % n and s not in m.steps and tex[ti, j] >= rules.spike_ratio * typical
@@ -461,7 +462,7 @@ def _hardware(rank: int, gpus: Sequence[GpuStats], rules: StragglerRules) -> boo
     return bool(
         g.sm_clock_mhz
         and clocks
-        and g.sm_clock_mhz < (1 - rules.clock_deficit_ratio) * float(np.median(clocks))
+        and g.sm_clock_mhz < (1 - rules.clock_deficit_ratio) * float(nputil.median(clocks))
     )
 
 
@@ -543,8 +544,8 @@ def _finding(
     med_busy = np.median(m.busy, axis=1)
     score = float(med_busy.min() / med_busy[i]) if med_busy[i] > 0 else 1.0
     # persistent: the rank's typical excess over every compared step; a stall: each time
-    median_excess = float(np.median(ex[i] if persistent else ex[i, flagged]))
-    step_median = float(np.median(m.duration))
+    median_excess = float(nputil.median(ex[i] if persistent else ex[i, flagged]))
+    step_median = float(nputil.median(m.duration))
     cause, parts = _cause(m, ctx, rank, steps, persistent)
     short = not persistent and _short(m, ctx.rules)
     now, after = at_median_speed(m, i) if persistent else (step_median, step_median)
@@ -643,7 +644,7 @@ def late_arrival(
     trace = trace_matrix(trace_steps)
     if trace is None or int(rank_s) not in trace.ranks:
         return []
-    step = float(np.median(trace.duration))
+    step = float(nputil.median(trace.duration))
     # what each other rank loses per step: its exposed communication wait beyond the late
     # rank's own (collectives in flight together would be counted twice by their durations)
     i = trace.ranks.index(int(rank_s))
@@ -674,7 +675,7 @@ def _late_finding(
     per_step: float,
 ) -> Finding:
     """The straggler finding of :func:`late_arrival`: the rank, its waiting and its cause."""
-    step = float(np.median(trace.duration))
+    step = float(nputil.median(trace.duration))
     ctx = _Context(trace, (), rules, {}, {})
     cause, parts = _cause(trace, ctx, rank, trace.steps, True)
     low, high = duration(top.waited_ns_min, "brief"), duration(top.waited_ns_max, "brief")

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudiag import nputil
 from gpudiag.analysis.model import (
     Mode,
     RankSummary,
@@ -18,7 +19,7 @@ from gpudiag.analysis.rank import RankResult
 
 
 def _percentile(values: np.ndarray[Any, Any], q: float) -> int:
-    return round(float(np.percentile(values, q))) if values.size else 0
+    return round(nputil.percentile(values, q)) if values.size else 0
 
 
 def step_time_stats(durations: Sequence[int]) -> tuple[int, int]:

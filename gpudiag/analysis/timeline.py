@@ -20,7 +20,7 @@ then stays within tens of MB of JSON before compression.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +29,7 @@ from gpudiag.analysis import intervals as iv
 from gpudiag.analysis.classify import RankSets
 from gpudiag.analysis.collectives import Collectives
 from gpudiag.analysis.steps import StepWindows
+from gpudiag.records import dataclass
 from gpudiag.traces.schema import I64, Kind, RankTimeline
 
 PARTS = ("compute", "comm-wait", "data-wait", "other")

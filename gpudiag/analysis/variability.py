@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudiag import nputil
 from gpudiag.analysis import words
 from gpudiag.analysis.causes import LABEL, ev, fmt_ns, waits_for
 from gpudiag.analysis.metrics import VariabilityMetrics
@@ -65,7 +66,7 @@ def _regime(nums: list[int], dur: list[int], rules: VariabilityRules) -> tuple[i
         lo_b, hi_b, lo_a, hi_a = min(before), max(before), min(after), max(after)
         if lo_a < rules.regime_factor * hi_b and lo_b < rules.regime_factor * hi_a:
             continue
-        ratio = float(np.median(after) / np.median(before))
+        ratio = float(nputil.median(after) / nputil.median(before))
         score = max(ratio, 1 / ratio)
         if best is None or score > max(best[1], 1 / best[1]):
             best = (k, ratio)
@@ -90,7 +91,7 @@ def _why(
             e = ((ev(r, "host_api") or {}) if r else {}).get(cls) or {}
             per = dict(zip(e.get("steps", []), e.get("ns_per_step", []), strict=False))
             usual = [v for k, v in per.items() if k not in named]
-            typical = float(np.median(usual)) if usual else 0.0
+            typical = float(nputil.median(usual)) if usual else 0.0
             ns += max(0, round(per.get(n, 0) - typical))
         if ns > best[0]:
             best = (ns, cls)
@@ -133,7 +134,7 @@ def _part(
         for n in named:
             r = slowest[n]
             usual = [getattr(s, attr) for s in steps if s.rank == r and s.step not in named]
-            grew += getattr(by[(r, n)], attr) - (float(np.median(usual)) if usual else 0.0)
+            grew += getattr(by[(r, n)], attr) - (float(nputil.median(usual)) if usual else 0.0)
         if grew > best[0]:
             best = (grew, attr)
     grew, attr = best
@@ -154,12 +155,12 @@ def variability(
     if len(dur) < rules.min_steps:
         return []
     arr = np.asarray(dur, np.float64)
-    med = float(np.median(arr))
-    p90 = float(np.percentile(arr, 90))
+    med = float(nputil.median(arr))
+    p90 = nputil.percentile(arr, 90)
     lo, hi = float(arr.min()), float(arr.max())
     if med <= 0:
         return []
-    p10 = float(np.percentile(arr, 10))
+    p10 = nputil.percentile(arr, 10)
     ratio, spread = p90 / med, p90 / p10 if p10 > 0 else float("inf")
     metrics: dict[str, Any] = {
         "median_ns": round(med),
@@ -225,10 +226,10 @@ def _pattern(
     Adds the pattern's own figures to ``metrics``.
     """
     arr = np.asarray(dur, np.float64)
-    med, hi = float(np.median(arr)), float(arr.max())
-    ratio = float(np.percentile(arr, 90)) / med
-    p10 = float(np.percentile(arr, 10))
-    spread = float(np.percentile(arr, 90)) / p10 if p10 > 0 else float("inf")
+    med, hi = float(nputil.median(arr)), float(arr.max())
+    ratio = float(nputil.percentile(arr, 90)) / med
+    p10 = float(nputil.percentile(arr, 10))
+    spread = float(nputil.percentile(arr, 90)) / p10 if p10 > 0 else float("inf")
     regime = _regime(nums, dur, rules)
     stalls = [n for n, d in zip(nums, dur, strict=True) if d > rules.outlier_factor * med]
     slow = _cluster(nums, dur, med, rules)
@@ -248,7 +249,7 @@ def _pattern(
                     "describes neither)", "two_kinds", named, float(fast.median_ns))  # fmt: skip
     if regime is not None:
         k, r = regime
-        before, after = float(np.median(arr[:k])), float(np.median(arr[k:]))
+        before, after = float(nputil.median(arr[:k])), float(nputil.median(arr[k:]))
         what = "slower" if r > 1 else "faster"
         text = (f"regime change: from step {nums[k]} on, steps take {_ms(after)} against "
                 f"{_ms(before)} before ({max(r, 1 / r):.1f}× {what}; "

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpudiag import nputil
 from gpudiag.analysis.metrics import StragglerMetrics
 from gpudiag.analysis.model import Finding, FindingKind, StepBreakdown, WhatIf
 
@@ -55,7 +56,7 @@ def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> What
         others = [b for r, b in busy.items() if r not in stragglers]
         if not stragglers or not others:
             return busy
-        med = float(np.median(others))
+        med = float(nputil.median(others))
         return {r: (med if r in stragglers else b) for r, b in busy.items()}
 
     cur, no_comm, no_data, no_strag, everything = [], [], [], [], []

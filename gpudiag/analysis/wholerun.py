@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from gpudiag import nputil
 from gpudiag.analysis.metrics import JobFailedMetrics, SourceMissingMetrics
 from gpudiag.analysis.model import (
     Finding,
@@ -93,8 +94,8 @@ def whole_run(
             WholeRunRank(
                 rank=rank,
                 steps=len(g),
-                step_time_ns_median=round(float(np.median(d))),
-                step_time_ns_p90=round(float(np.percentile(d, 90))),
+                step_time_ns_median=round(float(nputil.median(d))),
+                step_time_ns_p90=round(nputil.percentile(d, 90)),
                 step_time_ns_max=int(d.max()),
                 data_wait_ratio=float(data.sum()) / total if total and data.notna().any() else None,
                 comm_wait_ratio=float(comm.sum()) / total if total and comm.notna().any() else None,

@@ -13,13 +13,13 @@ import secrets
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import gpudiag
 from gpudiag import rundir
 from gpudiag.collect.nvml import NvmlSampler, gpu_pids, list_gpus, load_nvml
+from gpudiag.records import dataclass
 
 
 def process_tree(pid: int, proc: Path = Path("/proc")) -> set[int]:

@@ -34,13 +34,14 @@ import statistics
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from gpudiag import runconditions
 from gpudiag.collect.nvml import GpuIdentity, gpu_pids, list_gpus
 from gpudiag.collect.sampler import Clock, PeriodicSampler, Wait, clock_reasons_fn, nvml_call
+from gpudiag.records import dataclass
 
 FORMAT = "gpudiag.conditions"
 FORMAT_VERSION = 1

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
@@ -38,6 +38,7 @@ from gpudiag.collect import bootstrap, outcome, watchdog
 from gpudiag.collect import nsys as nsys_capture
 from gpudiag.collect.conditions import DEFAULT_INTERVAL_S, ConditionsSampler
 from gpudiag.collect.nvml import NvmlSampler, load_nvml
+from gpudiag.records import dataclass
 from gpudiag.runconditions import RunConditions
 
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")

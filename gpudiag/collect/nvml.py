@@ -19,11 +19,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from gpudiag.collect.sampler import Clock, PeriodicSampler, Wait, clock_reasons_fn, nvml_call
+from gpudiag.records import dataclass
 
 FORMAT = "gpudiag.nvml"
 FORMAT_VERSION = 1

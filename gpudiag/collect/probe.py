@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 from gpudiag import nsysbin
 from gpudiag.collect.nvml import list_gpus, load_nvml
+from gpudiag.records import dataclass
 
 _TORCH_PROBE = r"""
 import json

@@ -26,12 +26,13 @@ import secrets
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from gpudiag import rundir
 from gpudiag.collect import hangdump
+from gpudiag.records import dataclass
 
 ANSWER_WAIT_S = 10.0
 INTERRUPT_GRACE_S = 30.0  # for the ranks to unwind and save their profiler windows

@@ -29,7 +29,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ from gpudiag import rundir
 from gpudiag.analysis.model import RunStep
 from gpudiag.analysis.online import RAISED, Alert, LiveRules, alert_record
 from gpudiag.config import Thresholds, gate_config
+from gpudiag.records import dataclass
 from gpudiag.runconditions import RunConditions, contention
 from gpudiag.traces.jsonl import Follower
 from gpudiag.traces.samples import SamplesFollower

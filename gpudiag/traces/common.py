@@ -27,13 +27,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag import lazyre
 from gpudiag.config import (
     AUTO_STEP_RE,
     DEFAULT_COMM_HOST_RE,
@@ -44,6 +44,7 @@ from gpudiag.config import (
 )
 from gpudiag.errors import InputError
 from gpudiag.nputil import unique, unique_index
+from gpudiag.records import dataclass
 from gpudiag.traces.schema import I64, HostSteps, Kind, RankMeta, RankTimeline
 
 OPTIMIZER_STEP = "Optimizer.step#"
@@ -62,12 +63,14 @@ RANK_MAX = np.iinfo(np.int32).max
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z0-9])(?:rank|worker)[-_]?(\d+)(?:[^0-9]|$)", re.IGNORECASE)
 # Per-operator ranges (``aten::mul``, ``MulBackward0``, NCCL/CUDA/MPI API calls): never steps,
 # left out of the "most frequent ranges" hint so they do not crowd the user's own out.
-_OP_RANGE = re.compile(r"::|Backward(N|\d*)$|^nccl[A-Z]|^cuda[A-Z]|^record_param_comms$|^P?MPI_")
-_NUMBERED = re.compile(r"(^|[\s#_:-])N$")
+_OP_RANGE = lazyre.compile(
+    r"::|Backward(N|\d*)$|^nccl[A-Z]|^cuda[A-Z]|^record_param_comms$|^P?MPI_"
+)
+_NUMBERED = lazyre.compile(r"(^|[\s#_:-])N$")
 # Ranges of libraries and frameworks: never a training step (DALI's own ranges, NCCL's,
 # cuDNN/cuBLAS, PyTorch's emit_nvtx operator ranges, torch.compile graphs, the profiler's
 # and the optimizer's own ranges, gpudiag's).
-LIBRARY_RANGE = re.compile(
+LIBRARY_RANGE = lazyre.compile(
     r"^\[DALI\]|^nccl|^rccl|^(cudnn|cublas|cublasLt|cutlass|cufft|curand|cusparse)|::|"
     r", seq = |, op_id = |^autograd::|^## .* ##$|^Optimizer\.|^ProfilerStep#|"
     r"^enumerate\(|^gpudiag\.|Backward\d*$|^nvFusion|^nvfuser|^FusionExecutor|^CudaCodeGen|"
@@ -75,12 +78,12 @@ LIBRARY_RANGE = re.compile(
     re.IGNORECASE,
 )
 # Phases, not iterations: an epoch or a train/eval phase encloses many steps.
-PHASE_RANGE = re.compile(
+PHASE_RANGE = lazyre.compile(
     r"\bepochs?\b|^\s*(train|training|test|testing|eval|evaluation|val|validation|"
     r"inference|warm-?up)\s*$",
     re.IGNORECASE,
 )
-STEP_NAME_HINT = re.compile(r"step|iter|batch|train|\bit\b", re.IGNORECASE)
+STEP_NAME_HINT = lazyre.compile(r"step|iter|batch|train|\bit\b", re.IGNORECASE)
 _DIGITS = re.compile(r"\d+")
 
 

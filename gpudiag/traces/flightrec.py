@@ -27,12 +27,13 @@ import pickle
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
-from gpudiag import fileio
+from gpudiag import fileio, rundir
 from gpudiag.errors import InputError
+from gpudiag.records import dataclass
 from gpudiag.traces.common import RANK_MAX, dropped_notes
 
 DUMP_LIMIT = 1 << 30
@@ -506,7 +507,7 @@ def read_dumps(paths: Sequence[Path]) -> list[FrDump]:
 # --- gpudiag's own answers to a hang request (collect/hangdump.py) -------------------
 
 STACKS_LIMIT = 64 << 20
-HANG_DIR = "hang"  # under ranks/
+HANG_DIR = rundir.HANG_DIR  # under ranks/
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,19 @@ import os
 import stat
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from gpudiag import runconditions, rundir
 from gpudiag.errors import InputError
 from gpudiag.fileio import check_regular, kind_of, list_dir, walk_dir
+from gpudiag.records import dataclass
 from gpudiag.traces.common import LoadOptions, rank_from_filename
-from gpudiag.traces.flightrec import HANG_DIR, looks_like_dump
-from gpudiag.traces.runend import load_run_end
 from gpudiag.traces.schema import RankTimeline, RunTimeline, check_ranks
+
+if TYPE_CHECKING:
+    from gpudiag.traces.runend import RunEnd
 
 KINETO_SUFFIXES = (".json", ".json.gz")
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
@@ -203,7 +206,7 @@ def _without_traces(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptions
     if steps_files(d):
         found.telemetry_only.append(d)
         return
-    if any((node / rundir.RANKS_DIR / HANG_DIR).is_dir() for node in nodes):
+    if any((node / rundir.RANKS_DIR / rundir.HANG_DIR).is_dir() for node in nodes):
         found.notes.append(f"{d}: no step finished; what the ranks left when stuck is analysed")
         found.evidence_only.append(d)
         return
@@ -313,22 +316,44 @@ def merge_manifests(manifests: Sequence[rundir.RunManifest]) -> rundir.RunManife
     return m
 
 
+def _alerts(run_dirs: Sequence[Path]) -> list[dict[str, Any]]:
+    if not run_dirs:  # the readers of run directories' files are imported for them only
+        return []
+    from gpudiag.traces.alerts import load_alerts
+
+    return [a for d in run_dirs for a in load_alerts(d)]
+
+
+def _run_end(inputs: Inputs, manifest: rundir.RunManifest | None) -> RunEnd | None:
+    """How the run ended: run directories and flight-recorder dumps only (else None)."""
+    if not inputs.run_dirs and not inputs.fr_files:
+        return None
+    from gpudiag.traces.runend import load_run_end  # with the flight-recorder reader
+
+    return load_run_end(inputs, manifest)
+
+
+def looks_like_dump(path: Path) -> bool:
+    """:func:`gpudiag.traces.flightrec.looks_like_dump`, its module imported on first use."""
+    from gpudiag.traces.flightrec import looks_like_dump as check
+
+    return check(path)
+
+
 def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None) -> RunTimeline:
     """Everything under ``paths`` as one RunTimeline.
 
     The run directories' manifests, step telemetry and NVML samples are read here (they
     are small); the traces become sources that load where they are analysed.
     """
-    from gpudiag.traces.alerts import load_alerts
-
     inputs = discover(paths, options)
     manifest = merge_manifests(inputs.manifests)
     run = RunTimeline(
         sources=list(inputs.traces),
         manifest=manifest,
         notes=inputs.notes,
-        alerts=[a for d in inputs.run_dirs for a in load_alerts(d)],
-        run_end=load_run_end(inputs, manifest),
+        alerts=_alerts(inputs.run_dirs),
+        run_end=_run_end(inputs, manifest),
     )
     if inputs.run_dirs:  # only run directories have telemetry (and need pandas for it)
         import pandas as pd

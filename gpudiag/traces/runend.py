@@ -11,12 +11,13 @@ for, and torch's own timeout dumps (``traces/flightrec.py``).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from gpudiag import fileio, rundir
 from gpudiag.errors import InputError
+from gpudiag.records import dataclass
 from gpudiag.traces.flightrec import (
     HANG_DIR,
     Frame,

@@ -29,7 +29,7 @@ coll_name     int32     collectives: index into ``names`` of the collective's ty
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -38,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpudiag.errors import InputError
+from gpudiag.records import dataclass
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -30,8 +30,7 @@ TINY = {
 _PROBE = r"""
 import json, sys
 {body}
-tops = sorted({{m.split(".")[0] for m in sys.modules}})
-print(json.dumps(tops))
+print(json.dumps(sorted(sys.modules)))
 """
 
 
@@ -45,12 +44,14 @@ def _tiny_dir(tmp_path: Path, ranks: int = 1) -> Path:
     return d
 
 
-def _modules(body: str, tmp_path: Path) -> set[str]:
+def _modules(body: str, tmp_path: Path, full: bool = False) -> set[str]:
+    """The top-level packages (every module with ``full``) imported by ``body``."""
     env = dict(os.environ, PYTHONPATH=str(REPO), GPUDIAG_CACHE_DIR=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", _PROBE.format(body=body)], env=env,
                          cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 0, out.stderr
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+    mods = json.loads(out.stdout.strip().splitlines()[-1])
+    return set(mods) if full else {m.split(".")[0] for m in mods}
 
 
 def test_api_analyze_imports_no_pandas(tmp_path):
@@ -74,6 +75,31 @@ def test_cli_analyze_json_imports_only_what_it_needs(tmp_path):
     # coercion is replaced), and no process pool for two tiny files
     for heavy in ("pandas", "distributed", "dask", "rich", "pydantic", "concurrent"):
         assert heavy not in mods, heavy
+
+
+def test_cli_analyze_tiny_imports_no_unused_modules(tmp_path):
+    """The modules a tiny trace's analysis never runs stay unimported (each costs ms)."""
+    d = _tiny_dir(tmp_path)
+    body = (
+        "from gpudiag.cli import main\n"
+        f"try:\n    main(['analyze', {str(d)!r}, '-f', 'json', '--no-cache', "
+        f"'-o', {str(tmp_path / 'o.json')!r}])\n"
+        "except SystemExit as e:\n    assert not e.code, e.code\n"
+    )
+    mods = _modules(body, tmp_path, full=True)
+    assert json.loads((tmp_path / "o.json").read_text())["steps"]
+    unused = {
+        "numpy.ma",  # numpy's median of floats / percentile import it: gpudiag.nputil's don't
+        "concurrent.futures", "multiprocessing", "pandas", "rich",
+        # run directories and flight-recorder dumps only
+        "gpudiag.traces.flightrec", "gpudiag.analysis.hang", "gpudiag.analysis.failure",
+        "gpudiag.traces.runend", "gpudiag.traces.alerts", "gpudiag.traces.jsonl",
+        "gpudiag.traces.telemetry", "gpudiag.serialise", "gpudiag.cache",
+        # other commands' and formats' modules
+        "gpudiag.analysis.gate", "gpudiag.analysis.diff", "gpudiag.analysis.online",
+        "gpudiag.report.console", "gpudiag.report.html_report", "gpudiag.frames",
+    }  # fmt: skip
+    assert not mods & unused, sorted(mods & unused)
 
 
 def test_steps_frame_still_uses_pandas(tmp_path):
@@ -143,3 +169,38 @@ class Item:
 
 def _pid(_: object) -> int:
     return os.getpid()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["analyze", "--help"], ["--debug", "gate", "--help"], ["report"], ["diff", "--bogus"],
+     ["--no-color", "doctor", "--help"], ["run", "--help"]],
+)  # fmt: skip
+def test_one_command_app_says_what_the_whole_app_says(argv, capsys, monkeypatch):
+    """main() builds only the command it runs; its help and usage errors are the same."""
+    from gpudiag import cli
+
+    def run() -> tuple[object, str, str]:
+        code: object = None
+        try:
+            cli.main(argv)
+        except SystemExit as e:
+            code = e.code
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    one = run()
+    assert len(cli._app_for(argv).registered_commands) in (0, 1)  # 0: "diff" is no command
+    monkeypatch.setattr(cli, "_app_for", lambda _: cli.app)
+    assert one == run()
+
+
+def test_app_for_picks_the_named_command_only():
+    from gpudiag import cli
+
+    assert cli._app_for(["--help"]) is cli.app and cli._app_for([]) is cli.app
+    assert cli._app_for(["--version", "analyze"]) is cli.app
+    assert cli._app_for(["anlyze", "x"]) is cli.app  # a typo: the whole app suggests
+    one = cli._app_for(["--debug", "analyze", "x", "--", "report"])
+    assert [c.callback.__name__ for c in one.registered_commands] == ["analyze"]
+    assert len(cli.app.registered_commands) > 1  # the app itself is untouched

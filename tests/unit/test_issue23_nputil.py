@@ -50,3 +50,25 @@ def test_group_medians_are_numpy_medians(seed):
     keys, med = nputil.group_medians(g, v)
     assert keys.tolist() == sorted(set(g.tolist()))
     assert med.tolist() == [float(np.median(v[g == k])) for k in keys.tolist()]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_percentile_and_median_same_as_numpy(seed):
+    """Bit for bit, as floats (percentile) and as np.float64 (median), ints and floats."""
+    rng = np.random.default_rng(seed)
+    for _ in range(300):
+        n = int(rng.integers(1, 30))
+        kind = int(rng.integers(0, 3))
+        if kind == 0:
+            x = rng.integers(0, 10**12, n)
+        elif kind == 1:
+            x = rng.random(n) * 10.0 ** int(rng.integers(-3, 12))
+        else:
+            x = rng.integers(-3, 3, n).astype(np.float64)
+        for q in (0, 10, 25, 50, 75, 90, 99, 100, 33.3):
+            assert nputil.percentile(x, q) == float(np.percentile(x, q))
+        m = nputil.median(x)
+        assert m == np.median(x) and type(m) is type(np.median(x))
+        assert nputil.median(list(x)) == np.median(list(x))
+    assert np.isnan(nputil.median(np.array([1.0, np.nan, 2.0])))  # numpy's own answer
+    assert np.isnan(nputil.percentile(np.array([1.0, np.nan]), 50))

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gpudiag import nputil
 from gpudiag.errors import InputError
 from gpudiag.traces.common import TIME_MAX_NS, dropped_notes, json_words
 from gpudiag.traces.kineto.columns import (
@@ -74,7 +75,7 @@ def _plausible(ev: EventColumns, base: int, dropped: Counter[str]) -> EventColum
     ev = _keep(ev, (ev.kind != Kind.STEP) | (ev.dur_us > 0), dropped, _EMPTY_STEP)
     ts = ev.ts_us
     if len(ts) and float(ts.max() - ts.min()) * 1000.0 > MAX_SPAN_NS:
-        mid = float(np.median(ts))
+        mid = float(nputil.median(ts))
         ev = _keep(ev, np.abs(ts - mid) * 1000.0 <= MAX_SPAN_NS / 2, dropped, _FAR)
     return ev
 

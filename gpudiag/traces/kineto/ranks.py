@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from gpudiag import lazyre
 from gpudiag.errors import InputError
 from gpudiag.nputil import unique
 from gpudiag.traces.common import (
@@ -29,7 +30,7 @@ from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 
 _RANK_HINT = ("the trace is damaged: fix distributedInfo in the file, or give each rank's "
               "trace a name with its rank (rank-<N>.json.gz) and remove the bad value")  # fmt: skip
-_RANK_LABEL = re.compile(r"\brank[\s_:#=-]*(\d+)\b", re.IGNORECASE)
+_RANK_LABEL = lazyre.compile(r"\brank[\s_:#=-]*(\d+)\b", re.IGNORECASE)
 _INT_TEXT = re.compile(r"-?[0-9]{1,18}")
 
 
