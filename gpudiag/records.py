@@ -1,28 +1,23 @@
-"""``@dataclass`` with less work at import: shared methods, ``__init__`` on first use (issue 23).
+"""``@dataclass`` with the generated methods that cost import time shared instead (issue 23).
 
 On Python < 3.13 the standard decorator compiles up to six methods for every class with
 ``exec`` (``__init__``, ``__repr__``, ``__eq__``, ``__hash__``, and ``__setattr__`` /
-``__delattr__`` for frozen ones): ~1.4 ms a class, and a diagnosis imports ~90 of them.
-:func:`dataclass` here lets :mod:`dataclasses` build the class without any of them, gives
-it ``__repr__``, ``__eq__``, ``__hash__`` (and, if frozen, ``__setattr__`` /
-``__delattr__``) from this module — the same results as the generated ones, from code
-compiled once into this module's bytecode — and an ``__init__`` that has dataclasses
-generate the real one when the first instance is made (about half the classes are never
-instantiated in a given command). ``dataclasses.fields``, ``asdict``, ``replace``,
-``is_dataclass`` and pickling see an ordinary dataclass.
+``__delattr__`` for frozen ones): ~1.4 ms a class, and a diagnosis imports ~100 of them.
+:func:`dataclass` here lets :mod:`dataclasses` build the class and compile only its
+``__init__``, then gives it ``__repr__``, ``__eq__``, ``__hash__`` (and, if frozen,
+``__setattr__`` / ``__delattr__``) from this module — the same results as the generated
+ones, from code compiled once into this module's bytecode. ``dataclasses.fields``,
+``asdict``, ``replace``, ``is_dataclass`` and pickling see an ordinary dataclass.
 
 Differences, none of which gpudiag relies on: a frozen instance refuses to *re*-assign an
 attribute (or delete one), as before, but may be given a new, non-field attribute once;
-``__dataclass_params__`` reports ``init``, ``eq``, ``repr`` and ``frozen`` as ``False``;
-a class whose fields are out of order (no default after a default) fails at its first
-instance rather than at import (mypy reports it either way). Type checkers see
-:func:`dataclasses.dataclass` itself.
+``__dataclass_params__`` reports ``eq``, ``repr`` and ``frozen`` as ``False``.
+Type checkers see :func:`dataclasses.dataclass` itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 from _thread import get_ident as _get_ident
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -82,65 +77,12 @@ def _set(cls: type, name: str, value: Any) -> None:
         setattr(cls, name, value)
 
 
-def _build_init(cls: type) -> Any:
-    """The ``__init__`` dataclasses would have given ``cls`` (with ``frozen=False``).
-
-    dataclasses' own ``_init_fn`` where it has the signature of Python 3.10-3.12; else the
-    method it generates for a copy of the class (its name, module, ``Field`` objects in
-    order and ``__post_init__``).
-    """
-    dc: Any = dataclasses
-    fields = [f for f in cls.__dataclass_fields__.values()  # type: ignore[attr-defined]
-              if f._field_type is not dc._FIELD_CLASSVAR]  # fmt: skip
-    post_init = hasattr(cls, "__post_init__")
-    if sys.version_info < (3, 13) and hasattr(dc, "_init_fn"):
-        mod = sys.modules.get(cls.__module__)
-        std, kw_only = dc._fields_in_init_order(fields)
-        self_name = "__dataclass_self__" if "self" in cls.__dataclass_fields__ else "self"  # type: ignore[attr-defined]  # fmt: skip
-        fn = dc._init_fn(fields, std, kw_only, False, post_init, self_name,
-                         mod.__dict__ if mod else {}, False)  # fmt: skip
-        fn.__qualname__ = f"{cls.__qualname__}.{fn.__name__}"
-        return fn
-    return _init_of_copy(cls, fields, post_init)
-
-
-def _init_of_copy(cls: type, fields: list[Any], post_init: bool) -> Any:
-    """The ``__init__`` dataclasses generates for a copy of ``cls`` (any Python)."""
-    ns: dict[str, Any] = {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
-    ns["__doc__"] = "-"  # else dataclasses writes one, from inspect.signature (slow)
-    ns["__annotations__"] = {f.name: f.type for f in fields}
-    ns.update((f.name, f) for f in fields)
-    if post_init:
-        ns["__post_init__"] = cls.__post_init__  # type: ignore[attr-defined]
-    shadow: type = _std_dataclass(type(cls.__name__, (), ns), repr=False, eq=False)
-    return shadow.__dict__["__init__"]
-
-
-def _lazy_init(cls: type) -> Any:
-    """An ``__init__`` that builds the real one on the first instance, and leaves it there.
-
-    Half the classes a command imports are never instantiated in a given run; compiling
-    their ``__init__`` (~0.2 ms each) is then saved.
-    """
-
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        init = _build_init(cls)
-        cls.__init__ = init  # type: ignore[misc]
-        init(self, *args, **kwargs)
-
-    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
-    return __init__
-
-
 def _process(cls: type, frozen: bool) -> type:
-    # the class's own __eq__ / __hash__ / __init__, read before dataclasses adds anything
+    # the class's own __eq__ / __hash__, read before dataclasses adds anything
     class_hash = cls.__dict__.get("__hash__", dataclasses.MISSING)
     explicit_hash = not (class_hash is dataclasses.MISSING
                          or (class_hash is None and "__eq__" in cls.__dict__))  # fmt: skip
-    own_init = "__init__" in cls.__dict__
-    cls = _std_dataclass(cls, init=False, repr=False, eq=False)
-    if not own_init:
-        cls.__init__ = _lazy_init(cls)  # type: ignore[misc]
+    cls = _std_dataclass(cls, repr=False, eq=False)
     fs = dataclasses.fields(cls)
     cls.__record_repr__ = tuple(f.name for f in fs if f.repr)  # type: ignore[attr-defined]
     compare = tuple(f.name for f in fs if f.compare)
