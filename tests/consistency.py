@@ -18,6 +18,10 @@ here only agreement is checked:
   the what-if's step;
 * prose never shows a remedy id where a title belongs ("not additive with nccl-tuning");
 * the console's header and its table quote the same step statistics for a single rank;
+* a host- or copy-bound verdict whose finding names a cause quotes, after the whole share,
+  that cause's own share of step time (``cause.step_share``), never more than the whole;
+  a remedy for a named cause gains at most the cause's own time per step
+  (``cause.ns_per_step``), itself at most the "other" time;
 * "idle X% (above T%)" only when X is above T;
 * a kernel in the communication family contributes to communication time (GPU runs).
 """
@@ -91,6 +95,48 @@ def _verdict(d: dict[str, Any], out: list[str]) -> None:
         out.append(f"headline says {pct[0]}% but its finding's metric is {want:.1%}")
     if kind == "straggler":
         _straggler(d, f, head, out)
+    if kind in ("host", "copy"):
+        _host_cause_share(f, head, out)
+
+
+def _host_cause_share(f: dict[str, Any], head: str, out: list[str]) -> None:
+    """A named host cause is quoted with its own share, after (and within) the whole."""
+    cause = f["metrics"].get("cause") or {}
+    if cause.get("kind") in (None, "unknown"):
+        return
+    if cause.get("step_share") is None:
+        if cause.get("label") and cause["label"] in head:
+            out.append(f"headline {head!r} names the cause {cause['label']!r} without its own "
+                       "share")  # fmt: skip
+        return
+    own, whole = float(cause["step_share"]), _finding_share(f) or 0.0
+    if own > whole + 1e-9:
+        out.append(f"host cause {cause['kind']!r} holds {own:.1%}, more than its finding's "
+                   f"{whole:.1%}")  # fmt: skip
+    m = re.search(r"\(of which (.+?) (\d+)%\)", head)
+    if not m or cause["label"] not in m.group(1) or int(m.group(2)) != round(100 * own):
+        out.append(f"headline {head!r} does not quote its cause {cause['label']!r} with its "
+                   f"own share {own:.1%}")  # fmt: skip
+
+
+def _cause_gains(d: dict[str, Any], out: list[str]) -> None:
+    """No remedy for a named host cause promises more than the cause holds."""
+    for r in d["recommendations"]:
+        ev = r.get("evidence")
+        cause = ev.get("cause") if isinstance(ev, dict) else None
+        if not isinstance(cause, dict) or cause.get("kind") in (None, "unknown"):
+            continue
+        own, gain = cause.get("ns_per_step"), r.get("estimated_gain_ns")
+        if (
+            own is not None
+            and cause.get("other_ns_per_step") is not None
+            and (own > cause["other_ns_per_step"] + 1)
+        ):
+            out.append(f"host cause {cause['kind']!r}: {own / 1e6:.1f} ms a step, more than "
+                       f"the 'other' {cause['other_ns_per_step'] / 1e6:.1f} ms")  # fmt: skip
+        if own is not None and gain is not None and gain > own + 1:
+            out.append(f"remedy {r['id']} promises {gain / 1e6:.1f} ms a step, more than its "
+                       f"cause {cause['kind']!r} holds ({own / 1e6:.1f} ms)")  # fmt: skip
 
 
 def _straggler(d: dict[str, Any], f: dict[str, Any], head: str, out: list[str]) -> None:
@@ -174,6 +220,7 @@ def problems(d: dict[str, Any], console: str = "") -> list[str]:
                 _shares(f"rank {r['rank']}", r["shares"], out)
     _verdict(d, out)
     _what_if(d, out)
+    _cause_gains(d, out)
     _comm_family(d, out)
     if console:
         _prose(d, console, out)
