@@ -46,7 +46,7 @@ def _close(a: float, b: float, tol: float) -> bool:
 
 
 def _shares(where: str, shares: dict[str, float], out: list[str]) -> None:
-    total = sum(shares[k] for k in ("compute", "comm_wait", "data_wait", "other"))
+    total = sum((shares[k] or 0.0) for k in ("compute", "comm_wait", "data_wait", "other"))
     if not _close(total, 1.0, 0.005):
         out.append(f"{where}: shares sum to {total:.4f}, not 1")
 

@@ -76,7 +76,7 @@ class RunStat:
     name: str
     step_time_ns_median: float | None
     step_time_ns: list[int]  # the steady per-step job step times
-    shares: dict[str, float]
+    shares: dict[str, float | None]  # comm_wait None: not measured
     idle_ratio: float
     fingerprint: dict[str, Any]
     stragglers: list[int] = field(default_factory=list)

@@ -63,12 +63,12 @@ _METRICS: list[tuple[str, str, bool]] = [
 
 
 def _values(s: RunSummary | RankSummary, d: Diagnosis | None = None,
-            th: Thresholds | None = None) -> dict[str, float]:  # fmt: skip
+            th: Thresholds | None = None) -> dict[str, float | None]:  # fmt: skip
     out = {
         "step_time_median": float(s.step_time_ns_median),
         "step_time_p90": float(s.step_time_ns_p90),
         "compute_share": s.shares.compute,
-        "comm_wait_share": s.shares.comm_wait,
+        "comm_wait_share": s.shares.comm_wait_shown,  # None: not measured
         "data_wait_share": s.shares.data_wait,
         "other_share": s.shares.other,
         "idle_ratio": s.idle_ratio,

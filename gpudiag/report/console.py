@@ -167,7 +167,8 @@ def _summary(con: Console, d: Diagnosis) -> None:
         con.print(Text(f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · "
                        f"step time median {duration(med)}"))  # fmt: skip
     line = Text("shares: ")
-    line.append(f"compute {_pct(r.shares.compute)} · comm-wait {_pct(r.shares.comm_wait)} · "
+    comm = _pct(r.shares.comm_wait) if r.shares.comm_measured else "not measured"
+    line.append(f"compute {_pct(r.shares.compute)} · comm-wait {comm} · "
                 f"data-wait {_pct(r.shares.data_wait)} · "
                 f"other {_pct(r.shares.other)}\n        ")  # fmt: skip
     line.append(f"non-compute idle {_pct(r.idle_ratio)}",
@@ -287,13 +288,13 @@ def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad, gpu_idle: bool = True) -
     for rs in sorted(shown, key=lambda r: r.rank):
         s = rs.shares
 
-        def cell(value: float, col: str, rank: int = rs.rank) -> Text:
+        def cell(value: float | None, col: str, rank: int = rs.rank) -> Text:
             sev = flags.get((rank, col))
             return Text(_pct(value), style=_FLAG_STYLE[sev] if sev is not None else "")
 
         row: list[Text | str] = [
             str(rs.rank), str(rs.steps), duration(rs.step_time_ns_median),
-            duration(rs.step_time_ns_p90), _pct(s.compute), cell(s.comm_wait, "comm_wait"),
+            duration(rs.step_time_ns_p90), _pct(s.compute), cell(s.comm_wait_shown, "comm_wait"),
             cell(s.data_wait, "data_wait"), cell(s.other, "other"),
             _pct(rs.comm_overlapped_ratio), cell(rs.idle_ratio, "idle")]  # fmt: skip
         if gpu_idle:
@@ -404,13 +405,14 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
             change = f"{(v - cur) / cur:+.0%}"
             return f"{duration(v)} ({'no change' if change in ('+0%', '-0%') else change})"
 
-        text = (f"what if: comm fully overlapped → {delta(w.if_comm_overlapped_ns)} · "
-                f"no data wait → {delta(w.if_no_data_wait_ns)}")  # fmt: skip
+        text = "what if: " + (
+            f"comm fully overlapped → {delta(w.if_comm_overlapped_ns)} · "
+            if w.if_comm_overlapped_ns is not None else ""  # comm-wait not measured
+        ) + f"no data wait → {delta(w.if_no_data_wait_ns)}"  # fmt: skip
         if w.if_straggler_at_median_speed_ns is not None:
             text += f" · straggler at median speed → {delta(w.if_straggler_at_median_speed_ns)}"
-        if w.if_all_ns is not None and w.if_all_ns < min(
-            w.if_comm_overlapped_ns, w.if_no_data_wait_ns
-        ):
+        alone = [v for v in (w.if_comm_overlapped_ns, w.if_no_data_wait_ns) if v is not None]
+        if w.if_all_ns is not None and w.if_all_ns < min(alone):
             text += f" · all together → {delta(w.if_all_ns)}"
         lines.append(f"{text}  (mean step now {duration(cur)})")
     return lines

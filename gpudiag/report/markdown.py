@@ -80,10 +80,11 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     if v:
         out.write(f"**{cell(v.headline)}** (from the {v.basis})\n\n")
     label = window_label(r.mode).capitalize()
+    comm = pct(r.shares.comm_wait) if r.shares.comm_measured else "not measured"
     out.write(f"{label}: {words.plural(r.steps, 'step')}, step time median "
               f"**{duration(r.step_time_ns_median)}**, p90 "
               f"{duration(r.step_time_ns_p90)} · compute {pct(r.shares.compute)} · comm-wait "
-              f"{pct(r.shares.comm_wait)} · data-wait {pct(r.shares.data_wait)} · other "
+              f"{comm} · data-wait {pct(r.shares.data_wait)} · other "
               f"{pct(r.shares.other)} · non-compute idle **{pct(r.idle_ratio)}**"
               + (f" · GPU idle {pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else "")
               + "\n\n")  # fmt: skip
@@ -92,7 +93,7 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         out.write(f"{cell(kinds.capitalize())}\n\n")
     rows = [[str(x.rank), str(x.steps), duration(x.step_time_ns_median),
              duration(x.step_time_ns_p90),
-             pct(x.shares.compute), pct(x.shares.comm_wait), pct(x.shares.data_wait),
+             pct(x.shares.compute), pct(x.shares.comm_wait_shown), pct(x.shares.data_wait),
              pct(x.shares.other), pct(x.idle_ratio),
              pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-"]
             for x in d.ranks]  # fmt: skip
