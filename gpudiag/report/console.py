@@ -444,17 +444,19 @@ def _collective_table(d: Diagnosis, pad: Pad) -> Table:
     assert c is not None
     lower = c.bandwidth_is_lower_bound
     t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
-    for col in ("type", "size", "count", "transfer", "algbw", "busbw", "of peak"):
+    # transfer: the median over the calls of one call's duration (not a total)
+    for col in ("type", "size", "count", "median/call", "algbw", "busbw", "of peak"):
         t.add_column(col, justify="left" if col in ("type", "size") else "right", no_wrap=True)
     ge = "≥" if lower else ""
 
     def bw(v: float | None) -> str:
-        return "n/a" if v is None else f"{ge}{v:.1f} GB/s"
+        # a lower bound that rounds to nothing says nothing: n/a, not "≥0.0 GB/s"
+        return "n/a" if v is None or (lower and round(v, 1) <= 0) else f"{ge}{v:.1f} GB/s"
 
     for row in c.by_type:
         eff = row.efficiency
         t.add_row(row.type, row.size_bucket, str(row.count),
                   duration(row.transfer_ns_median), bw(row.algbw_gbps), bw(row.busbw_gbps),
-                  "n/a" if eff is None
+                  "n/a" if eff is None or (lower and round(eff, 2) <= 0)
                   else f"{ge}{eff:.0%} of {row.peak_gbps or 0:.0f}")  # fmt: skip
     return t
