@@ -163,6 +163,8 @@ class RankEvidence:
     copies_alone: dict[str, list[int]] | None = None  # host-device copies alone, per step
     # collective type → calls per analysed step and median message bytes (-1: unknown)
     collective_calls: dict[str, dict[str, float]] | None = None
+    # blocking host communication calls (MPI_*, gloo:*) → ns inside the analysed steps
+    comm_calls: dict[str, int] | None = None
 
     @classmethod
     def of(cls, parts: dict[str, Any]) -> RankEvidence:
