@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gpudiag.analysis.model import Diagnosis, FindingKind, RunStep
+from gpudiag.analysis.model import Diagnosis, FindingKind, Mode, RunStep
 from gpudiag.analysis.steady import steady_steps
 from gpudiag.config import GateConfig, Thresholds
 from gpudiag.runconditions import RunConditions
@@ -47,7 +47,8 @@ def step_samples_and_basis(
     tele = list(d.whole_run.steps) if d.whole_run else []
     # The window's first step is not the job's: only --warmup-steps drops it there.
     keep = steady_steps(window, th.steady, warmup_steps or 0)
-    rows, basis = window, PROFILED
+    # a telemetry-only diagnosis: its steps are the telemetry's, there is no profiled window
+    rows, basis = window, WHOLE_RUN if d.run.mode == Mode.TELEMETRY else PROFILED
     if tele:
         keep_t = steady_steps(tele, th.steady, warmup_steps)
         if len({st for _, st in keep_t}) > len({st for _, st in keep}):

@@ -36,7 +36,7 @@ def fmt_value(name: str, v: float | None) -> str:
 METRIC_LABELS = {
     "step_time_median": "step time (median)", "step_time_p90": "step time (p90)",
     "compute_share": "compute", "comm_wait_share": "comm-wait", "data_wait_share": "data-wait",
-    "other_share": "other", "idle_ratio": "idle",
+    "other_share": "other", "idle_ratio": "non-compute idle",
 }  # fmt: skip
 
 
@@ -75,7 +75,8 @@ def _table(out: TextIO, head: list[str], rows: list[list[str]], align: str) -> N
 def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     """A Diagnosis: run summary, per-rank table, findings and recommendations."""
     r = d.run
-    out.write(f"## gpudiag: {words.plural(r.ranks, 'rank')} · {mode_label(r.mode)}\n\n")
+    world = f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else ""
+    out.write(f"## gpudiag: {words.plural(r.ranks, 'rank')}{world} · {mode_label(r.mode)}\n\n")
     v = d.verdict
     if v:
         out.write(f"**{cell(v.headline)}** (from the {v.basis})\n\n")
