@@ -257,6 +257,36 @@ def _app_for(args: list[str]) -> typer.Typer:
     return one
 
 
+def _is_a(e: BaseException, name: str) -> bool:
+    """Whether ``e`` is a click exception of that class (typer vendors its own click)."""
+    return any(c.__name__ == name for c in type(e).__mro__)
+
+
+def _usage_words(e: Any) -> tuple[str, str]:
+    """A click usage error as gpudiag says errors: one line, and a hint.
+
+    An unknown option suggests only a close match (``--jbos`` → ``--jobs``, the only option
+    it begins: ``--max-idle`` → ``--max-idle-ratio``; ``--bogus`` suggests nothing), compared
+    without the leading dashes.
+    """
+    import difflib
+
+    where = e.ctx.command_path if e.ctx is not None else "gpudiag"
+    help_hint = f"see '{where} --help'"
+    if _is_a(e, "NoSuchOption"):
+        names = [o for p in (e.ctx.command.params if e.ctx else []) for o in p.opts
+                 if o.startswith("-")]  # fmt: skip
+        bare = {n.lstrip("-"): n for n in names}
+        given = e.option_name.lstrip("-")
+        close = [n for n in bare if n.startswith(given)] if len(given) >= 3 else []
+        close = (close if len(close) == 1
+                 else difflib.get_close_matches(given, list(bare), n=1, cutoff=0.75))  # fmt: skip
+        hint = f"did you mean {bare[close[0]]}? ({help_hint})" if close else help_hint
+        return f"{where}: no such option: {e.option_name}", hint
+    text = e.format_message().strip() if hasattr(e, "format_message") else str(e)
+    return f"{where}: {text}", help_hint
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; print GpudiagError as one line plus a hint, exit with its code."""
     from gpudiag.cli_coerce import install
@@ -264,7 +294,7 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(_app_for(sys.argv[1:] if argv is None else argv))
     install(command)  # plain str/Path/int/float coercion: no pydantic in every process
     try:
-        command.main(args=argv, standalone_mode=False)
+        command.main(args=argv, prog_name="gpudiag", standalone_mode=False)
     except GpudiagError as e:
         if _state["debug"]:
             raise
@@ -287,9 +317,10 @@ def main(argv: list[str] | None = None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)
     except Exception as e:
-        show = getattr(e, "show", None)
-        if callable(show) and hasattr(e, "exit_code"):  # click/typer usage errors
-            show(file=sys.stderr)
+        if _is_a(e, "UsageError"):  # click/typer usage errors: gpudiag's one line
+            message, hint = _usage_words(e)
+            print(f"gpudiag: error: {_printable(message)}", file=sys.stderr)
+            print(f"  hint: {_printable(hint)}", file=sys.stderr)
             sys.exit(int(getattr(e, "exit_code", EXIT_USAGE) or EXIT_USAGE))
         if _state["debug"]:
             raise

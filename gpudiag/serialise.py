@@ -22,7 +22,7 @@ from importlib import resources
 from typing import Any
 
 from gpudiag.analysis.metrics import BY_KIND, FindingMetrics, NoMetrics, SavedMetrics
-from gpudiag.analysis.model import SCHEMA_VERSION, Diagnosis, Finding
+from gpudiag.analysis.model import SCHEMA_VERSION, Diagnosis, Finding, Shares
 from gpudiag.analysis.verdict import verdict as make_verdict
 
 
@@ -213,6 +213,8 @@ def _typed(cls: type[Any], data: Any, path: str) -> Any:
     """A dataclass from JSON, every field checked against its annotation (ValueError)."""
     if not isinstance(data, dict):
         raise ValueError(f"{path or 'the document'}: expected an object, got {_json_words(data)}")
+    if cls is Shares and "comm_wait" in data and data["comm_wait"] is None:
+        data = {**data, "comm_wait": 0.0, "comm_measured": False}  # not measured (JSON null)
     fields = dataclasses.fields(cls)
     names = {f.name for f in fields}
     for k in data:

@@ -25,6 +25,10 @@ here only agreement is checked:
   the run's median and p90 are those of every analysed (rank, step), each rank's those of
   its own steps (computed here), and a header over several ranks says "over all ranks'
   steps";
+* a host- or copy-bound verdict whose finding names a cause quotes, after the whole share,
+  that cause's own share of step time (``cause.step_share``), never more than the whole;
+  a remedy for a named cause gains at most the cause's own time per step
+  (``cause.ns_per_step``), itself at most the "other" time;
 * "idle X% (above T%)" only when X is above T;
 * a kernel in the communication family contributes to communication time (GPU runs).
 """
@@ -51,7 +55,7 @@ def _close(a: float, b: float, tol: float) -> bool:
 
 
 def _shares(where: str, shares: dict[str, float], out: list[str]) -> None:
-    total = sum(shares[k] for k in ("compute", "comm_wait", "data_wait", "other"))
+    total = sum((shares[k] or 0.0) for k in ("compute", "comm_wait", "data_wait", "other"))
     if not _close(total, 1.0, 0.005):
         out.append(f"{where}: shares sum to {total:.4f}, not 1")
 
@@ -107,6 +111,48 @@ def _verdict(d: dict[str, Any], out: list[str]) -> None:
         out.append(f"headline says {pct[0]}% but its finding's metric is {want:.1%}")
     if kind == "straggler":
         _straggler(d, f, head, out)
+    if kind in ("host", "copy"):
+        _host_cause_share(f, head, out)
+
+
+def _host_cause_share(f: dict[str, Any], head: str, out: list[str]) -> None:
+    """A named host cause is quoted with its own share, after (and within) the whole."""
+    cause = f["metrics"].get("cause") or {}
+    if cause.get("kind") in (None, "unknown"):
+        return
+    if cause.get("step_share") is None:
+        if cause.get("label") and cause["label"] in head:
+            out.append(f"headline {head!r} names the cause {cause['label']!r} without its own "
+                       "share")  # fmt: skip
+        return
+    own, whole = float(cause["step_share"]), _finding_share(f) or 0.0
+    if own > whole + 1e-9:
+        out.append(f"host cause {cause['kind']!r} holds {own:.1%}, more than its finding's "
+                   f"{whole:.1%}")  # fmt: skip
+    m = re.search(r"\(of which (.+?) (\d+)%\)", head)
+    if not m or cause["label"] not in m.group(1) or int(m.group(2)) != round(100 * own):
+        out.append(f"headline {head!r} does not quote its cause {cause['label']!r} with its "
+                   f"own share {own:.1%}")  # fmt: skip
+
+
+def _cause_gains(d: dict[str, Any], out: list[str]) -> None:
+    """No remedy for a named host cause promises more than the cause holds."""
+    for r in d["recommendations"]:
+        ev = r.get("evidence")
+        cause = ev.get("cause") if isinstance(ev, dict) else None
+        if not isinstance(cause, dict) or cause.get("kind") in (None, "unknown"):
+            continue
+        own, gain = cause.get("ns_per_step"), r.get("estimated_gain_ns")
+        if (
+            own is not None
+            and cause.get("other_ns_per_step") is not None
+            and (own > cause["other_ns_per_step"] + 1)
+        ):
+            out.append(f"host cause {cause['kind']!r}: {own / 1e6:.1f} ms a step, more than "
+                       f"the 'other' {cause['other_ns_per_step'] / 1e6:.1f} ms")  # fmt: skip
+        if own is not None and gain is not None and gain > own + 1:
+            out.append(f"remedy {r['id']} promises {gain / 1e6:.1f} ms a step, more than its "
+                       f"cause {cause['kind']!r} holds ({own / 1e6:.1f} ms)")  # fmt: skip
 
 
 def _within_schedule(d: dict[str, Any], v: dict[str, Any], out: list[str]) -> None:
@@ -245,6 +291,7 @@ def problems(d: dict[str, Any], console: str = "") -> list[str]:
     _pipeline(d, out)
     _step_stats(d, console, out)
     _what_if(d, out)
+    _cause_gains(d, out)
     _comm_family(d, out)
     if console:
         _prose(d, console, out)

@@ -20,7 +20,9 @@ the what-if's mean step:
   the bytes, so up to half the comm-wait when bandwidth-bound;
 * straggler → "straggler at median speed": the step time recovered if it ran at the
   other ranks' speed;
-* host-bound → up to the "other" time per step. CUDA graphs and fusion are proposed only
+* host-bound → up to the named cause's own time per step (``cause.ns_per_step``,
+  analysis/causes.py), never more than the "other" time; the whole "other" time only when
+  no cause is named. CUDA graphs and fusion are proposed only
   with evidence of launch overhead: at least ``advice.launch_bound_share`` (half) of the
   "other" time spent in GPU-idle gaps shorter than ``advice.launch_gap_ns`` (100 µs) while
   the host is inside the step; copies alone (no compute beside them) for half of it get
@@ -315,7 +317,9 @@ def _cause_gain(f: Finding, c: Context) -> int | None:
     if f.kind == FindingKind.STEP_VARIABILITY:
         n = max(len({s.step for s in c.steps}), 1)
         return round(own * len(_host_cause(f).get("steps") or [1]) / n)
-    return min(own, _other(f, c)) if own else _other(f, c)
+    if own or _host_cause(f).get("kind", "unknown") != "unknown":
+        return min(own, _other(f, c))  # a named cause: never more than its own time
+    return _other(f, c)
 
 
 def _stall_detail(f: Finding, c: Context) -> str:
@@ -487,7 +491,7 @@ HOST = (
                "batch on a side CUDA stream, and avoid device-to-host copies inside the step "
                "(.cpu(), .item(), .tolist()).")
         ),
-        gain=_other,
+        gain=_cause_gain,
         evidence=_host_evidence,
         applies=_is("copies"),
     ),
@@ -530,7 +534,7 @@ HOST = (
         id=_const("launch-bound"),
         title=_launch_title,
         detail=_launch_detail,
-        gain=_other,
+        gain=_cause_gain,
         evidence=_host_evidence,
         applies=_is("launch"),
     ),
@@ -540,7 +544,7 @@ HOST = (
                             if _host_cause(f).get("kind") == "python"
                             else "Find the host work that stalls the GPU inside the step"),
         detail=_stall_detail,
-        gain=_other,
+        gain=_cause_gain,
         evidence=_host_evidence,
         applies=lambda f, c: (c.run.mode == Mode.GPU
                               and _host_cause(f).get("kind", "unknown") in ("python", "unknown")),

@@ -12,7 +12,7 @@ from dataclasses import asdict, field
 from typing import Any
 
 from gpudiag import nputil
-from gpudiag.analysis.model import Diagnosis, FindingKind, RunStep
+from gpudiag.analysis.model import Diagnosis, FindingKind, Mode, RunStep
 from gpudiag.analysis.steady import steady_steps
 from gpudiag.config import GateConfig, Thresholds
 from gpudiag.records import dataclass
@@ -47,7 +47,8 @@ def step_samples_and_basis(
     tele = list(d.whole_run.steps) if d.whole_run else []
     # The window's first step is not the job's: only --warmup-steps drops it there.
     keep = steady_steps(window, th.steady, warmup_steps or 0)
-    rows, basis = window, PROFILED
+    # a telemetry-only diagnosis: its steps are the telemetry's, there is no profiled window
+    rows, basis = window, WHOLE_RUN if d.run.mode == Mode.TELEMETRY else PROFILED
     if tele:
         keep_t = steady_steps(tele, th.steady, warmup_steps)
         if len({st for _, st in keep_t}) > len({st for _, st in keep}):
@@ -76,7 +77,7 @@ class RunStat:
     name: str
     step_time_ns_median: float | None
     step_time_ns: list[int]  # the steady per-step job step times
-    shares: dict[str, float]
+    shares: dict[str, float | None]  # comm_wait None: not measured
     idle_ratio: float
     fingerprint: dict[str, Any]
     stragglers: list[int] = field(default_factory=list)

@@ -19,6 +19,12 @@ first that holds, in this order:
    ``advice.host_cause_share`` of the steps;
 5. **unknown** — none of the above (long gaps with no call to show for them).
 
+Each named cause carries its own time: ``ns_per_step`` and ``step_share`` (of step time),
+never more than the "other" time — copies: the copies alone; a class of calls: its calls;
+launches: the launch calls or the GPU-idle gaps shorter than ``advice.launch_gap_ns``,
+whichever is longer; Python: the time between operators. The verdict quotes that share
+beside the finding's, and a remedy's gain never exceeds it.
+
 Graph launches (``cudaGraphLaunch``/``hipGraphLaunch``) are reported beside the cause:
 CUDA graphs are then already in use and not suggested again.
 """
@@ -121,7 +127,7 @@ def _copies_cause(sc: _Scope) -> dict[str, Any]:
     text = (f"GPU copies with nothing computing: {fmt_ns(copies / sc.n_steps)} a step "
             f"({words.percent(copies / sc.total)} of step time; {mem} memory)")  # fmt: skip
     return {**_done("copies", text), "share": copies / sc.other,
-            "pageable": mem == "pageable", "ns_per_step": copies // sc.n_steps}  # fmt: skip
+            "pageable": mem == "pageable", **_own(sc, copies)}  # fmt: skip
 
 
 def _api_cause(sc: _Scope) -> dict[str, Any]:
@@ -147,7 +153,7 @@ def _api_cause(sc: _Scope) -> dict[str, Any]:
     text = (f"{' and '.join(apis[:2])} {fmt_ns(each)} {where} ({words.percent(share)} of the "
             f"host time); longest call {fmt_ns(longest)}"
             + (f" in {ops[0]}" if ops else ""))  # fmt: skip
-    out = {**_done(cls, text), "api": api, "ns_per_step": ns // sc.n_steps,
+    out = {**_done(cls, text), "api": api, **_own(sc, ns),
            "share": share, "steps": in_steps, "longest_ns": longest}  # fmt: skip
     waits = waits_for(mine, cls) if cls in ("sync", "copy") else {}
     if waits:
@@ -174,11 +180,13 @@ def _launch_cause(sc: _Scope) -> dict[str, Any]:
     sync = sum(_api(r, "sync", sc.kept)[0] for r in sc.mine) / sc.n_steps
     held = f"synchronisation {fmt_ns(sync)} a step" if sync else "no synchronisation"
     text = (f"{top:.0f} kernels a step, median {fmt_ns(float(nputil.median(med)))}, issued "
-            f"{fmt_ns(apart)} apart (launch calls {fmt_ns(launch / sc.n_steps)} a step; "
-            f"{held})")  # fmt: skip
+            f"{fmt_ns(apart)} apart (launch calls {fmt_ns(launch / sc.n_steps)} a step, GPU "
+            f"idle in gaps under {fmt_ns(sc.rules.launch_gap_ns)} "
+            f"{fmt_ns(min(short_gaps, sc.other) / sc.n_steps)} a step; {held})")  # fmt: skip
+    # what launches hold: the launch calls or the short GPU-idle gaps between kernels
     return {**_done("launch", text), "kernels_per_step": top,
             "kernel_ns_median": int(nputil.median(med)),
-            "ns_per_step": sc.other // sc.n_steps}  # fmt: skip
+            **_own(sc, max(launch, short_gaps))}  # fmt: skip
 
 
 def _python_cause(sc: _Scope) -> dict[str, Any]:
@@ -188,7 +196,16 @@ def _python_cause(sc: _Scope) -> dict[str, Any]:
         return {}
     text = f"the training thread is between operators {words.percent(min(outside))} of each step"
     return {**_done("python", text), "share": min(outside),
-            "ns_per_step": sc.other // sc.n_steps}  # fmt: skip
+            **_own(sc, round(min(outside) * sc.total))}  # fmt: skip
+
+
+def _own(sc: _Scope, ns: float) -> dict[str, Any]:
+    """A cause's own time per step and as a share of step time, at most the "other" time.
+
+    ``ns_per_step`` and ``step_share``: what the verdict quotes and the remedy may gain.
+    """
+    ns = min(int(ns), sc.other)
+    return {"ns_per_step": ns // sc.n_steps, "step_share": ns / sc.total if sc.total else 0.0}
 
 
 def _done(kind: str, text: str) -> dict[str, Any]:

@@ -107,11 +107,25 @@ def _for(*patterns: str) -> Callable[[Finding, Context], bool]:
         if _native(c):  # a C/C++/MPI program has no DDP, FSDP or optimizer to tune
             return False
         training = {"gradients", "parameters"} & set(patterns)
-        if training and workload.inference(c.workload()):
+        if training and (workload.inference(c.workload()) or not _trains(c)):
             return False
         return _is_transfer(f, c) and _pattern(f, c) in patterns
 
     return applies
+
+
+def _trains(c: Context) -> bool:
+    """Evidence of gradients to synchronise, from the names of the ranks read.
+
+    A backward pass or optimizer step, DDP's reducer or FSDP/ZeRO (workload tags
+    ``training``, ``ddp``, ``fsdp``).
+
+    Collectives alone (a few ``gloo:all_reduce`` ranges on side threads beside four
+    ``aten::empty``) are no evidence of gradients. Without any rank's names read, nothing
+    says otherwise, and the gradient remedies stay.
+    """
+    read = [r.evidence.workload for r in c.ranks.values() if r.evidence.workload is not None]
+    return not read or bool({"training", "ddp", "fsdp"} & set(c.workload()))
 
 
 def _names(c: Context, f: Finding, tag: str) -> str:

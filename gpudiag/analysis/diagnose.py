@@ -298,7 +298,7 @@ def _build(
     notes += limit_notes
     findings.sort(key=_finding_order)
     # one step model for the what-if and the gains; none from a split the trace cannot support
-    wi = None if withheld(lims) else what_if(steps, findings)
+    wi = None if withheld(lims) else what_if(steps, findings, run.shares.comm_measured)
     return Diagnosis(
         run=run,
         ranks=ranks,

@@ -19,7 +19,7 @@ from gpudiag.analysis.baseline import (
     step_samples_and_basis,
     step_time_stats,
 )
-from gpudiag.analysis.model import Diagnosis, RankSummary, RunSummary
+from gpudiag.analysis.model import Diagnosis, Mode, RankSummary, RunSummary
 from gpudiag.config import DiffRules, Thresholds
 from gpudiag.records import dataclass
 
@@ -64,12 +64,12 @@ _METRICS: list[tuple[str, str, bool]] = [
 
 
 def _values(s: RunSummary | RankSummary, d: Diagnosis | None = None,
-            th: Thresholds | None = None) -> dict[str, float]:  # fmt: skip
+            th: Thresholds | None = None) -> dict[str, float | None]:  # fmt: skip
     out = {
         "step_time_median": float(s.step_time_ns_median),
         "step_time_p90": float(s.step_time_ns_p90),
         "compute_share": s.shares.compute,
-        "comm_wait_share": s.shares.comm_wait,
+        "comm_wait_share": s.shares.comm_wait_shown,  # None: not measured
         "data_wait_share": s.shares.data_wait,
         "other_share": s.shares.other,
         "idle_ratio": s.idle_ratio,
@@ -86,8 +86,16 @@ def _basis_note(a: Diagnosis, b: Diagnosis, th: Thresholds | None) -> str:
     """Which window each step time rests on (the run rows may be telemetry, ranks never)."""
     ba, bb = step_samples_and_basis(a, None, th)[1], step_samples_and_basis(b, None, th)[1]
     run = ba if ba == bb else f"A: {ba}, B: {bb}"
+    ra, rb = (_rank_basis(x) for x in (a, b))
+    ranks = ra if ra == rb else f"A: {ra}, B: {rb}"
     return (f"step times: the run rows are the steady job step (the slowest rank each step) "
-            f"over the {run}; the rank rows, each rank's steps in the profiled window")  # fmt: skip
+            f"over the {run}; the rank rows, each rank's {ranks}")  # fmt: skip
+
+
+def _rank_basis(d: Diagnosis) -> str:
+    """What a diagnosis's rank rows rest on: the profiled window, or the steady telemetry."""
+    return ("steady steps (telemetry: no profiled window)" if d.run.mode == Mode.TELEMETRY
+            else "steps in the profiled window")  # fmt: skip
 
 
 def _row(scope: str, rank: int | None, metric: str, unit: str, lower: bool,

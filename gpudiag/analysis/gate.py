@@ -168,6 +168,10 @@ def _limit_checks(d: Diagnosis, cfg: GateConfig, th: Thresholds, note: str = "")
         if limit is None:
             continue
         for rs in sorted(d.ranks, key=lambda r: r.rank):
+            if name == "comm_wait_share" and not rs.shares.comm_measured:
+                msg = f"rank {rs.rank}: {label} not measured (step telemetry only)"
+                out.append(Check(name, rs.rank, INCONCLUSIVE, None, limit, msg))
+                continue
             if rs.steps == 0:
                 msg = f"rank {rs.rank}: no analysed steps, {label} unknown"
                 out.append(Check(name, rs.rank, INCONCLUSIVE, None, limit, msg))

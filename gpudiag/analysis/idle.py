@@ -190,7 +190,26 @@ def _data_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
 def _comm_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
     names = [t for r in ranks if r.rank in flagged and (t := r.evidence.comm_top)]
     mostly = f" (mostly {pretty_range(names[0])})" if names else ""
-    return f"waiting for communication not hidden behind compute{mostly}"
+    return f"waiting for communication not hidden behind compute{mostly}" + _by_call(
+        [r for r in ranks if r.rank in flagged]
+    )
+
+
+def _by_call(ranks: Sequence[RankSummary]) -> str:
+    """Each rank's blocking communication calls as shares of their time (up to 4 ranks).
+
+    The totals of a synchronous job's ranks agree; where each waits differs (one in its
+    halo exchange, another in the reduction, waiting for the others).
+    """
+    parts, several = [], False
+    for r in sorted(ranks, key=lambda r: r.rank)[:4]:
+        calls = r.evidence.comm_calls or {}
+        total = sum(calls.values())
+        shown = [(n, v / total) for n, v in calls.items() if total and v / total >= 0.01][:3]
+        several |= len(shown) > 1
+        if shown:
+            parts.append(f"rank {r.rank} " + ", ".join(f"{n} {x:.0%}" for n, x in shown))
+    return f"; by call: {' · '.join(parts)}" if several else ""
 
 
 def _host_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:

@@ -63,16 +63,28 @@ def by_rank(steps: Iterable[Any]) -> dict[int, list[Any]]:
 
 @dataclass(frozen=True)
 class Shares:
-    """Fractions of step time; they sum to 1."""
+    """Fractions of step time; they sum to 1.
+
+    ``comm_measured`` is False when nothing measured the communication wait: step
+    telemetry alone, which does not see DDP's C++ reducer, and saw no collective wait.
+    ``comm_wait`` then holds 0 for the arithmetic, and the outputs say "not measured"
+    (``comm_wait_shown`` and JSON: null).
+    """
 
     compute: float
     comm_wait: float
     data_wait: float
     other: float
+    comm_measured: bool = True
 
-    def as_dict(self) -> dict[str, float]:
-        """Plain dict for JSON."""
-        return {k: getattr(self, k) for k in SHARE_KEYS}
+    @property
+    def comm_wait_shown(self) -> float | None:
+        """The comm-wait share as the outputs show it: None when not measured."""
+        return self.comm_wait if self.comm_measured else None
+
+    def as_dict(self) -> dict[str, float | None]:
+        """Plain dict for JSON (``comm_wait`` null when not measured)."""
+        return {k: getattr(self, k) for k in SHARE_KEYS} | {"comm_wait": self.comm_wait_shown}
 
 
 @dataclass(frozen=True)
@@ -152,6 +164,8 @@ class RankEvidence:
     copies_alone: dict[str, list[int]] | None = None  # host-device copies alone, per step
     # collective type → calls per analysed step and median message bytes (-1: unknown)
     collective_calls: dict[str, dict[str, float]] | None = None
+    # blocking host communication calls (MPI_*, gloo:*) → ns inside the analysed steps
+    comm_calls: dict[str, int] | None = None
 
     @classmethod
     def of(cls, parts: dict[str, Any]) -> RankEvidence:
@@ -258,7 +272,7 @@ class WhatIf:
     """First-order step times under three changes (analysis/whatif.py states the model)."""
 
     step_time_ns: int
-    if_comm_overlapped_ns: int
+    if_comm_overlapped_ns: int | None  # None: comm-wait not measured (telemetry only)
     if_no_data_wait_ns: int
     if_straggler_at_median_speed_ns: int | None = None
     if_all_ns: int | None = None  # the three changes together

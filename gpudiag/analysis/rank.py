@@ -9,6 +9,7 @@ from ``gpudiag run``'s step telemetry.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import field
 from typing import Any
@@ -195,6 +196,7 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
     ]
     colls = extract(tl, parts.mode, win.owner, th.comm_op_re)
     evidence = _evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th)
+    evidence |= _comm_calls(tl, win, keep)
     evidence["coverage"] = rank_facts(tl, len(steps), sum(s.gpu_ops or 0 for s in steps),
                                       sum(s.duration_ns for s in steps))  # fmt: skip
     evidence |= _workload_and_device(tl)
@@ -259,6 +261,36 @@ def _truncated(win: StepWindows, mode: Mode, th: Thresholds) -> int | None:
     if mode == Mode.GPU and n > 1 and win.gpu_ops[-1] < th.truncated_step_ratio * win.gpu_ops[-2]:
         return int(win.step[-1])
     return None
+
+
+# A blocking communication call (MPI_Sendrecv, gloo:all_reduce), not a user's range around
+# several of them (an NVTX range named "MPI"): what the comm-wait of a rank is spent in.
+_COMM_CALL = re.compile(r"^P?MPI_[A-Z]|^(gloo|mpi|ucc):")
+
+
+def _comm_calls(tl: RankTimeline, win: StepWindows, keep: Any) -> dict[str, Any]:
+    """``comm_calls``: each blocking communication call's time on the host inside the steps.
+
+    Name → ns (its calls' union over the analysed steps), the four longest: the cross-rank
+    difference a comm-wait total hides (MPI_Sendrecv on one rank, MPI_Allreduce waiting for
+    the others on another).
+    """
+    host = ~tl.gpu_lane_mask()[tl.lane]
+    idx = np.flatnonzero(host & (tl.kind == Kind.COMM))
+    if not idx.size or not keep.any():
+        return {}
+    s, e = win.start[keep], win.end[keep]
+    out: dict[str, int] = {}
+    for nid in np.unique(tl.name[idx]).tolist():
+        name = tl.names[nid]
+        if not _COMM_CALL.search(name):
+            continue
+        mine = idx[tl.name[idx] == nid]
+        ns = int(iv.measure(iv.union(tl.start_ns[mine], tl.end_ns[mine]), s, e).sum())
+        if ns > 0:
+            out[name] = ns
+    top = sorted(out.items(), key=lambda kv: -kv[1])[:4]
+    return {"comm_calls": dict(top)} if top else {}
 
 
 def _compact(meta: RankMeta) -> RankMeta:

@@ -20,6 +20,8 @@ def rank_spread(ranks: Sequence[RankSummary]) -> dict[str, SpreadEntry]:
     }
     out: dict[str, SpreadEntry] = {}
     for name, get in metrics.items():
+        if name == "comm_wait_ratio" and not all(r.shares.comm_measured for r in ranks):
+            continue  # not measured (telemetry only): no spread to show
         lo = min(ranks, key=get)
         hi = max(ranks, key=get)
         out[name] = SpreadEntry(get(lo), lo.rank, get(hi), hi.rank)

@@ -39,24 +39,39 @@ def _gpu_idle(steps: Sequence[StepBreakdown]) -> float | None:
     return sum(s.gpu_idle_ns or 0 for s in gpu) / total if total > 0 else None
 
 
-def _shares(steps: Sequence[StepBreakdown]) -> tuple[Shares, float, float, float | None]:
+def _shares(
+    steps: Sequence[StepBreakdown], measured: bool = True
+) -> tuple[Shares, float, float, float | None]:
     """Time-weighted shares, overlapped ratio, idle ratio and hidden ratio of some steps."""
     total = sum(s.duration_ns for s in steps)
     if total <= 0:
-        return Shares(0.0, 0.0, 0.0, 0.0), 0.0, 0.0, None
+        return Shares(0.0, 0.0, 0.0, 0.0, measured), 0.0, 0.0, None
     c = sum(s.compute_ns for s in steps)
     w = sum(s.comm_wait_ns for s in steps)
     d = sum(s.data_wait_ns for s in steps)
     o = sum(s.other_ns for s in steps)
     ov = sum(s.comm_overlapped_ns for s in steps)
-    hidden = ov / (ov + w) if (ov + w) > 0 else None
-    return Shares(c / total, w / total, d / total, o / total), ov / total, 1.0 - c / total, hidden
+    hidden = ov / (ov + w) if (ov + w) > 0 and measured else None
+    shares = Shares(c / total, w / total, d / total, o / total, measured)
+    return shares, ov / total, 1.0 - c / total, hidden
+
+
+def comm_measured(results: Sequence[RankResult]) -> bool:
+    """Whether any source measured the communication wait of these ranks.
+
+    A trace does. Step telemetry alone times only the collectives Python calls (not DDP's
+    C++ reducer, docs/definitions.md): when it saw no collective wait at all, the wait is
+    not measured, rather than 0.
+    """
+    if any(r.mode != Mode.TELEMETRY for r in results):
+        return True
+    return any(s.comm_wait_ns > 0 for r in results for s in r.steps)
 
 
 def summarize_rank(res: RankResult) -> RankSummary:
     """A rank's summary over its analysed steps."""
     median, p90 = step_time_stats([s.duration_ns for s in res.steps])
-    shares, ov, idle, hidden = _shares(res.steps)
+    shares, ov, idle, hidden = _shares(res.steps, comm_measured([res]))
     return RankSummary(
         rank=res.rank,
         steps=len(res.steps),
@@ -79,7 +94,7 @@ def summarize_rank(res: RankResult) -> RankSummary:
 def run_summary(results: Sequence[RankResult], steps: Sequence[StepBreakdown]) -> RunSummary:
     """The run's summary over every rank's analysed steps."""
     median, p90 = step_time_stats([s.duration_ns for s in steps])
-    shares, ov, idle, _ = _shares(steps)
+    shares, ov, idle, _ = _shares(steps, comm_measured(results))
     modes = {r.mode for r in results}
     world = [r.meta.world_size for r in results if r.meta.world_size]
     return RunSummary(

@@ -131,11 +131,18 @@ def _no_bottleneck(run: RunSummary, pipe: Sequence[Finding], index: dict[int, in
 
 
 def _host_words(cause: Any) -> str:
-    """What a host-bound rank loses its time to: the named cause, else the generic list."""
-    if not isinstance(cause, dict) or cause.get("kind") in (None, "unknown", "copies"):
+    """What a host-bound rank loses its time to: host-side time, then the named cause.
+
+    The cause comes with its own share of step time (``step_share``); without a named
+    cause, the generic list.
+    """
+    if not isinstance(cause, dict) or cause.get("kind") in (None, "unknown"):
         return "host overhead, launch gaps or synchronisation"
     api = f" ({cause['api']})" if cause.get("api") else ""
-    return f"{cause['label']}{api}"
+    own = cause.get("step_share")
+    if own is None:  # a cause recorded before it carried its own share
+        return f"host-side time: {cause['label']}{api}"
+    return f"host-side time (of which {cause['label']}{api} {words.percent(float(own))})"
 
 
 def _root_cause(run: RunSummary, f: Finding, named: Sequence[Finding]) -> Finding:
@@ -232,7 +239,7 @@ def _verdict(
             "host": f"host-bound: {who} {lose} {words.percent(share)} of each step to "
             + _host_words(cause),
             "copy": f"copy-bound: {who} {lose} {words.percent(share)} of each step to "
-            "host-device copies with nothing computing",
+            + _host_words(cause),
         }[kind]
     return Verdict(headline=text, bottleneck=kind, share=share, ranks=list(f.ranks),
                    basis=basis, finding=index[id(f)])  # fmt: skip

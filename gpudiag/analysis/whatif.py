@@ -32,8 +32,14 @@ from gpudiag.analysis.metrics import StragglerMetrics
 from gpudiag.analysis.model import Finding, FindingKind, StepBreakdown, WhatIf
 
 
-def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> WhatIf | None:
-    """First-order step times under three changes (the module docstring states the model)."""
+def what_if(
+    steps: Sequence[StepBreakdown], findings: Sequence[Finding], comm_measured: bool = True
+) -> WhatIf | None:
+    """First-order step times under three changes (the module docstring states the model).
+
+    Without a measured comm-wait (``comm_measured`` False: telemetry only) there is no
+    "comm fully overlapped" (None) rather than "no change".
+    """
     if not steps:
         return None
     by_step: dict[int, list[StepBreakdown]] = {}
@@ -81,7 +87,7 @@ def what_if(steps: Sequence[StepBreakdown], findings: Sequence[Finding]) -> What
         everything = [v - cost for v in everything]
     return WhatIf(
         step_time_ns=round(now),
-        if_comm_overlapped_ns=clamped(no_comm),
+        if_comm_overlapped_ns=clamped(no_comm) if comm_measured else None,
         if_no_data_wait_ns=clamped(no_data),
         if_straggler_at_median_speed_ns=clamped(no_strag) if no_strag else None,
         if_all_ns=clamped(everything),

@@ -98,7 +98,10 @@ def whole_run(
                 step_time_ns_p90=round(nputil.percentile(d, 90)),
                 step_time_ns_max=int(d.max()),
                 data_wait_ratio=float(data.sum()) / total if total and data.notna().any() else None,
-                comm_wait_ratio=float(comm.sum()) / total if total and comm.notna().any() else None,
+                # telemetry sees no DDP reducer: no collective wait at all is "not measured"
+                comm_wait_ratio=float(comm.sum()) / total
+                if total and comm.fillna(0).gt(0).any()
+                else None,
                 host=str(g["host"].iloc[0]) if "host" in g else "",
             )
         )

@@ -60,9 +60,17 @@ def kind_of(result: Any) -> str:
     raise TypeError(f"no renderer for {type(result).__name__}")
 
 
+# Short names accepted for a format (``-f md``).
+ALIASES = {"md": "markdown"}
+
+
 def pick_format(kind: str, fmt: str | None, output: Path | None, default: str = "table") -> str:
-    """``--format`` wins, else the output file's extension, else ``default``; checked."""
+    """``--format`` wins, else the output file's extension, else ``default``; checked.
+
+    ``md`` is ``markdown`` wherever markdown is offered (:data:`ALIASES`).
+    """
     allowed = FORMATS[kind]
+    fmt = ALIASES.get(fmt, fmt) if fmt is not None else None
     if fmt is None and output is not None:
         fmt = EXTENSIONS.get(output.suffix.lower())
         if fmt is not None and fmt not in allowed:
@@ -70,7 +78,7 @@ def pick_format(kind: str, fmt: str | None, output: Path | None, default: str = 
     fmt = fmt or default
     if fmt not in allowed:
         raise UsageError(
-            f"--format {fmt} is not available here",
+            f"--format {fmt} is not available for {kind}",
             f"choose one of: {', '.join(allowed)}",
         )
     return fmt
@@ -82,9 +90,10 @@ def render(result: Any, fmt: str, out: TextIO, **options: Any) -> None:
     ``options`` (``width``, ``color``, ``show_steps``) reach the table renderers only.
     """
     kind = kind_of(result)
+    fmt = ALIASES.get(fmt, fmt)
     target = _RENDERERS.get((kind, fmt))
     if target is None:
-        raise UsageError(f"--format {fmt} is not available here",
+        raise UsageError(f"--format {fmt} is not available for {kind}",
                          f"choose one of: {', '.join(FORMATS[kind])}")  # fmt: skip
     module, name = target.split(":")
     fn: Renderer = getattr(importlib.import_module(module), name)

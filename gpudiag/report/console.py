@@ -169,7 +169,8 @@ def _summary(con: Console, d: Diagnosis) -> None:
         con.print(Text(f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · "
                        f"step time median {duration(med)}"))  # fmt: skip
     line = Text("shares: ")
-    line.append(f"compute {_pct(r.shares.compute)} · comm-wait {_pct(r.shares.comm_wait)} · "
+    comm = _pct(r.shares.comm_wait) if r.shares.comm_measured else "not measured"
+    line.append(f"compute {_pct(r.shares.compute)} · comm-wait {comm} · "
                 f"data-wait {_pct(r.shares.data_wait)} · "
                 f"other {_pct(r.shares.other)}\n        ")  # fmt: skip
     line.append(f"non-compute idle {_pct(r.idle_ratio)}",
@@ -289,13 +290,13 @@ def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad, gpu_idle: bool = True) -
     for rs in sorted(shown, key=lambda r: r.rank):
         s = rs.shares
 
-        def cell(value: float, col: str, rank: int = rs.rank) -> Text:
+        def cell(value: float | None, col: str, rank: int = rs.rank) -> Text:
             sev = flags.get((rank, col))
             return Text(_pct(value), style=_FLAG_STYLE[sev] if sev is not None else "")
 
         row: list[Text | str] = [
             str(rs.rank), str(rs.steps), duration(rs.step_time_ns_median),
-            duration(rs.step_time_ns_p90), _pct(s.compute), cell(s.comm_wait, "comm_wait"),
+            duration(rs.step_time_ns_p90), _pct(s.compute), cell(s.comm_wait_shown, "comm_wait"),
             cell(s.data_wait, "data_wait"), cell(s.other, "other"),
             _pct(rs.comm_overlapped_ratio), cell(rs.idle_ratio, "idle")]  # fmt: skip
         if gpu_idle:
@@ -409,13 +410,14 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
         # a pipeline's communication wait is its bubble, which no overlap removes
         pipe = " (its waits are the pipeline's bubble)" if (
             d.collectives is not None and d.collectives.pipeline is not None) else ""  # fmt: skip
-        text = (f"what if: comm fully overlapped{pipe} → {delta(w.if_comm_overlapped_ns)} · "
-                f"no data wait → {delta(w.if_no_data_wait_ns)}")  # fmt: skip
+        text = "what if: " + (
+            f"comm fully overlapped{pipe} → {delta(w.if_comm_overlapped_ns)} · "
+            if w.if_comm_overlapped_ns is not None else ""  # comm-wait not measured
+        ) + f"no data wait → {delta(w.if_no_data_wait_ns)}"  # fmt: skip
         if w.if_straggler_at_median_speed_ns is not None:
             text += f" · straggler at median speed → {delta(w.if_straggler_at_median_speed_ns)}"
-        if w.if_all_ns is not None and w.if_all_ns < min(
-            w.if_comm_overlapped_ns, w.if_no_data_wait_ns
-        ):
+        alone = [v for v in (w.if_comm_overlapped_ns, w.if_no_data_wait_ns) if v is not None]
+        if w.if_all_ns is not None and w.if_all_ns < min(alone):
             text += f" · all together → {delta(w.if_all_ns)}"
         lines.append(f"{text}  (mean step now {duration(cur)})")
     return lines
@@ -447,17 +449,19 @@ def _collective_table(d: Diagnosis, pad: Pad) -> Table:
     assert c is not None
     lower = c.bandwidth_is_lower_bound
     t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
-    for col in ("type", "size", "count", "transfer", "algbw", "busbw", "of peak"):
+    # transfer: the median over the calls of one call's duration (not a total)
+    for col in ("type", "size", "count", "median/call", "algbw", "busbw", "of peak"):
         t.add_column(col, justify="left" if col in ("type", "size") else "right", no_wrap=True)
     ge = "≥" if lower else ""
 
     def bw(v: float | None) -> str:
-        return "n/a" if v is None else f"{ge}{v:.1f} GB/s"
+        # a lower bound that rounds to nothing says nothing: n/a, not "≥0.0 GB/s"
+        return "n/a" if v is None or (lower and round(v, 1) <= 0) else f"{ge}{v:.1f} GB/s"
 
     for row in c.by_type:
         eff = row.efficiency
         t.add_row(row.type, row.size_bucket, str(row.count),
                   duration(row.transfer_ns_median), bw(row.algbw_gbps), bw(row.busbw_gbps),
-                  "n/a" if eff is None
+                  "n/a" if eff is None or (lower and round(eff, 2) <= 0)
                   else f"{ge}{eff:.0%} of {row.peak_gbps or 0:.0f}")  # fmt: skip
     return t

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from gpudiag.analysis.diff import RunDiff
 from gpudiag.analysis.gate import GateResult
-from gpudiag.report.console import make_console
+from gpudiag.report.console import make_console, wrap
 from gpudiag.report.markdown import diff_cells, fmt_value, metric_label
 
 _STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "inconclusive": "magenta"}
@@ -53,8 +53,9 @@ def render_diff(
     """Print A, B and the change of every compared metric, run-wide then per rank."""
     con = make_console(out, width=width, color=color)
     con.print(Text(f"A: {diff.a}\nB: {diff.b}"))
-    for note in diff.notes:
-        con.print(Text(f"note: {note}", style="yellow"))
+    for note in diff.notes:  # wrapped under their text, never back to column 0
+        for line in wrap(f"note: {note}", con.width, "", " " * 6):
+            con.print(Text(line, style="yellow"))
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col, just in (("scope", "left"), ("metric", "left"), ("A", "right"), ("B", "right"),
                       ("change", "right")):  # fmt: skip
@@ -68,4 +69,5 @@ def render_diff(
         if items:
             con.print(Text(title, style="bold"))
             for item in items:
-                con.print(Text(f" {item}"))
+                for line in wrap(f" {item}", con.width, "", " " * 3):
+                    con.print(Text(line))

@@ -307,7 +307,7 @@ def _head(d: Diagnosis) -> list[str]:
 def _rank_section(d: Diagnosis) -> list[str]:
     flags = flagged(d)
     rows = [[_e(x.rank), _e(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90),
-             _pct(x.shares.compute), _pct(x.shares.comm_wait), _pct(x.shares.data_wait),
+             _pct(x.shares.compute), _pct(x.shares.comm_wait_shown), _pct(x.shares.data_wait),
              _pct(x.shares.other),
              f'<span class="{"bad" if (x.rank, "idle") in flags else ""}">'
              f"{_pct(x.idle_ratio)}</span>",
@@ -353,7 +353,7 @@ def _tail(d: Diagnosis) -> list[str]:
     """Collectives, inputs and notes, and the Diagnosis itself as JSON."""
     p = []
     comm = [[_e(x.rank), _e(x.evidence.comm_top or ""),
-             _e(", ".join(map(str, x.evidence.comm_names or []))), _pct(x.shares.comm_wait),
+             _e(", ".join(map(str, x.evidence.comm_names or []))), _pct(x.shares.comm_wait_shown),
              _pct(x.comm_overlapped_ratio)]
             for x in d.ranks[:MAX_RANKS] if x.evidence.comm_names]  # fmt: skip
     if comm:

@@ -36,7 +36,7 @@ def fmt_value(name: str, v: float | None) -> str:
 METRIC_LABELS = {
     "step_time_median": "step time (median)", "step_time_p90": "step time (p90)",
     "compute_share": "compute", "comm_wait_share": "comm-wait", "data_wait_share": "data-wait",
-    "other_share": "other", "idle_ratio": "idle",
+    "other_share": "other", "idle_ratio": "non-compute idle",
 }  # fmt: skip
 
 
@@ -75,16 +75,18 @@ def _table(out: TextIO, head: list[str], rows: list[list[str]], align: str) -> N
 def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     """A Diagnosis: run summary, per-rank table, findings and recommendations."""
     r = d.run
-    out.write(f"## gpudiag: {words.plural(r.ranks, 'rank')} · {mode_label(r.mode)}\n\n")
+    world = f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else ""
+    out.write(f"## gpudiag: {words.plural(r.ranks, 'rank')}{world} · {mode_label(r.mode)}\n\n")
     v = d.verdict
     if v:
         out.write(f"**{cell(v.headline)}** (from the {v.basis})\n\n")
     label = window_label(r.mode).capitalize()
+    comm = pct(r.shares.comm_wait) if r.shares.comm_measured else "not measured"
     out.write(f"{label}: {words.plural(r.steps, 'step')}, step time median "
               f"**{duration(r.step_time_ns_median)}**, p90 "
               f"{duration(r.step_time_ns_p90)}{step_time_scope(d)} · compute "
               f"{pct(r.shares.compute)} · comm-wait "
-              f"{pct(r.shares.comm_wait)} · data-wait {pct(r.shares.data_wait)} · other "
+              f"{comm} · data-wait {pct(r.shares.data_wait)} · other "
               f"{pct(r.shares.other)} · non-compute idle **{pct(r.idle_ratio)}**"
               + (f" · GPU idle {pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else "")
               + "\n\n")  # fmt: skip
@@ -93,7 +95,7 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         out.write(f"{cell(kinds.capitalize())}\n\n")
     rows = [[str(x.rank), str(x.steps), duration(x.step_time_ns_median),
              duration(x.step_time_ns_p90),
-             pct(x.shares.compute), pct(x.shares.comm_wait), pct(x.shares.data_wait),
+             pct(x.shares.compute), pct(x.shares.comm_wait_shown), pct(x.shares.data_wait),
              pct(x.shares.other), pct(x.idle_ratio),
              pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-"]
             for x in d.ranks]  # fmt: skip

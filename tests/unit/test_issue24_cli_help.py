@@ -104,7 +104,7 @@ def test_numeric_defaults_in_help_are_the_docs(cmd):
 def test_unknown_option_before_the_command_is_a_usage_error(tmp_path):
     r = run_cli("run", "--no-such-option", "15", "--", "python", "-c", "pass", cwd=tmp_path)
     assert r.returncode == 2
-    assert "No such option: --no-such-option" in r.stderr
+    assert "no such option: --no-such-option" in r.stderr
     assert not (tmp_path / "runs").exists() and not list(tmp_path.iterdir())
     # options after the command are the command's own
     ok = run_cli("run", "-q", "--no-analyze", "--out", str(tmp_path / "r"), "python", "-c",

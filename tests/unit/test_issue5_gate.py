@@ -254,7 +254,7 @@ def test_diff_rows_and_directions():
     assert same.direction == "same" and same.change == 0
     buf = io.StringIO()
     markdown.render_diff(d, buf)
-    assert "| rank 0 | idle |" in buf.getvalue()
+    assert "| rank 0 | non-compute idle |" in buf.getvalue()
 
 
 # ---- CLI ----
