@@ -237,6 +237,16 @@ def _finding_order(f: Finding) -> tuple[int, bool, float]:
     return (Severity(f.severity).order, f.kind not in ENDED_KINDS, -share)
 
 
+def _without_stage_waits(findings: list[Finding], stage: set[int]) -> list[Finding]:
+    """Drop a pipeline's stages' comm-bound and straggler findings (its finding holds both).
+
+    A stage's receive waits are the bubble, and stages are not stragglers of each other.
+    """
+    findings = drop_ranks(findings, stage, FindingKind.COMM_BOUND)
+    return [f for f in findings
+            if not (f.kind == FindingKind.STRAGGLER and set(f.ranks) <= stage)]  # fmt: skip
+
+
 def _build(
     results: Sequence[RankResult],
     th: Thresholds,
@@ -274,12 +284,7 @@ def _build(
     findings += find_stragglers(window, whole_run, th.stragglers, th.steady, sync_by_step)
     findings += late_arrival(coll, steps, findings, th.stragglers, th.collectives)
     if pipe is not None:
-        # a stage's receive waits are the bubble, and stages are not stragglers of each
-        # other: the pipeline finding carries both
-        stage = set(pipe.stage_ranks)
-        findings = drop_ranks(findings, stage, FindingKind.COMM_BOUND)
-        findings = [f for f in findings
-                    if not (f.kind == FindingKind.STRAGGLER and set(f.ranks) <= stage)]  # fmt: skip
+        findings = _without_stage_waits(findings, set(pipe.stage_ranks))
     findings = on_busy_host(findings, busy, _gpu_job(run, whole_run))
     findings = comm_wait_for_stragglers(findings, steps, sync_by_step, th)
     host_stragglers = {

@@ -262,6 +262,22 @@ _BLOCKING_LAUNCH = re.compile(r"^(cuda|hip)Memcpy(2D)?(_v\d+)?$|^hipMemcpyWithSt
 _COMPLETE_ON_RETURN = re.compile(r"^Memcpy DtoH\b")
 
 
+def _clock_shift(
+    upper: int, lower: int | None, lat: npt.NDArray[np.int64], rules: LoaderRules
+) -> int | None:
+    """The GPU clock's offset that fits the launch links (``lat``), or None when none does.
+
+    A blocking call returns within µs of its copy's end, while the least launch latency can
+    be larger: the blocking copies' bound is the closer one.
+    """
+    tol = rules.clock_tolerance_ns
+    if lower is not None and lower > upper + tol:
+        return None
+    shift = upper if lower is None else lower
+    late = np.count_nonzero(lat - shift < -tol)
+    return None if late > rules.clock_residue_ratio * lat.size else shift
+
+
 def check_clocks(
     cols: RawColumns,
     kind: npt.NDArray[np.int64],
@@ -316,15 +332,7 @@ def check_clocks(
                     "that far behind for the whole trace (not corrected)"
                 )
             continue
-        # A blocking call returns within µs of its copy's end, while the least launch
-        # latency can be larger: the blocking copies' bound is the closer one.
-        shift: int | None = upper if lower is None else lower
-        if lower is not None and lower > upper + tol:
-            shift = None
-        if shift is not None:
-            late = np.count_nonzero(lat - shift < -tol)
-            if late > rules.clock_residue_ratio * o.size:
-                shift = None
+        shift = _clock_shift(upper, lower, lat, rules)
         evidence = []
         if upper < -tol:
             evidence.append(f"GPU ops start up to {-upper / 1e6:.3f} ms before their launch calls")
