@@ -272,9 +272,12 @@ def exposed_copies(
              and (mx(f, "cause") or {}).get("kind") == "copies"
              for r in f.ranks}  # fmt: skip
     kept = {(s.rank, s.step) for s in steps}
+    totals: dict[int, int] = {}
+    for s in steps:
+        totals[s.rank] = totals.get(s.rank, 0) + s.duration_ns
     per: dict[int, float] = {}
     for r in ranks:
-        total = sum(s.duration_ns for s in steps if s.rank == r.rank)
+        total = totals.get(r.rank, 0)
         copies = _series(r, ev(r, "copies_alone") or {}, kept)[0]
         if r.rank not in named and total and copies / total >= th.advice.exposed_copy_share:
             per[r.rank] = copies / total

@@ -126,8 +126,15 @@ class Context:
 
     def workload(self, ranks: Sequence[int] = ()) -> dict[str, Any]:
         """The workload tags of some ranks (every rank when none is named)."""
-        which = [self.ranks[r] for r in ranks if r in self.ranks] or list(self.ranks.values())
+        which = [self.ranks[r] for r in ranks if r in self.ranks]
+        if not which:
+            return self._all_workload
         return workload.merged(r.evidence.workload or {} for r in which)
+
+    @functools.cached_property
+    def _all_workload(self) -> dict[str, Any]:
+        """Every rank's workload tags together (asked for by many remedies: merged once)."""
+        return workload.merged(r.evidence.workload or {} for r in self.ranks.values())
 
     def device(self) -> Capability:
         """What every rank's GPUs support (analysis/devices.py)."""
