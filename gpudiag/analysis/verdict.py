@@ -140,9 +140,11 @@ def _host_words(cause: Any) -> str:
         return "host overhead, launch gaps or synchronisation"
     api = f" ({cause['api']})" if cause.get("api") else ""
     own = cause.get("step_share")
+    # copies with nothing computing are GPU time, not the host's: the whole names both
+    whole = "copies and host-side time" if cause.get("kind") == "copies" else "host-side time"
     if own is None:  # a cause recorded before it carried its own share
-        return f"host-side time: {cause['label']}{api}"
-    return f"host-side time (of which {cause['label']}{api} {words.percent(float(own))})"
+        return f"{whole}: {cause['label']}{api}"
+    return f"{whole} (of which {cause['label']}{api} {words.percent(float(own))})"
 
 
 def _root_cause(run: RunSummary, f: Finding, named: Sequence[Finding]) -> Finding:
