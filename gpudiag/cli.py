@@ -183,6 +183,24 @@ def analyze(
     emit(d, form, output, **({"show_steps": steps} if form == "table" else {}))
 
 
+def _quiet_dask() -> None:
+    """Dask's loggers at ERROR (its retries are noise on gpudiag's stderr).
+
+    Importing ``distributed`` sets ``distributed.client`` and others to their configured
+    levels, so it is imported first (when installed) and then every one of them is set.
+    """
+    import importlib.util
+    import logging
+
+    if importlib.util.find_spec("distributed") is not None:
+        import distributed  # noqa: F401
+
+    for name in list(logging.root.manager.loggerDict):
+        if name == "distributed" or name.startswith("distributed."):
+            logging.getLogger(name).setLevel(logging.ERROR)
+    logging.getLogger("distributed").setLevel(logging.ERROR)
+
+
 def _diagnose_paths(
     paths: list[Path],
     th: Thresholds,
@@ -199,9 +217,7 @@ def _diagnose_paths(
 
     address = scheduler_address(scheduler, th)
     if address is not None:  # stderr carries gpudiag's own lines: Dask's are retried noise
-        import logging
-
-        logging.getLogger("distributed").setLevel(logging.ERROR)
+        _quiet_dask()
     if address is not None and jobs is not None:
         raise GpudiagError("--jobs bounds local processes; with a Dask scheduler leave it out",
                            f"the cluster at {address} decides", EXIT_USAGE)  # fmt: skip
