@@ -195,10 +195,9 @@ def _quiet_dask() -> None:
     if importlib.util.find_spec("distributed") is not None:
         import distributed  # noqa: F401
 
-    for name in list(logging.root.manager.loggerDict):
+    for name in ["distributed", *logging.root.manager.loggerDict]:
         if name == "distributed" or name.startswith("distributed."):
             logging.getLogger(name).setLevel(logging.ERROR)
-    logging.getLogger("distributed").setLevel(logging.ERROR)
 
 
 def _diagnose_paths(

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from make_host_causes import _x  # one complete-event builder for the generators
+
 PID0 = 2000
 GAP_US = 200.0  # between one step's last kernel and the next step's first (optimizer)
 
@@ -69,16 +71,6 @@ CASES = {
     "gpipe_p4_m4": Case(4, 4),
     "gpipe_p4_m16_slowlink": Case(4, 16, slow_recv=15_000.0),
 }
-
-
-def _x(
-    cat: str, name: str, pid: int, tid: int, ts: float, dur: float, **args: Any
-) -> dict[str, Any]:
-    e: dict[str, Any] = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts,
-                         "dur": dur}  # fmt: skip
-    if args:
-        e["args"] = args
-    return e
 
 
 class _Stage:

@@ -13,8 +13,13 @@ import gzip
 import json
 import re
 import statistics
+import sys
+from pathlib import Path
 
 import gpudiag
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))
+import reference
 
 
 def _outside_ops(path):
@@ -24,21 +29,9 @@ def _outside_ops(path):
     tid = marks[0]["tid"]
     ops = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev
                  if e.get("cat") == "cpu_op" and e["tid"] == tid)  # fmt: skip
-    busy = total = 0.0
-    for m in marks:
-        s, e = m["ts"], m["ts"] + m["dur"]
-        total += e - s
-        cur = None
-        for a, b in ops:
-            a, b = max(a, s), min(b, e)
-            if b <= a:
-                continue
-            if cur and a <= cur[1]:
-                cur[1] = max(cur[1], b)
-            else:
-                busy += cur[1] - cur[0] if cur else 0.0
-                cur = [a, b]
-        busy += cur[1] - cur[0] if cur else 0.0
+    merged = reference.merge(ops)
+    busy = sum(reference.inside(merged, m["ts"], m["ts"] + m["dur"]) for m in marks)
+    total = sum(m["dur"] for m in marks)
     return 1 - busy / total, statistics.median(m["dur"] * 1e3 for m in marks)
 
 

@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
+from pathlib import Path
 
 import pytest
 
 import gpudiag
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))
+import reference
 
 
 def _raw(path, windows=None):
@@ -37,17 +42,8 @@ def _raw(path, windows=None):
     calls = con.execute("SELECT m.start, m.end, s.value FROM MPI_OTHER_EVENTS m "
                         "JOIN StringIds s ON s.id = m.textId").fetchall()  # fmt: skip
     con.close()
-    spans += [(a, b) for a, b, _ in calls]
-    union = 0
-    for s, e in solve:
-        cur = None
-        for a, b in sorted((max(a, s), min(b, e)) for a, b in spans if a < e and b > s):
-            if cur and a <= cur[1]:
-                cur[1] = max(cur[1], b)
-            else:
-                union += cur[1] - cur[0] if cur else 0
-                cur = [a, b]
-        union += cur[1] - cur[0] if cur else 0
+    merged = reference.merge(spans + [(a, b) for a, b, _ in calls])
+    union = sum(reference.inside(merged, s, e) for s, e in solve)
     by = {}
     for a, b, n in calls:
         for s, e in solve:
