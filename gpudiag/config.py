@@ -131,6 +131,8 @@ class AdviceRules:
     launch_min_kernels: int = 20  # launch-bound: at least this many kernels a step …
     short_kernel_ns: int = 50_000  # … with a median duration at most this …
     launch_interval_ns: int = 150_000  # … issued at most this far apart on average
+    # host threads inside operators with the GPU idle this share of "other": eager overhead
+    eager_op_share: float = 0.5
     amp_on_share: float = 0.3  # half-precision kernels this share of compute: AMP already on
     exposed_copy_share: float = 0.1  # copies with nothing computing this share of a step
     many_allreduce_calls: int = 100  # all-reduces a step from which … (DDP: larger buckets)
@@ -151,6 +153,9 @@ class VariabilityRules:
     regime_factor: float = 2.0  # every step after a split this × slower (or faster): regime
     min_steps_per_regime: int = 2  # ... with at least this many steps on each side
     severe_factor: float = 2.0  # p90 / median from this up (or a regime change): a warning
+    # a blocking call (sync, copy) waiting this share of its time for GPU work does not
+    # explain the slow steps: the GPU work it waits for does
+    gpu_wait_share: float = 0.5
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,7 @@ from typing import Any
 from gpudiag.analysis import workload
 from gpudiag.analysis.causes import ev, mx
 from gpudiag.analysis.comm_remedies import COMM
+from gpudiag.analysis.eager_remedy import EAGER
 from gpudiag.analysis.end_remedies import HANG as HANG_REMEDY
 from gpudiag.analysis.end_remedies import MISMATCH as MISMATCH_REMEDY
 from gpudiag.analysis.metrics import (
@@ -327,9 +328,9 @@ def _stall_detail(f: Finding, c: Context) -> str:
     many = (f" ({gaps['long_gaps']} gaps of {c.rules.launch_gap_ns / 1e3:.0f} µs or more in the "
             "profiled steps)") if gaps["long_gaps"] else ""  # fmt: skip
     if _host_cause(f).get("kind") == "python":
-        return ("The training thread spends its time between operators ("
+        return ("The host spends its time between operators — "
                 + str(_host_cause(f)["text"])
-                + "): Python-side work in the loop — logging, metrics, data reshaping, "
+                + ": Python-side work in the loop — logging, metrics, data reshaping, "
                 "small tensor ops issued one by one. torch.compile the model and loss, move "
                 "logging and metrics out of the step (every N steps), and look at "
                 "py-spy or torch.profiler(with_stack=True) for the Python frames.")  # fmt: skip
@@ -538,6 +539,7 @@ HOST = (
         evidence=_host_evidence,
         applies=_is("launch"),
     ),
+    dataclasses.replace(EAGER, gain=_cause_gain, evidence=_host_evidence),
     Remedy(
         id=_const("host-stalls"),
         title=lambda f, c: ("Cut Python overhead between operators"

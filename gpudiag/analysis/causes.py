@@ -15,15 +15,23 @@ first that holds, in this order:
    gaps shorter than ``advice.launch_gap_ns`` holding half of the "other" time: the host
    cannot issue work as fast as the GPU runs it (the case CUDA graphs exist for); kernels
    issued further apart mean the host is busy elsewhere, which the next rules name;
-4. **Python overhead** — the training thread is outside any operator for at least
-   ``advice.host_cause_share`` of the steps;
-5. **unknown** — none of the above (long gaps with no call to show for them).
+4. **eager operator overhead** — a host thread of the rank (the training thread or an
+   autograd thread, analysis/hostcause.py) is inside an operator while the GPU computes
+   nothing for at least ``advice.eager_op_share`` (half) of the "other" time, and for
+   longer than no thread is inside one: the host is busy executing eager operators
+   (dispatch, autograd, launches one by one), the case torch.compile, CUDA graphs and
+   larger batches fit;
+5. **Python overhead** — no host thread of the rank is inside an operator, with the GPU
+   computing nothing, for at least ``advice.host_cause_share`` of the "other" time;
+6. **unknown** — none of the above (long gaps with no call to show for them).
 
 Each named cause carries its own time: ``ns_per_step`` and ``step_share`` (of step time),
 never more than the "other" time — copies: the copies alone; a class of calls: its calls;
 launches: the launch calls or the GPU-idle gaps shorter than ``advice.launch_gap_ns``,
-whichever is longer; Python: the time between operators. The verdict quotes that share
-beside the finding's, and a remedy's gain never exceeds it.
+whichever is longer; eager overhead: the time inside operators with the GPU idle; Python:
+the time between operators with the GPU idle. The verdict quotes that share beside the
+finding's, and a remedy's gain never exceeds it. Each cause's text names the call or
+activity, its time a step and the analysed steps ("… 120.0 ms a step, steps 3–5").
 
 Graph launches (``cudaGraphLaunch``/``hipGraphLaunch``) are reported beside the cause:
 CUDA graphs are then already in use and not suggested again.
@@ -41,7 +49,7 @@ from gpudiag.analysis.model import Finding, FindingKind, RankSummary, Severity, 
 from gpudiag.config import AdviceRules, Thresholds
 from gpudiag.records import dataclass
 
-CAUSES = ("copies", "sync", "allocator", "copy", "jit", "launch", "python", "unknown")
+CAUSES = ("copies", "sync", "allocator", "copy", "jit", "launch", "eager", "python", "unknown")
 LABEL = {
     "copies": "host-device copies with nothing computing",
     "sync": "synchronisation",
@@ -49,6 +57,7 @@ LABEL = {
     "copy": "blocking copies",
     "jit": "JIT compilation",
     "launch": "kernel launches",
+    "eager": "eager operator overhead",
     "python": "Python overhead between operators",
     "unknown": "host work the trace does not show",
 }
@@ -83,6 +92,7 @@ class _Scope:
 
     mine: list[RankSummary]
     kept: set[tuple[int, int]]
+    numbers: list[int]  # the analysed steps' numbers
     n_steps: int
     other: int
     total: int
@@ -100,6 +110,7 @@ def host_cause(
     sc = _Scope(
         mine=[r for r in ranks if r.rank in which],
         kept={(s.rank, s.step) for s in steps},
+        numbers=sorted({s.step for s in steps if s.rank in which}),
         n_steps=max(sum(1 for s in steps if s.rank in which), 1),
         other=sum(s.other_ns for s in steps if s.rank in which),
         total=sum(s.duration_ns for s in steps if s.rank in which),
@@ -110,7 +121,7 @@ def host_cause(
                             "other_ns_per_step": sc.other // sc.n_steps}  # fmt: skip
     if sc.other <= 0:
         return {**base, **_done("unknown", "")}
-    for rule in (_copies_cause, _api_cause, _launch_cause, _python_cause):
+    for rule in (_copies_cause, _api_cause, _launch_cause, _op_cause):
         found = rule(sc)
         if found:
             return {**base, **found}
@@ -125,7 +136,8 @@ def _copies_cause(sc: _Scope) -> dict[str, Any]:
     gpu_copy = sum(int(ev(r, "copy_ns") or 0) for r in sc.mine)
     mem = "pageable" if gpu_copy and pageable >= 0.5 * gpu_copy else "pinned or device"
     text = (f"GPU copies with nothing computing: {fmt_ns(copies / sc.n_steps)} a step "
-            f"({words.percent(copies / sc.total)} of step time; {mem} memory)")  # fmt: skip
+            f"({words.percent(copies / sc.total)} of step time, {_steps_text(sc.numbers)}; "
+            f"{mem} memory)")  # fmt: skip
     return {**_done("copies", text), "share": copies / sc.other,
             "pageable": mem == "pageable", **_own(sc, copies)}  # fmt: skip
 
@@ -182,21 +194,62 @@ def _launch_cause(sc: _Scope) -> dict[str, Any]:
     text = (f"{top:.0f} kernels a step, median {fmt_ns(float(nputil.median(med)))}, issued "
             f"{fmt_ns(apart)} apart (launch calls {fmt_ns(launch / sc.n_steps)} a step, GPU "
             f"idle in gaps under {fmt_ns(sc.rules.launch_gap_ns)} "
-            f"{fmt_ns(min(short_gaps, sc.other) / sc.n_steps)} a step; {held})")  # fmt: skip
+            f"{fmt_ns(min(short_gaps, sc.other) / sc.n_steps)} a step; {held}; "
+            f"{_steps_text(sc.numbers)})")  # fmt: skip
     # what launches hold: the launch calls or the short GPU-idle gaps between kernels
     return {**_done("launch", text), "kernels_per_step": top,
             "kernel_ns_median": int(nputil.median(med)),
             **_own(sc, max(launch, short_gaps))}  # fmt: skip
 
 
-def _python_cause(sc: _Scope) -> dict[str, Any]:
+def _op_cause(sc: _Scope) -> dict[str, Any]:
+    """Eager operator overhead or Python between operators (module docstring, 4 and 5)."""
+    keys = ("in_ops_idle", "between_idle", "training", "other_threads", "launch")
+    ops = {k: sum(_series(r, _host_ops(r, k), sc.kept)[0] for r in sc.mine) for k in keys}
+    if not any(ev(r, "host_ops") for r in sc.mine):
+        return _python_old(sc)  # evidence recorded before host_ops
+    inside, between = ops["in_ops_idle"], ops["between_idle"]
+    if inside >= sc.rules.eager_op_share * sc.other and inside >= between:
+        threads = max(int((ev(r, "host_ops") or {}).get("threads") or 1) for r in sc.mine)
+        kps = max((float(ev(r, "kernels_per_step") or 0) for r in sc.mine), default=0.0)
+        med = max((int(ev(r, "kernel_ns_median") or 0) for r in sc.mine), default=0)
+        who = (f"training thread {fmt_ns(ops['training'] / sc.n_steps)} and "
+               + ("autograd thread" if threads == 2 else "autograd threads")
+               + f" {fmt_ns(ops['other_threads'] / sc.n_steps)} inside operators a step"
+               ) if threads > 1 else "all on the training thread"  # fmt: skip
+        kern = (f"; {kps:.0f} kernels a step, median {fmt_ns(med)}, launch calls "
+                f"{fmt_ns(ops['launch'] / sc.n_steps)} a step") if kps else ""  # fmt: skip
+        text = f"CPU time inside operators with the GPU idle {_share_text(sc, inside, who + kern)}"
+        return {**_done("eager", text), "share": inside / sc.other, **_own(sc, inside)}
+    if between < sc.rules.host_cause_share * sc.other:
+        return {}
+    text = f"no host thread inside an operator, the GPU idle, {_share_text(sc, between)}"
+    return {**_done("python", text), "share": between / sc.other, **_own(sc, between)}
+
+
+def _python_old(sc: _Scope) -> dict[str, Any]:
+    """Python overhead from the training thread's operator share alone (older evidence)."""
     op_share = [ev(r, "host_op_share") for r in sc.mine]
     outside = [1.0 - float(x) for x in op_share if x is not None]
     if not outside or min(outside) < sc.rules.host_cause_share:
         return {}
-    text = f"the training thread is between operators {words.percent(min(outside))} of each step"
-    return {**_done("python", text), "share": min(outside),
-            **_own(sc, round(min(outside) * sc.total))}  # fmt: skip
+    ns = round(min(outside) * sc.total)
+    text = f"the training thread is between operators {_share_text(sc, ns)}"
+    return {**_done("python", text), "share": min(outside), **_own(sc, ns)}
+
+
+def _share_text(sc: _Scope, ns: float, more: str = "") -> str:
+    """``54% of each step (120.0 ms a step, steps 3–5)``: a cause's time, at most "other"."""
+    ns = min(ns, sc.other)
+    return (f"{words.percent(ns / sc.total if sc.total else 0.0)} of each step "
+            f"({fmt_ns(ns / sc.n_steps)} a step, {_steps_text(sc.numbers)}"
+            + (f"; {more})" if more else ")"))  # fmt: skip
+
+
+def _host_ops(r: RankSummary, key: str) -> dict[str, Any]:
+    """One per-step series of the rank's ``host_ops`` as ``{steps, ns_per_step}``."""
+    e = ev(r, "host_ops") or {}
+    return {"steps": e.get("steps", []), "ns_per_step": e.get(f"{key}_ns_per_step", [])}
 
 
 def _own(sc: _Scope, ns: float) -> dict[str, Any]:

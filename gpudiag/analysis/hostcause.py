@@ -14,12 +14,20 @@ apart, each with its own remedy:
 * **JIT compilation** — NVRTC/hipRTC and module loading (``cuModuleLoadData``…);
 * **launch overhead** — many short kernels launched one by one (``cudaLaunchKernel``…):
   the case CUDA graphs exist for;
-* **Python overhead** — none of the above: time between operators.
+* **eager operator overhead** — a host thread of the rank is inside an operator
+  (dispatch, autograd bookkeeping, launches) while the GPU computes nothing;
+* **Python overhead** — no host thread of the rank is inside an operator.
 
 Each class's time is the union of its calls on the training thread (on every host thread
 when the training thread is unknown) inside the analysed steps, per step. The kernels'
 count and median duration per step, graph launches (graphs already in use) and the share
 of compute in half-precision kernels (AMP already on) are measured beside them.
+
+The rank's *operator threads* are the training thread and its autograd threads: threads
+named ``pt_autograd_N`` (or anything with "autograd"/"backward" in its name) and threads
+running ``autograd::engine::evaluate_function`` ranges — in a GPU job, backward runs there,
+not on the training thread. Their operators' union, per step, splits the steps' time into
+"inside an operator" and "between operators" (``host_ops``).
 """
 
 from __future__ import annotations
@@ -61,6 +69,12 @@ LOW_PRECISION_KERNEL = re.compile(
     r"e4m3|e5m2|fp8|_h_|_hh|Half>",
     re.IGNORECASE,
 )
+# Threads that run backward for the training thread (PyTorch names them pt_autograd_N).
+AUTOGRAD_THREAD = re.compile(r"autograd|backward", re.IGNORECASE)
+AUTOGRAD_OP = re.compile(r"^autograd::engine::evaluate_function")
+_LAUNCH = list(API_CLASSES).index("launch")
+# Kernels named per step (kernels_by_step): the ones whose time varies most between steps.
+_KERNELS_BY_STEP = 8
 PAGEABLE_COPY = re.compile(r"Pageable", re.IGNORECASE)
 # Copies between host and device (Kineto: "Memcpy HtoD (Pageable -> Device)"; Nsight: "Memcpy
 # DtoH"), not device-to-device or peer copies.
@@ -76,12 +90,16 @@ def host_evidence(
     steps to ``{ns, ns_per_step, steps, calls, api, apis, longest_ns, longest_step,
     longest_op}``, and ``sync`` and ``copy`` to ``waits_for`` too: the shares of their time
     during which the GPU ran compute, a collective, a copy, or nothing.
-    ``host_op_share``: the share of the steps' time with an operator open on the training
-    thread (the rest is Python, or waiting, between operators); ``kernels_per_step``,
+    ``host_op_share``: the share of the steps' time with an operator open on one of the
+    rank's operator threads (module docstring; the rest is Python, or waiting, between
+    operators); ``host_ops``: per step, that time on the training thread and on the other
+    operator threads, and the time inside and between operators with the GPU computing
+    nothing and no communication or data wait (see :func:`_op_time`); ``kernels_per_step``,
     ``kernel_ns_median``, ``low_precision_share`` (of compute kernel time);
-    ``copy_ns`` and ``pageable_copy_ns``: GPU copy time in the steps, all and from/to
-    pageable memory; ``copies_alone``: per step, host-device copy time (HtoD, DtoH) with
-    no compute, communication or data wait beside it.
+    ``kernels_by_step``: per step, the kernel count and the compute kernels whose time
+    varies most between steps; ``copy_ns`` and ``pageable_copy_ns``: GPU copy time in the
+    steps, all and from/to pageable memory; ``copies_alone``: per step, host-device copy
+    time (HtoD, DtoH) with no compute, communication or data wait beside it.
     """
     if not len(tl) or not keep.any():
         return {}
@@ -93,11 +111,89 @@ def host_evidence(
     api = _host_api(tl, host, w, sets)
     if api:
         out["host_api"] = api
-    ops = np.flatnonzero(host & (tl.kind == Kind.CPU_OP))
+    lanes = op_lanes(tl) if main >= 0 else []
+    threads = np.isin(tl.lane, lanes) if lanes else host
+    ops = np.flatnonzero(threads & (tl.kind == Kind.CPU_OP))
     if ops.size:
-        busy = iv.measure(iv.union(tl.start_ns[ops], tl.end_ns[ops]), w.s, w.e)
-        out["host_op_share"] = round(float(busy.sum() / max(int((w.e - w.s).sum()), 1)), 4)
-    return out | _kernels(tl, gpu, w) | _copies(tl, gpu, w, sets)
+        out |= _op_time(tl, ops, w, sets)
+    return out | _kernels(tl, gpu, w) | _by_step(tl, gpu, w) | _copies(tl, gpu, w, sets)
+
+
+def op_lanes(tl: RankTimeline) -> list[int]:
+    """The rank's operator threads: the training thread and its autograd threads.
+
+    Autograd threads are named so (``pt_autograd_0``) or run the autograd engine's
+    ``autograd::engine::evaluate_function`` ranges. Empty when the training thread is
+    unknown.
+    """
+    main = tl.meta.main_lane
+    if main < 0:
+        return []
+    gpu = tl.gpu_lane_mask()
+    names = tl.meta.thread_names
+    lanes = {main} | {i for i, ln in enumerate(tl.lanes) if not gpu[i]
+                      and any(AUTOGRAD_THREAD.search(n) for n in names.get(ln, []))}  # fmt: skip
+    ops = np.flatnonzero(tl.kind == Kind.CPU_OP)
+    engine = _per_event(tl.names, tl.name[ops], _found(AUTOGRAD_OP)).astype(bool)
+    lanes |= {int(x) for x in np.unique(tl.lane[ops[engine]]).tolist() if not gpu[int(x)]}
+    return sorted(lanes)
+
+
+def _op_time(
+    tl: RankTimeline, ops: npt.NDArray[np.int64], w: _Window, sets: RankSets
+) -> dict[str, Any]:
+    """Per step, the operator threads' time inside and between operators.
+
+    ``training`` and ``other_threads``: operators open on the training thread and on the
+    other operator threads; ``in_ops_idle`` and ``between_idle``: inside or between
+    operators with the GPU computing nothing, no exposed communication and no data wait —
+    the "other" time's two parts; ``between``: between operators, whatever the GPU does;
+    ``launch``: kernel-launch calls on the operator threads.
+    """
+    main = ops[tl.lane[ops] == tl.meta.main_lane]
+    rest = ops[tl.lane[ops] != tl.meta.main_lane]
+    inside = iv.union(tl.start_ns[ops], tl.end_ns[ops])
+    busy = iv.join(iv.join(sets.compute, sets.comm), sets.data)
+    length = w.e - w.s
+    in_ops = iv.measure(inside, w.s, w.e)
+    rt = np.flatnonzero(np.isin(tl.lane, np.unique(tl.lane[ops])) & (tl.kind == Kind.RUNTIME))
+    launch = rt[_per_event(tl.names, tl.name[rt], _class_of) == _LAUNCH]
+    series = {
+        "training_ns_per_step": iv.measure(iv.union(tl.start_ns[main], tl.end_ns[main]), w.s, w.e),
+        "other_threads_ns_per_step": iv.measure(
+            iv.union(tl.start_ns[rest], tl.end_ns[rest]), w.s, w.e),
+        "in_ops_idle_ns_per_step": iv.measure(iv.subtract(inside, busy), w.s, w.e),
+        "between_ns_per_step": length - in_ops,
+        "between_idle_ns_per_step": length - iv.measure(iv.join(inside, busy), w.s, w.e),
+        "launch_ns_per_step": iv.measure(
+            iv.union(tl.start_ns[launch], tl.end_ns[launch]), w.s, w.e),
+    }  # fmt: skip
+    return {
+        "host_op_share": round(float(in_ops.sum() / max(int(length.sum()), 1)), 4),
+        "host_ops": {"steps": [int(x) for x in w.numbers],
+                     "threads": int(np.unique(tl.lane[ops]).size),
+                     **{k: [int(x) for x in v] for k, v in series.items()}},
+    }  # fmt: skip
+
+
+def _by_step(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[str, Any]:
+    """Kernels a step and the compute kernels whose time varies most between steps."""
+    kern = np.flatnonzero(gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM]))
+    kern = kern[_inside(tl.start_ns[kern], w.s, w.e)]
+    if not kern.size or w.s.size < 2:
+        return {}
+    step_of = np.searchsorted(w.s, tl.start_ns[kern], side="right") - 1
+    count = np.bincount(step_of, minlength=w.s.size)
+    comp = tl.kind[kern] == Kind.COMPUTE
+    names, inv = unique_inverse(tl.name[kern[comp]])
+    dur = (tl.end_ns[kern[comp]] - tl.start_ns[kern[comp]]).astype(np.float64)
+    table = np.zeros((names.size, w.s.size))
+    np.add.at(table, (inv, step_of[comp]), dur)
+    spread = table.max(axis=1) - table.min(axis=1) if names.size else np.zeros(0)
+    top = [j for j in np.argsort(-spread)[:_KERNELS_BY_STEP].tolist() if spread[j] > 0]
+    return {"kernels_by_step": {
+        "steps": [int(x) for x in w.numbers], "count": [int(x) for x in count],
+        "ns": {tl.names[int(names[j])]: [int(x) for x in table[j]] for j in top}}}  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -148,6 +148,10 @@ class VariabilityMetrics(FindingMetrics):
     cause: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
     # otherwise the part of the step that grows in the slow steps ("data_wait", …)
     grows: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    # compute grows: kernels a slow step and usually, and those whose time grew (ns more)
+    kernels: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
+    # a blocking call that waits for the GPU work in the slow steps (a note, not the cause)
+    blocking_call: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
     # two kinds of step (analysis/modes.py): each kind's steps, median_ns, min_ns, max_ns
     modes: list[dict[str, int]] | None = field(default=None, metadata=OMIT_IF_NONE)
 

@@ -155,7 +155,11 @@ class RankEvidence:
     workload: dict[str, dict[str, Any]] | None = None  # tag → {count, names}
     device: dict[str, Any] | None = None  # the GPUs' generation and formats
     host_api: dict[str, dict[str, Any]] | None = None  # runtime-call class → its time
-    host_op_share: float | None = None  # of the steps, an operator open on the thread
+    host_op_share: float | None = None  # of the steps, an operator open on a host thread
+    # per step: inside operators on the training/other threads, inside or between them idle
+    host_ops: dict[str, Any] | None = None
+    # per step: kernels, and the compute kernels whose time varies most (name → ns a step)
+    kernels_by_step: dict[str, Any] | None = None
     kernels_per_step: float | None = None
     kernel_ns_median: int | None = None
     low_precision_share: float | None = None  # of compute kernel time, half precision

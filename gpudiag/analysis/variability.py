@@ -17,7 +17,10 @@ last rank). Over the analysed (steady) steps, with ``m`` their median:
 
 Outliers, stalls and regime changes name what fills the slow steps when one class of
 host calls does (at least half of their excess over the median: ``hipFree`` in every
-slow step, a 463 ms ``cudaMemcpyAsync`` in ``aten::copy_``). At least
+slow step, a 463 ms ``cudaMemcpyAsync`` in ``aten::copy_``) — but not a blocking call
+(synchronisation, a copy) that waits for GPU work at least ``variability.gpu_wait_share``
+(half) of its time: the slow steps are then the GPU work's, and the part of the step that
+grows is named instead (compute, with the kernels that grew), the call a note beside it. At least
 ``variability.min_steps`` (4) steps are needed. The finding is information
 (a warning from ``variability.severe_factor`` (2×) p90/median up): variability is a
 symptom, its cause is in the other findings or in the slow steps themselves.
@@ -32,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from gpudiag import nputil
-from gpudiag.analysis import words
+from gpudiag.analysis import kernels, words
 from gpudiag.analysis.causes import LABEL, ev, fmt_ns, waits_for
 from gpudiag.analysis.metrics import VariabilityMetrics
 from gpudiag.analysis.model import Finding, FindingKind, RankSummary, Severity, StepBreakdown
@@ -74,17 +77,24 @@ def _regime(nums: list[int], dur: list[int], rules: VariabilityRules) -> tuple[i
 
 
 def _why(
-    named: Sequence[int], excess: float, slowest: dict[int, int], ranks: Sequence[RankSummary]
-) -> tuple[str, dict[str, Any]]:
+    named: Sequence[int], excess: float, slowest: dict[int, int], ranks: Sequence[RankSummary],
+    rules: VariabilityRules, waiting: bool = False,
+) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """The class of runtime calls that fills the slow steps' excess time, if one does.
 
     Of the host-call classes (analysis/hostcause.py) other than launches, the one with the
     most time in the named steps on their slowest rank beyond its median in the other
     steps; named when that holds at least half of the steps' excess over the median.
+    A blocking class (sync, copy) that waits for GPU work ``rules.gpu_wait_share`` of its
+    time is left out — or, with ``waiting``, the only ones looked at (the note beside the
+    part that grows).
     """
     by = {r.rank: r for r in ranks}
+    slow_ranks = [r for r in ranks if r.rank in {slowest[n] for n in named}]
     best: tuple[int, str] = (0, "")
     for cls in ("sync", "allocator", "copy", "jit"):
+        if _waits_on_gpu(slow_ranks, cls, rules) != waiting:
+            continue
         ns = 0
         for n in named:
             r = by.get(slowest[n])
@@ -98,21 +108,34 @@ def _why(
     ns, cls = best
     if not cls or ns < 0.5 * excess:
         return "", {}
-    entries = [((ev(r, "host_api") or {}).get(cls) or {}) for r in ranks
-               if r.rank in {slowest[n] for n in named}]  # fmt: skip
+    entries = [((ev(r, "host_api") or {}).get(cls) or {}) for r in slow_ranks]
     apis = list(dict.fromkeys(a for e in entries for a in e.get("apis", [])))[:2]
     ops = [str(e["longest_op"]) for e in entries if e.get("longest_op")]
     where = f" in {ops[0]}" if ops else ""
     each = (fmt_ns(ns) if len(named) == 1
             else f"{fmt_ns(ns / len(named))} more a slow step than usual")  # fmt: skip
     what = f"{' and '.join(apis) or cls} {each}{where}"
-    cause = {"kind": cls, "label": LABEL[cls], "text": f"{what}, in {_steps(named)}",
-             "api": apis[0] if apis else cls, "ns_per_step": round(ns / len(named)),
-             "steps": list(named)}  # fmt: skip
+    cause: dict[str, Any] = {
+        "kind": cls, "label": LABEL[cls], "text": f"{what}, in {_steps(named)}",
+        "api": apis[0] if apis else cls, "ns_per_step": round(ns / len(named)),
+        "steps": list(named)}  # fmt: skip
     if cls in ("sync", "copy"):
-        cause["waits_for"] = waits_for([r for r in ranks if r.rank in {slowest[n] for n in named}],
-                                       cls)  # fmt: skip
+        cause["waits_for"] = waits_for(slow_ranks, cls)
+    if waiting:  # a note: the call waits for the GPU work that grows
+        busy = words.percent(_busy(cause["waits_for"]))
+        return (f"; {' and '.join(apis) or cls}{where} blocks {each} too, waiting for that "
+                f"GPU work {busy} of its time", {"blocking_call": cause})  # fmt: skip
     return f" — {LABEL[cls]}: {what}", {"cause": cause}
+
+
+def _busy(waits: dict[str, float]) -> float:
+    """The share of a blocking call's time with the GPU running compute or a collective."""
+    return float(waits.get("compute", 0.0)) + float(waits.get("communication", 0.0))
+
+
+def _waits_on_gpu(ranks: Sequence[RankSummary], cls: str, rules: VariabilityRules) -> bool:
+    """A blocking class whose calls mostly wait for GPU work (not the cause of slow steps)."""
+    return cls in ("sync", "copy") and _busy(waits_for(ranks, cls)) >= rules.gpu_wait_share
 
 
 _PARTS = {"data_wait_ns": "data wait", "comm_wait_ns": "exposed communication",
@@ -120,8 +143,9 @@ _PARTS = {"data_wait_ns": "data wait", "comm_wait_ns": "exposed communication",
 
 
 def _part(
-    named: Sequence[int], excess: float, slowest: dict[int, int], steps: Sequence[StepBreakdown]
-) -> tuple[str, dict[str, Any]]:
+    named: Sequence[int], excess: float, slowest: dict[int, int], steps: Sequence[StepBreakdown],
+    ranks: Sequence[RankSummary] = (),
+) -> tuple[str, dict[str, Any]]:  # fmt: skip
     """The part of the step (data wait, communication, host, compute) that grows in them.
 
     Measured on each slow step's slowest rank, beyond that rank's median of the part in
@@ -141,7 +165,44 @@ def _part(
     if not attr or grew < 0.5 * excess:
         return "", {}
     each = fmt_ns(grew) if len(named) == 1 else f"{fmt_ns(grew / len(named))} a slow step"
-    return f" — {_PARTS[attr]} grows by {each}", {"grows": attr.removesuffix("_ns")}
+    found: dict[str, Any] = {"grows": attr.removesuffix("_ns")}
+    which = ""
+    if attr == "compute_ns":
+        which, found["kernels"] = _kernels_grew(named, slowest, ranks)
+    return f" — {_PARTS[attr]} grows by {each}{which}", found
+
+
+def _kernels_grew(
+    named: Sequence[int], slowest: dict[int, int], ranks: Sequence[RankSummary]
+) -> tuple[str, dict[str, Any] | None]:
+    """The kernels a slow step runs against the others' median, and those whose time grew.
+
+    From each slow step's slowest rank's ``kernels_by_step`` (analysis/hostcause.py):
+    ``({count_slow, count_usual, grew: {name: ns more a slow step}}``, up to three names
+    that grew by at least a tenth of the largest.
+    """
+    by = {r.rank: ev(r, "kernels_by_step") or {} for r in ranks}
+    count_slow, count_usual, grew = 0.0, 0.0, dict[str, float]()
+    for n in named:
+        e = by.get(slowest[n]) or {}
+        nums = list(e.get("steps", []))
+        if n not in nums:
+            return "", None
+        k, others = nums.index(n), [i for i, m in enumerate(nums) if m not in named]
+        if not others:
+            return "", None
+        count_slow += e["count"][k] / len(named)
+        count_usual += float(nputil.median([e["count"][i] for i in others])) / len(named)
+        for name, per in e.get("ns", {}).items():
+            usual = float(nputil.median([per[i] for i in others]))
+            grew[name] = grew.get(name, 0.0) + (per[k] - usual) / len(named)
+    top = sorted(((v, k) for k, v in grew.items() if v > 0), reverse=True)[:3]
+    top = [(v, k) for v, k in top if v >= 0.1 * top[0][0]] if top else []
+    names = ", ".join(f"{kernels.display_name(k)} +{fmt_ns(v)}" for v, k in top)
+    text = (f" ({count_slow:,.0f} kernels a slow step against {count_usual:,.0f}"
+            + (f"; {names}" if names else "") + ")")  # fmt: skip
+    return text, {"count_slow": round(count_slow, 1), "count_usual": round(count_usual, 1),
+                  "grew": {k: round(v) for v, k in top}}  # fmt: skip
 
 
 def variability(
@@ -177,9 +238,11 @@ def variability(
     text, kind, named, base = found_pattern
     excess = sum(max(0.0, dur[nums.index(n)] - base) for n in named)
     if excess > 0:
-        why, found = _why(named, excess, slowest, ranks)
+        why, found = _why(named, excess, slowest, ranks, rules)
         if not why:
-            why, found = _part(named, excess, slowest, steps)
+            why, found = _part(named, excess, slowest, steps, ranks)
+            note, blocking = _why(named, excess, slowest, ranks, rules, waiting=True)
+            why, found = why + note, {**found, **blocking}
         text += why
         metrics |= found
     metrics["excess_share"] = round(

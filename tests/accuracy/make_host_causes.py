@@ -25,6 +25,21 @@ shaped like the real trace the issue describes:
   (``aten::item`` → ``cudaStreamSynchronize``); rank 2's host spends 6 ms in Python work
   before it launches its step, so ranks 0, 1 and 3 sit in ``cudaStreamSynchronize`` while
   their all-reduce waits for rank 2. The straggler is rank 2.
+* ``eager_autograd`` — five steps of 30 ms (A100) shaped like ``a100x2_r0_pgcfg``: in
+  forward the training thread runs 40 operators of 300 µs, 50 µs apart; in backward it
+  waits in ``loss.backward()`` outside any operator while its autograd thread
+  (``pt_autograd_0``) runs 40 ``autograd::engine::evaluate_function`` operators of 300 µs,
+  50 µs apart; then a 1.7 ms ``Optimizer.step#SGD.step``. Every operator launches kernels
+  of 16 µs (85 a step, 350 µs apart): the training thread alone is outside operators 54%
+  of each step, but some host thread is inside one for 25.7 ms of each 30 ms step, the GPU
+  idle for 24.34 ms of it — eager operator overhead, not Python between operators.
+* ``python_gaps`` — the same five steps with no autograd thread: 60 operators of 100 µs,
+  400 µs apart, on the training thread alone, each launching one 16 µs kernel: no thread
+  is inside an operator 24 ms of each 30 ms step — Python between operators.
+* ``sync_waits_for_gpu`` — six steps (A100); each launches GEMM kernels and ends in
+  ``aten::item`` → ``cudaStreamSynchronize`` until they finish; steps 2 and 4 run 12
+  GEMMs of 2 ms instead of 6 (24 ms of compute instead of 12): the synchronisation grows
+  with the GPU work it waits for, which is what makes the slow steps slow.
 * ``legacy_optimizer`` — a 2021 trace (capitalised categories, no ``ProfilerStep``): six
   iterations marked only by ``Optimizer.step#SGD.step`` operators; iteration 0 takes
   4.5 s (warm-up), the others 100 ms of which 40 ms in ``enumerate(DataLoader)…``
@@ -177,6 +192,62 @@ def sync_straggler(rank: int) -> dict[str, Any]:
     return g.doc(A100, world=4)
 
 
+def _op_with_kernels(g: Rank, tid: int, name: str, at: float, dur: float, n: int) -> None:
+    """An operator on thread ``tid`` launching ``n`` kernels of 16 µs near its end."""
+    g.ev.append(_x("cpu_op", name, g.pid, tid, at, dur))
+    for k in range(n):
+        call = at + dur - 50.0 - 20.0 * (n - k)
+        g.ev.append(_x("cuda_runtime", "cudaLaunchKernel", g.pid, tid, call, 3.0,
+                       correlation=g.corr))  # fmt: skip
+        g.ev.append(_x("kernel", "void at::native::vectorized_elementwise_kernel<4>", 0, 7,
+                       call + 10.0, 16.0, correlation=g.corr, device=0, stream=7))  # fmt: skip
+        g.corr += 1
+
+
+def eager_autograd() -> dict[str, Any]:
+    g = Rank()
+    auto = g.pid + 1
+    g.ev.append({"ph": "M", "name": "thread_name", "pid": g.pid, "tid": auto,
+                 "args": {"name": "pt_autograd_0"}})  # fmt: skip
+    t = 1_000.0
+    for s in range(5):
+        g.host("user_annotation", f"ProfilerStep#{s}", t, 30_000.0)
+        for k in range(40):
+            _op_with_kernels(g, g.pid, "aten::convolution", t + 100.0 + 350.0 * k, 300.0, 1)
+        for k in range(40):
+            _op_with_kernels(g, auto, "autograd::engine::evaluate_function: "
+                             "ConvolutionBackward0", t + 14_100.0 + 350.0 * k, 300.0, 1)  # fmt: skip
+        _op_with_kernels(g, g.pid, "Optimizer.step#SGD.step", t + 28_100.0, 1_700.0, 5)
+        t += 30_000.0
+    return g.doc(A100)
+
+
+def python_gaps() -> dict[str, Any]:
+    g = Rank()
+    t = 1_000.0
+    for s in range(5):
+        g.host("user_annotation", f"ProfilerStep#{s}", t, 30_000.0)
+        for k in range(60):
+            _op_with_kernels(g, g.pid, "aten::add", t + 100.0 + 500.0 * k, 100.0, 1)
+        t += 30_000.0
+    return g.doc(A100)
+
+
+def sync_waits_for_gpu() -> dict[str, Any]:
+    g = Rank()
+    t = 1_000.0
+    for s in range(6):
+        n = 12 if s in (2, 4) else 6
+        g.host("user_annotation", f"ProfilerStep#{s}", t, 2_000.0 * n + 1_000.0)
+        for k in range(n):
+            g.launch(t + 10.0 + 5.0 * k, "ampere_sgemm_128x64_nn", t + 100.0 + 2_000.0 * k,
+                     2_000.0)  # fmt: skip
+        g.host("cpu_op", "aten::item", t + 200.0, 2_000.0 * n - 50.0)
+        g.host("cuda_runtime", "cudaStreamSynchronize", t + 250.0, 2_000.0 * n - 150.0)
+        t += 2_000.0 * n + 1_000.0
+    return g.doc(A100)
+
+
 def legacy_optimizer() -> dict[str, Any]:
     pid, t0 = 4242, 1_620_000_000_000_000
     ev: list[dict[str, Any]] = [
@@ -205,6 +276,9 @@ CASES = {
     "graphs_launched": graphs_launched,
     "jit_compile": jit_compile,
     "legacy_optimizer": legacy_optimizer,
+    "eager_autograd": eager_autograd,
+    "python_gaps": python_gaps,
+    "sync_waits_for_gpu": sync_waits_for_gpu,
 }
 
 
