@@ -135,7 +135,7 @@ def op_lanes(tl: RankTimeline) -> list[int]:
                       and any(AUTOGRAD_THREAD.search(n) for n in names.get(ln, []))}  # fmt: skip
     ops = np.flatnonzero(tl.kind == Kind.CPU_OP)
     engine = _per_event(tl.names, tl.name[ops], _found(AUTOGRAD_OP)).astype(bool)
-    lanes |= {int(x) for x in np.unique(tl.lane[ops[engine]]).tolist() if not gpu[int(x)]}
+    lanes |= {int(x) for x in nputil.unique(tl.lane[ops[engine]]).tolist() if not gpu[int(x)]}
     return sorted(lanes)
 
 
@@ -156,7 +156,7 @@ def _op_time(
     busy = iv.join(iv.join(sets.compute, sets.comm), sets.data)
     length = w.e - w.s
     in_ops = iv.measure(inside, w.s, w.e)
-    rt = np.flatnonzero(np.isin(tl.lane, np.unique(tl.lane[ops])) & (tl.kind == Kind.RUNTIME))
+    rt = np.flatnonzero(np.isin(tl.lane, nputil.unique(tl.lane[ops])) & (tl.kind == Kind.RUNTIME))
     launch = rt[_per_event(tl.names, tl.name[rt], _class_of) == _LAUNCH]
     series = {
         "training_ns_per_step": iv.measure(iv.union(tl.start_ns[main], tl.end_ns[main]), w.s, w.e),
@@ -171,7 +171,7 @@ def _op_time(
     return {
         "host_op_share": round(float(in_ops.sum() / max(int(length.sum()), 1)), 4),
         "host_ops": {"steps": [int(x) for x in w.numbers],
-                     "threads": int(np.unique(tl.lane[ops]).size),
+                     "threads": int(nputil.unique(tl.lane[ops]).size),
                      **{k: [int(x) for x in v] for k, v in series.items()}},
     }  # fmt: skip
 
