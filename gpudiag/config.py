@@ -135,6 +135,7 @@ class AdviceRules:
     eager_op_share: float = 0.5
     amp_on_share: float = 0.3  # half-precision kernels this share of compute: AMP already on
     exposed_copy_share: float = 0.1  # copies with nothing computing this share of a step
+    copy_over_compute: float = 2.0  # copies alone ≥ this × compute a step: move less data
     many_allreduce_calls: int = 100  # all-reduces a step from which … (DDP: larger buckets)
     small_allreduce_bytes: int = 1 << 20  # … of a median size below this: raise bucket_cap_mb
 
@@ -165,6 +166,7 @@ class EvidenceRules:
     sampled_hole_ratio: float = 0.2  # host-operator ids followed by a hole: sampled/filtered
     sampled_min_ids: int = 50  # ... among at least this many ids
     few_gpu_ops: int = 100  # one step (or none) with fewer GPU ops: too little to generalise
+    few_host_ops: int = 100  # CPU-only: one step (or none) with fewer host operators: likewise
 
 
 @dataclass(frozen=True)

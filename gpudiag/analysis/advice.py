@@ -21,12 +21,15 @@ the what-if's mean step:
 * straggler → "straggler at median speed": the step time recovered if it ran at the
   other ranks' speed;
 * host-bound → up to the named cause's own time per step (``cause.ns_per_step``,
-  analysis/causes.py), never more than the "other" time; the whole "other" time only when
-  no cause is named. CUDA graphs and fusion are proposed only
+  analysis/causes.py), never more than the "other" time; no gain when no cause is named
+  (host work the trace does not show cannot be promised back: the detail says what to
+  capture). CUDA graphs and fusion are proposed only
   with evidence of launch overhead: at least ``advice.launch_bound_share`` (half) of the
   "other" time spent in GPU-idle gaps shorter than ``advice.launch_gap_ns`` (100 µs) while
   the host is inside the step; copies alone (no compute beside them) for half of it get
-  the pinned-memory / side-stream remedy; otherwise the remedy is to find the host work
+  the copy remedies (:mod:`gpudiag.analysis.copy_remedies`: overlap, gaining at most the
+  compute per step; pinning only for pageable copies; moving less when the copies dwarf
+  the compute); otherwise the remedy is to find the host work
   (syncs, Python, logging) behind the long gaps;
 * compute-bound (information) → no gain is estimated: fusion when elementwise, reduction
   and normalisation kernels hold ``advice.fusion_share`` of compute, bf16/TF32 when GEMMs
@@ -53,8 +56,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from gpudiag.analysis import workload
-from gpudiag.analysis.causes import ev, mx
+from gpudiag.analysis.causes import UNSEEN_HOST_WORK, ev, mx
 from gpudiag.analysis.comm_remedies import COMM
+from gpudiag.analysis.copy_remedies import MOVE_LESS as COPY_LESS
+from gpudiag.analysis.copy_remedies import OVERLAP as COPY_OVERLAP
 from gpudiag.analysis.eager_remedy import EAGER
 from gpudiag.analysis.end_remedies import HANG as HANG_REMEDY
 from gpudiag.analysis.end_remedies import MISMATCH as MISMATCH_REMEDY
@@ -320,7 +325,7 @@ def _cause_gain(f: Finding, c: Context) -> int | None:
         return round(own * len(_host_cause(f).get("steps") or [1]) / n)
     if own or _host_cause(f).get("kind", "unknown") != "unknown":
         return min(own, _other(f, c))  # a named cause: never more than its own time
-    return _other(f, c)
+    return None  # no cause the trace shows: no gain from time it did not see
 
 
 def _stall_detail(f: Finding, c: Context) -> str:
@@ -338,7 +343,7 @@ def _stall_detail(f: Finding, c: Context) -> str:
             + ": look for synchronising calls (.item(), .cpu(), torch.cuda.synchronize, "
             "printing tensors), Python-side preprocessing, logging or checkpointing in the "
             "loop; py-spy or torch.profiler(with_stack=True) shows where the host spends "
-            "them.")  # fmt: skip
+            "them. " + UNSEEN_HOST_WORK)  # fmt: skip
 
 
 def _sync_detail(f: Finding, c: Context) -> str:
@@ -474,28 +479,12 @@ def _launch_detail(f: Finding, c: Context) -> str:
                   "enforce_eager — for decode steps" if inf else "") + "), ")  # fmt: skip
     fuse = ("extend torch.compile to the parts still run eagerly (it is in use), "
             if _compiled(c) else "fuse small kernels with torch.compile, ")  # fmt: skip
-    return head + (graphs + fuse + "and raise the batch size so each kernel does more work.")
+    rest = graphs + fuse + "and raise the batch size so each kernel does more work."
+    return head + rest[:1].upper() + rest[1:]
 
 
 HOST = (
-    Remedy(
-        id=_const("exposed-copies"),
-        title=_const("Hide host-device copies: pinned memory, non_blocking, a side stream"),
-        detail=lambda f, c: (
-            "Most of the time outside compute is memory copies with nothing running beside "
-            f"them ({_host_cause(f).get('text') or 'copies alone'}): "
-            + ("allocate host buffers pinned (cudaMallocHost), copy with cudaMemcpyAsync on a "
-               "stream of its own and overlap the copies with kernels; copy less and less "
-               "often." if _native(c) else
-               "allocate host tensors in pinned memory (DataLoader(pin_memory=True) or "
-               ".pin_memory()), copy with .to(device, non_blocking=True), prefetch the next "
-               "batch on a side CUDA stream, and avoid device-to-host copies inside the step "
-               "(.cpu(), .item(), .tolist()).")
-        ),
-        gain=_cause_gain,
-        evidence=_host_evidence,
-        applies=_is("copies"),
-    ),
+    COPY_OVERLAP,
     Remedy(
         id=_const("host-sync"),
         title=lambda f, c: ("Take the synchronisation out of the step "
@@ -562,6 +551,7 @@ HOST = (
         evidence=lambda f, c: {"other_ns_per_step": _other(f, c), "ranks": f.ranks},
         applies=lambda f, c: c.run.mode != Mode.GPU,
     ),
+    COPY_LESS,
 )  # fmt: skip
 
 
@@ -708,13 +698,7 @@ RULES: dict[FindingKind, tuple[Remedy, ...]] = {
     FindingKind.STRAGGLER: (STRAGGLER,),
     FindingKind.PIPELINE_BUBBLE: (PIPELINE,),
     FindingKind.HOST_BOUND: HOST,
-    FindingKind.EXPOSED_COPIES: (
-        dataclasses.replace(
-            HOST[0],
-            applies=lambda f, c: c.run.mode == Mode.GPU,
-            gain=lambda f, c: round(f.metrics.share() * c.step_ns),
-        ),
-    ),
+    FindingKind.EXPOSED_COPIES: (COPY_OVERLAP, COPY_LESS),
     # slow steps filled by one class of host calls: that cause's remedy
     FindingKind.STEP_VARIABILITY: HOST[1:5],
     FindingKind.COMPUTE_BOUND: COMPUTE,

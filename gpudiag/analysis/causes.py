@@ -61,6 +61,11 @@ LABEL = {
     "python": "Python overhead between operators",
     "unknown": "host work the trace does not show",
 }
+# what to capture to see host work the trace does not show (verdict and remedy say it)
+CAPTURE_HINT = "capture NVTX ranges and step markers to see it"
+UNSEEN_HOST_WORK = ("No gain is given: the trace does not show what the host does in these "
+                    "gaps; mark the step's phases with NVTX ranges (torch.cuda.nvtx.range, "
+                    "record_function) and the steps with step markers to see it.")  # fmt: skip
 _WHO = {"compute": "its own kernels", "communication": "a collective (other ranks)",
         "copy": "a copy", "nothing": "nothing on the GPU"}  # fmt: skip
 

@@ -38,7 +38,9 @@ CPU-only traces (gloo, no GPU): K = operators on the training and autograd threa
 the collective calls that block those threads (``c10d::*`` ops on them, sync gaps — not the
 backend's operation ranges such as ``gloo:send``, which outlive an ``isend`` call while the
 thread computes) and minus data ranges; C = collective ranges on any thread (``gloo:*`` on
-gloo's threads, ``c10d::*``, …)
+gloo's threads, ``c10d::*``, …) where the compute threads show they are inside the step
+(from their first to their last event in each step range: a background collective that
+outlasts them, or a step thread that records nothing, shows no wait of the step's)
 plus the training thread's *silent sync gaps*: a gap with no event that ends where DDP
 copies a reduced bucket back (``copy_bucket_to_grad``), i.e. ``finalize_backward``
 blocked on the allreduce futures, which gloo does not record as an event. M = ∅.
@@ -128,7 +130,11 @@ def rank_sets(tl: RankTimeline, comm_op_re: str = DEFAULT_COMM_OP_RE) -> RankSet
     op_range = np.array([bool(rx.search(n)) for n in tl.names], bool)[tl.name]
     calls = (tl.kind == Kind.COMM) & on_compute_lane & ~op_range
     blocked = iv.join(_set(tl, calls), _sync_gaps(tl, on_main))
-    comm = iv.join(_set(tl, (tl.kind == Kind.COMM) & ~gpu), blocked)
+    # a collective on a background thread is the step's wait only where the compute threads
+    # show they are inside the step (between their first and last event of it): a step
+    # thread that records nothing shows no wait on anything
+    span = _thread_span(tl, on_compute_lane)
+    comm = iv.join(iv.intersect(_set(tl, (tl.kind == Kind.COMM) & ~gpu), span), blocked)
     return RankSets(
         compute=iv.subtract(iv.subtract(ops, blocked), data),
         comm=comm,
@@ -174,6 +180,33 @@ def _sync_gaps(tl: RankTimeline, on_main: npt.NDArray[np.bool_]) -> iv.IntervalS
     copies = tl.start_ns[on_main & (tl.name == bucket)]
     hit = np.isin(gaps[1], copies)
     return gaps[0][hit], gaps[1][hit]
+
+
+def _thread_span(tl: RankTimeline, on_lanes: npt.NDArray[np.bool_]) -> iv.IntervalSet:
+    """Per host step range, from the first to the last event of those threads inside it.
+
+    Without step ranges, from their first event to their last.
+    """
+    ev = on_lanes & (tl.kind != Kind.STEP)
+    if not ev.any():
+        return iv.EMPTY
+    s, e = tl.start_ns[ev], tl.end_ns[ev]
+    if not tl.steps.start_ns.size:
+        return iv.union(np.array([s.min()]), np.array([e.max()]))
+    a, b = tl.steps.start_ns.astype(np.int64), tl.steps.end_ns.astype(np.int64)
+    n = a.size
+    lo, hi = b.copy(), a.copy()  # empty until an event is found
+    k = np.searchsorted(a, s, side="right") - 1  # the step range each event starts in
+    inside = (k >= 0) & (s < b[np.maximum(k, 0)])
+    np.minimum.at(lo, k[inside], s[inside])
+    np.maximum.at(hi, k[inside], np.minimum(e[inside], b[k[inside]]))
+    # an event that began before a step and runs into it: the thread is in it from its start
+    us, ue = iv.union(s, e)
+    j = np.searchsorted(us, a, side="right") - 1
+    covered = (j >= 0) & (a < ue[np.maximum(j, 0)]) if us.size else np.zeros(n, bool)
+    lo[covered] = a[covered]
+    hi[covered] = np.maximum(hi[covered], np.minimum(b[covered], ue[j[covered]]))
+    return iv.union(lo, hi)
 
 
 def classify_steps(tl: RankTimeline, win: StepWindows, sets: RankSets | None = None) -> StepParts:

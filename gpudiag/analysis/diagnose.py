@@ -29,7 +29,7 @@ from gpudiag.analysis.collectives import (
     summarize_collectives,
 )
 from gpudiag.analysis.compute import compute_bound
-from gpudiag.analysis.evidence import judge_evidence, no_unseen_gains, withheld
+from gpudiag.analysis.evidence import gains_supported, judge_evidence, no_unseen_gains
 from gpudiag.analysis.idle import idle_findings
 from gpudiag.analysis.kernels import combine as combine_kernels
 from gpudiag.analysis.metrics import (
@@ -302,8 +302,9 @@ def _build(
     )  # fmt: skip
     notes += limit_notes
     findings.sort(key=_finding_order)
-    # one step model for the what-if and the gains; none from a split the trace cannot support
-    wi = None if withheld(lims) else what_if(steps, findings, run.shares.comm_measured)
+    # one step model for the what-if and the gains; none from a split the trace cannot
+    # support, nor from one short step (too little to forecast from)
+    wi = what_if(steps, findings, run.shares.comm_measured) if gains_supported(lims) else None
     return Diagnosis(
         run=run,
         ranks=ranks,

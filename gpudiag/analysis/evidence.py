@@ -5,7 +5,9 @@ holes, clocks, devices) and what the timeline holds (GPU ops of each kind, launc
 :func:`limits` turns the facts of every rank into :class:`Limit` objects, each a sentence for
 the verdict line and the notes. A limit *withholds* the split when the number it would
 rest on was not seen; it *qualifies* it when the numbers stand but say little. Either way
-no remedy promises a gain from time the trace did not see.
+no remedy promises a gain from time the trace did not see, and a "short" qualification
+(too little activity to generalise from) gives no gain and no what-if either: one short
+step is no forecast (:func:`gains_supported`).
 
 ==================  ========  ============================================================
 limit               effect    when (rules in ``Thresholds.evidence``)
@@ -21,7 +23,8 @@ comm_only           withhold  GPU activity is only communication (and copies): n
 clock               withhold  GPU and host clocks disagree beyond correction
                               (:func:`gpudiag.traces.common.check_clocks`)
 short               qualify   at most one analysed step with fewer than ``few_gpu_ops`` (100)
-                              GPU ops
+                              GPU ops; on a CPU-only trace, fewer than ``few_host_ops`` (100)
+                              host operators and collective ranges starting in it
 unlinked            qualify   fewer than half of the GPU ops have a launching call
 ==================  ========  ============================================================
 
@@ -46,6 +49,7 @@ from gpudiag.records import dataclass
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline
 
 WITHHOLD = "withhold"
+NO_GAIN = "No gain is given"  # how a remedy's detail says why it gives none
 QUALIFY = "qualify"
 _GPU_SIGNS = re.compile(r"^(nccl:|ncclKernel|ncclDevKernel)|_local_scalar_dense$|^cuda[A-Z]")
 
@@ -64,8 +68,14 @@ class Limit:
                 "ranks": list(self.ranks)}  # fmt: skip
 
 
-def rank_facts(tl: RankTimeline, steps: int, gpu_ops_in_steps: int, step_ns: int) -> dict[str, Any]:
-    """What one rank's trace holds, for :func:`limits` (and the JSON evidence)."""
+def rank_facts(
+    tl: RankTimeline, steps: int, gpu_ops_in_steps: int, step_ns: int, host_ops_in_steps: int = 0
+) -> dict[str, Any]:
+    """What one rank's trace holds, for :func:`limits` (and the JSON evidence).
+
+    ``host_ops_in_steps``: host operators and collective ranges starting in the analysed
+    steps, recorded for a trace without GPU activity (a CPU-only job's evidence).
+    """
     meta = tl.meta
     gpu = tl.gpu_lane_mask()[tl.lane] if len(tl) else np.zeros(0, bool)
     kinds = np.bincount(tl.kind[gpu].astype(np.int64), minlength=len(Kind)) if len(tl) else None
@@ -86,6 +96,7 @@ def rank_facts(tl: RankTimeline, steps: int, gpu_ops_in_steps: int, step_ns: int
         facts["clock_shift_ns"] = {str(d): int(v) for d, v in meta.clock_shift_ns.items()}
     if not facts["gpu_ops"]:
         facts["gpu_signs"] = _gpu_signs(tl)
+        facts["host_ops_in_steps"] = int(host_ops_in_steps)
     return facts
 
 
@@ -128,7 +139,7 @@ def limits(
         details = sorted({d for _, _, d in hits if d})
         if len(facts) > 1:
             lead = f"{words.ranks(ranks)}: {lead}"
-        if kind == "short" and len(details) > 1:
+        if kind == "short" and len(details) > 1 and all(facts[r]["gpu_ops"] for r in ranks):
             details = [_short_range([facts[r] for r in ranks])]
         if len(details) == 1:
             message = lead.format(details[0])
@@ -178,6 +189,12 @@ def _rank_limits(
         out.append(("short", QUALIFY, "only {}: too little to generalise",
                     f"{f['gpu_ops_in_steps']} GPU ops in {f['steps']} step of "
                     f"{words.duration(int(f['step_ns']))}"))  # fmt: skip
+    cpu_job = not f["gpu_ops"] and not f.get("gpu_signs")
+    host_ops = int(f.get("host_ops_in_steps", 0))
+    if cpu_job and f["steps"] <= 1 and host_ops < rules.few_host_ops:
+        out.append(("short", QUALIFY, "only {}: too little to generalise",
+                    f"{host_ops} host events in {f['steps']} step of "
+                    f"{words.duration(int(f['step_ns']))}"))  # fmt: skip
     if f["gpu_ops"] and f["gpu_ops_linked"] < linked_min_ratio * f["gpu_ops"]:
         out.append(("unlinked", QUALIFY,
                     "only {} GPU ops have a launching call in the trace: steps are assigned by "
@@ -225,15 +242,32 @@ def apply_limits(findings: Sequence[Finding], lims: Sequence[Limit]) -> list[Fin
     return out
 
 
-def no_unseen_gains(recs: Sequence[Recommendation], lims: Sequence[Limit]) -> list[Recommendation]:
-    """The remedies, with no gain estimated when a limit withholds the split.
+def no_gain_limits(lims: Sequence[Limit]) -> list[Limit]:
+    """The limits under which no gain (and no what-if) is given: withholding ones, "short".
 
-    The time such a trace did not see (holes, GPU work it does not hold) cannot be
-    promised back; a qualifying limit (one short step) keeps the gains it did see.
+    The time a withheld trace did not see (holes, GPU work it does not hold) cannot be
+    promised back; one short step with little activity is too little to forecast from.
+    Other qualifications (steps assigned by time) keep the gains.
     """
-    if not withheld(lims):
+    return [lim for lim in lims if lim.effect == WITHHOLD or lim.kind == "short"]
+
+
+def gains_supported(lims: Sequence[Limit]) -> bool:
+    """Whether the remedies' gains and the what-if may be given (:func:`no_gain_limits`)."""
+    return not no_gain_limits(lims)
+
+
+def no_unseen_gains(recs: Sequence[Recommendation], lims: Sequence[Limit]) -> list[Recommendation]:
+    """The remedies, with no gain estimated under :func:`no_gain_limits`, and why.
+
+    Each keeps its advice; its detail ends with the reason no gain is given.
+    """
+    stop = no_gain_limits(lims)
+    if not stop:
         return list(recs)
-    return [dataclasses.replace(r, estimated_gain_ns=None, estimated_gain_ratio=None)
+    why = f" No gain is given: {stop[0].message}."
+    return [dataclasses.replace(r, estimated_gain_ns=None, estimated_gain_ratio=None,
+                                detail=r.detail if NO_GAIN in r.detail else r.detail + why)
             for r in recs]  # fmt: skip
 
 

@@ -198,7 +198,8 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
     evidence = _evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th)
     evidence |= _comm_calls(tl, win, keep)
     evidence["coverage"] = rank_facts(tl, len(steps), sum(s.gpu_ops or 0 for s in steps),
-                                      sum(s.duration_ns for s in steps))  # fmt: skip
+                                      sum(s.duration_ns for s in steps),
+                                      _host_ops_in_steps(tl, win, keep))  # fmt: skip
     evidence |= _workload_and_device(tl)
     if mode == Mode.GPU:
         evidence |= host_evidence(tl, win, keep, sets)
@@ -291,6 +292,17 @@ def _comm_calls(tl: RankTimeline, win: StepWindows, keep: Any) -> dict[str, Any]
             out[name] = ns
     top = sorted(out.items(), key=lambda kv: -kv[1])[:4]
     return {"comm_calls": dict(top)} if top else {}
+
+
+def _host_ops_in_steps(tl: RankTimeline, win: StepWindows, keep: Any) -> int:
+    """Host operators and collective ranges (any host thread) starting in the kept steps."""
+    if not len(tl) or not keep.any():
+        return 0
+    host = ~tl.gpu_lane_mask()[tl.lane] & np.isin(tl.kind, [Kind.CPU_OP, Kind.COMM])
+    s, e = np.sort(win.start[keep]), np.sort(win.end[keep])
+    t = tl.start_ns[host]
+    k = np.searchsorted(s, t, side="right") - 1
+    return int(np.count_nonzero((k >= 0) & (t < e[np.maximum(k, 0)])))
 
 
 def _compact(meta: RankMeta) -> RankMeta:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpudiag.analysis import words
-from gpudiag.analysis.causes import mx
+from gpudiag.analysis.causes import CAPTURE_HINT, LABEL, mx
 from gpudiag.analysis.evidence import WITHHOLD, Limit
 from gpudiag.analysis.metrics import JobFailedMetrics, LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.model import (
@@ -133,10 +133,12 @@ def _no_bottleneck(run: RunSummary, pipe: Sequence[Finding], index: dict[int, in
 def _host_words(cause: Any) -> str:
     """What a host-bound rank loses its time to: host-side time, then the named cause.
 
-    The cause comes with its own share of step time (``step_share``); without a named
-    cause, the generic list.
+    The cause comes with its own share of step time (``step_share``); a cause the trace
+    does not show says what to capture to see it; without a cause, the generic list.
     """
-    if not isinstance(cause, dict) or cause.get("kind") in (None, "unknown"):
+    if isinstance(cause, dict) and cause.get("kind") == "unknown":
+        return f"{LABEL['unknown']}; {CAPTURE_HINT}"
+    if not isinstance(cause, dict) or cause.get("kind") is None:
         return "host overhead, launch gaps or synchronisation"
     api = f" ({cause['api']})" if cause.get("api") else ""
     own = cause.get("step_share")

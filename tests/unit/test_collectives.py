@@ -92,7 +92,10 @@ def test_pipeline_bubble_matches_the_schedule():
     assert "with 16 it would be 16%" in f.message
     assert not [f for f in d.findings if f.kind == "host_bound"]  # the bubble explains it
     (rec,) = [r for r in d.recommendations if r.id == "pipeline-microbatches"]
-    assert rec.estimated_gain_ns == pytest.approx((3 / 7 - ideal_bubble(4, 16)) * 21 * MS, rel=0.01)
+    # one 21 ms step of 16-24 GPU ops: too little to generalise, so the schedule's figures
+    # stay in the detail and no gain is given (docs/definitions.md, "Evidence first")
+    assert rec.estimated_gain_ns is None and "too little to generalise" in rec.detail
+    assert f"{ideal_bubble(4, 16):.0%}" in rec.detail
 
 
 def test_data_parallel_run_is_not_a_pipeline():

@@ -57,6 +57,20 @@ from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
                 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH",
                 13: "UVM DtoD"}  # fmt: skip
+# CUPTI memory kinds (srcKind, dstKind), named as Kineto does: "Memcpy HtoD (Pinned -> Device)"
+MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device",
+             6: "Managed", 7: "Unknown"}  # fmt: skip
+
+
+def memcpy_name(code: int) -> str:
+    """``Memcpy HtoD`` from a copy kind; with its memory kinds (sql.py packs them above 255)."""
+    kind = MEMCPY_KINDS.get(code & 255 if code >= 256 else code, str(code & 255))
+    if code < 256:
+        return f"Memcpy {kind}"
+    src, dst = MEM_KINDS.get((code >> 8) & 15, "Unknown"), MEM_KINDS.get(code >> 12, "Unknown")
+    return f"Memcpy {kind} ({src} -> {dst})"
+
+
 NO_NVTX_HINT = ("the export has no NVTX ranges: capture with `nsys profile -t cuda,nvtx` and "
                 "mark steps with torch.cuda.nvtx.range or `gpudiag run`")  # fmt: skip
 _EMPTY = np.zeros(0, np.int64)
@@ -137,7 +151,7 @@ class _Rows:
         raw_names = (
             [found[k] for k in sid_keys.tolist()]
             + [re.sub(r"_v\d+$", "", found[k]) for k in sid_keys.tolist()]
-            + [f"Memcpy {MEMCPY_KINDS.get(k, str(k))}" for k in copy_kinds]
+            + [memcpy_name(k) for k in copy_kinds]
             + ["Memset", "(unnamed)"]
             + nv_names
         )

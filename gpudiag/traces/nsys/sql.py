@@ -394,6 +394,9 @@ def gpu_rows(ex: Export) -> I64A:
                        if n in c), "-1")  # fmt: skip
         elif kind == Kind.MEMCPY:
             nm = _int_or("copyKind", -1, 0, 2**31 - 1) if "copyKind" in c else "-1"
+            if "copyKind" in c and {"srcKind", "dstKind"} <= c:  # the memory kinds: see MEM_KINDS
+                nm = (f"({_int_or('copyKind', 0, 0, 255)} + 256 * {_int_or('srcKind', 7, 0, 15)}"
+                      f" + 4096 * {_int_or('dstKind', 7, 0, 15)})")  # fmt: skip
         else:
             nm = "-1"
         dn = "-1"
