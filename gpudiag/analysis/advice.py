@@ -54,6 +54,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from gpudiag.analysis.busy_host import busy_host_words
 from gpudiag.analysis.comm_remedies import COMM
 from gpudiag.analysis.compute_remedies import COMPUTE
 from gpudiag.analysis.end_remedies import HANG as HANG_REMEDY
@@ -79,7 +80,6 @@ from gpudiag.analysis.model import (
 )
 from gpudiag.analysis.remedy import Context, Remedy
 from gpudiag.analysis.remedy import const as _const
-from gpudiag.analysis.stragglers import busy_host_words
 from gpudiag.config import AdviceRules
 
 # ---- data ----
