@@ -442,7 +442,8 @@ def _print_hang(event: Any) -> None:
     from gpudiag.collect.launcher import log
 
     try:
-        from gpudiag.analysis.hang import analyze_dumps, hang_cases
+        from gpudiag.analysis.hang import analyze_dumps
+        from gpudiag.analysis.hang_cases import hang_cases
         from gpudiag.traces.flightrec import read_hang_dir
 
         d = hangdump.hang_dir(Path(event.run_dir))
