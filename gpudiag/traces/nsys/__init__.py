@@ -24,6 +24,15 @@ from gpudiag.traces.common import (
     check_rank,
     rank_from_filename,
 )
+from gpudiag.traces.nsys.database import (
+    I64A,
+    RANK_VARS,
+    SIZE_VARS,
+    Export,
+    check_schema,
+    corrupt,
+    resolve_tables,
+)
 from gpudiag.traces.nsys.export import (
     HEADER_MAGIC,
     REPORT_SUFFIXES,
@@ -33,12 +42,6 @@ from gpudiag.traces.nsys.export import (
     resolve_report,
 )
 from gpudiag.traces.nsys.sql import (
-    I64A,
-    RANK_VARS,
-    SIZE_VARS,
-    Export,
-    check_schema,
-    corrupt,
     gpu_metrics,
     gpu_names,
     gpu_props,
@@ -46,7 +49,6 @@ from gpudiag.traces.nsys.sql import (
     nvtx_rows,
     osrt_rows,
     pieces,
-    resolve_tables,
     runtime_rows,
     strings,
     thread_ranks,
