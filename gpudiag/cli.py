@@ -354,7 +354,8 @@ TIMELINE_FILE = "timeline.json.gz"  # the annotated timeline in every run direct
 
 def _print_run_diagnosis(out_dir: Path, run_dir: Path) -> None:
     """Print the diagnosis of a finished run on stdout; failures only mark it incomplete."""
-    from gpudiag.collect.launcher import log, record_incomplete
+    from gpudiag.collect.log import log
+    from gpudiag.collect.run_manifest import record_incomplete
 
     try:
         from gpudiag import api
@@ -383,7 +384,7 @@ def _alert_monitor(alerts: str, alert_exec: str | None) -> Any:
             raise GpudiagError("--alert-exec needs the alerts on", "drop --alerts off",
                                EXIT_USAGE)  # fmt: skip
         return None
-    from gpudiag.collect.launcher import log
+    from gpudiag.collect.log import log
     from gpudiag.live.monitor import AlertOptions, Monitor
 
     return Monitor(thresholds(), AlertOptions(exec_cmd=alert_exec), log=log)
@@ -439,7 +440,7 @@ def _hang_options(timeout_s: float | None, on_hang: str) -> Any:
 def _print_hang(event: Any) -> None:
     """Print the live hang diagnosis on stderr, from what the ranks wrote just now."""
     from gpudiag.collect import hangdump
-    from gpudiag.collect.launcher import log
+    from gpudiag.collect.log import log
 
     try:
         from gpudiag.analysis.hang import analyze_dumps
@@ -522,10 +523,12 @@ def run(
 ) -> None:
     """Run a training command unchanged and capture NVML, traces and step telemetry."""
     from gpudiag.collect import launcher, watchdog
+    from gpudiag.collect.log import log
+    from gpudiag.collect.run_setup import RunOptions
     from gpudiag.report.live import run_progress
 
     _check_run_args(profile_steps, nsys_range)
-    opts = launcher.RunOptions(command, out, profile_steps, not no_nvml, nvml_interval, node_rank)
+    opts = RunOptions(command, out, profile_steps, not no_nvml, nvml_interval, node_rank)
     opts.nsys, opts.nsys_range = nsys, nsys_range
     monitor = _alert_monitor(alerts, alert_exec)
     opts.watchers = [monitor] if monitor is not None else []
@@ -537,9 +540,7 @@ def run(
     finally:
         if live is not None and live.is_started:
             live.stop()
-    launcher.log(
-        f"{watchdog.ended_words(res.manifest, res.exit_code)}; run directory {res.out_dir}"
-    )
+    log(f"{watchdog.ended_words(res.manifest, res.exit_code)}; run directory {res.out_dir}")
     if not no_analyze:
         _print_run_diagnosis(res.out_dir, res.run_dir)
     print(f"run directory: {res.out_dir}", file=sys.stderr)
@@ -564,7 +565,8 @@ def attach(
     """Sample the GPUs of a running job, or ask a `gpudiag run` job to profile now."""
     from gpudiag import rundir
     from gpudiag.collect import attach as att
-    from gpudiag.collect.launcher import default_out_dir, log
+    from gpudiag.collect.log import log
+    from gpudiag.collect.run_setup import default_out_dir
 
     if profile_next is not None:
         if run_dir is None or profile_next <= 0:
