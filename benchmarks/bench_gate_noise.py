@@ -28,7 +28,7 @@ from gpudiag.analysis.baseline import RunStat, run_stat
 from gpudiag.analysis.gate import evaluate
 from gpudiag.analysis.stats import t_ppf
 from gpudiag.api import analyze
-from gpudiag.cli import _run_conditions
+from gpudiag.cli_gate import run_conditions
 from gpudiag.config import GateConfig, Thresholds
 
 TH = Thresholds()
@@ -56,7 +56,7 @@ def one(out: Path, extra: list[str]) -> Path:
 
 def stat(path: Path) -> tuple[object, dict | None, RunStat]:
     d = analyze(path, thresholds=TH)
-    c = _run_conditions(path)
+    c = run_conditions(path)
     return d, c, run_stat(d, path.name, c, None, TH)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from gpudiag import __version__
 from gpudiag.analysis.advice import recommend
+from gpudiag.analysis.busy_host import on_busy_host
 from gpudiag.analysis.causes import exposed_copies
 from gpudiag.analysis.collectives import (
     bandwidth_findings,
@@ -32,6 +33,7 @@ from gpudiag.analysis.compute import compute_bound
 from gpudiag.analysis.evidence import gains_supported, judge_evidence, no_unseen_gains
 from gpudiag.analysis.idle import idle_findings
 from gpudiag.analysis.kernels import combine as combine_kernels
+from gpudiag.analysis.late_arrival import late_arrival
 from gpudiag.analysis.metrics import (
     ShareMetrics,
 )
@@ -68,7 +70,7 @@ from gpudiag.analysis.reconcile import (
 from gpudiag.analysis.runend import LEADS as ENDED_KINDS
 from gpudiag.analysis.runend import evidence_only, run_end_findings, without_unfinished
 from gpudiag.analysis.spread import rank_spread
-from gpudiag.analysis.stragglers import find_stragglers, late_arrival, on_busy_host
+from gpudiag.analysis.stragglers import find_stragglers
 from gpudiag.analysis.summary import run_summary, summarize_rank
 from gpudiag.analysis.timeline import Timeline
 from gpudiag.analysis.variability import variability
@@ -204,7 +206,7 @@ def build_diagnosis(
 
     ``host_contention``: the run's recorded host CPU contention
     (:func:`gpudiag.runconditions.host_contention`), which qualifies the stragglers it can
-    explain (:func:`gpudiag.analysis.stragglers.on_busy_host`).
+    explain (:func:`gpudiag.analysis.busy_host.on_busy_host`).
     """
     with _collector_skips_inputs():
         return _build(results, th, inputs, notes, whole_run, extra_findings,

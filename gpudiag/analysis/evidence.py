@@ -21,7 +21,7 @@ no_gpu_activity     withhold  no kernel, copy or memset, yet the job used GPUs (
                               them, never alone: ``.item()`` on a CPU tensor calls it too)
 comm_only           withhold  GPU activity is only communication (and copies): no compute
 clock               withhold  GPU and host clocks disagree beyond correction
-                              (:func:`gpudiag.traces.common.check_clocks`)
+                              (:func:`gpudiag.traces.rank_builder.check_clocks`)
 short               qualify   at most one analysed step with fewer than ``few_gpu_ops`` (100)
                               GPU ops; on a CPU-only trace, fewer than ``few_host_ops`` (100)
                               host operators and collective ranges starting in it

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gpudiag.analysis.hang import collective_of, user_frames, where_text
+from gpudiag.analysis.stack_frames import collective_of, user_frames, where_text
 from gpudiag.records import dataclass
 from gpudiag.traces.flightrec import ThreadStack
 from gpudiag.traces.runend import RankEnd

@@ -7,7 +7,7 @@ rules judge the latest ``live.window_steps`` steps (all ranks have them; warm-up
 steps the profiler slowed are left out, as offline) **with the offline implementations and
 thresholds**:
 
-* **straggler**: :func:`gpudiag.analysis.stragglers.slow_steps` — a rank's busy time
+* **straggler**: :func:`gpudiag.analysis.stepmatrix.slow_steps` — a rank's busy time
   exceeds the other ranks' median by ``stragglers.excess_ratio`` of the window's median
   step, while it waited no longer than they did (they wait for it: in DDP's all-reduce
   inside backward, or in the job's own collectives). The onset must also stand out from
@@ -51,7 +51,7 @@ from gpudiag.analysis.idle import RULES, idle_findings
 from gpudiag.analysis.model import Finding, FindingKind, LiveAlert, RunStep, StepBreakdown
 from gpudiag.analysis.rank import nvml_idle_findings, telemetry_rank_results
 from gpudiag.analysis.steady import disturbed_steps
-from gpudiag.analysis.stragglers import jitter_ns, slow_steps, steps_matrix
+from gpudiag.analysis.stepmatrix import jitter_ns, slow_steps, steps_matrix
 from gpudiag.analysis.summary import summarize_rank
 from gpudiag.config import Thresholds
 from gpudiag.records import dataclass

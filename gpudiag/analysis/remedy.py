@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from gpudiag.analysis import workload
+from gpudiag.analysis.causes import ev
 from gpudiag.analysis.devices import Capability, common_capability
 from gpudiag.analysis.model import (
     Finding,
@@ -157,6 +158,21 @@ Evidence = Callable[[Finding, Context], dict[str, Any]]
 def always(_f: Finding, _c: Context) -> bool:
     """The default condition: the remedy applies to every finding of its kind."""
     return True
+
+
+def native(c: Context) -> bool:
+    """A C/C++/CUDA program (no PyTorch name in the trace): no PyTorch advice.
+
+    Only ranks whose names were read count (evidence ``workload``); without any, nothing
+    says the program is not PyTorch.
+    """
+    read = any(ev(r, "workload") is not None for r in c.ranks.values())
+    return read and workload.native_program(c.workload())
+
+
+def compiled(c: Context) -> bool:
+    """torch.compile is already in use (its compiled graphs or Triton kernels run)."""
+    return "compiled" in c.workload()
 
 
 @dataclass(frozen=True)

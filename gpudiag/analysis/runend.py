@@ -1,7 +1,8 @@
 """Findings for a run that hung, disagreed on a collective, failed or was interrupted.
 
-The rules are in ``analysis/hang.py`` (who never entered which collective, where each
-culprit is) and ``analysis/failure.py`` (which rank failed first); this module turns
+The rules are in ``analysis/hang.py`` (who never entered which collective),
+``analysis/hang_cases.py`` (each case, with where its culprits are) and
+``analysis/failure.py`` (which rank failed first); this module turns
 their results into findings: ``hang``, ``collective_mismatch`` and ``job_failed``, each
 with the numbers docs/definitions.md lists. The verdict leads with them.
 """
@@ -22,7 +23,7 @@ from gpudiag.traces.schema import RunTimeline
 
 if TYPE_CHECKING:  # the hang and failure rules are imported only for a run that ended badly
     from gpudiag.analysis.failure import RankFailure
-    from gpudiag.analysis.hang import HangCase
+    from gpudiag.analysis.hang_cases import HangCase
     from gpudiag.traces.runend import RunEnd
 
 LEADS = (FindingKind.HANG, FindingKind.COLLECTIVE_MISMATCH, FindingKind.JOB_FAILED)
@@ -86,7 +87,8 @@ def run_end_findings(end: RunEnd | None) -> list[Finding]:
     if end is None:
         return []
     from gpudiag.analysis.failure import failures
-    from gpudiag.analysis.hang import analyze_dumps, hang_cases
+    from gpudiag.analysis.hang import analyze_dumps
+    from gpudiag.analysis.hang_cases import hang_cases
 
     out: list[Finding] = []
     analysis = analyze_dumps(end.dumps, end.world_size) if end.dumps else None

@@ -2,7 +2,7 @@
 
 Rules (docs/definitions.md, "Steps"):
 
-* Host steps are resolved by the loader core (:func:`gpudiag.traces.common.resolve_steps`):
+* Host steps are resolved by the loader core (:func:`gpudiag.traces.step_ranges.resolve_steps`):
   step ranges on the training thread, else periods ending where ``Optimizer.step`` ranges
   end, else one window. This module only places work in them.
 * GPU work belongs to the step whose host range *launched* it (its runtime call's start,

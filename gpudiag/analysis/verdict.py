@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpudiag.analysis import words
+from gpudiag.analysis.busy_host import BUSY_HOST, busy_host_words
 from gpudiag.analysis.causes import CAPTURE_HINT, LABEL, mx
 from gpudiag.analysis.evidence import WITHHOLD, Limit
 from gpudiag.analysis.metrics import JobFailedMetrics, LateArrivalMetrics, StragglerMetrics
@@ -31,7 +32,6 @@ from gpudiag.analysis.model import (
     Severity,
     Verdict,
 )
-from gpudiag.analysis.stragglers import BUSY_HOST, busy_host_words
 
 BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "copy", "variability",
                "none", "unknown", "hang", "mismatch", "failure", "interrupted")  # fmt: skip

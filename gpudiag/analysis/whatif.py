@@ -17,7 +17,7 @@ speed: its remedy) are these differences, and their ratios are over this mean st
 
 A persistent straggler of the step telemetry (``metrics.source`` ``telemetry``) is found on
 the run's steady steps, not the window's: its cost is the same model on those steps, with
-the time in backward as the wait (:func:`gpudiag.analysis.stragglers.at_median_speed`),
+the time in backward as the wait (:func:`gpudiag.analysis.stepmatrix.at_median_speed`),
 and that cost (ns per step) is what "straggler at median speed" and "all" subtract here.
 """
 

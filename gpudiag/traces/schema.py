@@ -142,7 +142,7 @@ class RankMeta:
     pid: int | None = None  # the profiled process, when the format names it
     cuda_devices: list[int] = field(default_factory=list)
     capture_version: str | None = None  # the profiler release that captured the trace
-    # GPU/CPU clocks (traces.common.check_clocks): the shift applied to GPU times per device,
+    # GPU/CPU clocks (traces.rank_builder.check_clocks): the shift applied to GPU times per device,
     # and whether the clocks disagree beyond correction (then compute and host time are not
     # split)
     clock_shift_ns: dict[int, int] = field(default_factory=dict)

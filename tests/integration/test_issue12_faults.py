@@ -251,13 +251,14 @@ def _launch_in_process(
 ) -> tuple[Any, Any, float]:
     """``launcher.run`` in this process with a fake NVML; the job's streams are captured."""
     from gpudiag.collect import launcher
+    from gpudiag.collect.run_setup import RunOptions
 
     env = job_env()
     saved = dict(os.environ)
     os.environ.clear()
     os.environ.update(env)
     try:
-        opts = launcher.RunOptions(
+        opts = RunOptions(
             list(JOB), out=tmp_path / "run", profile_steps=WINDOW, nvml_backend=nvml,
             nvml_interval_s=0.05,
         )  # fmt: skip

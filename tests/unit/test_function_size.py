@@ -1,4 +1,6 @@
-"""No function in gpudiag/ is longer than 80 lines (a function a reader takes in at once).
+"""No function in gpudiag/ is longer than 80 lines, no module longer than 700 (issue 19).
+
+A function a reader takes in at once; a module of one purpose.
 
 Run as a script to list the longest: ``python tests/unit/test_function_size.py [N]``.
 """
@@ -11,6 +13,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "gpudiag"
 LIMIT = 80
+MODULE_LIMIT = 700
 
 
 def long_functions(root: Path = PACKAGE, limit: int = LIMIT) -> list[tuple[int, str, str]]:
@@ -40,6 +43,28 @@ def test_no_function_in_gpudiag_over_80_lines() -> None:
     assert not found, found
 
 
+def long_modules(root: Path = PACKAGE, limit: int = MODULE_LIMIT) -> list[tuple[int, str]]:
+    """(lines, file relative to the package's parent) of each module longer than ``limit``."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > limit:
+            out.append((lines, path.relative_to(root.parent).as_posix()))
+    return sorted(out, reverse=True)
+
+
+def test_no_module_in_gpudiag_over_700_lines() -> None:
+    found = long_modules()
+    assert not found, found
+
+
+def test_the_module_lister_counts_lines(tmp_path: Path) -> None:
+    (tmp_path / "long.py").write_text("x = 1\n" * (MODULE_LIMIT + 1))
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "short.py").write_text("x = 1\n" * MODULE_LIMIT)
+    assert long_modules(tmp_path) == [(MODULE_LIMIT + 1, f"{tmp_path.name}/long.py")]
+
+
 def test_the_lister_finds_methods_and_nested_functions(tmp_path: Path) -> None:
     def body(indent: str) -> str:
         return "".join(f"{indent}x{i} = {i}\n" for i in range(LIMIT))
@@ -55,3 +80,5 @@ def test_the_lister_finds_methods_and_nested_functions(tmp_path: Path) -> None:
 if __name__ == "__main__":
     for lines, rel, name in long_functions(limit=int(sys.argv[1]) if len(sys.argv) > 1 else LIMIT):
         print(f"{lines:4d}  {rel}  {name}")
+    for lines, rel in long_modules():
+        print(f"{lines:4d}  {rel}")

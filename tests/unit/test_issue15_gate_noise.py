@@ -247,7 +247,7 @@ def test_baseline_file_round_trip():
 
 
 def test_conditions_merge_takes_the_worst_node(tmp_path):
-    from gpudiag.cli import _run_conditions
+    from gpudiag.cli_gate import run_conditions
 
     for k, other in ((0, 0.1), (1, 0.4)):
         node = tmp_path / f"node-{k}"
@@ -255,10 +255,10 @@ def test_conditions_merge_takes_the_worst_node(tmp_path):
         rundir.write_manifest(node, rundir.RunManifest(conditions=RunConditions({
             "other_cpu_ratio_mean": other, "steal_ratio_mean": 0.0,
             "gpus": {f"GPU-{k}": {"samples": 3}}})))  # fmt: skip
-    merged = _run_conditions(tmp_path)
+    merged = run_conditions(tmp_path)
     assert merged is not None and merged.other_cpu_ratio_mean == 0.4
     assert set(merged.gpus) == {"GPU-0", "GPU-1"}
-    assert merge([None, None]) is None and _run_conditions(tmp_path / "x") is None
+    assert merge([None, None]) is None and run_conditions(tmp_path / "x") is None
 
 
 def save(tmp_path, name, d):

@@ -26,8 +26,9 @@ from gpudiag.analysis.workload import (
     sparse_embeddings,
 )
 from gpudiag.config import LoaderRules, VariabilityRules, thresholds_from_config
-from gpudiag.traces.common import LoadOptions, find_user_steps
+from gpudiag.traces.common import LoadOptions
 from gpudiag.traces.schema import Kind
+from gpudiag.traces.step_ranges import find_user_steps
 
 # ---- devices ----
 

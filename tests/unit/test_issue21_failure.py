@@ -94,7 +94,7 @@ def test_interrupted_run() -> None:
 
 
 def test_stacks_alone_name_the_rank_outside_the_collective() -> None:
-    from gpudiag.analysis.hang import hang_cases
+    from gpudiag.analysis.hang_cases import hang_cases
     from gpudiag.traces.flightrec import Frame, RankStacks, ThreadStack
 
     lib = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"

@@ -397,7 +397,7 @@ def test_bad_alert_options_are_usage_errors_before_the_job_starts(tmp_path, args
 def test_the_live_panel_shows_the_raised_alerts():
     from rich.console import Console
 
-    from gpudiag.collect.launcher import Progress, RankProgress
+    from gpudiag.collect.progress import Progress, RankProgress
     from gpudiag.report.live import progress_table
 
     p = Progress(Path("runs/x"), 12.0, ranks={0: RankProgress(22), 1: RankProgress(22)},

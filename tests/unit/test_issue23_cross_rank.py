@@ -76,7 +76,7 @@ def test_matched_waits_are_the_loops(seed, ranks, keyed):
 
 @pytest.mark.parametrize(("ranks", "seed"), [(2, 0), (3, 1), (8, 2), (33, 3)])
 def test_straggler_excess_is_the_leave_one_out_loop(ranks, seed):
-    from gpudiag.analysis.stragglers import excess, others_median
+    from gpudiag.analysis.stepmatrix import excess, others_median
 
     rng = np.random.default_rng(seed)
     busy = rng.integers(0, 50, (ranks, 6)).astype(np.float64) * 1e6  # ties included

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from gpudiag.analysis.busy_host import on_busy_host
 from gpudiag.analysis.diagnose import build_diagnosis
 from gpudiag.analysis.gate import evaluate
 from gpudiag.analysis.metrics import StragglerMetrics
@@ -21,7 +22,6 @@ from gpudiag.analysis.model import (
     WholeRun,
 )
 from gpudiag.analysis.rank import telemetry_results
-from gpudiag.analysis.stragglers import on_busy_host
 from gpudiag.analysis.variability import variability
 from gpudiag.config import GateConfig, Thresholds, VariabilityRules
 from gpudiag.runconditions import RunConditions, host_contention

@@ -4,7 +4,7 @@ One export may hold several profiled processes (``nsys profile torchrun …``): 
 with GPU activity becomes one :class:`~gpudiag.traces.schema.RankTimeline`. The SQL lives
 in :mod:`.sql`, reports and ``nsys export`` in :mod:`.export`; this module maps rows to
 columns (Python only looks at the *distinct* names and a few metadata rows) and hands each
-process to the loader core (:func:`gpudiag.traces.common.build_rank`), which applies the
+process to the loader core (:func:`gpudiag.traces.rank_builder.build_rank`), which applies the
 naming, training-thread and step rules shared with the Kineto loader.
 """
 
@@ -21,9 +21,17 @@ from gpudiag.traces.common import (
     LoadOptions,
     NamePatterns,
     RawColumns,
-    build_rank,
     check_rank,
     rank_from_filename,
+)
+from gpudiag.traces.nsys.database import (
+    I64A,
+    RANK_VARS,
+    SIZE_VARS,
+    Export,
+    check_schema,
+    corrupt,
+    resolve_tables,
 )
 from gpudiag.traces.nsys.export import (
     HEADER_MAGIC,
@@ -34,12 +42,6 @@ from gpudiag.traces.nsys.export import (
     resolve_report,
 )
 from gpudiag.traces.nsys.sql import (
-    I64A,
-    RANK_VARS,
-    SIZE_VARS,
-    Export,
-    check_schema,
-    corrupt,
     gpu_metrics,
     gpu_names,
     gpu_props,
@@ -47,11 +49,11 @@ from gpudiag.traces.nsys.sql import (
     nvtx_rows,
     osrt_rows,
     pieces,
-    resolve_tables,
     runtime_rows,
     strings,
     thread_ranks,
 )
+from gpudiag.traces.rank_builder import build_rank
 from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gpudiag import nsysbin
 from gpudiag.errors import EnvironmentProblem, InputError
-from gpudiag.traces.nsys.sql import vtuple
+from gpudiag.traces.nsys.database import vtuple
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 HEADER_MAGIC = b"NVIDIA Tegra Profiler Report "
