@@ -5,6 +5,7 @@ Plain numerics (numpy and math, no scipy at run time); tests compare them with s
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -137,8 +138,13 @@ def t_sf(t: float, df: int) -> float:
     return tail if t >= 0 else 1.0 - tail
 
 
+@functools.lru_cache(maxsize=1024)
 def t_ppf(q: float, df: int) -> float:
-    """The ``q`` quantile (0.5 < q < 1) of Student's t with ``df`` degrees of freedom."""
+    """The ``q`` quantile (0.5 < q < 1) of Student's t with ``df`` degrees of freedom.
+
+    Bisection over :func:`t_sf` (200 halvings, ~0.4 ms); cached, since the gate asks the same
+    few quantiles for every check (``runs_needed`` walks n = 2 … ``max_runs_advice``).
+    """
     lo, hi = 0.0, 1e7
     for _ in range(200):
         mid = (lo + hi) / 2.0

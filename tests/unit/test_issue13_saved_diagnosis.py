@@ -42,6 +42,9 @@ def _paths(doc: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 def test_our_validator_agrees_with_jsonschema_on_mutated_documents() -> None:
     """The small validator gives the verdict of the reference implementation."""
     schema = diagnosis_schema()
+    reference_validator = jsonschema.validators.validator_for(schema)
+    reference_validator.check_schema(schema)
+    validator = reference_validator(schema)  # compiled once: validate() re-checks the schema
     rng = random.Random(13)
     base = _golden()
     paths = [p for p in _paths(base) if p]
@@ -58,11 +61,8 @@ def test_our_validator_agrees_with_jsonschema_on_mutated_documents() -> None:
         else:
             target[p[-1]] = rng.choice(values)
         ours = schema_problem(doc)
-        try:
-            jsonschema.validate(doc, schema)
-            reference = None
-        except jsonschema.ValidationError as e:
-            reference = e.message
+        error = jsonschema.exceptions.best_match(validator.iter_errors(doc))
+        reference = None if error is None else error.message
         assert (ours is None) == (reference is None), (p, ours, reference)
         agree += 1
     assert agree == 600
