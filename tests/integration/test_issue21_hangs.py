@@ -27,6 +27,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_required")]
 
 JOB = ROOT / "tests" / "integration" / "scripts" / "hang_job.py"
 HANG = ["--hang-timeout", "15", "--on-hang", "kill", "--no-nvml"]
+# the cases beyond the two named ones find the hang sooner (CI time)
+HANG_SOON = ["--hang-timeout", "8", "--on-hang", "kill", "--no-nvml"]
 
 
 def _run(
@@ -81,7 +83,7 @@ def test_stuck_rank_is_named_with_where_it_is(tmp_path: Path, cause: str, functi
 
 
 def test_skipped_collective_is_a_mismatch(tmp_path: Path) -> None:
-    out, r = _run(tmp_path, "skip", "--profile-steps", "off", *HANG)
+    out, r = _run(tmp_path, "skip", "--profile-steps", "off", *HANG_SOON)
     assert r.returncode == 124, r.stderr[-3000:]
     assert "MISMATCH: rank 1 called all_reduce as collective #" in r.stderr
     d = _diagnosis(out)
@@ -120,8 +122,8 @@ def test_size_mismatch_names_the_first_failing_rank_and_step(tmp_path: Path) -> 
 
 def test_report_mode_leaves_the_job_to_its_timeout(tmp_path: Path) -> None:
     # the stall at step 7 lies in the default profiler window 5:10; the job dies by its
-    # own gloo timeout and the trace saved at exit holds the partial step 7 (30 s)
-    out, r = _run(tmp_path, "loader", "--hang-timeout", "15", "--no-nvml", gloo_timeout=30,
+    # own gloo timeout and the trace saved at exit holds the partial step 7 (20 s)
+    out, r = _run(tmp_path, "loader", "--hang-timeout", "8", "--no-nvml", gloo_timeout=20,
                   job=("--at-step", "7"))  # fmt: skip
     assert r.returncode not in (0, 124), r.stderr[-3000:]
     assert "STUCK: rank 1 never entered all_reduce" in r.stderr
@@ -164,7 +166,7 @@ def test_nested_groups_root_stall_explains_the_other(tmp_path: Path) -> None:
     # all_reduce, rank 2 in the default group's all_reduce that ranks 0 and 1 never reach
     out = tmp_path / "run"
     r = run_gpudiag(
-        ["run", "--out", str(out), "--profile-steps", "off", *HANG, "--",
+        ["run", "--out", str(out), "--profile-steps", "off", *HANG_SOON, "--",
          "torchrun", "--standalone", "--nproc-per-node", "3", str(JOB), "--cause", "nested",
          "--gloo-timeout", "100"],
         timeout=150,
