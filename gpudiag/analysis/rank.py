@@ -31,6 +31,7 @@ from gpudiag.analysis.classify import (
 from gpudiag.analysis.collectives import (
     Collectives,
     collective_type,
+    comm_dtype_shares,
     comm_type_shares,
     extract,
     host_comm_types,
@@ -209,6 +210,9 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
     if colls.type:
         evidence["comm_types"] = comm_type_shares(colls)
         evidence["collective_calls"] = _calls_per_step(colls, int(keep.sum()))
+        dtypes = comm_dtype_shares(colls)
+        if dtypes:
+            evidence["comm_dtypes"] = dtypes
         evidence.update(_recv_wait(tl, colls, sets, win, keep))
         if mode == Mode.GPU:
             host = host_comm_types(tl, th.comm_op_re)
