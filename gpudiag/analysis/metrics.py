@@ -110,7 +110,7 @@ class CommBoundMetrics(ShareMetrics):
 
 @dataclass(frozen=True)
 class HostMetrics(ShareMetrics):
-    """``host_bound`` on GPU traces: the share, and the named host-side cause (causes.py)."""
+    """``host_bound``: the share, and the host-side cause (causes.py; CPU traces: unknown only)."""
 
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.HOST_BOUND,)
 

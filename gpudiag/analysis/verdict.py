@@ -137,7 +137,7 @@ def _host_words(cause: Any) -> str:
     does not show says what to capture to see it; without a cause, the generic list.
     """
     if isinstance(cause, dict) and cause.get("kind") == "unknown":
-        return f"{LABEL['unknown']}; {CAPTURE_HINT}"
+        return f"{LABEL['unknown']}; {cause.get('capture') or CAPTURE_HINT}"
     if not isinstance(cause, dict) or cause.get("kind") is None:
         return "host overhead, launch gaps or synchronisation"
     api = f" ({cause['api']})" if cause.get("api") else ""
