@@ -213,6 +213,38 @@ def comm_dtype_shares(c: Collectives) -> dict[str, dict[str, float]]:
     return out
 
 
+P2P_TYPES = ("send", "recv", "sendrecv")
+
+
+def p2p_share(evidence: Sequence[Any]) -> float | None:
+    """Of some ranks' communication time, the share in point-to-point operations.
+
+    From each rank's ``comm_types`` (a ``SendRecv`` kernel split by the host-side
+    operations, as NCCL runs all-to-all with it too), else its blocking host calls
+    (``comm_calls``: ``MPI_Sendrecv`` …); each rank weighs the same. None: neither is known.
+    """
+    p2p = whole = 0.0
+    for ev in evidence:
+        types, calls = ev.comm_types or {}, ev.comm_calls or {}
+        if types:
+            host = {t: v for t, v in (ev.host_comm_types or {}).items() if t != "sendrecv"}
+            for t, v in types.items():
+                if t == "sendrecv" and host:
+                    p2p += (
+                        v
+                        * sum(hv for ht, hv in host.items() if ht in P2P_TYPES)
+                        / sum(host.values())
+                    )
+                elif t in P2P_TYPES:
+                    p2p += v
+            whole += sum(types.values())
+        elif sum(calls.values()):
+            total = sum(calls.values())
+            p2p += sum(ns for n, ns in calls.items() if collective_type(n) in P2P_TYPES) / total
+            whole += 1.0
+    return round(p2p / whole, 4) if whole else None
+
+
 def host_comm_types(tl: RankTimeline, comm_op_re: str) -> dict[str, float]:
     """Collective types of the host-side operation ranges (``nccl:all_to_all`` …), by time.
 

@@ -106,6 +106,9 @@ class CommBoundMetrics(ShareMetrics):
     comm_hidden_ratio: dict[str, float | None] = field(default_factory=dict)
     # of the wait, the share spent waiting for a slower rank (matched collectives)
     sync_wait_share: float | None = field(default=None, metadata=OMIT_IF_NONE)
+    # of the ranks' communication time, the share in point-to-point operations (send,
+    # recv, MPI_Sendrecv …); None when the trace does not say
+    p2p_share: float | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)
