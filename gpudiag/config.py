@@ -138,6 +138,8 @@ class AdviceRules:
     copy_over_compute: float = 2.0  # copies alone ≥ this × compute a step: move less data
     many_allreduce_calls: int = 100  # all-reduces a step from which … (DDP: larger buckets)
     small_allreduce_bytes: int = 1 << 20  # … of a median size below this: raise bucket_cap_mb
+    # gradient collectives' time in a float type of ≤ 16 bits from this share: no 16-bit hook
+    narrow_grad_comm_share: float = 0.9
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,9 @@ CAPTURE_HINT = "capture NVTX ranges and step markers to see it"
 UNSEEN_HOST_WORK = ("No gain is given: the trace does not show what the host does in these "
                     "gaps; mark the step's phases with NVTX ranges (torch.cuda.nvtx.range, "
                     "record_function) and the steps with step markers to see it.")  # fmt: skip
+# CPU traces: what to capture when the step's thread shows no operator
+CPU_CAPTURE_HINT = ("capture the step's phases with record_function ranges (or sample the "
+                    "process with py-spy) to see it")  # fmt: skip
 _WHO = {"compute": "its own kernels", "communication": "a collective (other ranks)",
         "copy": "a copy", "nothing": "nothing on the GPU"}  # fmt: skip
 
@@ -131,6 +134,24 @@ def host_cause(
         if found:
             return {**base, **found}
     return {**base, **_done("unknown", "")}
+
+
+def cpu_host_cause(ranks: Sequence[RankSummary], flagged: Sequence[int]) -> dict[str, Any]:
+    """CPU traces: cause ``unknown`` when no flagged rank's step thread runs an operator.
+
+    ``{}`` when one does (its time outside operators is Python/host overhead) or when the
+    trace records no such count. With no operator on the step's thread in the analysed
+    steps, nothing the trace holds says where the step's time goes.
+    """
+    which = set(flagged)
+    cov = [ev(r, "coverage") or {} for r in ranks if r.rank in which]
+    if not cov or any(c.get("step_thread_ops_in_steps", 1) for c in cov):
+        return {}
+    host = sum(int(c.get("host_ops_in_steps", 0)) for c in cov)
+    where = (f"{words.plural(host, 'host event')} in them, all on other threads" if host
+             else "no host event in them")  # fmt: skip
+    return {**_done("unknown", f"the step's thread runs no operator in the analysed steps "
+                    f"({where})"), "capture": CPU_CAPTURE_HINT, "ns_per_step": 0}  # fmt: skip
 
 
 def _copies_cause(sc: _Scope) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -77,6 +78,42 @@ BUS_FACTOR: dict[str, Callable[[int], float]] = {
 }  # fmt: skip
 
 
+# Element types of collectives, as Kineto's ``dtype`` arg (c10 ScalarType names) or an NCCL
+# kernel name (``…_bf16_RING_LL``, older ``…_Sum_bfloat16``) gives them: canonical short names.
+_DTYPES = {
+    "bfloat16": "bf16", "bf16": "bf16", "half": "fp16", "float16": "fp16", "f16": "fp16",
+    "float": "fp32", "float32": "fp32", "f32": "fp32", "double": "fp64", "float64": "fp64",
+    "f64": "fp64", "float8e4m3fn": "fp8", "float8e5m2": "fp8", "float8e4m3fnuz": "fp8",
+    "float8e5m2fnuz": "fp8", "f8e4m3": "fp8", "f8e5m2": "fp8", "byte": "uint8",
+    "uint8": "uint8", "u8": "uint8", "char": "int8", "int8": "int8", "i8": "int8",
+    "short": "int16", "int16": "int16", "int": "int32", "int32": "int32", "i32": "int32",
+    "u32": "uint32", "long": "int64", "int64": "int64", "i64": "int64", "u64": "uint64",
+    "bool": "bool",
+}  # fmt: skip
+# floating types of at most 16 bits: compressing them to 16 bits saves nothing
+NARROW_FLOAT = frozenset({"bf16", "fp16", "fp8"})
+_KERNEL_DTYPE = re.compile(
+    r"_(bf16|f16|f32|f64|f8e4m3|f8e5m2|i8|u8|i32|u32|i64|u64|bfloat16|half|float|double)(?=[_(]|$)"
+)
+
+
+def collective_dtype(arg: str, kernel: str) -> str:
+    """A collective's element type (``bf16``, ``fp32`` …), '' when neither name gives it.
+
+    ``arg`` is the trace's ``dtype`` argument, ``kernel`` the event's name (NCCL kernels
+    other than ``ncclDevKernel_Generic`` name their type).
+    """
+    if arg:
+        key = arg.lower().replace("_", "")
+        return _DTYPES.get(key, key)
+    m = (
+        _KERNEL_DTYPE.search(kernel)
+        if "ncclKernel" in kernel or "ncclDevKernel" in kernel
+        else None
+    )
+    return _DTYPES[m.group(1)] if m else ""
+
+
 def collective_type(name: str) -> str:
     """``allreduce``, ``allgather``, ``sendrecv`` … from a kernel, range or args name."""
     m = _KERNEL_TYPE.search(name)
@@ -105,6 +142,7 @@ class Collectives:
     step: npt.NDArray[np.int32]
     devices: int  # GPUs the trace lists (host size bound for the nominal peak)
     device_name: str
+    dtype: list[str] = field(default_factory=list)  # element type, '' unknown (or none given)
 
 
 def extract(tl: RankTimeline, mode: str, step_of: I32, comm_op_re: str) -> Collectives:
@@ -127,6 +165,10 @@ def extract(tl: RankTimeline, mode: str, step_of: I32, comm_op_re: str) -> Colle
     types = [collective_type(tl.names[int(i)]) for i in label.tolist()]
     keep = [j for j, t in enumerate(types) if t not in ("barrier", "wait")]
     idx = idx[keep]
+    dtypes = [
+        collective_dtype(tl.names[d] if d >= 0 else "", tl.names[n])
+        for d, n in zip(tl.coll_dtype[idx].tolist(), tl.name[idx].tolist(), strict=True)
+    ]
     devs = tl.meta.devices
     return Collectives(
         rank=tl.rank,
@@ -138,6 +180,7 @@ def extract(tl: RankTimeline, mode: str, step_of: I32, comm_op_re: str) -> Colle
         step=step_of[idx],
         devices=len(devs),
         device_name=devs[0] if devs else "",
+        dtype=dtypes,
     )
 
 
@@ -150,6 +193,56 @@ def comm_type_shares(c: Collectives) -> dict[str, float]:
     if not whole:
         return {}
     return {t: round(v / whole, 4) for t, v in sorted(total.items(), key=lambda kv: -kv[1])}
+
+
+def comm_dtype_shares(c: Collectives) -> dict[str, dict[str, float]]:
+    """Per collective type, each element type's share of its time ('' none: left out).
+
+    Only types some of whose collectives name their element type are listed.
+    """
+    total: dict[str, dict[str, int]] = {}
+    for ty, dt, d in zip(c.type, c.dtype, c.dur.tolist(), strict=True):
+        row = total.setdefault(ty, {})
+        row[dt] = row.get(dt, 0) + int(d)
+    out: dict[str, dict[str, float]] = {}
+    for ty, row in total.items():
+        whole = sum(row.values())
+        if whole and any(row.keys() - {""}):
+            out[ty] = {k: round(v / whole, 4) for k, v in sorted(row.items(), key=lambda kv: -kv[1])
+                       if k}  # fmt: skip
+    return out
+
+
+P2P_TYPES = ("send", "recv", "sendrecv")
+
+
+def p2p_share(evidence: Sequence[Any]) -> float | None:
+    """Of some ranks' communication time, the share in point-to-point operations.
+
+    From each rank's ``comm_types`` (a ``SendRecv`` kernel split by the host-side
+    operations, as NCCL runs all-to-all with it too), else its blocking host calls
+    (``comm_calls``: ``MPI_Sendrecv`` …); each rank weighs the same. None: neither is known.
+    """
+    p2p = whole = 0.0
+    for ev in evidence:
+        types, calls = ev.comm_types or {}, ev.comm_calls or {}
+        if types:
+            host = {t: v for t, v in (ev.host_comm_types or {}).items() if t != "sendrecv"}
+            for t, v in types.items():
+                if t == "sendrecv" and host:
+                    p2p += (
+                        v
+                        * sum(hv for ht, hv in host.items() if ht in P2P_TYPES)
+                        / sum(host.values())
+                    )
+                elif t in P2P_TYPES:
+                    p2p += v
+            whole += sum(types.values())
+        elif sum(calls.values()):
+            total = sum(calls.values())
+            p2p += sum(ns for n, ns in calls.items() if collective_type(n) in P2P_TYPES) / total
+            whole += 1.0
+    return round(p2p / whole, 4) if whole else None
 
 
 def host_comm_types(tl: RankTimeline, comm_op_re: str) -> dict[str, float]:

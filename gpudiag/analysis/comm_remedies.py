@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpudiag.analysis import workload
+from gpudiag.analysis.collectives import NARROW_FLOAT
 from gpudiag.analysis.metrics import CommBoundMetrics
 from gpudiag.analysis.model import Finding, Mode
 from gpudiag.analysis.remedy import Context, Remedy
@@ -176,6 +177,45 @@ def _comm_evidence_with_pattern(f: Finding, c: Context) -> dict[str, Any]:
     return {**_comm_evidence(f, c), "pattern": _pattern(f, c)}
 
 
+def _narrow_grads(f: Finding, c: Context) -> tuple[float, str]:
+    """The share of gradient collectives' time in a float type of at most 16 bits.
+
+    Over the flagged ranks (``evidence.comm_dtypes``), with the largest such type.
+    """
+    narrow = whole = 0.0
+    by_type: dict[str, float] = {}
+    for ev in c.evidence(f.ranks):
+        for t in ("allreduce", "reducescatter"):
+            w = (ev.comm_types or {}).get(t, 0.0)
+            whole += w
+            for d, v in (ev.comm_dtypes or {}).get(t, {}).items():
+                if d in NARROW_FLOAT:
+                    narrow += w * v
+                    by_type[d] = by_type.get(d, 0.0) + w * v
+    top = max(by_type, key=lambda k: by_type[k]) if by_type else ""
+    return (narrow / whole if whole else 0.0), top
+
+
+def _already_16bit(f: Finding, c: Context) -> bool:
+    """The gradients already travel in 16 bits: a bf16/fp16 hook would not shrink them."""
+    return _narrow_grads(f, c)[0] >= c.rules.narrow_grad_comm_share
+
+
+def _compression_detail(f: Finding, c: Context) -> str:
+    if not _already_16bit(f, c):
+        return (
+            "model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook) "
+            "(or fp16_compress_hook) halves the bytes of every all-reduce; PowerSGD "
+            "(powerSGD_hook) cuts them far more for large layers at some accuracy cost."
+        )
+    share, dt = _narrow_grads(f, c)
+    return (f"The gradient collectives already carry {dt} ({share:.0%} of their time), so "
+            "bf16/fp16 compression hooks would not shrink them. PowerSGD "
+            "(powerSGD_hook, low-rank) cuts the bytes of large layers further, at some "
+            "accuracy cost; how much it saves depends on the rank chosen, so no gain is "
+            "given.")  # fmt: skip
+
+
 def _tuning_detail(f: Finding, c: Context) -> str:
     if _amd(f, c):
         return ("Compare RCCL's algorithms and protocols for your message sizes (RCCL honours "
@@ -227,14 +267,17 @@ COMM = (
     ),
     Remedy(
         id=_const("grad-compression"),
-        title=_const("Compress gradients: bf16/fp16 hooks or PowerSGD"),
-        detail=_const(
-            "model.register_comm_hook(state=None, hook=default_hooks.bf16_compress_hook) "
-            "(or fp16_compress_hook) halves the bytes of every all-reduce; PowerSGD "
-            "(powerSGD_hook) cuts them far more for large layers at some accuracy cost."
+        title=lambda f, c: (
+            "Compress gradients further: PowerSGD" if _already_16bit(f, c)
+            else "Compress gradients: bf16/fp16 hooks or PowerSGD"
         ),
-        gain=lambda f, c: (_overlap_gain(f, c) or 0) // 2 or None,  # half the bytes
-        evidence=_comm_evidence_with_pattern,
+        detail=_compression_detail,
+        # half the bytes (a 16-bit hook); none when the gradients are 16-bit already
+        gain=lambda f, c: None if _already_16bit(f, c) else (_overlap_gain(f, c) or 0) // 2 or None,
+        evidence=lambda f, c: {
+            **_comm_evidence_with_pattern(f, c),
+            "narrow_grad_comm_share": round(_narrow_grads(f, c)[0], 4),
+        },
         applies=_for("gradients"),
     ),
     Remedy(

@@ -69,12 +69,18 @@ class Limit:
 
 
 def rank_facts(
-    tl: RankTimeline, steps: int, gpu_ops_in_steps: int, step_ns: int, host_ops_in_steps: int = 0
+    tl: RankTimeline,
+    steps: int,
+    gpu_ops_in_steps: int,
+    step_ns: int,
+    host_ops_in_steps: int = 0,
+    step_thread_ops: int = 0,
 ) -> dict[str, Any]:
     """What one rank's trace holds, for :func:`limits` (and the JSON evidence).
 
     ``host_ops_in_steps``: host operators and collective ranges starting in the analysed
-    steps, recorded for a trace without GPU activity (a CPU-only job's evidence).
+    steps, recorded for a trace without GPU activity (a CPU-only job's evidence), and
+    ``step_thread_ops`` the operators among them on the step's own thread.
     """
     meta = tl.meta
     gpu = tl.gpu_lane_mask()[tl.lane] if len(tl) else np.zeros(0, bool)
@@ -97,6 +103,7 @@ def rank_facts(
     if not facts["gpu_ops"]:
         facts["gpu_signs"] = _gpu_signs(tl)
         facts["host_ops_in_steps"] = int(host_ops_in_steps)
+        facts["step_thread_ops_in_steps"] = int(step_thread_ops)
     return facts
 
 

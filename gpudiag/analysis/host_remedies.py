@@ -304,7 +304,22 @@ HOST = (
         ),
         gain=_other,
         evidence=lambda f, c: {"other_ns_per_step": _other(f, c), "ranks": f.ranks},
-        applies=lambda f, c: c.run.mode != Mode.GPU,
+        applies=lambda f, c: c.run.mode != Mode.GPU and _host_cause(f).get("kind") != "unknown",
+    ),
+    Remedy(
+        id=_const("host-unseen"),
+        title=_const("Capture what the step's thread does"),
+        detail=lambda f, c: (
+            f"The trace names no cause: {_host_cause(f).get('text')}, so nothing shows "
+            "where the step's time goes. Profile again with CPU activities on, wrap the "
+            "step's phases (data loading, forward, backward, optimizer step) in "
+            "record_function ranges on the training thread, or sample the process with "
+            "py-spy. No gain is given: the trace does not show what the step's thread does."
+        ),
+        gain=lambda f, c: None,
+        evidence=lambda f, c: {"other_ns_per_step": _other(f, c), "ranks": f.ranks,
+                               "cause": _host_cause(f)},
+        applies=lambda f, c: c.run.mode != Mode.GPU and _host_cause(f).get("kind") == "unknown",
     ),
     COPY_LESS,
 )  # fmt: skip

@@ -31,6 +31,7 @@ import re
 from collections.abc import Callable, Sequence
 
 from gpudiag.analysis import words
+from gpudiag.analysis.collectives import p2p_share
 from gpudiag.analysis.metrics import (
     CommBoundMetrics,
     DataBoundMetrics,
@@ -241,7 +242,8 @@ def _comm_metrics(
     rs: Sequence[RankSummary], f: set[int], per: dict[str, float], limit: float
 ) -> ShareMetrics:
     hidden = {str(r.rank): r.comm_hidden_ratio for r in rs if r.rank in f}
-    return CommBoundMetrics(per, limit, comm_hidden_ratio=hidden)
+    p2p = p2p_share([r.evidence for r in rs if r.rank in f])
+    return CommBoundMetrics(per, limit, comm_hidden_ratio=hidden, p2p_share=p2p)
 
 
 RULES: tuple[ShareRule, ...] = (

@@ -106,11 +106,14 @@ class CommBoundMetrics(ShareMetrics):
     comm_hidden_ratio: dict[str, float | None] = field(default_factory=dict)
     # of the wait, the share spent waiting for a slower rank (matched collectives)
     sync_wait_share: float | None = field(default=None, metadata=OMIT_IF_NONE)
+    # of the ranks' communication time, the share in point-to-point operations (send,
+    # recv, MPI_Sendrecv …); None when the trace does not say
+    p2p_share: float | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)
 class HostMetrics(ShareMetrics):
-    """``host_bound`` on GPU traces: the share, and the named host-side cause (causes.py)."""
+    """``host_bound``: the share, and the host-side cause (causes.py; CPU traces: unknown only)."""
 
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.HOST_BOUND,)
 

@@ -170,6 +170,8 @@ class RankEvidence:
     collective_calls: dict[str, dict[str, float]] | None = None
     # blocking host communication calls (MPI_*, gloo:*) → ns inside the analysed steps
     comm_calls: dict[str, int] | None = None
+    # collective type → element type (bf16, fp32 …) → share of that type's time
+    comm_dtypes: dict[str, dict[str, float]] | None = None
 
     @classmethod
     def of(cls, parts: dict[str, Any]) -> RankEvidence:

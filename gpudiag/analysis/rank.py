@@ -31,6 +31,7 @@ from gpudiag.analysis.classify import (
 from gpudiag.analysis.collectives import (
     Collectives,
     collective_type,
+    comm_dtype_shares,
     comm_type_shares,
     extract,
     host_comm_types,
@@ -197,9 +198,10 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
     colls = extract(tl, parts.mode, win.owner, th.comm_op_re)
     evidence = _evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th)
     evidence |= _comm_calls(tl, win, keep)
+    on_thread = _host_ops_in_steps(tl, win, keep, step_thread=True)
     evidence["coverage"] = rank_facts(tl, len(steps), sum(s.gpu_ops or 0 for s in steps),
                                       sum(s.duration_ns for s in steps),
-                                      _host_ops_in_steps(tl, win, keep))  # fmt: skip
+                                      _host_ops_in_steps(tl, win, keep), on_thread)  # fmt: skip
     evidence |= _workload_and_device(tl)
     if mode == Mode.GPU:
         evidence |= host_evidence(tl, win, keep, sets)
@@ -209,6 +211,9 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
     if colls.type:
         evidence["comm_types"] = comm_type_shares(colls)
         evidence["collective_calls"] = _calls_per_step(colls, int(keep.sum()))
+        dtypes = comm_dtype_shares(colls)
+        if dtypes:
+            evidence["comm_dtypes"] = dtypes
         evidence.update(_recv_wait(tl, colls, sets, win, keep))
         if mode == Mode.GPU:
             host = host_comm_types(tl, th.comm_op_re)
@@ -294,11 +299,18 @@ def _comm_calls(tl: RankTimeline, win: StepWindows, keep: Any) -> dict[str, Any]
     return {"comm_calls": dict(top)} if top else {}
 
 
-def _host_ops_in_steps(tl: RankTimeline, win: StepWindows, keep: Any) -> int:
-    """Host operators and collective ranges (any host thread) starting in the kept steps."""
+def _host_ops_in_steps(
+    tl: RankTimeline, win: StepWindows, keep: Any, step_thread: bool = False
+) -> int:
+    """Host operators and collective ranges (any host thread) starting in the kept steps.
+
+    ``step_thread``: operators alone, on the step's (training) thread only.
+    """
     if not len(tl) or not keep.any():
         return 0
     host = ~tl.gpu_lane_mask()[tl.lane] & np.isin(tl.kind, [Kind.CPU_OP, Kind.COMM])
+    if step_thread:
+        host = (tl.kind == Kind.CPU_OP) & (tl.lane == tl.meta.main_lane)
     s, e = np.sort(win.start[keep]), np.sort(win.end[keep])
     t = tl.start_ns[host]
     k = np.searchsorted(s, t, side="right") - 1

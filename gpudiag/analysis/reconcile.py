@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from gpudiag import nputil
 from gpudiag.analysis import words
-from gpudiag.analysis.causes import host_cause
+from gpudiag.analysis.causes import cpu_host_cause, host_cause
 from gpudiag.analysis.collectives import (
     SyncByStep,
 )
@@ -126,15 +126,25 @@ def with_host_cause(
     findings: list[Finding], ranks: Sequence[RankSummary], steps: Sequence[StepBreakdown],
     th: Thresholds,
 ) -> list[Finding]:  # fmt: skip
-    """Name the host-side cause of each GPU host-bound finding (analysis/causes.py)."""
+    """Name the host-side cause of each host-bound finding (analysis/causes.py).
+
+    GPU traces: the cause the runtime calls, gaps and operators show. CPU traces: none
+    (``unknown``) when the step's thread runs no operator in the analysed steps.
+    """
     gpu = {r.rank for r in ranks if r.mode == Mode.GPU}
+    cpu = {r.rank for r in ranks if r.mode == Mode.CPU}
     out = []
     for f in findings:
-        if f.kind == FindingKind.HOST_BOUND and f.ranks and set(f.ranks) <= gpu:
-            cause = host_cause(ranks, steps, f.ranks, th.advice)
+        if f.kind != FindingKind.HOST_BOUND or not f.ranks:
+            out.append(f)
+            continue
+        cause = (host_cause(ranks, steps, f.ranks, th.advice) if set(f.ranks) <= gpu
+                 else cpu_host_cause(ranks, f.ranks) if set(f.ranks) <= cpu else {})  # fmt: skip
+        if cause:
             msg = f.message
             if cause["text"]:
                 head = msg.split(": host overhead, kernel-launch gaps", 1)[0]
+                head = head.split(": Python/host overhead outside operators", 1)[0]
                 msg = f"{head}: {cause['label']} — {cause['text']}"
             share = f.metrics_as(ShareMetrics)
             metrics = HostMetrics(share.per_rank, share.threshold, cause=cause)

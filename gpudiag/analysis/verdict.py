@@ -137,7 +137,7 @@ def _host_words(cause: Any) -> str:
     does not show says what to capture to see it; without a cause, the generic list.
     """
     if isinstance(cause, dict) and cause.get("kind") == "unknown":
-        return f"{LABEL['unknown']}; {CAPTURE_HINT}"
+        return f"{LABEL['unknown']}; {cause.get('capture') or CAPTURE_HINT}"
     if not isinstance(cause, dict) or cause.get("kind") is None:
         return "host overhead, launch gaps or synchronisation"
     api = f" ({cause['api']})" if cause.get("api") else ""
@@ -238,7 +238,7 @@ def _verdict(
         lose = "loses" if len(f.ranks) == 1 else "lose"
         text = {
             "data": f"data-bound: {who} {verb} for input {words.percent(share)} of each step",
-            "communication": f"communication-bound: {who} {verb} for collectives "
+            "communication": f"communication-bound: {who} {verb} for {_traffic(f)} "
             f"{words.percent(share)} of each step",
             "host": f"host-bound: {who} {lose} {words.percent(share)} of each step to "
             + _host_words(cause),
@@ -247,6 +247,14 @@ def _verdict(
         }[kind]
     return Verdict(headline=text, bottleneck=kind, share=share, ranks=list(f.ranks),
                    basis=basis, finding=index[id(f)])  # fmt: skip
+
+
+def _traffic(f: Finding) -> str:
+    """What a communication-bound rank waits for: mostly point-to-point, some, or none."""
+    p2p = mx(f, "p2p_share")
+    if p2p is None or float(p2p) <= 0:
+        return "collectives"
+    return "point-to-point communication" if float(p2p) > 0.5 else "communication"
 
 
 def _share(f: Finding) -> float:

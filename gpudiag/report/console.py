@@ -16,12 +16,15 @@ from gpudiag.analysis import modes, words
 from gpudiag.analysis.model import Diagnosis, KernelBreakdown, RankSummary, Severity, Verdict
 from gpudiag.analysis.words import duration
 from gpudiag.report.format import (
+    NOT_MEASURED,
     flagged,
     idle_threshold,
     mode_label,
+    split_withheld,
     step_time_scope,
     whole_run_steps,
     window_label,
+    withheld_ranks,
 )
 from gpudiag.report.format import pct as _pct
 
@@ -137,7 +140,6 @@ def render(
 def _summary(con: Console, d: Diagnosis) -> None:
     """The verdict, the run's head line, its step times and shares."""
     r = d.run
-    idle_flag = (None, "idle") in flagged(d)
     v = d.verdict
     if v:
         style = "bold green" if v.bottleneck == "none" else "bold"
@@ -168,6 +170,16 @@ def _summary(con: Console, d: Diagnosis) -> None:
         n, med = whole
         con.print(Text(f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · "
                        f"step time median {duration(med)}"))  # fmt: skip
+    con.print(_shares_line(d))
+
+
+def _shares_line(d: Diagnosis) -> Text:
+    """The run's shares, idle ratios and overlap; not measured when the split is withheld."""
+    r = d.run
+    idle_flag = (None, "idle") in flagged(d)
+    if split_withheld(d):
+        return Text(f"shares: {NOT_MEASURED}: the split of step time is withheld (see the "
+                    "verdict)")  # fmt: skip
     line = Text("shares: ")
     comm = _pct(r.shares.comm_wait) if r.shares.comm_measured else "not measured"
     line.append(f"compute {_pct(r.shares.compute)} · comm-wait {comm} · "
@@ -185,7 +197,7 @@ def _summary(con: Console, d: Diagnosis) -> None:
     if r.gpu_idle_ratio is not None:
         line.append(f" · GPU idle {_pct(r.gpu_idle_ratio)}")
     line.append(f" · comm overlapped by compute {_pct(r.comm_overlapped_ratio)}")
-    con.print(line)
+    return line
 
 
 def _detail_tables(con: Console, d: Diagnosis, show_steps: bool) -> None:
@@ -283,6 +295,7 @@ def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad, gpu_idle: bool = True) -
     for col in cols:
         t.add_column(col, justify="right", no_wrap=True)
     flags = flagged(d)
+    gone = withheld_ranks(d)
     ranks: list[RankSummary] = d.ranks
     shown = (
         ranks if len(ranks) <= max_ranks else sorted(ranks, key=lambda r: -r.idle_ratio)[:max_ranks]
@@ -301,9 +314,15 @@ def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad, gpu_idle: bool = True) -
             _pct(rs.comm_overlapped_ratio), cell(rs.idle_ratio, "idle")]  # fmt: skip
         if gpu_idle:
             row.append(_pct(rs.gpu_idle_ratio) if rs.gpu_idle_ratio is not None else "-")
+        if rs.rank in gone:  # the split is withheld: only the step times were measured
+            row[4:] = ["-"] * (len(row) - 4)
         t.add_row(*row)
-    if len(ranks) > max_ranks:
-        t.caption = f"{len(ranks) - max_ranks} more ranks not shown (the {max_ranks} idlest are)"
+    notes = [f"{len(ranks) - max_ranks} more ranks not shown (the {max_ranks} idlest are)"
+             ] if len(ranks) > max_ranks else []  # fmt: skip
+    if gone & {rs.rank for rs in shown}:
+        notes.append(f"-: {NOT_MEASURED}, the split of step time is withheld")
+    if notes:
+        t.caption = "; ".join(notes)
     return t
 
 
@@ -322,12 +341,18 @@ def _step_table(d: Diagnosis, pad: Pad) -> Table:
         "gpu-idle",
     ):
         t.add_column(col, justify="right", no_wrap=True)
+    gone = withheld_ranks(d)
     for s in d.steps:
         dur = s.duration_ns or 1
+        if s.rank in gone:  # the split is withheld: the step's duration alone was measured
+            t.add_row(str(s.rank), str(s.step), duration(s.duration_ns), *["-"] * 7)
+            continue
         t.add_row(str(s.rank), str(s.step), duration(s.duration_ns), duration(s.compute_ns),
                   duration(s.comm_wait_ns), duration(s.data_wait_ns), duration(s.other_ns),
                   duration(s.comm_overlapped_ns), _pct(1 - s.compute_ns / dur),
                   _pct(s.gpu_idle_ns / dur) if s.gpu_idle_ns is not None else "-")  # fmt: skip
+    if gone:
+        t.caption = f"-: {NOT_MEASURED}, the split of step time is withheld"
     return t
 
 
@@ -370,12 +395,13 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
     sp = d.spread
     if sp:
         parts = []
-        for key, label, fmt in (
-            ("step_time_ns_median", "step", duration),
+        # a withheld split's shares are not measured: only the step times spread
+        shares = () if withheld_ranks(d) else (
             ("compute_ratio", "compute", _pct),
             ("comm_wait_ratio", "comm-wait", _pct),
             ("data_wait_ratio", "data-wait", _pct),
-        ):
+        )  # fmt: skip
+        for key, label, fmt in (("step_time_ns_median", "step", duration), *shares):
             v = sp.get(key)
             if not v:
                 continue
@@ -433,7 +459,8 @@ def _collective_block(con: Console, d: Diagnosis) -> None:
              "waiting and bandwidths are lower bounds")  # fmt: skip
     _print_wrapped(con, Text(""), title, style="bold")
     con.print(_fit(con, lambda pad: _collective_table(d, pad)))
-    per = c.per_rank
+    gone = withheld_ranks(d)  # their waits rest on time the trace did not see
+    per = {r: v for r, v in c.per_rank.items() if int(r) not in gone}
     if per:
         items = list(per.items())
         label = "waiting for the last rank: "

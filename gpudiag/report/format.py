@@ -18,6 +18,32 @@ FLAG_COLUMNS = {
 }
 
 
+# A figure of the split of step time that a limit withholds (a sampled trace, no GPU work …)
+NOT_MEASURED = "not measured"
+
+
+def withheld_ranks(d: Diagnosis) -> frozenset[int]:
+    """The ranks whose split of step time a limit withholds (``limited_evidence``, withhold).
+
+    Their shares, idle ratios, overlap and waits for the last rank rest on time the trace
+    did not see: every renderer shows them as not measured, or leaves them out. The JSON
+    keeps its numbers (its contract); ``verdict.limits`` and the findings say why.
+    """
+    out: set[int] = set()
+    for f in d.findings:
+        if f.kind == FindingKind.LIMITED_EVIDENCE and f.metrics.to_json().get("effect") == (
+            "withhold"
+        ):
+            out.update(f.ranks)
+    return frozenset(out)
+
+
+def split_withheld(d: Diagnosis) -> bool:
+    """Every rank's split is withheld: the run's shares and idle ratios are not measured."""
+    gone = withheld_ranks(d)
+    return bool(gone) and all(r.rank in gone for r in d.ranks)
+
+
 def whole_run_steps(d: Diagnosis) -> tuple[int, int] | None:
     """(steady steps per rank, the ranks' middle median step time) from the telemetry, or None.
 

@@ -20,13 +20,16 @@ from gpudiag.analysis.metrics import LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, Finding, FindingKind, StepBreakdown
 from gpudiag.analysis.words import duration
 from gpudiag.report.format import (
+    NOT_MEASURED,
     flagged,
     idle_threshold,
     mode_label,
     pct,
+    split_withheld,
     step_time_scope,
     whole_run_steps,
     window_label,
+    withheld_ranks,
 )
 
 COLORS = {"compute": "#2e7d32", "comm_wait": "#1565c0", "data_wait": "#ef6c00", "other": "#9e9e9e"}
@@ -250,6 +253,9 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
     p = _head(d) + _rank_section(d)
     p.append(_kernels(d))
     p.append("<h2>Where each step's time goes, per rank</h2>" + _legend())
+    if withheld_ranks(d):
+        p.append(f'<p class="muted">{_e(words.ranks(sorted(withheld_ranks(d))).capitalize())}: '
+                 f"{NOT_MEASURED}, the split of step time is withheld.</p>")  # fmt: skip
     max_ns = max((s.duration_ns for ss in shown.values() for s in ss), default=0)
     for rank, steps in shown.items():
         p.append(f'<div class="chart-title">rank {_e(rank)}</div>')
@@ -274,7 +280,8 @@ def _shown_steps(d: Diagnosis) -> dict[int, list[StepBreakdown]]:
     shown = dict(sorted(by_rank.items())[:MAX_RANKS])
     for k in shown:
         shown[k] = sorted(shown[k], key=lambda s: s.step)[:MAX_STEPS]
-    return shown
+    gone = withheld_ranks(d)  # their split is not measured: nothing to draw
+    return {k: v for k, v in shown.items() if k not in gone}
 
 
 def _head(d: Diagnosis) -> list[str]:
@@ -294,10 +301,15 @@ def _head(d: Diagnosis) -> list[str]:
         + f" · {_e(mode_label(r.mode))} · {_e(window_label(r.mode))}: "
         f"{_e(words.plural(r.steps, 'step'))}, step time median "
         f"<b>{_ms(r.step_time_ns_median)}</b>, p90 {_ms(r.step_time_ns_p90)}"
-        f"{_e(step_time_scope(d))} · non-compute "
-        f'idle <b class="{"bad" if (None, "idle") in flags else ""}">{_pct(r.idle_ratio)}</b>'
-        + (f" (above {thr:.0%})" if thr is not None and (None, "idle") in flags else "")
-        + (f" · GPU idle {_pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else "")
+        f"{_e(step_time_scope(d))} · "
+        + (
+            _e(f"shares and idle {NOT_MEASURED}: the split of step time is withheld")
+            if split_withheld(d)
+            else f'non-compute idle <b class="{"bad" if (None, "idle") in flags else ""}">'
+            f"{_pct(r.idle_ratio)}</b>"
+            + (f" (above {thr:.0%})" if thr is not None and (None, "idle") in flags else "")
+            + (f" · GPU idle {_pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else "")
+        )
         + f" · gpudiag {_e(d.gpudiag_version)}</p>",
         _step_kinds(d),
         _whole_run_line(d),
@@ -306,16 +318,21 @@ def _head(d: Diagnosis) -> list[str]:
 
 def _rank_section(d: Diagnosis) -> list[str]:
     flags = flagged(d)
-    rows = [[_e(x.rank), _e(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90),
-             _pct(x.shares.compute), _pct(x.shares.comm_wait_shown), _pct(x.shares.data_wait),
-             _pct(x.shares.other),
-             f'<span class="{"bad" if (x.rank, "idle") in flags else ""}">'
-             f"{_pct(x.idle_ratio)}</span>",
-             _pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-",
-             _e(", ".join(x.devices) or "-")] for x in d.ranks[:MAX_RANKS]]  # fmt: skip
+    gone = withheld_ranks(d)
+    rows = [[_e(x.rank), _e(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90)]
+            + (["-"] * 6 if x.rank in gone else [
+                _pct(x.shares.compute), _pct(x.shares.comm_wait_shown),
+                _pct(x.shares.data_wait), _pct(x.shares.other),
+                f'<span class="{"bad" if (x.rank, "idle") in flags else ""}">'
+                f"{_pct(x.idle_ratio)}</span>",
+                _pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-"])
+            + [_e(", ".join(x.devices) or "-")] for x in d.ranks[:MAX_RANKS]]  # fmt: skip
     p = ["<h2>Ranks</h2>" + _table(
         ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
          "non-compute idle", "GPU idle", "device"], rows, left=0)]  # fmt: skip
+    if gone:
+        p.append(f'<p class="muted">A dash: {NOT_MEASURED}, the split of step time is '
+                 "withheld.</p>")  # fmt: skip
     if len(d.ranks) > MAX_RANKS:
         p.append(f'<p class="muted">{len(d.ranks) - MAX_RANKS} more ranks not drawn.</p>')
     return p
@@ -352,9 +369,11 @@ def _findings_section(d: Diagnosis) -> list[str]:
 def _tail(d: Diagnosis) -> list[str]:
     """Collectives, inputs and notes, and the Diagnosis itself as JSON."""
     p = []
+    gone = withheld_ranks(d)
     comm = [[_e(x.rank), _e(x.evidence.comm_top or ""),
-             _e(", ".join(map(str, x.evidence.comm_names or []))), _pct(x.shares.comm_wait_shown),
-             _pct(x.comm_overlapped_ratio)]
+             _e(", ".join(map(str, x.evidence.comm_names or [])))]
+            + (["-", "-"] if x.rank in gone else
+               [_pct(x.shares.comm_wait_shown), _pct(x.comm_overlapped_ratio)])
             for x in d.ranks[:MAX_RANKS] if x.evidence.comm_names]  # fmt: skip
     if comm:
         p.append(

@@ -9,7 +9,16 @@ from gpudiag.analysis.diff import DiffRow, RunDiff
 from gpudiag.analysis.gate import GateResult
 from gpudiag.analysis.model import Diagnosis
 from gpudiag.analysis.words import duration
-from gpudiag.report.format import mode_label, pct, step_time_scope, whole_run_steps, window_label
+from gpudiag.report.format import (
+    NOT_MEASURED,
+    mode_label,
+    pct,
+    split_withheld,
+    step_time_scope,
+    whole_run_steps,
+    window_label,
+    withheld_ranks,
+)
 
 _ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
@@ -80,27 +89,24 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     v = d.verdict
     if v:
         out.write(f"**{cell(v.headline)}** (from the {v.basis})\n\n")
-    label = window_label(r.mode).capitalize()
-    comm = pct(r.shares.comm_wait) if r.shares.comm_measured else "not measured"
-    out.write(f"{label}: {words.plural(r.steps, 'step')}, step time median "
-              f"**{duration(r.step_time_ns_median)}**, p90 "
-              f"{duration(r.step_time_ns_p90)}{step_time_scope(d)} · compute "
-              f"{pct(r.shares.compute)} · comm-wait "
-              f"{comm} · data-wait {pct(r.shares.data_wait)} · other "
-              f"{pct(r.shares.other)} · non-compute idle **{pct(r.idle_ratio)}**"
-              + (f" · GPU idle {pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else "")
-              + "\n\n")  # fmt: skip
+    out.write(f"{window_label(r.mode).capitalize()}: {words.plural(r.steps, 'step')}, step "
+              f"time median **{duration(r.step_time_ns_median)}**, p90 "
+              f"{duration(r.step_time_ns_p90)}{step_time_scope(d)} · {_shares(d)}\n\n")  # fmt: skip
     kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
     if kinds:  # a median that describes neither kind of step: say both
         out.write(f"{cell(kinds.capitalize())}\n\n")
+    gone = withheld_ranks(d)
     rows = [[str(x.rank), str(x.steps), duration(x.step_time_ns_median),
-             duration(x.step_time_ns_p90),
-             pct(x.shares.compute), pct(x.shares.comm_wait_shown), pct(x.shares.data_wait),
-             pct(x.shares.other), pct(x.idle_ratio),
-             pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-"]
+             duration(x.step_time_ns_p90)]
+            + (["-"] * 6 if x.rank in gone else [
+                pct(x.shares.compute), pct(x.shares.comm_wait_shown), pct(x.shares.data_wait),
+                pct(x.shares.other), pct(x.idle_ratio),
+                pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-"])
             for x in d.ranks]  # fmt: skip
     _table(out, ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
                  "non-compute idle", "GPU idle"], rows, "rrrrrrrrrr")  # fmt: skip
+    if gone:
+        out.write(f"\n_A dash: {NOT_MEASURED}, the split of step time is withheld._\n")
     whole = whole_run_steps(d)
     if whole is not None:
         n, med = words.plural(whole[0], "steady step"), whole[1]
@@ -121,6 +127,18 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         for rec in d.recommendations[:MAX_ROWS]:
             out.write(f"- **{cell(rec.title)}**: {cell(rec.detail)}\n")
     out.write("\n")
+
+
+def _shares(d: Diagnosis) -> str:
+    """The run's shares and idle ratios; not measured when the split is withheld."""
+    r = d.run
+    if split_withheld(d):
+        return f"shares {NOT_MEASURED}: the split of step time is withheld"
+    comm = pct(r.shares.comm_wait) if r.shares.comm_measured else NOT_MEASURED
+    gpu = f" · GPU idle {pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else ""
+    return (f"compute {pct(r.shares.compute)} · comm-wait {comm} · data-wait "
+            f"{pct(r.shares.data_wait)} · other {pct(r.shares.other)} · non-compute idle "
+            f"**{pct(r.idle_ratio)}**{gpu}")  # fmt: skip
 
 
 def render_gate(res: GateResult, out: TextIO) -> None:

@@ -254,3 +254,4 @@ class RawColumns:
     nbytes: I64
     coll_id: I64 | None = None
     coll_name: npt.NDArray[np.int64] | None = None
+    coll_dtype: npt.NDArray[np.int64] | None = None

@@ -173,5 +173,5 @@ def build_rank(
         rank, start_ns=cols.start_ns, end_ns=cols.end_ns, kind=kind, lane=cols.lane,
         name=cols.name, lanes=cols.lanes, names=cols.names, step=step_col,
         launch_ns=cols.launch_ns, nbytes=cols.nbytes, coll_id=cols.coll_id,
-        coll_name=cols.coll_name, meta=meta, steps=steps,
+        coll_name=cols.coll_name, coll_dtype=cols.coll_dtype, meta=meta, steps=steps,
     )  # fmt: skip

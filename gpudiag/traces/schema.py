@@ -23,6 +23,8 @@ coll_id       int64     collectives: an id equal on every rank for the same coll
                         (``Comms Id``, or group + ``Seq``), else -1
 coll_name     int32     collectives: index into ``names`` of the collective's type as the
                         trace names it (``allreduce``, ``send`` …), else -1
+coll_dtype    int32     collectives: index into ``names`` of the element type the trace
+                        gives them (Kineto's ``dtype``: ``BFloat16``, ``Float`` …), else -1
 ============  ========  ===============================================================
 """
 
@@ -171,6 +173,7 @@ class RankTimeline:
     meta: RankMeta = field(default_factory=RankMeta)
     coll_id: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
     coll_name: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
+    coll_dtype: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
     steps: HostSteps = field(default_factory=no_steps)
 
     def __post_init__(self) -> None:
@@ -179,6 +182,8 @@ class RankTimeline:
             self.coll_id = np.full(n, -1, np.int64)
         if self.coll_name.shape[0] != n:
             self.coll_name = np.full(n, -1, np.int32)
+        if self.coll_dtype.shape[0] != n:
+            self.coll_dtype = np.full(n, -1, np.int32)
 
     def __len__(self) -> int:
         return int(self.start_ns.shape[0])
@@ -197,6 +202,7 @@ class RankTimeline:
             "nbytes": (self.nbytes, np.int64),
             "coll_id": (self.coll_id, np.int64),
             "coll_name": (self.coll_name, np.int32),
+            "coll_dtype": (self.coll_dtype, np.int32),
         }
         for col, (arr, dt) in cols.items():
             if arr.dtype != dt or arr.shape != (n,):
@@ -231,6 +237,7 @@ class RankTimeline:
             meta=self.meta,
             coll_id=self.coll_id[mask],
             coll_name=self.coll_name[mask],
+            coll_dtype=self.coll_dtype[mask],
             steps=self.steps,
         )
 
@@ -274,6 +281,7 @@ class RankTimeline:
         nbytes: Any = None,
         coll_id: Any = None,
         coll_name: Any = None,
+        coll_dtype: Any = None,
         meta: RankMeta | None = None,
         steps: HostSteps | None = None,
     ) -> RankTimeline:
@@ -299,6 +307,7 @@ class RankTimeline:
             meta=meta or RankMeta(),
             coll_id=col(coll_id, np.int64, -1),
             coll_name=col(coll_name, np.int32, -1),
+            coll_dtype=col(coll_dtype, np.int32, -1),
             steps=steps or no_steps(),
         ).validate()
 

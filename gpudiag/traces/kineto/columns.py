@@ -118,6 +118,7 @@ class EventColumns(NamedTuple):
     is_gpu: Mask  # a GPU category (kernel, memcpy, memset)
     coll_id: I64  # an id equal on every rank for one collective, -1 when none
     coll_name: I32  # id in Columns.names of args."Collective name", -1 when none
+    coll_dtype: I32  # id in Columns.names of a collective's args."dtype", -1 when none
 
     def where(self, ok: Mask) -> EventColumns:
         """The events where ``ok``."""
@@ -138,6 +139,7 @@ class EventColumns(NamedTuple):
             is_gpu=np.empty(n, np.bool_),
             coll_id=np.empty(n, np.int64),
             coll_name=np.empty(n, np.int32),
+            coll_dtype=np.empty(n, np.int32),
         )
 
 
@@ -153,6 +155,7 @@ class TimedColumns(NamedTuple):
     is_gpu: Mask
     coll_id: I64
     coll_name: I32
+    coll_dtype: I32
     launch_ns: I64  # start of the runtime call that launched GPU work, -1 otherwise
 
     def take(self, idx: Any) -> TimedColumns:
@@ -282,7 +285,7 @@ class Columns:
         # kinds refined by name (here, per slice: copies and collectives need their args)
         kind = refine_kinds(kind.astype(np.int64), self.name_flags[name]).astype(np.int8)
         args = list(map(_GET_ARGS, events))
-        nbytes, coll_id, coll_name = self._sizes(args, kind)
+        nbytes, coll_id, coll_name, coll_dtype = self._sizes(args, kind)
         _host_collective_sizes(events, args, kind, is_gpu, nbytes)
         self._host_ids(args, kind, is_gpu)
         corr = np.fromiter(map(_GET_CORR, args), np.int64, len(args))
@@ -298,6 +301,7 @@ class Columns:
                 is_gpu=is_gpu,
                 coll_id=coll_id,
                 coll_name=coll_name,
+                coll_dtype=coll_dtype,
             )
         )
 
@@ -334,8 +338,8 @@ class Columns:
                 if a.pid_raw not in (-1, ""):
                     self.lane_pid_raw[k] = str(a.pid_raw)
 
-    def _sizes(self, args: list[Args], kind: I8) -> tuple[I64, I64, I32]:
-        """``nbytes``, ``coll_id`` and ``coll_name`` (-1: none) of a slice's events.
+    def _sizes(self, args: list[Args], kind: I8) -> tuple[I64, I64, I32, I32]:
+        """``nbytes``, ``coll_id``, ``coll_name`` and ``coll_dtype`` (-1: none) of a slice.
 
         Only copies and collectives have them: hundreds of events, not the event count.
         """
@@ -343,6 +347,7 @@ class Columns:
         nbytes = np.full(n, -1, dtype=np.int64)
         coll_id = np.full(n, -1, dtype=np.int64)
         coll_name = np.full(n, -1, dtype=np.int32)
+        coll_dtype = np.full(n, -1, dtype=np.int32)
         sized = (kind == Kind.MEMCPY) | (kind == Kind.MEMSET) | (kind == Kind.COMM)
         for i in np.flatnonzero(sized).tolist():
             a = args[i]
@@ -350,7 +355,9 @@ class Columns:
             if a.coll_name:
                 coll_name[i] = self.names[a.coll_name]
                 coll_id[i] = _coll_key(a)
-        return nbytes, coll_id, coll_name
+                if a.dtype:
+                    coll_dtype[i] = self.names[a.dtype]
+        return nbytes, coll_id, coll_name, coll_dtype
 
     def _host_ids(self, args: list[Args], kind: I8, is_gpu: Mask) -> None:
         """Keep the External ids of host operators: holes in them mean a sampled trace."""

@@ -102,6 +102,7 @@ def _in_ns(ev: EventColumns, base: int) -> TimedColumns:
         is_gpu=ev.is_gpu,
         coll_id=ev.coll_id,
         coll_name=ev.coll_name,
+        coll_dtype=ev.coll_dtype,
         launch_ns=_launch_times(ev.kind, ev.is_gpu, ev.corr, start),
     )
 
