@@ -86,12 +86,8 @@ def mx(f: Finding, key: str, default: Any = None) -> Any:
 
 
 def fmt_ns(ns: float) -> str:
-    """A duration as a person writes it: 1.06 s, 35.1 ms, 14 µs."""
-    if ns >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if ns >= 1e6:
-        return f"{ns / 1e6:.1f} ms"
-    return f"{ns / 1e3:.0f} µs"
+    """A time quoted in a cause's evidence: 1.06 s, 35.1 ms, 14 µs (``words.duration``)."""
+    return words.duration(ns, "evidence")
 
 
 @dataclass(frozen=True)

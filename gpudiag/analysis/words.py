@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
-DurationStyle = Literal["table", "message", "brief", "ms", "human"]
+DurationStyle = Literal["table", "message", "brief", "ms", "human", "evidence"]
 
 
 def duration(ns: float | None, style: DurationStyle = "table", digits: int = 1) -> str:
-    """A duration in nanoseconds as text (``n/a`` when unknown), in one of four roundings.
+    """A duration in nanoseconds as text (``n/a`` when unknown), in one of six roundings.
 
     The roundings are those the outputs have always had (golden files lock them), so
     changing one is a visible output change:
@@ -24,7 +24,9 @@ def duration(ns: float | None, style: DurationStyle = "table", digits: int = 1) 
     - ``brief``: ``1.2 s`` from 1 s, ``123 ms`` from 10 ms, else ``1.2 ms`` (stragglers);
     - ``ms``: always milliseconds with ``digits`` decimals (amounts compared in one unit);
     - ``human``: as ``ms`` below 1 s, seconds with two decimals from 1 s up — a person
-      reads ``3.60 s``, not ``3604.0 ms`` (issue 24; finding messages).
+      reads ``3.60 s``, not ``3604.0 ms`` (issue 24; finding messages);
+    - ``evidence``: ``1.06 s``, ``35.1 ms``, ``14 µs`` — the times quoted in a cause's
+      evidence line (host causes, slow steps, copy remedies).
     """
     if ns is None:
         return "n/a"
@@ -32,6 +34,10 @@ def duration(ns: float | None, style: DurationStyle = "table", digits: int = 1) 
         return f"{ns / 1e6:.{digits}f} ms"
     if style == "human":
         return f"{ns / 1e9:.2f} s"
+    if style == "evidence":
+        if ns >= 1e9:
+            return f"{ns / 1e9:.2f} s"
+        return f"{ns / 1e6:.1f} ms" if ns >= 1e6 else f"{ns / 1e3:.0f} µs"
     if style == "message":
         return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.1f} ms"
     if style == "brief":
