@@ -136,6 +136,10 @@ class AdviceRules:
     amp_on_share: float = 0.3  # half-precision kernels this share of compute: AMP already on
     exposed_copy_share: float = 0.1  # copies with nothing computing this share of a step
     copy_over_compute: float = 2.0  # copies alone ≥ this × compute a step: move less data
+    pageable_copy_share: float = 0.5  # pageable copies this share of copy time: "pageable"
+    # a blocking sync/copy call with the GPU still running work this share of its time acts
+    # as a synchronisation: no gain from it, told as a device-to-host read
+    gpu_busy_share: float = 0.5
     many_allreduce_calls: int = 100  # all-reduces a step from which … (DDP: larger buckets)
     small_allreduce_bytes: int = 1 << 20  # … of a median size below this: raise bucket_cap_mb
     # gradient collectives' time in a float type of ≤ 16 bits from this share: no 16-bit hook

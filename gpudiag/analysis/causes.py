@@ -156,7 +156,8 @@ def _copies_cause(sc: _Scope) -> dict[str, Any]:
         return {}
     pageable = sum(int(ev(r, "pageable_copy_ns") or 0) for r in sc.mine)
     gpu_copy = sum(int(ev(r, "copy_ns") or 0) for r in sc.mine)
-    mem = "pageable" if gpu_copy and pageable >= 0.5 * gpu_copy else "pinned or device"
+    pageable_mem = gpu_copy and pageable >= sc.rules.pageable_copy_share * gpu_copy
+    mem = "pageable" if pageable_mem else "pinned or device"
     text = (f"GPU copies with nothing computing: {fmt_ns(copies / sc.n_steps)} a step "
             f"({words.percent(copies / sc.total)} of step time, {_steps_text(sc.numbers)}; "
             f"{mem} memory)")  # fmt: skip
@@ -366,7 +367,8 @@ def exposed_copies(
                     if e.family == "memcpy"})  # fmt: skip
     pageable = sum(int(ev(r, "pageable_copy_ns") or 0) for r in mine)
     gpu_copy = sum(int(ev(r, "copy_ns") or 0) for r in mine)
-    mem = "pageable" if gpu_copy and pageable >= 0.5 * gpu_copy else "pinned or device"
+    pageable_mem = gpu_copy and pageable >= th.advice.pageable_copy_share * gpu_copy
+    mem = "pageable" if pageable_mem else "pinned or device"
     what = f" ({', '.join(names[:2])}; {mem} memory)" if names else f" ({mem} memory)"
     return [Finding(
         kind=FindingKind.EXPOSED_COPIES,

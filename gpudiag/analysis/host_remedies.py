@@ -77,8 +77,7 @@ def _cause_gain(f: Finding, c: Context) -> int | None:
     while the calls blocked (a wait for its own work is not time it idles).
     """
     own = int(_host_cause(f).get("ns_per_step") or 0)
-    waits = _host_cause(f).get("waits_for") or {}
-    if float(waits.get("compute", 0.0)) + float(waits.get("communication", 0.0)) >= 0.5:
+    if _gpu_busy_share(f) >= c.rules.gpu_busy_share:
         return None  # the GPU was busy meanwhile: the wait is not the GPU's idle time
     if f.kind == FindingKind.STEP_VARIABILITY:
         n = max(len({s.step for s in c.steps}), 1)
@@ -158,7 +157,7 @@ def _copy_detail(f: Finding, c: Context) -> str:
                        "the grid) and only every N iterations.")  # fmt: skip
     waits = cause.get("waits_for") or {}
     busy = float(waits.get("compute", 0.0)) + float(waits.get("communication", 0.0))
-    if busy >= 0.5:
+    if busy >= c.rules.gpu_busy_share:
         return head + (
             f"While the call blocks, the GPU is still running earlier work ({busy:.0%} of the "
             "time): the copy waits for it, so it acts as a synchronisation — a device-to-host "
@@ -181,7 +180,7 @@ def _gpu_busy_share(f: Finding) -> float:
 
 def _copy_title(f: Finding, c: Context) -> str:
     api = _host_cause(f).get("api")
-    if _gpu_busy_share(f) >= 0.5:
+    if _gpu_busy_share(f) >= c.rules.gpu_busy_share:
         return f"Move device-to-host reads out of the step ({api} waits for the GPU)"
     return f"Make host-device copies asynchronous ({api} blocks)"
 
