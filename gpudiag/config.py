@@ -147,6 +147,21 @@ class AdviceRules:
 
 
 @dataclass(frozen=True)
+class VerdictRules:
+    """Which finding the verdict leads with, and its words (analysis/verdict.py)."""
+
+    # no steady bottleneck: slow steps lead the verdict when they hold this share of the time
+    uneven_excess_share: float = 0.5
+    # other ranks' communication/host time is the straggler's doing (the verdict names the
+    # straggler) when more than this share of their sync waits is for it …
+    straggler_wait_share: float = 0.5
+    # … or the straggler's caused waiting is at least this share of their lost time
+    straggler_caused_share: float = 0.5
+    # communication-bound words: "point-to-point communication" above this share of p2p
+    p2p_share: float = 0.5
+
+
+@dataclass(frozen=True)
 class VariabilityRules:
     """When step times vary enough to say so (analysis/variability.py)."""
 
@@ -226,6 +241,7 @@ _GROUPS: dict[str, type] = {
     "pipeline": PipelineRules,
     "advice": AdviceRules,
     "variability": VariabilityRules,
+    "verdict": VerdictRules,
     "diff": DiffRules,
     "live": LiveRules,
     "hang": HangRules,
@@ -256,6 +272,7 @@ class Thresholds:
     pipeline: PipelineRules = field(default_factory=PipelineRules)
     advice: AdviceRules = field(default_factory=AdviceRules)
     variability: VariabilityRules = field(default_factory=VariabilityRules)
+    verdict: VerdictRules = field(default_factory=VerdictRules)
     diff: DiffRules = field(default_factory=DiffRules)
     live: LiveRules = field(default_factory=LiveRules)
     hang: HangRules = field(default_factory=HangRules)

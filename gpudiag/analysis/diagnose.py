@@ -323,6 +323,6 @@ def _build(
         notes=list(notes),
         gpudiag_version=__version__,
         whole_run=whole_run,
-        verdict=verdict(run, findings, lims),
+        verdict=verdict(run, findings, lims, th.verdict),
         kernels=kernels,
     )

@@ -258,7 +258,7 @@ def evidence_only(
         thresholds=th.as_dict(),
         notes=[*notes, why],
         gpudiag_version=__version__,
-        verdict=verdict(summary, findings),
+        verdict=verdict(summary, findings, rules=th.verdict),
     )
 
 

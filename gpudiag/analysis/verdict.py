@@ -32,6 +32,7 @@ from gpudiag.analysis.model import (
     Severity,
     Verdict,
 )
+from gpudiag.config import VerdictRules
 
 BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "copy", "variability",
                "none", "unknown", "hang", "mismatch", "failure", "interrupted")  # fmt: skip
@@ -71,12 +72,17 @@ def _ended(findings: Sequence[Finding]) -> Verdict | None:
     return None
 
 
-def verdict(run: RunSummary, findings: Sequence[Finding], lims: Sequence[Limit] = ()) -> Verdict:
+def verdict(
+    run: RunSummary,
+    findings: Sequence[Finding],
+    lims: Sequence[Limit] = (),
+    rules: VerdictRules = VerdictRules(),  # noqa: B008 (frozen)
+) -> Verdict:
     """The headline, bottleneck, share, ranks and basis (docs/definitions.md, "Verdict")."""
     ended = _ended(findings)
     if ended is not None and (ended.bottleneck != "interrupted" or not run.steps):
         return ended
-    v = _bottleneck(run, findings, lims)
+    v = _bottleneck(run, findings, lims, rules)
     return v if ended is None else _until_interrupted(ended, v, findings)
 
 
@@ -95,18 +101,20 @@ def _until_interrupted(ended: Verdict, v: Verdict, findings: Sequence[Finding]) 
     )
 
 
-def _bottleneck(run: RunSummary, findings: Sequence[Finding], lims: Sequence[Limit]) -> Verdict:
+def _bottleneck(
+    run: RunSummary, findings: Sequence[Finding], lims: Sequence[Limit], rules: VerdictRules
+) -> Verdict:
     """The verdict of a run that did not end badly (or of the steps an interrupted one ran)."""
     # a pipeline whose bubble is within the threshold is no bottleneck; the line says it
     within = [f for f in findings if _within_schedule(f)]
     named = [f for f in findings if f.kind in _KIND and not _within_schedule(f)]
     index = {id(f): i for i, f in enumerate(findings)}
     if run.mode == Mode.TELEMETRY:  # no trace: every number is the step telemetry's
-        return _telemetry_basis(_verdict(run, named, index))
+        return _telemetry_basis(_verdict(run, named, index, rules))
     uneven = [f for f in findings if f.kind == FindingKind.STEP_VARIABILITY
               and f.severity != Severity.INFO and mx(f, "pattern") != "jitter"
-              and float(mx(f, "excess_share", 0.0)) >= 0.5]  # fmt: skip
-    return _limited(_verdict(run, named, index, uneven, within[:1]), run, lims)
+              and float(mx(f, "excess_share", 0.0)) >= rules.uneven_excess_share]  # fmt: skip
+    return _limited(_verdict(run, named, index, rules, uneven, within[:1]), run, lims)
 
 
 def _within_schedule(f: Finding) -> bool:
@@ -149,14 +157,16 @@ def _host_words(cause: Any) -> str:
     return f"{whole} (of which {cause['label']}{api} {words.percent(float(own))})"
 
 
-def _root_cause(run: RunSummary, f: Finding, named: Sequence[Finding]) -> Finding:
+def _root_cause(
+    run: RunSummary, f: Finding, named: Sequence[Finding], rules: VerdictRules
+) -> Finding:
     """The straggler, when the chosen finding's ranks wait for it rather than work.
 
     A communication- or host-bound finding on other ranks whose waits are mostly for the
-    last rank — ``sync_wait_share`` above one half, host time spent synchronising on a
-    collective, or the straggler's own ``wait_caused_ns`` at least half of their lost
-    time (share × median step × steps × ranks) — is the straggler's doing: the verdict
-    names the straggler.
+    last rank — ``sync_wait_share`` above ``verdict.straggler_wait_share`` (one half), host
+    time spent synchronising on a collective, or the straggler's own ``wait_caused_ns`` at
+    least ``verdict.straggler_caused_share`` (half) of their lost time (share × median
+    step × steps × ranks) — is the straggler's doing: the verdict names the straggler.
     """
     if f.kind not in (FindingKind.COMM_BOUND, FindingKind.HOST_BOUND):
         return f
@@ -166,13 +176,15 @@ def _root_cause(run: RunSummary, f: Finding, named: Sequence[Finding]) -> Findin
         return f
     cause = mx(f, "cause") if isinstance(mx(f, "cause"), dict) else {}
     waits = (cause or {}).get("waits_for") or {}
-    waiting = float(mx(f, "sync_wait_share") or 0.0) > 0.5 or (
-        (cause or {}).get("kind") == "sync" and float(waits.get("communication", 0.0)) >= 0.5
+    share = rules.straggler_wait_share
+    waiting = float(mx(f, "sync_wait_share") or 0.0) > share or (
+        (cause or {}).get("kind") == "sync" and float(waits.get("communication", 0.0)) >= share
     )
     top = min(late, key=lambda s: (Severity(s.severity).order, -float(s.wait_caused_ns or 0)))
     # or the straggler's caused waiting is at least half of these ranks' lost time
     lost = f.metrics.mean_share() * run.step_time_ns_median * run.steps * len(f.ranks)
-    if not waiting and not (lost > 0 and float(top.wait_caused_ns or 0) >= 0.5 * lost):
+    caused = float(top.wait_caused_ns or 0)
+    if not waiting and not (lost > 0 and caused >= rules.straggler_caused_share * lost):
         return f
     return top
 
@@ -205,6 +217,7 @@ def _verdict(
     run: RunSummary,
     named: Sequence[Finding],
     index: dict[int, int],
+    rules: VerdictRules,
     uneven: Sequence[Finding] = (),
     within: Sequence[Finding] = (),
 ) -> Verdict:
@@ -217,7 +230,7 @@ def _verdict(
     if not named:
         return _no_bottleneck(run, within, index)
     f = min(named, key=lambda f: (Severity(f.severity).order, -_share(f)))
-    f = _root_cause(run, f, named)
+    f = _root_cause(run, f, named, rules)
     kind = _KIND[f.kind]
     cause = mx(f, "cause") if f.kind == FindingKind.HOST_BOUND else None
     if isinstance(cause, dict) and cause.get("kind") == "copies":
@@ -238,7 +251,7 @@ def _verdict(
         lose = "loses" if len(f.ranks) == 1 else "lose"
         text = {
             "data": f"data-bound: {who} {verb} for input {words.percent(share)} of each step",
-            "communication": f"communication-bound: {who} {verb} for {_traffic(f)} "
+            "communication": f"communication-bound: {who} {verb} for {_traffic(f, rules)} "
             f"{words.percent(share)} of each step",
             "host": f"host-bound: {who} {lose} {words.percent(share)} of each step to "
             + _host_words(cause),
@@ -249,12 +262,12 @@ def _verdict(
                    basis=basis, finding=index[id(f)])  # fmt: skip
 
 
-def _traffic(f: Finding) -> str:
+def _traffic(f: Finding, rules: VerdictRules) -> str:
     """What a communication-bound rank waits for: mostly point-to-point, some, or none."""
     p2p = mx(f, "p2p_share")
     if p2p is None or float(p2p) <= 0:
         return "collectives"
-    return "point-to-point communication" if float(p2p) > 0.5 else "communication"
+    return "point-to-point communication" if float(p2p) > rules.p2p_share else "communication"
 
 
 def _share(f: Finding) -> float:
