@@ -85,6 +85,17 @@ def mx(f: Finding, key: str, default: Any = None) -> Any:
     return m.get(key, default) if isinstance(m, Mapping) else getattr(m, key, default)
 
 
+def cause_of(f: Finding) -> dict[str, Any]:
+    """The host cause named on a finding (:func:`host_cause`), ``{}`` when none."""
+    cause = mx(f, "cause")
+    return cause if isinstance(cause, dict) else {}
+
+
+def gpu_busy_share(waits: Mapping[str, float]) -> float:
+    """Of a blocking call's time (``waits_for``), the share with the GPU running work."""
+    return float(waits.get("compute", 0.0)) + float(waits.get("communication", 0.0))
+
+
 def fmt_ns(ns: float) -> str:
     """A time quoted in a cause's evidence: 1.06 s, 35.1 ms, 14 µs (``words.duration``)."""
     return words.duration(ns, "evidence")
@@ -154,10 +165,7 @@ def _copies_cause(sc: _Scope) -> dict[str, Any]:
     copies = sum(_series(r, ev(r, "copies_alone") or {}, sc.kept)[0] for r in sc.mine)
     if copies < sc.rules.launch_bound_share * sc.other:
         return {}
-    pageable = sum(int(ev(r, "pageable_copy_ns") or 0) for r in sc.mine)
-    gpu_copy = sum(int(ev(r, "copy_ns") or 0) for r in sc.mine)
-    pageable_mem = gpu_copy and pageable >= sc.rules.pageable_copy_share * gpu_copy
-    mem = "pageable" if pageable_mem else "pinned or device"
+    mem = _memory(sc.mine, sc.rules)
     text = (f"GPU copies with nothing computing: {fmt_ns(copies / sc.n_steps)} a step "
             f"({words.percent(copies / sc.total)} of step time, {_steps_text(sc.numbers)}; "
             f"{mem} memory)")  # fmt: skip
@@ -284,6 +292,15 @@ def _own(sc: _Scope, ns: float) -> dict[str, Any]:
     return {"ns_per_step": ns // sc.n_steps, "step_share": ns / sc.total if sc.total else 0.0}
 
 
+def _memory(ranks: Sequence[RankSummary], rules: AdviceRules) -> str:
+    """``pageable`` when pageable copies hold ``pageable_copy_share`` of the GPU copy time."""
+    pageable = sum(int(ev(r, "pageable_copy_ns") or 0) for r in ranks)
+    gpu_copy = sum(int(ev(r, "copy_ns") or 0) for r in ranks)
+    if gpu_copy and pageable >= rules.pageable_copy_share * gpu_copy:
+        return "pageable"
+    return "pinned or device"
+
+
 def _done(kind: str, text: str) -> dict[str, Any]:
     return {"kind": kind, "label": LABEL[kind], "text": text}
 
@@ -365,10 +382,7 @@ def exposed_copies(
     mine = [r for r in ranks if r.rank in per]
     names = sorted({str(e.name) for r in mine for e in getattr(ev(r, "kernels"), "top", [])
                     if e.family == "memcpy"})  # fmt: skip
-    pageable = sum(int(ev(r, "pageable_copy_ns") or 0) for r in mine)
-    gpu_copy = sum(int(ev(r, "copy_ns") or 0) for r in mine)
-    pageable_mem = gpu_copy and pageable >= th.advice.pageable_copy_share * gpu_copy
-    mem = "pageable" if pageable_mem else "pinned or device"
+    mem = _memory(mine, th.advice)
     what = f" ({', '.join(names[:2])}; {mem} memory)" if names else f" ({mem} memory)"
     return [Finding(
         kind=FindingKind.EXPOSED_COPIES,

@@ -165,10 +165,11 @@ def extract(tl: RankTimeline, mode: str, step_of: I32, comm_op_re: str) -> Colle
     types = [collective_type(tl.names[int(i)]) for i in label.tolist()]
     keep = [j for j, t in enumerate(types) if t not in ("barrier", "wait")]
     idx = idx[keep]
-    dtypes = [
-        collective_dtype(tl.names[d] if d >= 0 else "", tl.names[n])
-        for d, n in zip(tl.coll_dtype[idx].tolist(), tl.name[idx].tolist(), strict=True)
-    ]
+    # once per distinct (dtype argument, name) pair, not per collective
+    pairs = list(zip(tl.coll_dtype[idx].tolist(), tl.name[idx].tolist(), strict=True))
+    known = {p: collective_dtype(tl.names[p[0]] if p[0] >= 0 else "", tl.names[p[1]])
+             for p in set(pairs)}  # fmt: skip
+    dtypes = [known[p] for p in pairs]
     devs = tl.meta.devices
     return Collectives(
         rank=tl.rank,

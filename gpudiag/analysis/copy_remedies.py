@@ -19,20 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpudiag.analysis import workload
-from gpudiag.analysis.causes import ev, fmt_ns, mx
+from gpudiag.analysis.causes import cause_of as _cause
+from gpudiag.analysis.causes import ev, fmt_ns
 from gpudiag.analysis.model import Finding, FindingKind, Mode
 from gpudiag.analysis.remedy import Context, Remedy, const
-
-
-def _cause(f: Finding) -> dict[str, Any]:
-    cause = mx(f, "cause")
-    return cause if isinstance(cause, dict) else {}
-
-
-def _native(c: Context) -> bool:
-    read = any(ev(r, "workload") is not None for r in c.ranks.values())
-    return read and workload.native_program(c.workload())
+from gpudiag.analysis.remedy import native as _native
 
 
 def copies_ns(f: Finding, c: Context) -> int:

@@ -6,32 +6,21 @@ nothing: each eager operator costs CPU time in dispatch, autograd bookkeeping an
 launches however small its kernels are. What fits is fewer operators (torch.compile),
 replaying the step without the host (CUDA graphs) and more work per operator (larger
 batches) — not "move logging out of the loop", which is for time *between* operators.
-The gain and evidence are advice.py's (``_cause_gain``, ``_host_evidence``).
+Its row (with the host remedies' gain and evidence) is in analysis/host_remedies.py.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from gpudiag.analysis import workload
-from gpudiag.analysis.causes import mx
-from gpudiag.analysis.model import Finding, Mode
-from gpudiag.analysis.remedy import Context, Remedy
-from gpudiag.analysis.remedy import const as _const
-
-
-def _cause(f: Finding) -> dict[str, Any]:
-    cause = mx(f, "cause")
-    return cause if isinstance(cause, dict) else {}
-
-
-def _compiled(c: Context) -> bool:
-    return "compiled" in c.workload()
+from gpudiag.analysis.causes import cause_of as _cause
+from gpudiag.analysis.model import Finding
+from gpudiag.analysis.remedy import Context
+from gpudiag.analysis.remedy import compiled as _compiled
+from gpudiag.analysis.remedy import native as _native
 
 
 def title(f: Finding, c: Context) -> str:
     """What to do, minus what the trace shows already done (graphs, torch.compile)."""
-    if workload.native_program(c.workload()):
+    if _native(c):
         return "Cut host work between kernels: fewer, larger kernels, CUDA graphs"
     graphs = bool(_cause(f).get("graphs_launched"))
     compiled = _compiled(c)
@@ -48,7 +37,7 @@ def detail(f: Finding, c: Context) -> str:
     """Why the host is the limit, and the remedies in the order they usually pay."""
     head = (f"The host is busy executing operators one by one while the GPU waits — "
             f"{_cause(f).get('text') or 'CPU time inside operators'}. ")  # fmt: skip
-    if workload.native_program(c.workload()):
+    if _native(c):
         return head + (
             "Give each kernel more work, fuse small kernels, and capture the "
             "iteration in a CUDA graph (cudaStreamBeginCapture / cudaGraphLaunch)."
@@ -68,13 +57,3 @@ def detail(f: Finding, c: Context) -> str:
         "batch size per step so each operator does more work. torch.profiler's operator "
         "self CPU times show which operators cost the most."
     )
-
-
-EAGER = Remedy(
-    id=_const("eager-overhead"),
-    title=title,
-    detail=detail,
-    gain=lambda f, c: None,  # advice.py sets the cause's own time
-    evidence=lambda f, c: {},  # advice.py sets the host evidence
-    applies=lambda f, c: c.run.mode == Mode.GPU and _cause(f).get("kind") == "eager",
-)

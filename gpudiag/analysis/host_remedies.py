@@ -11,15 +11,14 @@ host work (syncs, Python, logging) behind the long gaps.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from gpudiag.analysis import workload
-from gpudiag.analysis.causes import UNSEEN_HOST_WORK, mx
+from gpudiag.analysis import eager_remedy, workload
+from gpudiag.analysis.causes import UNSEEN_HOST_WORK, gpu_busy_share
+from gpudiag.analysis.causes import cause_of as _host_cause
 from gpudiag.analysis.copy_remedies import MOVE_LESS as COPY_LESS
 from gpudiag.analysis.copy_remedies import OVERLAP as COPY_OVERLAP
-from gpudiag.analysis.eager_remedy import EAGER
 from gpudiag.analysis.model import Finding, FindingKind, Mode
 from gpudiag.analysis.remedy import Context, Remedy
 from gpudiag.analysis.remedy import compiled as _compiled
@@ -51,12 +50,6 @@ def _copy_share(f: Finding, c: Context) -> float:
     other = sum(s.other_ns for s in c.steps if s.rank in f.ranks)
     copies = sum(e.copies_alone_ns or 0 for e in c.evidence(f.ranks))
     return copies / other if other else 0.0
-
-
-def _host_cause(f: Finding) -> dict[str, Any]:
-    """The host cause named on the finding (analysis/causes.py), ``{}`` when none."""
-    cause = mx(f, "cause")
-    return cause if isinstance(cause, dict) else {}
 
 
 def _is(*kinds: str) -> Callable[[Finding, Context], bool]:
@@ -155,8 +148,7 @@ def _copy_detail(f: Finding, c: Context) -> str:
                        "and copy with cudaMemcpyAsync on a stream of its own, so copies "
                        "overlap the kernels; copy only what the host needs (a residual, not "
                        "the grid) and only every N iterations.")  # fmt: skip
-    waits = cause.get("waits_for") or {}
-    busy = float(waits.get("compute", 0.0)) + float(waits.get("communication", 0.0))
+    busy = gpu_busy_share(cause.get("waits_for") or {})
     if busy >= c.rules.gpu_busy_share:
         return head + (
             f"While the call blocks, the GPU is still running earlier work ({busy:.0%} of the "
@@ -174,8 +166,7 @@ def _copy_detail(f: Finding, c: Context) -> str:
 
 def _gpu_busy_share(f: Finding) -> float:
     """The share of a sync/copy cause's blocking time with the GPU still running work."""
-    waits = _host_cause(f).get("waits_for") or {}
-    return float(waits.get("compute", 0.0)) + float(waits.get("communication", 0.0))
+    return gpu_busy_share(_host_cause(f).get("waits_for") or {})
 
 
 def _copy_title(f: Finding, c: Context) -> str:
@@ -282,7 +273,14 @@ HOST = (
         evidence=_host_evidence,
         applies=_is("launch"),
     ),
-    dataclasses.replace(EAGER, gain=_cause_gain, evidence=_host_evidence),
+    Remedy(
+        id=_const("eager-overhead"),
+        title=eager_remedy.title,
+        detail=eager_remedy.detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=lambda f, c: c.run.mode == Mode.GPU and _host_cause(f).get("kind") == "eager",
+    ),
     Remedy(
         id=_const("host-stalls"),
         title=lambda f, c: ("Cut Python overhead between operators"

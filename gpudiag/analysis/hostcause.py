@@ -111,7 +111,7 @@ def host_evidence(
     api = _host_api(tl, host, w, sets)
     if api:
         out["host_api"] = api
-    lanes = op_lanes(tl) if main >= 0 else []
+    lanes = op_lanes(tl)
     threads = np.isin(tl.lane, lanes) if lanes else host
     ops = np.flatnonzero(threads & (tl.kind == Kind.CPU_OP))
     if ops.size:
@@ -156,7 +156,8 @@ def _op_time(
     busy = iv.join(iv.join(sets.compute, sets.comm), sets.data)
     length = w.e - w.s
     in_ops = iv.measure(inside, w.s, w.e)
-    rt = np.flatnonzero(np.isin(tl.lane, nputil.unique(tl.lane[ops])) & (tl.kind == Kind.RUNTIME))
+    threads = nputil.unique(tl.lane[ops])
+    rt = np.flatnonzero(np.isin(tl.lane, threads) & (tl.kind == Kind.RUNTIME))
     launch = rt[_per_event(tl.names, tl.name[rt], _class_of) == _LAUNCH]
     series = {
         "training_ns_per_step": iv.measure(iv.union(tl.start_ns[main], tl.end_ns[main]), w.s, w.e),
@@ -171,7 +172,7 @@ def _op_time(
     return {
         "host_op_share": round(float(in_ops.sum() / max(int(length.sum()), 1)), 4),
         "host_ops": {"steps": [int(x) for x in w.numbers],
-                     "threads": int(nputil.unique(tl.lane[ops]).size),
+                     "threads": int(threads.size),
                      **{k: [int(x) for x in v] for k, v in series.items()}},
     }  # fmt: skip
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from gpudiag import nputil
 from gpudiag.analysis import kernels, words
-from gpudiag.analysis.causes import LABEL, ev, fmt_ns, waits_for
+from gpudiag.analysis.causes import LABEL, ev, fmt_ns, gpu_busy_share, waits_for
 from gpudiag.analysis.metrics import VariabilityMetrics
 from gpudiag.analysis.model import Finding, FindingKind, RankSummary, Severity, StepBreakdown
 from gpudiag.analysis.modes import step_modes
@@ -122,20 +122,17 @@ def _why(
     if cls in ("sync", "copy"):
         cause["waits_for"] = waits_for(slow_ranks, cls)
     if waiting:  # a note: the call waits for the GPU work that grows
-        busy = words.percent(_busy(cause["waits_for"]))
+        busy = words.percent(gpu_busy_share(cause["waits_for"]))
         return (f"; {' and '.join(apis) or cls}{where} blocks {each} too, waiting for that "
                 f"GPU work {busy} of its time", {"blocking_call": cause})  # fmt: skip
     return f" — {LABEL[cls]}: {what}", {"cause": cause}
 
 
-def _busy(waits: dict[str, float]) -> float:
-    """The share of a blocking call's time with the GPU running compute or a collective."""
-    return float(waits.get("compute", 0.0)) + float(waits.get("communication", 0.0))
-
-
 def _waits_on_gpu(ranks: Sequence[RankSummary], cls: str, rules: VariabilityRules) -> bool:
     """A blocking class whose calls mostly wait for GPU work (not the cause of slow steps)."""
-    return cls in ("sync", "copy") and _busy(waits_for(ranks, cls)) >= rules.gpu_wait_share
+    if cls not in ("sync", "copy"):
+        return False
+    return gpu_busy_share(waits_for(ranks, cls)) >= rules.gpu_wait_share
 
 
 _PARTS = {"data_wait_ns": "data wait", "comm_wait_ns": "exposed communication",

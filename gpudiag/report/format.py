@@ -6,7 +6,8 @@ the Diagnosis names that rank and that quantity, with the finding's severity.
 
 from __future__ import annotations
 
-from gpudiag.analysis.metrics import ShareMetrics
+from gpudiag.analysis.evidence import WITHHOLD
+from gpudiag.analysis.metrics import LimitedEvidenceMetrics, ShareMetrics
 from gpudiag.analysis.model import Diagnosis, FindingKind, Severity
 
 # The column of the per-rank table that each share finding speaks about.
@@ -29,13 +30,8 @@ def withheld_ranks(d: Diagnosis) -> frozenset[int]:
     did not see: every renderer shows them as not measured, or leaves them out. The JSON
     keeps its numbers (its contract); ``verdict.limits`` and the findings say why.
     """
-    out: set[int] = set()
-    for f in d.findings:
-        if f.kind == FindingKind.LIMITED_EVIDENCE and f.metrics.to_json().get("effect") == (
-            "withhold"
-        ):
-            out.update(f.ranks)
-    return frozenset(out)
+    return frozenset(r for f in d.findings if isinstance(f.metrics, LimitedEvidenceMetrics)
+                     and f.metrics.effect == WITHHOLD for r in f.ranks)  # fmt: skip
 
 
 def split_withheld(d: Diagnosis) -> bool:
