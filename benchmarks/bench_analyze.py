@@ -33,7 +33,7 @@ def rss():
     return int(d["VmRSS"].split()[0]) * 1024, int(d["VmHWM"].split()[0]) * 1024
 from gpudiag.config import Thresholds
 from gpudiag.traces import kineto
-from gpudiag.analysis.rank import rank_result
+from gpudiag.analysis.rank.analyse import rank_result
 path, th, out = Path(sys.argv[1]), Thresholds(), []
 t = time.perf_counter(); c = time.process_time()
 def mark(name):

@@ -1,4 +1,4 @@
-"""Cost of one run-conditions sample (gpudiag/collect/conditions.py) on this host.
+"""Cost of one run-conditions sample (gpudiag/collect/samplers/conditions.py) on this host.
 
     python benchmarks/bench_conditions.py [--samples 200] [--gpus 8] [--real-nvml]
 
@@ -23,7 +23,7 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpudiag.collect.conditions import ConditionsSampler  # noqa: E402
+from gpudiag.collect.samplers.conditions import ConditionsSampler  # noqa: E402
 
 
 class FakeNvml:

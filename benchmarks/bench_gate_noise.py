@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from gpudiag.analysis.baseline import RunStat, run_stat
-from gpudiag.analysis.gate import evaluate
-from gpudiag.analysis.stats import t_ppf
-from gpudiag.api import analyze
-from gpudiag.cli_gate import run_conditions
+from gpudiag.analysis.compare.baseline import RunStat, run_stat
+from gpudiag.analysis.compare.gate import evaluate
+from gpudiag.analysis.compare.stats import t_ppf
+from gpudiag.api.load import analyze
+from gpudiag.cli.gate import run_conditions
 from gpudiag.config import GateConfig, Thresholds
 
 TH = Thresholds()

@@ -33,7 +33,7 @@ def _median_step(cmd: list[str], time_file: Path, env: dict[str, str]) -> float:
 
 def bench_hook(n: int = 20000) -> None:
     """In-process cost of the always-on per-step work (no torch step, no profiler)."""
-    from gpudiag.collect.hook import RankHook
+    from gpudiag.collect.rank.hook import RankHook
 
     with tempfile.TemporaryDirectory() as d:
         h = RankHook(Path(d), rank=0, local_rank=0, world_size=1, window=None)
@@ -131,7 +131,7 @@ class _FakeNvml:
 
 
 def bench_sampler(seconds: float) -> None:
-    from gpudiag.collect.nvml import NvmlSampler
+    from gpudiag.collect.samplers.nvml import NvmlSampler
 
     with tempfile.TemporaryDirectory() as d:
         s = NvmlSampler(_FakeNvml(), Path(d) / "s.jsonl", "h", interval_s=0.1)

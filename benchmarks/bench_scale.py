@@ -51,7 +51,7 @@ def report():
         hwm = next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM"))
     print(json.dumps({"self_maxrss": hwm}), file=sys.stderr)
 atexit.register(report)
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 main(sys.argv[1:])
 """
 
@@ -160,7 +160,7 @@ def shipped_per_rank(path: Path) -> tuple[int, int, Any]:
     from gpudiag.traces.load import load_run
 
     try:
-        from gpudiag.analysis.rank import source_results
+        from gpudiag.analysis.rank.analyse import source_results
     except ImportError:  # a tree from before issue 19's split (timed with PYTHONPATH)
         from gpudiag.analysis.diagnose import (  # type: ignore[attr-defined,no-redef]
             analyze_source as source_results,

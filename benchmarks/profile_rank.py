@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
 
     try:
-        from gpudiag.analysis.rank import source_results as analyze_source
+        from gpudiag.analysis.rank.analyse import source_results as analyze_source
     except ImportError:  # a tree from before issue 19's split
         from gpudiag.analysis.diagnose import analyze_source  # type: ignore[attr-defined,no-redef]
     from gpudiag.config import Thresholds

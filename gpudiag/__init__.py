@@ -20,27 +20,26 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from gpudiag.analysis.diagnose import diagnose
-    from gpudiag.analysis.model import Diagnosis
-    from gpudiag.api import analyze, load_diagnosis, to_markdown
+    from gpudiag.analysis.model.diagnosis import Diagnosis
+    from gpudiag.api.load import analyze, diagnose, load_diagnosis, to_markdown
+    from gpudiag.api.saved import diagnosis_from_json
     from gpudiag.config import Thresholds
-    from gpudiag.frames import findings_frame, steps_frame
-    from gpudiag.serialise import diagnosis_from_json
-    from gpudiag.traces.common import LoadOptions
+    from gpudiag.report.frames import findings_frame, steps_frame
+    from gpudiag.traces.core.common import LoadOptions
     from gpudiag.traces.load import load_run
     from gpudiag.traces.schema import RankTimeline, RunTimeline
 
 _LAZY = {
-    "analyze": "gpudiag.api",
-    "load_diagnosis": "gpudiag.api",
-    "to_markdown": "gpudiag.api",
-    "steps_frame": "gpudiag.frames",
-    "findings_frame": "gpudiag.frames",
-    "diagnosis_from_json": "gpudiag.serialise",
-    "diagnose": "gpudiag.analysis.diagnose",
-    "Diagnosis": "gpudiag.analysis.model",
+    "analyze": "gpudiag.api.load",
+    "load_diagnosis": "gpudiag.api.load",
+    "to_markdown": "gpudiag.api.load",
+    "steps_frame": "gpudiag.report.frames",
+    "findings_frame": "gpudiag.report.frames",
+    "diagnosis_from_json": "gpudiag.api.saved",
+    "diagnose": "gpudiag.api.load",
+    "Diagnosis": "gpudiag.analysis.model.diagnosis",
     "Thresholds": "gpudiag.config",
-    "LoadOptions": "gpudiag.traces.common",
+    "LoadOptions": "gpudiag.traces.core.common",
     "load_run": "gpudiag.traces.load",
     "RankTimeline": "gpudiag.traces.schema",
     "RunTimeline": "gpudiag.traces.schema",

@@ -17,8 +17,8 @@ from dataclasses import field, fields
 from pathlib import Path
 from typing import Any
 
+from gpudiag._support.records import dataclass
 from gpudiag.errors import UsageError
-from gpudiag.records import dataclass
 
 # One classification of communication, used by the shares, the kernel families and the
 # collectives: a GPU kernel is communication when its name matches one library's pattern

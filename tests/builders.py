@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpudiag.traces.common import LoadOptions, NamePatterns, RawColumns
-from gpudiag.traces.rank_builder import build_rank
+from gpudiag.traces.core.common import LoadOptions, NamePatterns, RawColumns
+from gpudiag.traces.core.rank_builder import build_rank
 from gpudiag.traces.schema import Kind, RankMeta, RankTimeline, RunTimeline
 
 MS = 1_000_000

@@ -17,7 +17,7 @@ _CACHE_DIR = tempfile.mkdtemp(prefix="gpudiag-test-cache-")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # gpudiag's per-rank cache (gpudiag/cache.py) is off for the CLIs the tests start: a
+    # gpudiag's per-rank cache (gpudiag/fanout/cache.py) is off for the CLIs the tests start: a
     # test that analyses the same traces twice (progress, Dask workers, faults) means to
     # read them twice. tests/unit/test_issue23_cache.py turns it on where it is the subject;
     # anything cached goes to a scratch directory of this session, never the user's.

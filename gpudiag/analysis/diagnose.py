@@ -2,12 +2,12 @@
 
 :func:`diagnose` is the one path from inputs to a Diagnosis, for the CLI, the Python API
 and the tests alike. It is pure: it reads no files and writes nothing into the timeline.
-Each rank source is loaded and analysed by :func:`gpudiag.analysis.rank.source_results`
+Each rank source is loaded and analysed by :func:`gpudiag.analysis.rank.analyse.source_results`
 through the injected ``map`` (worker processes by default, a Dask cluster when asked), so
-only compact per-rank results (:class:`~gpudiag.analysis.rank.RankResult`) come back;
+only compact per-rank results (:class:`~gpudiag.analysis.rank.analyse.RankResult`) come back;
 :func:`build_diagnosis` then does the cross-rank work (stragglers, collectives, pipeline,
-findings, remedies), summaries (:mod:`gpudiag.analysis.summary`) and the reconciliation
-of findings (:mod:`gpudiag.analysis.reconcile`).
+findings, remedies), summaries (:mod:`gpudiag.analysis.run.summary`) and the reconciliation
+of findings (:mod:`gpudiag.analysis.run.reconcile`).
 """
 
 from __future__ import annotations
@@ -17,27 +17,17 @@ import dataclasses
 import functools
 import gc
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from gpudiag import __version__
-from gpudiag.analysis.advice import recommend
-from gpudiag.analysis.busy_host import on_busy_host
-from gpudiag.analysis.causes import exposed_copies
-from gpudiag.analysis.collectives import (
-    bandwidth_findings,
-    match,
-    summarize_collectives,
-)
-from gpudiag.analysis.compute import compute_bound
-from gpudiag.analysis.evidence import gains_supported, judge_evidence, no_unseen_gains
-from gpudiag.analysis.idle import idle_findings
-from gpudiag.analysis.kernels import combine as combine_kernels
-from gpudiag.analysis.late_arrival import late_arrival
-from gpudiag.analysis.metrics import (
-    ShareMetrics,
-)
-from gpudiag.analysis.model import (
+from gpudiag.analysis.findings.causes import exposed_copies
+from gpudiag.analysis.findings.compute import compute_bound
+from gpudiag.analysis.findings.idle import idle_findings
+from gpudiag.analysis.findings.variability import variability
+from gpudiag.analysis.hangs.runend import LEADS as ENDED_KINDS
+from gpudiag.analysis.hangs.runend import evidence_only, run_end_findings, without_unfinished
+from gpudiag.analysis.model.diagnosis import (
     Cause,
     Diagnosis,
     Finding,
@@ -49,15 +39,27 @@ from gpudiag.analysis.model import (
     WholeRun,
     by_rank,
 )
-from gpudiag.analysis.pipeline import find_pipeline
-from gpudiag.analysis.rank import (
+from gpudiag.analysis.model.metrics import (
+    ShareMetrics,
+)
+from gpudiag.analysis.rank.analyse import (
     TELEMETRY_NOTE,
     RankResult,
     nvml_idle,
     source_results,
     telemetry_results,
 )
-from gpudiag.analysis.reconcile import (
+from gpudiag.analysis.rank.evidence import gains_supported, judge_evidence, no_unseen_gains
+from gpudiag.analysis.rank.kernels import combine as combine_kernels
+from gpudiag.analysis.rank.timeline import Timeline
+from gpudiag.analysis.remedies.advice import recommend
+from gpudiag.analysis.run.collectives import (
+    bandwidth_findings,
+    match,
+    summarize_collectives,
+)
+from gpudiag.analysis.run.pipeline import find_pipeline
+from gpudiag.analysis.run.reconcile import (
     comm_wait_for_stragglers,
     drop_host_bound,
     drop_ranks,
@@ -67,23 +69,29 @@ from gpudiag.analysis.reconcile import (
     with_host_cause,
     without_warmup,
 )
-from gpudiag.analysis.runend import LEADS as ENDED_KINDS
-from gpudiag.analysis.runend import evidence_only, run_end_findings, without_unfinished
-from gpudiag.analysis.spread import rank_spread
-from gpudiag.analysis.stragglers import find_stragglers
-from gpudiag.analysis.summary import run_summary, summarize_rank
-from gpudiag.analysis.timeline import Timeline
-from gpudiag.analysis.variability import variability
+from gpudiag.analysis.run.spread import rank_spread
+from gpudiag.analysis.run.summary import run_summary, summarize_rank
+from gpudiag.analysis.run.whatif import what_if
+from gpudiag.analysis.run.wholerun import whole_run
+from gpudiag.analysis.stragglers.busy_host import on_busy_host
+from gpudiag.analysis.stragglers.detect import find_stragglers
+from gpudiag.analysis.stragglers.late_arrival import late_arrival
 from gpudiag.analysis.verdict import verdict
-from gpudiag.analysis.whatif import what_if
-from gpudiag.analysis.wholerun import whole_run
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
-from gpudiag.fanout import Mapper, local_map
 from gpudiag.traces.schema import (
     RunTimeline,
     check_ranks,
 )
+
+# A mapper runs ``fn`` over ``items`` in order: ``mapper(fn, items) -> [fn(x) for x in items]``.
+# The API passes the fan-out's (local processes or Dask, with the cache); a bare call here
+# runs in this process.
+Mapper = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
+
+
+def _serial_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    return [fn(x) for x in items]
 
 
 def diagnose(
@@ -114,7 +122,7 @@ def _diagnose(
     run: RunTimeline, thresholds: Thresholds | None, map: Mapper | None, timeline: str | None
 ) -> tuple[Diagnosis, list[RankResult]]:
     th = thresholds or Thresholds()
-    mapper = map or local_map()
+    mapper = map or _serial_map
     work = functools.partial(source_results, thresholds=th, timeline=timeline)
     per_source = mapper(work, run.sources)
     results = [r for rs in per_source for r in rs]
@@ -166,7 +174,7 @@ def live_alerts(records: Sequence[Mapping[str, Any]]) -> tuple[list[LiveAlert], 
 def _busy_host(run: RunTimeline, th: Thresholds) -> list[str]:
     """A note when the run's recorded conditions were contended (the configured gate limits)."""
     from gpudiag.config import gate_config
-    from gpudiag.runconditions import contention
+    from gpudiag.rundir.conditions import contention
 
     cond = run.manifest.conditions if run.manifest is not None else None
     why = contention(cond, gate_config(th.extra.get("gate")))
@@ -187,7 +195,7 @@ def _gpu_job(run: RunSummary, whole: WholeRun | None) -> bool:
 def _host_contention(run: RunTimeline, th: Thresholds) -> dict[str, float]:
     """The run's recorded host CPU contention over the gate's limits (empty: quiet/unknown)."""
     from gpudiag.config import gate_config
-    from gpudiag.runconditions import host_contention
+    from gpudiag.rundir.conditions import host_contention
 
     cond = run.manifest.conditions if run.manifest is not None else None
     return host_contention(cond, gate_config(th.extra.get("gate")))
@@ -205,8 +213,8 @@ def build_diagnosis(
     """Assemble run summary, findings and the Diagnosis from per-rank results.
 
     ``host_contention``: the run's recorded host CPU contention
-    (:func:`gpudiag.runconditions.host_contention`), which qualifies the stragglers it can
-    explain (:func:`gpudiag.analysis.busy_host.on_busy_host`).
+    (:func:`gpudiag.rundir.conditions.host_contention`), which qualifies the stragglers it can
+    explain (:func:`gpudiag.analysis.stragglers.busy_host.on_busy_host`).
     """
     with _collector_skips_inputs():
         return _build(results, th, inputs, notes, whole_run, extra_findings,

@@ -7,7 +7,7 @@ name a bottleneck (data, communication, straggler, pipeline, host), the most sev
 among equally severe ones the one holding the largest share of step time. Without such a
 finding the run has no bottleneck and the line says how its step time splits.
 
-Evidence first (:mod:`gpudiag.analysis.evidence`): when limits withhold the split for
+Evidence first (:mod:`gpudiag.analysis.rank.evidence`): when limits withhold the split for
 every rank, the verdict is withheld (bottleneck ``unknown``) and says why; other limits
 qualify the line. Either way ``limits`` lists their sentences.
 """
@@ -18,12 +18,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from gpudiag.analysis import words
-from gpudiag.analysis.busy_host import BUSY_HOST, busy_host_words
-from gpudiag.analysis.causes import CAPTURE_HINT, LABEL, mx
-from gpudiag.analysis.evidence import WITHHOLD, Limit
-from gpudiag.analysis.metrics import JobFailedMetrics, LateArrivalMetrics, StragglerMetrics
-from gpudiag.analysis.model import (
+from gpudiag.analysis.findings.causes import CAPTURE_HINT, LABEL, mx
+from gpudiag.analysis.model import words
+from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
     Mode,
@@ -32,6 +29,9 @@ from gpudiag.analysis.model import (
     Severity,
     Verdict,
 )
+from gpudiag.analysis.model.metrics import JobFailedMetrics, LateArrivalMetrics, StragglerMetrics
+from gpudiag.analysis.rank.evidence import WITHHOLD, Limit
+from gpudiag.analysis.stragglers.busy_host import BUSY_HOST, busy_host_words
 from gpudiag.config import VerdictRules
 
 BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "copy", "variability",

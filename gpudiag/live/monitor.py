@@ -1,9 +1,9 @@
 """Live alerts during ``gpudiag run``: follows the run directory, judges, and tells.
 
 A thread of the ``gpudiag run`` process polls the run directory every ``poll_s`` (0.2 s):
-each rank's new step telemetry (:class:`gpudiag.traces.telemetry.StepsFollower`), the NVML
+each rank's new step telemetry (:class:`gpudiag.traces.runfiles.telemetry.StepsFollower`), the NVML
 samples (utilisation per rank's GPU) and the run conditions (whether the host is busy, by
-the gate's contention limits). :class:`gpudiag.analysis.online.LiveRules` judges every step
+the gate's contention limits). :class:`gpudiag.analysis.run.online.LiveRules` judges every step
 that all ranks have finished. Each alert raised or cleared is
 
 * one line on stderr (``gpudiag: alert: step 21: rank 1 is a straggler: …``),
@@ -32,15 +32,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpudiag import rundir
-from gpudiag.analysis.model import RunStep
-from gpudiag.analysis.online import RAISED, Alert, LiveRules, alert_record
+from gpudiag._support.records import dataclass
+from gpudiag.analysis.model.diagnosis import RunStep
+from gpudiag.analysis.run.online import RAISED, Alert, LiveRules, alert_record
 from gpudiag.config import Thresholds, gate_config
-from gpudiag.records import dataclass
-from gpudiag.runconditions import RunConditions, contention
-from gpudiag.traces.jsonl import Follower
-from gpudiag.traces.samples import SamplesFollower
-from gpudiag.traces.telemetry import StepsFollower
+from gpudiag.rundir import layout as rundir
+from gpudiag.rundir.conditions import RunConditions, contention
+from gpudiag.traces.runfiles.jsonl import Follower
+from gpudiag.traces.runfiles.samples import SamplesFollower
+from gpudiag.traces.runfiles.telemetry import StepsFollower
 
 
 @dataclass

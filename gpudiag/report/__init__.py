@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpudiag.analysis.model import Diagnosis
+from gpudiag.analysis.model.diagnosis import Diagnosis
 from gpudiag.errors import UsageError
 
 Renderer = Callable[..., None]
@@ -25,7 +25,7 @@ EXTENSIONS = {".json": "json", ".csv": "csv", ".txt": "table", ".md": "markdown"
 _RENDERERS: dict[tuple[str, str], str] = {
     ("diagnosis", "table"): "gpudiag.report.console:render",
     ("diagnosis", "json"): "gpudiag.report.json_report:render",
-    ("diagnosis", "csv"): "gpudiag.report.csv_report:render",
+    ("diagnosis", "csv"): "gpudiag.report.frames:render_csv",
     ("diagnosis", "markdown"): "gpudiag.report.markdown:render",
     ("diagnosis", "html"): "gpudiag.report.html_report:render",
     ("gate", "table"): "gpudiag.report.gate_console:render_gate",
@@ -48,8 +48,8 @@ def kind_of(result: Any) -> str:
     """The registry's name for a result's type."""
     if isinstance(result, Diagnosis):
         return "diagnosis"
-    from gpudiag.analysis.diff import RunDiff  # imported for gate and diff results only
-    from gpudiag.analysis.gate import GateResult
+    from gpudiag.analysis.compare.diff import RunDiff  # imported for gate and diff results only
+    from gpudiag.analysis.compare.gate import GateResult
 
     if isinstance(result, GateResult):
         return "gate"

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from gpudiag.analysis.gate import GateResult
+from gpudiag.analysis.compare.gate import GateResult
 from gpudiag.report import junit, markdown
 
 # GitHub drops a step summary above 1 MiB; stay far below it.
@@ -40,9 +40,9 @@ def write_outputs(
 ) -> None:
     """Write the requested files; append the Markdown to ``$GITHUB_STEP_SUMMARY`` if set.
 
-    The files follow the output rules of :mod:`gpudiag.fileio` (as ``-o`` does).
+    The files follow the output rules of :mod:`gpudiag._support.fileio` (as ``-o`` does).
     """
-    from gpudiag.fileio import write_output
+    from gpudiag._support.fileio import write_output
 
     env = os.environ if env is None else env
     if junit_path is not None:

@@ -12,9 +12,16 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from gpudiag.analysis import modes, words
-from gpudiag.analysis.model import Diagnosis, KernelBreakdown, RankSummary, Severity, Verdict
-from gpudiag.analysis.words import duration
+from gpudiag.analysis.model import words
+from gpudiag.analysis.model.diagnosis import (
+    Diagnosis,
+    KernelBreakdown,
+    RankSummary,
+    Severity,
+    Verdict,
+)
+from gpudiag.analysis.model.words import duration
+from gpudiag.analysis.run import modes
 from gpudiag.report.format import (
     NOT_MEASURED,
     flagged,

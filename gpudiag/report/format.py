@@ -6,9 +6,9 @@ the Diagnosis names that rank and that quantity, with the finding's severity.
 
 from __future__ import annotations
 
-from gpudiag.analysis.evidence import WITHHOLD
-from gpudiag.analysis.metrics import LimitedEvidenceMetrics, ShareMetrics
-from gpudiag.analysis.model import Diagnosis, FindingKind, Severity
+from gpudiag.analysis.model.diagnosis import Diagnosis, FindingKind, Severity
+from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
+from gpudiag.analysis.rank.evidence import WITHHOLD
 
 # The column of the per-rank table that each share finding speaks about.
 FLAG_COLUMNS = {

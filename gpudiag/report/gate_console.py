@@ -7,8 +7,8 @@ from typing import TextIO
 from rich.table import Table
 from rich.text import Text
 
-from gpudiag.analysis.diff import RunDiff
-from gpudiag.analysis.gate import GateResult
+from gpudiag.analysis.compare.diff import RunDiff
+from gpudiag.analysis.compare.gate import GateResult
 from gpudiag.report.console import make_console, wrap
 from gpudiag.report.markdown import diff_cells, fmt_value, metric_label
 

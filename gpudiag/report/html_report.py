@@ -15,10 +15,17 @@ from collections import defaultdict
 from html import escape
 from typing import Any, TextIO
 
-from gpudiag.analysis import modes, words
-from gpudiag.analysis.metrics import LateArrivalMetrics, StragglerMetrics
-from gpudiag.analysis.model import SHARE_KEYS, Diagnosis, Finding, FindingKind, StepBreakdown
-from gpudiag.analysis.words import duration
+from gpudiag.analysis.model import words
+from gpudiag.analysis.model.diagnosis import (
+    SHARE_KEYS,
+    Diagnosis,
+    Finding,
+    FindingKind,
+    StepBreakdown,
+)
+from gpudiag.analysis.model.metrics import LateArrivalMetrics, StragglerMetrics
+from gpudiag.analysis.model.words import duration
+from gpudiag.analysis.run import modes
 from gpudiag.report.format import (
     NOT_MEASURED,
     flagged,

@@ -7,9 +7,9 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:  # annotations only: a diagnosis' JSON needs neither gate nor diff
-    from gpudiag.analysis.diff import RunDiff
-    from gpudiag.analysis.gate import GateResult
-    from gpudiag.analysis.model import Diagnosis
+    from gpudiag.analysis.compare.diff import RunDiff
+    from gpudiag.analysis.compare.gate import GateResult
+    from gpudiag.analysis.model.diagnosis import Diagnosis
 
 
 def dump(doc: Any, out: TextIO) -> None:

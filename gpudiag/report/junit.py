@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import IO
 
-from gpudiag.analysis.gate import GateResult
+from gpudiag.analysis.compare.gate import GateResult
 
 
 def render(res: GateResult, out: IO[str]) -> None:

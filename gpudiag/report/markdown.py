@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from gpudiag.analysis import modes, words
-from gpudiag.analysis.diff import DiffRow, RunDiff
-from gpudiag.analysis.gate import GateResult
-from gpudiag.analysis.model import Diagnosis
-from gpudiag.analysis.words import duration
+from gpudiag.analysis.compare.diff import DiffRow, RunDiff
+from gpudiag.analysis.compare.gate import GateResult
+from gpudiag.analysis.model import words
+from gpudiag.analysis.model.diagnosis import Diagnosis
+from gpudiag.analysis.model.words import duration
+from gpudiag.analysis.run import modes
 from gpudiag.report.format import (
     NOT_MEASURED,
     mode_label,

@@ -20,7 +20,7 @@ Per rank, a counter track ``step shares`` gives each step's four shares (%), and
 finding is an instant event on the ranks it names (global when it names none) with its
 message, as is each live alert ``gpudiag run`` raised or cleared (``alert: <kind>``, at the
 time the monitor judged it). The part tracks are aggregated
-(:mod:`gpudiag.analysis.timeline`): gaps shorter than the recorded resolution
+(:mod:`gpudiag.analysis.rank.timeline`): gaps shorter than the recorded resolution
 (``otherData.resolution_ns``) are closed so each track holds at most 1,500 slices per rank.
 Times are µs from the earliest analysed step; each rank keeps its own clock.
 """
@@ -34,9 +34,9 @@ from typing import IO, Any
 
 import msgspec
 
-from gpudiag.analysis.model import Diagnosis
-from gpudiag.analysis.timeline import PARTS, Timeline
-from gpudiag.fileio import write_output_bytes
+from gpudiag._support.fileio import write_output_bytes
+from gpudiag.analysis.model.diagnosis import Diagnosis
+from gpudiag.analysis.rank.timeline import PARTS, Timeline
 
 TRACKS = ("steps", *PARTS, "collectives")
 _TID = {name: i + 1 for i, name in enumerate(TRACKS)}

@@ -19,15 +19,16 @@ from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpudiag import runconditions, rundir
+from gpudiag._support.fileio import check_regular, kind_of, list_dir, walk_dir
+from gpudiag._support.records import dataclass
 from gpudiag.errors import InputError
-from gpudiag.fileio import check_regular, kind_of, list_dir, walk_dir
-from gpudiag.records import dataclass
-from gpudiag.traces.common import LoadOptions, rank_from_filename
+from gpudiag.rundir import conditions as runconditions
+from gpudiag.rundir import layout as rundir
+from gpudiag.traces.core.common import LoadOptions, rank_from_filename
 from gpudiag.traces.schema import RankTimeline, RunTimeline, check_ranks
 
 if TYPE_CHECKING:
-    from gpudiag.traces.runend import RunEnd
+    from gpudiag.traces.runfiles.runend import RunEnd
 
 KINETO_SUFFIXES = (".json", ".json.gz")
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
@@ -201,7 +202,7 @@ def _without_traces(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptions
         found.notes.append(f"no trace from gpudiag's window: analysed the job's own profiler "
                            f"traces ({added} file(s), as the manifest lists them)")  # fmt: skip
         return
-    from gpudiag.traces.telemetry import steps_files
+    from gpudiag.traces.runfiles.telemetry import steps_files
 
     if steps_files(d):
         found.telemetry_only.append(d)
@@ -319,7 +320,7 @@ def merge_manifests(manifests: Sequence[rundir.RunManifest]) -> rundir.RunManife
 def _alerts(run_dirs: Sequence[Path]) -> list[dict[str, Any]]:
     if not run_dirs:  # the readers of run directories' files are imported for them only
         return []
-    from gpudiag.traces.alerts import load_alerts
+    from gpudiag.traces.runfiles.alerts import load_alerts
 
     return [a for d in run_dirs for a in load_alerts(d)]
 
@@ -328,14 +329,14 @@ def _run_end(inputs: Inputs, manifest: rundir.RunManifest | None) -> RunEnd | No
     """How the run ended: run directories and flight-recorder dumps only (else None)."""
     if not inputs.run_dirs and not inputs.fr_files:
         return None
-    from gpudiag.traces.runend import load_run_end  # with the flight-recorder reader
+    from gpudiag.traces.runfiles.runend import load_run_end  # with the flight-recorder reader
 
     return load_run_end(inputs, manifest)
 
 
 def looks_like_dump(path: Path) -> bool:
-    """:func:`gpudiag.traces.flightrec.looks_like_dump`, its module imported on first use."""
-    from gpudiag.traces.flightrec import looks_like_dump as check
+    """:func:`gpudiag.traces.runfiles.flightrec.looks_like_dump`, imported on first use."""
+    from gpudiag.traces.runfiles.flightrec import looks_like_dump as check
 
     return check(path)
 
@@ -358,8 +359,8 @@ def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None)
     if inputs.run_dirs:  # only run directories have telemetry (and need pandas for it)
         import pandas as pd
 
-        from gpudiag.traces.samples import load_samples
-        from gpudiag.traces.telemetry import load_steps, steps_files
+        from gpudiag.traces.runfiles.samples import load_samples
+        from gpudiag.traces.runfiles.telemetry import load_steps, steps_files
 
         tele = [load_steps(d, inputs.notes) for d in inputs.run_dirs if steps_files(d)]
         samples = [load_samples(d, inputs.notes) for d in inputs.run_dirs]

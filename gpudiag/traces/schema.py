@@ -16,7 +16,7 @@ kind          int8      a :class:`Kind`
 lane          int32     index into ``lanes``: ``cpu:<tid>`` or ``gpu:<device>:<stream>``
 name          int32     index into ``names``
 step          int32     step ranges: their step number; other intervals -1 (the analysis
-                        assigns work to steps, :mod:`gpudiag.analysis.steps`)
+                        assigns work to steps, :mod:`gpudiag.analysis.rank.steps`)
 launch_ns     int64     for GPU work: host time of the launching runtime call, else -1
 nbytes        int64     bytes moved by a copy or collective when known, else -1
 coll_id       int64     collectives: an id equal on every rank for the same collective
@@ -39,14 +39,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag._support.records import dataclass
 from gpudiag.errors import InputError
-from gpudiag.records import dataclass
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from gpudiag.rundir import RunManifest
-    from gpudiag.traces.runend import RunEnd
+    from gpudiag.rundir.layout import RunManifest
+    from gpudiag.traces.runfiles.runend import RunEnd
 
 I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
@@ -379,11 +379,12 @@ class RunTimeline:
 
     @property
     def ranks(self) -> list[RankTimeline]:
-        """Every rank's timeline, loaded on first use (sources in parallel), sorted by rank."""
-        if self._loaded is None:
-            from gpudiag.fanout import local_map
+        """Every rank's timeline, loaded on first use (in this process), sorted by rank.
 
-            loaded = [t for ts in local_map(None)(_load_source, self.sources) for t in ts]
+        Diagnosis never asks for this: the API loads each source where the fan-out runs it.
+        """
+        if self._loaded is None:
+            loaded = [t for s in self.sources for t in _load_source(s)]
             check_ranks(loaded, [t.meta.source for t in loaded])
             self._loaded = sorted(loaded, key=lambda t: t.rank)
         return self._loaded

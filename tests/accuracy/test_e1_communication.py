@@ -14,7 +14,7 @@ import pytest
 import reference
 
 import gpudiag
-from gpudiag.analysis.kernels import display_name, family
+from gpudiag.analysis.rank.kernels import display_name, family
 from gpudiag.config import SteadyRules
 from gpudiag.traces.load import load_run
 from gpudiag.traces.schema import Kind

@@ -18,7 +18,7 @@ import pytest
 import reference
 
 import gpudiag
-from gpudiag.analysis.metrics import LimitedEvidenceMetrics
+from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics
 from gpudiag.config import SteadyRules
 from gpudiag.traces.load import load_run
 

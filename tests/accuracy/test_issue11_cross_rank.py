@@ -19,9 +19,9 @@ from cli_runner import job_env
 from noisy_host import TEARDOWN_CRASH
 
 import gpudiag
-from gpudiag.analysis.model import StepBreakdown
-from gpudiag.analysis.stragglers import find_stragglers
-from gpudiag.analysis.whatif import what_if
+from gpudiag.analysis.model.diagnosis import StepBreakdown
+from gpudiag.analysis.run.whatif import what_if
+from gpudiag.analysis.stragglers.detect import find_stragglers
 
 pytest.importorskip("torch")
 

@@ -20,7 +20,7 @@ import pytest
 import reference
 
 import gpudiag
-from gpudiag.analysis.model import Diagnosis, FindingKind
+from gpudiag.analysis.model.diagnosis import Diagnosis, FindingKind
 
 MS = 1_000_000
 US = 1_000

@@ -66,7 +66,7 @@ def snapshot(root: Path) -> dict[str, str]:
     """Path → sha256 (or the file type) of everything under ``root``, links not followed."""
     out: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
-        # gpudiag keeps a run directory's per-rank results inside it (gpudiag/cache.py):
+        # gpudiag keeps a run directory's per-rank results inside it (gpudiag/fanout/cache.py):
         # its own output, by design, not a change to the inputs
         dirnames[:] = [d for d in dirnames if d != RUN_DIR_CACHE]
         for name in dirnames + filenames:

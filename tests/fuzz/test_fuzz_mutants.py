@@ -30,7 +30,7 @@ def bases(kineto_sets: Path) -> list[Any]:
 def checked_analysis(paths: list[Path]) -> Any:
     """The Diagnosis, after the checks a saved one goes through on load."""
     import gpudiag
-    from gpudiag.serialise import diagnosis_from_json, schema_problem
+    from gpudiag.api.saved import diagnosis_from_json, schema_problem
 
     d = gpudiag.analyze(*paths, jobs=1)
     problem = schema_problem(d.to_json())

@@ -25,8 +25,8 @@ import pytest
 from cli_runner import ROOT, job_env
 from run_helpers import DEMO, TORCHRUN, run_direct
 
-from gpudiag import rundir
-from gpudiag.traces.telemetry import load_steps
+from gpudiag.rundir import layout as rundir
+from gpudiag.traces.runfiles.telemetry import load_steps
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_required")]
 
@@ -250,8 +250,8 @@ def _launch_in_process(
     tmp_path: Path, nvml: Any, capfd: pytest.CaptureFixture[str]
 ) -> tuple[Any, Any, float]:
     """``launcher.run`` in this process with a fake NVML; the job's streams are captured."""
-    from gpudiag.collect import launcher
-    from gpudiag.collect.run_setup import RunOptions
+    from gpudiag.collect.launch import launcher
+    from gpudiag.collect.launch.run_setup import RunOptions
 
     env = job_env()
     saved = dict(os.environ)

@@ -29,7 +29,7 @@ distributed = pytest.importorskip("distributed", reason="pip install -e '.[test]
 import dask  # noqa: E402
 
 import gpudiag  # noqa: E402
-from gpudiag.analysis.rank import source_results  # noqa: E402
+from gpudiag.analysis.rank.analyse import source_results  # noqa: E402
 from gpudiag.config import Thresholds, scheduler_address  # noqa: E402
 from gpudiag.traces.load import load_run  # noqa: E402
 
@@ -241,7 +241,7 @@ def test_unreachable_scheduler_is_one_line_within_the_timeout():
 def test_without_distributed_the_option_says_how_to_install_it():
     code = (
         "import sys; sys.modules['distributed'] = None\n"  # as if it were not installed
-        "from gpudiag.cli import main\n"
+        "from gpudiag.cli.main import main\n"
         f"main(['analyze', {str(DATA / 'straggler_comms_id')!r}, '--scheduler', 'tcp://127.0.0.1:1'])"
     )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

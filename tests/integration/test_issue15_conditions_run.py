@@ -19,8 +19,8 @@ from pathlib import Path
 
 from cli_runner import run_cli
 
-from gpudiag import rundir
-from gpudiag.collect.conditions import ProcFS, parse_stat
+from gpudiag.collect.samplers.conditions import ProcFS, parse_stat
+from gpudiag.rundir import layout as rundir
 
 SPIN = (
     "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\nprint(time.process_time())\n"

@@ -21,7 +21,7 @@ import pytest
 from cli_runner import ROOT, job_env
 from run_helpers import TORCHRUN, run_gpudiag, step_lines, wait_for
 
-from gpudiag import rundir
+from gpudiag.rundir import layout as rundir
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_required")]
 

@@ -8,7 +8,8 @@ import sys
 import pytest
 from cli_runner import run_cli
 
-from gpudiag import nsysbin, rundir
+from gpudiag._support import nsysbin
+from gpudiag.rundir import layout as rundir
 
 
 def test_nsys_missing_fails_before_the_job_starts(tmp_path):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from run_helpers import DEMO, run_gpudiag, start_gpudiag, step_lines, wait_for
 
-from gpudiag import rundir
-from gpudiag.traces.telemetry import load_steps
+from gpudiag.rundir import layout as rundir
+from gpudiag.traces.runfiles.telemetry import load_steps
 
 
 def test_exit_code_is_the_childs(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from run_helpers import DEMO, run_gpudiag
 
-from gpudiag import rundir
-from gpudiag.traces.telemetry import load_steps
+from gpudiag.rundir import layout as rundir
+from gpudiag.traces.runfiles.telemetry import load_steps
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_required")]
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.collect import bootstrap
-from gpudiag.collect.hook import parse_window
+from gpudiag.collect.rank import bootstrap
+from gpudiag.collect.rank.hook import parse_window
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,7 +111,7 @@ def test_dataloader_workers_and_manual_step(tmp_path: Path) -> None:
     code = """
 import torch
 from torch.utils.data import DataLoader, TensorDataset
-from gpudiag.collect import hook
+from gpudiag.collect.rank import hook
 ds = TensorDataset(torch.randn(32, 4))
 loader = DataLoader(ds, batch_size=4, num_workers=2)
 model = torch.nn.Linear(4, 1)

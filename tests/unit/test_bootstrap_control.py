@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.collect import bootstrap
+from gpudiag.collect.rank import bootstrap
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +20,7 @@ def test_control_file_triggers_a_window_and_keeps_one_trace(tmp_path: Path) -> N
     run = tmp_path / "run"
     code = f"""
 import json, os, pathlib, time, torch
-import gpudiag.collect.hook as h
+import gpudiag.collect.rank.hook as h
 h.CONTROL_POLL_NS = 0
 m = torch.nn.Linear(2, 1); o = torch.optim.SGD(m.parameters(), lr=0.1)
 for i in range(14):

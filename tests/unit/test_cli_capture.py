@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpudiag import rundir
-from gpudiag.collect.attach import process_tree, request_profile
+from gpudiag.collect.launch.attach import process_tree, request_profile
+from gpudiag.rundir import layout as rundir
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -6,9 +6,14 @@ import numpy as np
 import pytest
 
 import gpudiag
-from gpudiag.analysis.collectives import Collectives, collective_type, match, summarize_collectives
-from gpudiag.analysis.model import RankSync
-from gpudiag.analysis.pipeline import ideal_bubble
+from gpudiag.analysis.model.diagnosis import RankSync
+from gpudiag.analysis.run.collectives import (
+    Collectives,
+    collective_type,
+    match,
+    summarize_collectives,
+)
+from gpudiag.analysis.run.pipeline import ideal_bubble
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MS = 1_000_000

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import gpudiag
-from gpudiag.analysis.model import Diagnosis
+from gpudiag.analysis.model.diagnosis import Diagnosis
 from gpudiag.report.console import render, wrap
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -147,7 +147,7 @@ def test_doctor_does_not_wrap_when_piped():
 def test_long_per_rank_lists_are_cut_to_the_longest():
     import dataclasses
 
-    from gpudiag.analysis.model import RankSync
+    from gpudiag.analysis.model.diagnosis import RankSync
 
     d = gpudiag.analyze(TESTS / "data" / "straggler_comms_id", jobs=1)
     assert d.collectives is not None

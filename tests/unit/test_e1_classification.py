@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpudiag.analysis.evidence import QUALIFY, WITHHOLD, limits
-from gpudiag.analysis.kernels import family
+from gpudiag.analysis.rank.evidence import QUALIFY, WITHHOLD, limits
+from gpudiag.analysis.rank.kernels import family
 from gpudiag.config import DEFAULT_COMM_HOST_RE, DEFAULT_COMM_KERNEL_RE, EvidenceRules
-from gpudiag.traces.common import RawColumns
-from gpudiag.traces.rank_builder import check_clocks
+from gpudiag.traces.core.common import RawColumns
+from gpudiag.traces.core.rank_builder import check_clocks
 from gpudiag.traces.schema import Kind, RankMeta
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))

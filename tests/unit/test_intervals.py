@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from gpudiag.analysis import intervals as iv
+from gpudiag.analysis.rank import intervals as iv
 
 
 def _mask(s: iv.IntervalSet, n: int = 80) -> np.ndarray:

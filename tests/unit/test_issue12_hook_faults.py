@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from gpudiag import rundir
-from gpudiag.collect import faults as F
-from gpudiag.collect import hook as H
-from gpudiag.collect import patches as P
-from gpudiag.traces.telemetry import read_steps_file
+from gpudiag.collect.rank import faults as F
+from gpudiag.collect.rank import hook as H
+from gpudiag.collect.rank import patches as P
+from gpudiag.rundir import layout as rundir
+from gpudiag.traces.runfiles.telemetry import read_steps_file
 
 
 def _hook(tmp_path: Path, faults: str = "") -> H.RankHook:

@@ -185,7 +185,7 @@ def test_nsys_export_in_place_creates_nothing(shared_traces: Path, tmp_path: Pat
 
 def _streams(path: Path) -> None:
     """Read ``path`` on the streaming path; ``Fallback`` if it would decode the whole file."""
-    from gpudiag.traces.common import LoadOptions, NamePatterns
+    from gpudiag.traces.core.common import LoadOptions, NamePatterns
     from gpudiag.traces.kineto.columns import Columns
     from gpudiag.traces.kineto.stream import stream_trace
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from cli_runner import job_env, run_cli
 
+from gpudiag._support.fileio import check_output, write_output
 from gpudiag.errors import EnvironmentProblem, UsageError
-from gpudiag.fileio import check_output, write_output
 
 TRACE = "kineto/edge_mi300x_triton_tiny/mi300x.json.gz"
 

@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 from cli_runner import run_cli
 
+from gpudiag.api.saved import diagnosis_from_json, diagnosis_schema, schema_problem
 from gpudiag.report import html_report
-from gpudiag.serialise import diagnosis_from_json, diagnosis_schema, schema_problem
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 SCRIPT = "<script>alert(1)</script>"

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpudiag.collect.conditions import (
+from gpudiag.collect.samplers.conditions import (
     ConditionsSampler,
     CpuTimes,
     ProcFS,
@@ -269,8 +269,8 @@ def test_unwritable_file_stops_sampler_once(tmp_path: Path) -> None:
 
 
 def test_manifest_keeps_conditions_and_reads_old_manifests(tmp_path: Path) -> None:
-    from gpudiag import rundir
-    from gpudiag.runconditions import RunConditions
+    from gpudiag.rundir import layout as rundir
+    from gpudiag.rundir.conditions import RunConditions
 
     m = rundir.RunManifest(conditions=RunConditions({"samples": 3, "other_cpu_ratio_mean": 0.5}))
     rundir.write_manifest(tmp_path, m)

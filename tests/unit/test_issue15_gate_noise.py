@@ -15,8 +15,7 @@ import pytest
 from builders import gpu_run
 from cli_runner import run_cli
 
-from gpudiag import rundir
-from gpudiag.analysis.baseline import (
+from gpudiag.analysis.compare.baseline import (
     RunStat,
     baseline_from_json,
     baseline_to_json,
@@ -24,14 +23,15 @@ from gpudiag.analysis.baseline import (
     run_stat,
     step_time_stats,
 )
+from gpudiag.analysis.compare.diff import diff
+from gpudiag.analysis.compare.gate import evaluate, runs_needed
+from gpudiag.analysis.compare.stats import t_ppf, t_sf
 from gpudiag.analysis.diagnose import diagnose
-from gpudiag.analysis.diff import diff
-from gpudiag.analysis.gate import evaluate, runs_needed
-from gpudiag.analysis.model import Diagnosis
-from gpudiag.analysis.stats import t_ppf, t_sf
+from gpudiag.analysis.model.diagnosis import Diagnosis
+from gpudiag.api.saved import diagnosis_from_json
 from gpudiag.config import GateConfig
-from gpudiag.runconditions import RunConditions, contention, merge
-from gpudiag.serialise import diagnosis_from_json
+from gpudiag.rundir import layout as rundir
+from gpudiag.rundir.conditions import RunConditions, contention, merge
 
 QUIET = {"other_cpu_ratio_mean": 0.02, "steal_ratio_mean": 0.0, "gpus": {}}
 BUSY = {"other_cpu_ratio_mean": 0.46, "steal_ratio_mean": 0.0, "gpus": {}}
@@ -247,7 +247,7 @@ def test_baseline_file_round_trip():
 
 
 def test_conditions_merge_takes_the_worst_node(tmp_path):
-    from gpudiag.cli_gate import run_conditions
+    from gpudiag.cli.gate import run_conditions
 
     for k, other in ((0, 0.1), (1, 0.4)):
         node = tmp_path / f"node-{k}"

@@ -8,11 +8,9 @@ from pathlib import Path
 import pytest
 
 import gpudiag
-from gpudiag.analysis import words
-from gpudiag.analysis.advice import recommend
-from gpudiag.analysis.compute import compute_bound
-from gpudiag.analysis.metrics import ShareMetrics
-from gpudiag.analysis.model import (
+from gpudiag.analysis.findings.compute import compute_bound
+from gpudiag.analysis.model import words
+from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
     KernelBreakdown,
@@ -22,9 +20,11 @@ from gpudiag.analysis.model import (
     Shares,
     Verdict,
 )
+from gpudiag.analysis.model.metrics import ShareMetrics
+from gpudiag.analysis.remedies.advice import recommend
 from gpudiag.analysis.verdict import verdict
+from gpudiag.api.saved import diagnosis_from_json
 from gpudiag.config import AdviceRules
-from gpudiag.serialise import diagnosis_from_json
 
 TESTS = Path(__file__).resolve().parents[1]
 

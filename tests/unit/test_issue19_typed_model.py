@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 import gpudiag
-from gpudiag.analysis.metrics import (
+from gpudiag.analysis.model.diagnosis import (
+    FindingKind,
+    KernelBreakdown,
+    RankEvidence,
+    StepSource,
+    Verdict,
+)
+from gpudiag.analysis.model.metrics import (
     BY_KIND,
     CommBoundMetrics,
     FindingMetrics,
@@ -18,8 +25,7 @@ from gpudiag.analysis.metrics import (
     ShareMetrics,
     StragglerMetrics,
 )
-from gpudiag.analysis.model import FindingKind, KernelBreakdown, RankEvidence, StepSource, Verdict
-from gpudiag.serialise import diagnosis_from_json
+from gpudiag.api.saved import diagnosis_from_json
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -75,7 +81,7 @@ def test_verdict_and_stragglers_read_typed_metrics():
 
 
 def test_the_diagnosis_module_renders_and_reads_nothing():
-    import gpudiag.analysis.model as model
+    import gpudiag.analysis.model.diagnosis as model
 
     assert not {"to_markdown", "steps_frame", "findings_frame", "from_json"} & set(
         dir(model.Diagnosis)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpudiag.analysis.devices import capability, common_capability
-from gpudiag.analysis.metrics import HostMetrics, ShareMetrics, StragglerMetrics
-from gpudiag.analysis.model import (
+from gpudiag.analysis.findings.variability import variability
+from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
     Mode,
@@ -16,19 +15,20 @@ from gpudiag.analysis.model import (
     Shares,
     StepBreakdown,
 )
-from gpudiag.analysis.variability import variability
-from gpudiag.analysis.verdict import verdict
-from gpudiag.analysis.workload import (
+from gpudiag.analysis.model.metrics import HostMetrics, ShareMetrics, StragglerMetrics
+from gpudiag.analysis.rank.devices import capability, common_capability
+from gpudiag.analysis.rank.workload import (
     expert_parallel,
     inference,
     native_program,
     recognise,
     sparse_embeddings,
 )
+from gpudiag.analysis.verdict import verdict
 from gpudiag.config import LoaderRules, VariabilityRules, thresholds_from_config
-from gpudiag.traces.common import LoadOptions
+from gpudiag.traces.core.common import LoadOptions
+from gpudiag.traces.core.step_ranges import find_user_steps
 from gpudiag.traces.schema import Kind
-from gpudiag.traces.step_ranges import find_user_steps
 
 # ---- devices ----
 
@@ -252,10 +252,10 @@ def test_verdict_names_the_straggler_whose_lateness_fills_the_others_host_time()
 
 
 def test_inference_collectives_get_no_gradient_remedy() -> None:
-    from gpudiag.analysis.advice import recommend
-    from gpudiag.analysis.kinds import StepSource
-    from gpudiag.analysis.metrics import CommBoundMetrics
-    from gpudiag.analysis.model import RankEvidence, RankSummary
+    from gpudiag.analysis.model.diagnosis import RankEvidence, RankSummary
+    from gpudiag.analysis.model.kinds import StepSource
+    from gpudiag.analysis.model.metrics import CommBoundMetrics
+    from gpudiag.analysis.remedies.advice import recommend
 
     ev = RankEvidence(comm_types={"allreduce": 1.0},
                       workload=recognise([("execute_context_0(1_128)_generation_3(0)", 1),
@@ -271,10 +271,10 @@ def test_inference_collectives_get_no_gradient_remedy() -> None:
 
 
 def test_deepep_traffic_gets_moe_advice_without_suggesting_deepep() -> None:
-    from gpudiag.analysis.advice import recommend
-    from gpudiag.analysis.kinds import StepSource
-    from gpudiag.analysis.metrics import CommBoundMetrics
-    from gpudiag.analysis.model import RankEvidence, RankSummary
+    from gpudiag.analysis.model.diagnosis import RankEvidence, RankSummary
+    from gpudiag.analysis.model.kinds import StepSource
+    from gpudiag.analysis.model.metrics import CommBoundMetrics
+    from gpudiag.analysis.remedies.advice import recommend
 
     ev = RankEvidence(comm_types={"other": 1.0},
                       workload=recognise([("void deep_ep::intranode::dispatch<8, 768>", 12),
@@ -306,10 +306,10 @@ def test_stalls_name_the_part_that_grows() -> None:
 
 
 def test_inference_precision_advice_is_serving_not_training() -> None:
-    from gpudiag.analysis.advice import recommend
-    from gpudiag.analysis.kinds import StepSource
-    from gpudiag.analysis.metrics import ComputeMetrics
-    from gpudiag.analysis.model import RankEvidence, RankSummary
+    from gpudiag.analysis.model.diagnosis import RankEvidence, RankSummary
+    from gpudiag.analysis.model.kinds import StepSource
+    from gpudiag.analysis.model.metrics import ComputeMetrics
+    from gpudiag.analysis.remedies.advice import recommend
 
     ev = RankEvidence(workload=recognise([("execute_context_0(1_128)_generation_3(0)", 1),
                                           ("aten::mm", 10)]),
@@ -327,10 +327,10 @@ def test_inference_precision_advice_is_serving_not_training() -> None:
 
 
 def test_many_tiny_allreduces_get_larger_buckets_not_smaller() -> None:
-    from gpudiag.analysis.advice import recommend
-    from gpudiag.analysis.kinds import StepSource
-    from gpudiag.analysis.metrics import CommBoundMetrics
-    from gpudiag.analysis.model import RankEvidence, RankSummary
+    from gpudiag.analysis.model.diagnosis import RankEvidence, RankSummary
+    from gpudiag.analysis.model.kinds import StepSource
+    from gpudiag.analysis.model.metrics import CommBoundMetrics
+    from gpudiag.analysis.remedies.advice import recommend
 
     def detail(per_step: float, size: float) -> str:
         ev = RankEvidence(comm_types={"allreduce": 1.0},

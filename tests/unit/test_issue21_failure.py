@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gpudiag.analysis.failure import classify, failures
-from gpudiag.analysis.kinds import FindingKind
-from gpudiag.analysis.model import Mode, RunSummary, Shares
-from gpudiag.analysis.runend import run_end_findings
+from gpudiag.analysis.hangs.failure import classify, failures
+from gpudiag.analysis.hangs.runend import run_end_findings
+from gpudiag.analysis.model.diagnosis import Mode, RunSummary, Shares
+from gpudiag.analysis.model.kinds import FindingKind
 from gpudiag.analysis.verdict import verdict
-from gpudiag.traces.runend import RankEnd, RunEnd, parse_fault_log
+from gpudiag.traces.runfiles.runend import RankEnd, RunEnd, parse_fault_log
 
 FAULT = """Fatal Python error: Aborted
 
@@ -94,8 +94,8 @@ def test_interrupted_run() -> None:
 
 
 def test_stacks_alone_name_the_rank_outside_the_collective() -> None:
-    from gpudiag.analysis.hang_cases import hang_cases
-    from gpudiag.traces.flightrec import Frame, RankStacks, ThreadStack
+    from gpudiag.analysis.hangs.cases import hang_cases
+    from gpudiag.traces.runfiles.flightrec import Frame, RankStacks, ThreadStack
 
     lib = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
     waiting = ThreadStack("MainThread", True, (

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag.analysis.hang import analyze_dumps
+from gpudiag.analysis.hangs.stuck import analyze_dumps
 from gpudiag.errors import InputError
-from gpudiag.traces.flightrec import (
+from gpudiag.traces.runfiles.flightrec import (
     PlainUnpickler,
     loads_plain,
     rank_from_dump_name,

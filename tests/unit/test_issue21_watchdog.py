@@ -15,9 +15,10 @@ from typing import Any
 
 import pytest
 
-from gpudiag import rundir
-from gpudiag.collect import hangdump, outcome, watchdog
-from gpudiag.traces.flightrec import read_dump, read_stacks
+from gpudiag.collect.launch import outcome, watchdog
+from gpudiag.collect.rank import hangdump
+from gpudiag.rundir import layout as rundir
+from gpudiag.traces.runfiles.flightrec import read_dump, read_stacks
 
 
 class Clock:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from gpudiag import rundir
-from gpudiag.analysis.model import RunStep
-from gpudiag.analysis.online import LiveRules, alert_record
+from gpudiag.analysis.model.diagnosis import RunStep
+from gpudiag.analysis.run.online import LiveRules, alert_record
 from gpudiag.config import LiveRules as LiveConfig
 from gpudiag.config import StragglerRules, Thresholds
+from gpudiag.rundir import layout as rundir
 
 MS = 1_000_000
 STEP = 100  # ms of work per step on every rank
@@ -323,8 +323,8 @@ def test_the_diagnosis_lists_the_alerts_and_the_timeline_shows_them(tmp_path):
     from builders import gpu_run
 
     from gpudiag.analysis.diagnose import diagnose_with_timeline, live_alerts
+    from gpudiag.api.saved import diagnosis_from_json, schema_problem
     from gpudiag.report import timeline
-    from gpudiag.serialise import diagnosis_from_json, schema_problem
 
     alerts = [a for _, a in feed(LiveRules(), ddp_steps(50, extra={(1, s): 300
                                                                 for s in range(20, 30)}))]  # fmt: skip
@@ -352,7 +352,7 @@ def test_the_diagnosis_lists_the_alerts_and_the_timeline_shows_them(tmp_path):
 
 
 def test_a_run_directory_with_its_alerts_file_loads_them(tmp_path):
-    from gpudiag.traces.alerts import load_alerts
+    from gpudiag.traces.runfiles.alerts import load_alerts
 
     (tmp_path / "manifest.json").write_text("{}")
     alerts = [a for _, a in feed(LiveRules(), ddp_steps(30, extra=straggling(20)))]
@@ -364,7 +364,7 @@ def test_a_run_directory_with_its_alerts_file_loads_them(tmp_path):
 
 def test_a_damaged_alerts_file_is_one_line_naming_it(tmp_path):
     from gpudiag.errors import InputError
-    from gpudiag.traces.alerts import load_alerts
+    from gpudiag.traces.runfiles.alerts import load_alerts
 
     (tmp_path / "manifest.json").write_text("{}")
     (tmp_path / "alerts.jsonl").write_text('{"type":"alert","time_ns":"x"}\n')
@@ -397,7 +397,7 @@ def test_bad_alert_options_are_usage_errors_before_the_job_starts(tmp_path, args
 def test_the_live_panel_shows_the_raised_alerts():
     from rich.console import Console
 
-    from gpudiag.collect.progress import Progress, RankProgress
+    from gpudiag.collect.launch.progress import Progress, RankProgress
     from gpudiag.report.live import progress_table
 
     p = Progress(Path("runs/x"), 12.0, ranks={0: RankProgress(22), 1: RankProgress(22)},

@@ -1,4 +1,4 @@
-"""Issue 23: the per-rank result cache (gpudiag/cache.py).
+"""Issue 23: the per-rank result cache (gpudiag/fanout/cache.py).
 
 Real traces go through the real analysis; the cache's effect is observed by counting the
 files the mapper behind it is given (a hit never reaches it) and by comparing the
@@ -21,12 +21,13 @@ from typing import Any
 import pytest
 
 import gpudiag
-from gpudiag import cache, rundir
 from gpudiag.analysis.diagnose import diagnose
-from gpudiag.analysis.rank import source_results
+from gpudiag.analysis.rank.analyse import source_results
 from gpudiag.config import LoaderRules, Thresholds
-from gpudiag.fanout import serial_map
-from gpudiag.traces.common import LoadOptions
+from gpudiag.fanout import cache
+from gpudiag.fanout.pool import serial_map
+from gpudiag.rundir import layout as rundir
+from gpudiag.traces.core.common import LoadOptions
 from gpudiag.traces.load import load_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -220,8 +221,8 @@ def test_entries_decode_into_known_classes_only(traces, tmp_path):
     key, _ = msgspec.msgpack.decode(blob[len(cache.MAGIC) + 36 :])
     for data in (["L", ["C", "subprocess", "Popen", "args", ["L", "sh"]]],
                  ["L", ["C", "gpudiag.analysis.diagnose", "np", "x", 1]],
-                 ["L", ["C", "gpudiag.analysis.rank", "source_results"]],
-                 ["L", ["E", "gpudiag.analysis.rank", "RankResult", 1]],
+                 ["L", ["C", "gpudiag.analysis.rank.analyse", "source_results"]],
+                 ["L", ["E", "gpudiag.analysis.rank.analyse", "RankResult", 1]],
                  ["X"], "just a string", ["L", ["A", "|O", [1], b"\0" * 8]]):  # fmt: skip
         entry.write_bytes(_forged(key, data))  # a valid checksum over a forged payload
         out, inner, _ = _analyse([traces], home)
@@ -231,7 +232,7 @@ def test_entries_decode_into_known_classes_only(traces, tmp_path):
 def test_encode_round_trip_keeps_types():
     import numpy as np
 
-    from gpudiag.analysis.model import Mode, StepBreakdown
+    from gpudiag.analysis.model.diagnosis import Mode, StepBreakdown
 
     value = {"t": (1, "a"), 3: [1.5, None, True], "a": np.arange(4, dtype=np.int32),
              "s": np.float64(0.25), "m": Mode.GPU,
@@ -369,10 +370,10 @@ def test_cli_commands_share_the_cache_and_no_cache_turns_it_off(traces, tmp_path
 _WORKER = r"""
 import json, sys
 from pathlib import Path
-from gpudiag import cache
+from gpudiag.fanout import cache
 from gpudiag.analysis.diagnose import diagnose
 from gpudiag.config import Thresholds
-from gpudiag.fanout import serial_map
+from gpudiag.fanout.pool import serial_map
 from gpudiag.traces.load import load_run
 th = Thresholds()
 for _ in range(3):

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpudiag.analysis.collectives import Collectives, match
-from gpudiag.analysis.collectives import summarize_collectives as summarize
+from gpudiag.analysis.run.collectives import Collectives, match
+from gpudiag.analysis.run.collectives import summarize_collectives as summarize
 from gpudiag.config import CollectiveRules
 
 
@@ -76,7 +76,7 @@ def test_matched_waits_are_the_loops(seed, ranks, keyed):
 
 @pytest.mark.parametrize(("ranks", "seed"), [(2, 0), (3, 1), (8, 2), (33, 3)])
 def test_straggler_excess_is_the_leave_one_out_loop(ranks, seed):
-    from gpudiag.analysis.stepmatrix import excess, others_median
+    from gpudiag.analysis.stragglers.stepmatrix import excess, others_median
 
     rng = np.random.default_rng(seed)
     busy = rng.integers(0, 50, (ranks, 6)).astype(np.float64) * 1e6  # ties included
@@ -90,8 +90,8 @@ def test_straggler_excess_is_the_leave_one_out_loop(ranks, seed):
 
 @pytest.mark.parametrize("seed", range(4))
 def test_per_rank_statistics_are_the_per_rank_loops(seed):
-    from gpudiag.analysis.model import StepBreakdown, by_rank
-    from gpudiag.analysis.remedy import PerRankStats
+    from gpudiag.analysis.model.diagnosis import StepBreakdown, by_rank
+    from gpudiag.analysis.remedies.remedy import PerRankStats
 
     rng = np.random.default_rng(seed)
     steps = []

@@ -65,7 +65,7 @@ def test_api_analyze_imports_no_pandas(tmp_path):
 def test_cli_analyze_json_imports_only_what_it_needs(tmp_path):
     d = _tiny_dir(tmp_path, ranks=2)
     body = (
-        "from gpudiag.cli import main\n"
+        "from gpudiag.cli.main import main\n"
         f"try:\n    main(['analyze', {str(d)!r}, '-f', 'json', '-o', {str(tmp_path / 'o.json')!r}])\n"
         "except SystemExit as e:\n    assert not e.code, e.code\n"
     )
@@ -81,7 +81,7 @@ def test_cli_analyze_tiny_imports_no_unused_modules(tmp_path):
     """The modules a tiny trace's analysis never runs stay unimported (each costs ms)."""
     d = _tiny_dir(tmp_path)
     body = (
-        "from gpudiag.cli import main\n"
+        "from gpudiag.cli.main import main\n"
         f"try:\n    main(['analyze', {str(d)!r}, '-f', 'json', '--no-cache', "
         f"'-o', {str(tmp_path / 'o.json')!r}])\n"
         "except SystemExit as e:\n    assert not e.code, e.code\n"
@@ -89,15 +89,15 @@ def test_cli_analyze_tiny_imports_no_unused_modules(tmp_path):
     mods = _modules(body, tmp_path, full=True)
     assert json.loads((tmp_path / "o.json").read_text())["steps"]
     unused = {
-        "numpy.ma",  # numpy's median of floats / percentile import it: gpudiag.nputil's don't
+        "numpy.ma",  # numpy's median of floats / percentile import it: gpudiag._support.nputil's don't
         "concurrent.futures", "multiprocessing", "pandas", "rich",
         # run directories and flight-recorder dumps only
-        "gpudiag.traces.flightrec", "gpudiag.analysis.hang", "gpudiag.analysis.failure",
-        "gpudiag.traces.runend", "gpudiag.traces.alerts", "gpudiag.traces.jsonl",
-        "gpudiag.traces.telemetry", "gpudiag.serialise", "gpudiag.cache",
+        "gpudiag.traces.runfiles.flightrec", "gpudiag.analysis.hangs.stuck", "gpudiag.analysis.hangs.failure",
+        "gpudiag.traces.runfiles.runend", "gpudiag.traces.runfiles.alerts", "gpudiag.traces.runfiles.jsonl",
+        "gpudiag.traces.runfiles.telemetry", "gpudiag.api.saved", "gpudiag.fanout.cache",
         # other commands' and formats' modules
-        "gpudiag.analysis.gate", "gpudiag.analysis.diff", "gpudiag.analysis.online",
-        "gpudiag.report.console", "gpudiag.report.html_report", "gpudiag.frames",
+        "gpudiag.analysis.compare.gate", "gpudiag.analysis.compare.diff", "gpudiag.analysis.run.online",
+        "gpudiag.report.console", "gpudiag.report.html_report", "gpudiag.report.frames",
     }  # fmt: skip
     assert not mods & unused, sorted(mods & unused)
 
@@ -112,7 +112,7 @@ def test_steps_frame_still_uses_pandas(tmp_path):
 
 def test_version_and_help_import_no_analysis(tmp_path):
     body = (
-        "from gpudiag.cli import main\n"
+        "from gpudiag.cli.main import main\n"
         "for a in (['--version'], ['--help'], ['analyze', '--help']):\n"
         "    try:\n        main(a)\n    except SystemExit as e:\n        assert not e.code\n"
     )
@@ -137,7 +137,7 @@ def test_bad_option_values_are_one_usage_error(tmp_path, args, message):
 
 
 def test_plain_coercion_types():
-    from gpudiag.cli_coerce import _convert
+    from gpudiag.cli.coerce import _convert
 
     assert _convert(int, " 12 ") == 12 and _convert(float, "0.25") == 0.25
     assert _convert(Path, "a/b") == Path("a/b") and _convert(str, "x") == "x"
@@ -149,7 +149,7 @@ def test_plain_coercion_types():
 
 
 def test_small_inputs_run_in_this_process(tmp_path):
-    from gpudiag.fanout import SERIAL_BELOW_BYTES, _json_bytes, local_map
+    from gpudiag.fanout.pool import SERIAL_BELOW_BYTES, _json_bytes, local_map
 
     d = _tiny_dir(tmp_path, ranks=3)
     items = [Item(p) for p in sorted(d.iterdir())]
@@ -178,7 +178,7 @@ def _pid(_: object) -> int:
 )  # fmt: skip
 def test_one_command_app_says_what_the_whole_app_says(argv, capsys, monkeypatch):
     """main() builds only the command it runs; its help and usage errors are the same."""
-    from gpudiag import cli
+    from gpudiag.cli import main as cli
 
     def run() -> tuple[object, str, str]:
         code: object = None
@@ -196,7 +196,7 @@ def test_one_command_app_says_what_the_whole_app_says(argv, capsys, monkeypatch)
 
 
 def test_app_for_picks_the_named_command_only():
-    from gpudiag import cli
+    from gpudiag.cli import main as cli
 
     assert cli._app_for(["--help"]) is cli.app and cli._app_for([]) is cli.app
     assert cli._app_for(["--version", "analyze"]) is cli.app

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpudiag import nputil
+from gpudiag._support import nputil
 
 
 @pytest.mark.parametrize("seed", range(8))

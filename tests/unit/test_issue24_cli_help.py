@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cli_runner import run_cli
 
-from gpudiag.clihelp import EXAMPLES
+from gpudiag.cli.help import EXAMPLES
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 COMMANDS = ["analyze", "run", "attach", "doctor", "gate", "diff", "report"]

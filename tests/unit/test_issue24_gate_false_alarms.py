@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 from cli_runner import run_cli
 
-from gpudiag.analysis.baseline import RunStat, baseline_from_json, run_stat
-from gpudiag.analysis.gate import evaluate, regression_check
-from gpudiag.api import load_diagnosis
+from gpudiag.analysis.compare.baseline import RunStat, baseline_from_json, run_stat
+from gpudiag.analysis.compare.gate import evaluate, regression_check
+from gpudiag.api.load import load_diagnosis
 from gpudiag.config import GateConfig, Thresholds
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "issue15_gate"

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpudiag.analysis.model import StepBreakdown
-from gpudiag.analysis.modes import step_modes
-from gpudiag.analysis.variability import variability
+from gpudiag.analysis.findings.variability import variability
+from gpudiag.analysis.model.diagnosis import StepBreakdown
+from gpudiag.analysis.run.modes import step_modes
 from gpudiag.config import SteadyRules, VariabilityRules
 
 

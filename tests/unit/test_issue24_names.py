@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import gpudiag
-from gpudiag.analysis import words
-from gpudiag.analysis.kernels import display_name, family
+from gpudiag.analysis.model import words
+from gpudiag.analysis.rank.kernels import display_name, family
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpudiag.analysis.metrics import LateArrivalMetrics, StragglerMetrics
-from gpudiag.analysis.model import (
+from gpudiag.analysis.model.diagnosis import (
     Cause,
     Diagnosis,
     Finding,
@@ -23,6 +22,7 @@ from gpudiag.analysis.model import (
     Severity,
     Shares,
 )
+from gpudiag.analysis.model.metrics import LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.verdict import verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -98,7 +98,7 @@ def test_recorded_busy_host_demo_run_no_longer_reads_zero_percent_slower():
     # its late-arrival straggler made the verdict "rank 0 runs 0% slower than the median rank"
     import dataclasses
 
-    from gpudiag.api import load_diagnosis
+    from gpudiag.api.load import load_diagnosis
 
     d = load_diagnosis(Path(__file__).resolve().parents[1] / "data" / "issue15_gate"
                        / "cpu_same9.diagnosis.json")  # fmt: skip

@@ -12,16 +12,16 @@ import pytest
 from builders import gpu_run
 from cli_runner import run_cli
 
-from gpudiag.analysis.baseline import step_samples
+from gpudiag.analysis.compare.baseline import step_samples
+from gpudiag.analysis.compare.diff import diff
+from gpudiag.analysis.compare.gate import evaluate
+from gpudiag.analysis.compare.stats import mann_whitney_u
 from gpudiag.analysis.diagnose import diagnose
-from gpudiag.analysis.diff import diff
-from gpudiag.analysis.gate import evaluate
-from gpudiag.analysis.model import Diagnosis, Finding
-from gpudiag.analysis.stats import mann_whitney_u
+from gpudiag.analysis.model.diagnosis import Diagnosis, Finding
+from gpudiag.api.saved import diagnosis_from_json
 from gpudiag.config import GateConfig, gate_config
 from gpudiag.errors import UsageError
 from gpudiag.report import ci, junit, markdown
-from gpudiag.serialise import diagnosis_from_json
 
 # ---- Mann-Whitney U ----
 

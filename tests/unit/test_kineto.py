@@ -130,7 +130,7 @@ def test_load_run_orders_ranks(kineto_sets):
 def test_event_columns_do_not_depend_on_slicing(kineto_sets, slice_len):
     """The per-slice records (EventColumns) join into the same columns, in event order and
     with the record's dtypes, however the event list was cut."""
-    from gpudiag.traces.common import LoadOptions, NamePatterns
+    from gpudiag.traces.core.common import LoadOptions, NamePatterns
     from gpudiag.traces.kineto import decode, read_bytes
     from gpudiag.traces.kineto.columns import GET_PH, Columns, EventColumns
 

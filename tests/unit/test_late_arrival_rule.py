@@ -6,8 +6,8 @@ communication); afterwards the race for last place is decided by noise.
 
 from __future__ import annotations
 
-from gpudiag.analysis.late_arrival import late_arrival
-from gpudiag.analysis.model import CollectivesSummary, LateArrival, StepBreakdown
+from gpudiag.analysis.model.diagnosis import CollectivesSummary, LateArrival, StepBreakdown
+from gpudiag.analysis.stragglers.late_arrival import late_arrival
 
 MS = 1_000_000
 

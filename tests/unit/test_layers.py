@@ -29,22 +29,30 @@ BREAKING = [
     # analysis bans report, api, cli and collect
     ("gpudiag/analysis/probe.py", "from gpudiag.report.markdown import render", "gpudiag.report"),
     ("gpudiag/analysis/probe.py", "from gpudiag import report", "gpudiag.report"),
-    ("gpudiag/analysis/probe.py", "import gpudiag.api", "gpudiag.api"),
-    ("gpudiag/analysis/probe.py", "from gpudiag.cli import main", "gpudiag.cli"),
-    ("gpudiag/analysis/probe.py", "from gpudiag.collect.hook import RankHook", "gpudiag.collect"),
+    ("gpudiag/analysis/probe.py", "import gpudiag.api.load", "gpudiag.api"),
+    ("gpudiag/analysis/probe.py", "from gpudiag.cli.main import main", "gpudiag.cli"),
+    (
+        "gpudiag/analysis/probe.py",
+        "from gpudiag.collect.rank.hook import RankHook",
+        "gpudiag.collect",
+    ),
     # a relative import is resolved and caught too
     ("gpudiag/analysis/probe.py", "from ..report import console", "gpudiag.report"),
     ("gpudiag/analysis/probe.py", "from .. import api", "gpudiag.api"),
     # traces bans analysis, report, api, cli and collect
-    ("gpudiag/traces/probe.py", "from gpudiag.analysis.gate import evaluate", "gpudiag.analysis"),
+    (
+        "gpudiag/traces/probe.py",
+        "from gpudiag.analysis.compare.gate import evaluate",
+        "gpudiag.analysis",
+    ),
     ("gpudiag/traces/probe.py", "from gpudiag.report import render", "gpudiag.report"),
-    ("gpudiag/traces/probe.py", "from gpudiag.api import analyze", "gpudiag.api"),
-    ("gpudiag/traces/probe.py", "import gpudiag.cli", "gpudiag.cli"),
+    ("gpudiag/traces/probe.py", "from gpudiag.api.load import analyze", "gpudiag.api"),
+    ("gpudiag/traces/probe.py", "import gpudiag.cli.main", "gpudiag.cli"),
     ("gpudiag/traces/nsys/probe.py", "from ...analysis import model", "gpudiag.analysis"),
     ("gpudiag/traces/nsys/probe.py", "from gpudiag.collect import nvml", "gpudiag.collect"),
     # report bans traces, api, cli and collect
     ("gpudiag/report/probe.py", "from gpudiag.traces.load import load_run", "gpudiag.traces"),
-    ("gpudiag/report/probe.py", "from gpudiag.api import analyze", "gpudiag.api"),
+    ("gpudiag/report/probe.py", "from gpudiag.api.load import analyze", "gpudiag.api"),
     ("gpudiag/report/probe.py", "from gpudiag import cli", "gpudiag.cli"),
 ]
 
@@ -60,7 +68,7 @@ ALLOWED = [
     ("gpudiag/analysis/probe.py", "from gpudiag.traces.schema import RunTimeline"),
     ("gpudiag/analysis/probe.py", "from gpudiag.config import Thresholds"),
     ("gpudiag/traces/probe.py", "from gpudiag import rundir"),
-    ("gpudiag/report/probe.py", "from gpudiag.analysis.model import Diagnosis"),
+    ("gpudiag/report/probe.py", "from gpudiag.analysis.model.diagnosis import Diagnosis"),
     ("gpudiag/probe.py", "from gpudiag.report import render"),  # api and cli sit above all
 ]
 

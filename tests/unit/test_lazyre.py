@@ -1,10 +1,10 @@
-"""gpudiag.lazyre.compile gives what re.compile gives, compiled at first use (issue 23)."""
+"""gpudiag._support.lazyre.compile gives what re.compile gives, compiled at first use (issue 23)."""
 
 from __future__ import annotations
 
 import re
 
-from gpudiag import lazyre
+from gpudiag._support import lazyre
 
 
 def test_same_answers_as_re():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from gpudiag.collect.progress import Progress, RankProgress
+from gpudiag.collect.launch.progress import Progress, RankProgress
 from gpudiag.report.live import progress_line, progress_table
 
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpudiag.collect.nvml import NvmlSampler, load_nvml
+from gpudiag.collect.samplers.nvml import NvmlSampler, load_nvml
 
 
 class NVMLError(Exception):

@@ -1,4 +1,4 @@
-"""gpudiag.records.dataclass behaves as dataclasses.dataclass where gpudiag can tell (issue 23).
+"""gpudiag._support.records.dataclass behaves as dataclasses.dataclass where gpudiag can tell (issue 23).
 
 Each class is declared twice, once with each decorator, and the two are checked against
 each other: the truth is the standard library's behaviour, not gpudiag's.
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gpudiag import records
+from gpudiag._support import records
 
 
 def _pair(frozen: bool) -> tuple[type, type]:

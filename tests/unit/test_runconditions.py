@@ -1,4 +1,4 @@
-"""Run conditions typed (gpudiag.runconditions): one merge, one contention judgment with the
+"""Run conditions typed (gpudiag.rundir.conditions): one merge, one contention judgment with the
 configured limits (gate and analyze alike), one throttle-bit table with two named masks.
 """
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from builders import gpu_run
 
-from gpudiag import rundir
 from gpudiag.analysis.diagnose import diagnose
 from gpudiag.config import GateConfig, Thresholds
-from gpudiag.runconditions import (
+from gpudiag.rundir import layout as rundir
+from gpudiag.rundir.conditions import (
     CLOCK_SLOWDOWN_MASK,
     CLOCKS_LIMITED_MASK,
     THROTTLE_REASONS,

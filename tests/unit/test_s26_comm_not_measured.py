@@ -17,12 +17,12 @@ import pandas as pd
 import pytest
 
 from gpudiag.analysis.diagnose import build_diagnosis
-from gpudiag.analysis.rank import telemetry_results
-from gpudiag.analysis.wholerun import whole_run
+from gpudiag.analysis.rank.analyse import telemetry_results
+from gpudiag.analysis.run.wholerun import whole_run
+from gpudiag.api.saved import diagnosis_from_json
 from gpudiag.config import Thresholds
 from gpudiag.report.console import render
 from gpudiag.report.markdown import render as render_markdown
-from gpudiag.serialise import diagnosis_from_json
 
 MS = 1_000_000
 

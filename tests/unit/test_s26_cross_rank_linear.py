@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from gpudiag.analysis.diagnose import build_diagnosis
-from gpudiag.analysis.rank import source_results
+from gpudiag.analysis.rank.analyse import source_results
 from gpudiag.config import Thresholds
 from gpudiag.traces.load import load_run
 

@@ -15,11 +15,11 @@ from pathlib import Path
 import pandas as pd
 
 import gpudiag
+from gpudiag.analysis.compare.diff import diff
 from gpudiag.analysis.diagnose import build_diagnosis
-from gpudiag.analysis.diff import diff
-from gpudiag.analysis.model import Finding, FindingKind, Severity
-from gpudiag.analysis.rank import telemetry_results
-from gpudiag.analysis.wholerun import whole_run
+from gpudiag.analysis.model.diagnosis import Finding, FindingKind, Severity
+from gpudiag.analysis.rank.analyse import telemetry_results
+from gpudiag.analysis.run.wholerun import whole_run
 from gpudiag.config import Thresholds
 from gpudiag.report import pick_format, render
 from gpudiag.report.console import render as render_console

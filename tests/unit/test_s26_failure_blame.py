@@ -7,10 +7,10 @@ timeout fired: ``Timed out waiting 45000ms for recv operation to complete``).
 
 from __future__ import annotations
 
-from gpudiag.analysis.kinds import FindingKind
-from gpudiag.analysis.runend import run_end_findings
-from gpudiag.traces.flightrec import Frame, RankStacks, ThreadStack
-from gpudiag.traces.runend import RankEnd, RunEnd
+from gpudiag.analysis.hangs.runend import run_end_findings
+from gpudiag.analysis.model.kinds import FindingKind
+from gpudiag.traces.runfiles.flightrec import Frame, RankStacks, ThreadStack
+from gpudiag.traces.runfiles.runend import RankEnd, RunEnd
 
 # rank 0's error line in /tmp/trial/hang2/ranks/rank-0.steps.jsonl (gloo, torch 2.13)
 TIMEOUT = (
@@ -68,8 +68,8 @@ def test_timeout_without_evidence_says_so() -> None:
 
 def test_hang_root_gets_the_first_remedy() -> None:
     # hang1's stacks as recorded: rank 0 inside all_reduce, rank 1 at job.py:17 (sleeping)
-    from gpudiag.analysis.advice import recommend
-    from gpudiag.analysis.model import Mode, RunSummary, Shares
+    from gpudiag.analysis.model.diagnosis import Mode, RunSummary, Shares
+    from gpudiag.analysis.remedies.advice import recommend
 
     waiting = ThreadStack("MainThread", True, (
         Frame("all_reduce", LIB, 3245), Frame("<module>", "/job/job.py", 20)))  # fmt: skip

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpudiag.collect.watchdog import kill_job
+from gpudiag.collect.launch.watchdog import kill_job
 
 SLEEPER = """
 import atexit, pathlib, signal, sys, time

@@ -7,12 +7,12 @@ that finding's bottleneck, share and ranks, and say where the run stopped.
 
 from __future__ import annotations
 
-from gpudiag.analysis.kinds import FindingKind, Severity
-from gpudiag.analysis.metrics import DataBoundMetrics
-from gpudiag.analysis.model import Finding, Mode, RunSummary, Shares
-from gpudiag.analysis.runend import run_end_findings
+from gpudiag.analysis.hangs.runend import run_end_findings
+from gpudiag.analysis.model.diagnosis import Finding, Mode, RunSummary, Shares
+from gpudiag.analysis.model.kinds import FindingKind, Severity
+from gpudiag.analysis.model.metrics import DataBoundMetrics
 from gpudiag.analysis.verdict import verdict
-from gpudiag.traces.runend import RankEnd, RunEnd
+from gpudiag.traces.runfiles.runend import RankEnd, RunEnd
 
 
 def _run(steps: int = 10) -> RunSummary:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpudiag.analysis.failure import classify, mismatch_words
-from gpudiag.analysis.kinds import FindingKind
-from gpudiag.analysis.model import Mode, RunSummary, Shares
-from gpudiag.analysis.runend import run_end_findings
+from gpudiag.analysis.hangs.failure import classify, mismatch_words
+from gpudiag.analysis.hangs.runend import run_end_findings
+from gpudiag.analysis.model.diagnosis import Mode, RunSummary, Shares
+from gpudiag.analysis.model.kinds import FindingKind
 from gpudiag.analysis.verdict import verdict
-from gpudiag.traces.runend import RankEnd, RunEnd, parse_fault_log
+from gpudiag.traces.runfiles.runend import RankEnd, RunEnd, parse_fault_log
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "mismatch"
 PGW = (DATA / "pgwrapper_rank0_error.txt").read_text().strip()
@@ -69,7 +69,7 @@ def test_abort_inside_a_collective_says_what_it_may_be() -> None:
 
 
 def test_mismatch_gets_its_remedy_first() -> None:
-    from gpudiag.analysis.advice import recommend
+    from gpudiag.analysis.remedies.advice import recommend
 
     end = RunEnd(ends=(RankEnd(0, 7, 1_000, False, error_ns=1_000, error=PGW),), exit_code=1)
     run = RunSummary(2, 2, 10, 1, 1, Shares(1.0, 0.0, 0.0, 0.0), 0.0, 0.0, Mode.TELEMETRY)

@@ -7,11 +7,10 @@ import dataclasses
 
 import pytest
 
-from gpudiag.analysis.busy_host import on_busy_host
+from gpudiag.analysis.compare.gate import evaluate
 from gpudiag.analysis.diagnose import build_diagnosis
-from gpudiag.analysis.gate import evaluate
-from gpudiag.analysis.metrics import StragglerMetrics
-from gpudiag.analysis.model import (
+from gpudiag.analysis.findings.variability import variability
+from gpudiag.analysis.model.diagnosis import (
     Cause,
     Diagnosis,
     Finding,
@@ -21,10 +20,11 @@ from gpudiag.analysis.model import (
     StepBreakdown,
     WholeRun,
 )
-from gpudiag.analysis.rank import telemetry_results
-from gpudiag.analysis.variability import variability
+from gpudiag.analysis.model.metrics import StragglerMetrics
+from gpudiag.analysis.rank.analyse import telemetry_results
+from gpudiag.analysis.stragglers.busy_host import on_busy_host
 from gpudiag.config import GateConfig, Thresholds, VariabilityRules
-from gpudiag.runconditions import RunConditions, host_contention
+from gpudiag.rundir.conditions import RunConditions, host_contention
 
 
 def _job_steps(durations_ms: list[float], ranks: int = 2) -> list[StepBreakdown]:

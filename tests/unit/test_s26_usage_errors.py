@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpudiag.cli import main
+from gpudiag.cli.main import main
 
 
 def _run(capsys, *argv):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import gpudiag
-from gpudiag.analysis.collectives import collective_dtype
+from gpudiag.analysis.run.collectives import collective_dtype
 
 PID, TID = 100, 100
 

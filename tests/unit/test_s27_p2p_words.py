@@ -13,8 +13,8 @@ import sqlite3
 from pathlib import Path
 
 import gpudiag
-from gpudiag.analysis.collectives import p2p_share
-from gpudiag.analysis.model import RankEvidence
+from gpudiag.analysis.model.diagnosis import RankEvidence
+from gpudiag.analysis.run.collectives import p2p_share
 
 
 def test_p2p_share_from_calls_and_kernels() -> None:

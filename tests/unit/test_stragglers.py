@@ -2,12 +2,12 @@
 
 import pytest
 
-from gpudiag.analysis.advice import recommend
-from gpudiag.analysis.metrics import CommBoundMetrics
-from gpudiag.analysis.model import Finding, GpuStats, RunStep, StepBreakdown, WholeRun
-from gpudiag.analysis.reconcile import comm_wait_for_stragglers
-from gpudiag.analysis.stragglers import find_stragglers
-from gpudiag.analysis.whatif import what_if
+from gpudiag.analysis.model.diagnosis import Finding, GpuStats, RunStep, StepBreakdown, WholeRun
+from gpudiag.analysis.model.metrics import CommBoundMetrics
+from gpudiag.analysis.remedies.advice import recommend
+from gpudiag.analysis.run.reconcile import comm_wait_for_stragglers
+from gpudiag.analysis.run.whatif import what_if
+from gpudiag.analysis.stragglers.detect import find_stragglers
 
 MS = 1_000_000
 
@@ -124,8 +124,8 @@ def test_whole_run_telemetry_is_used_when_present():
 
 
 def test_recommendation_names_the_rank_cause_and_gain():
-    from gpudiag.analysis.model import RunSummary, Shares
-    from gpudiag.analysis.summary import _shares  # noqa: F401  (shares are internal)
+    from gpudiag.analysis.model.diagnosis import RunSummary, Shares
+    from gpudiag.analysis.run.summary import _shares  # noqa: F401  (shares are internal)
 
     steps = sync_steps(extra={(2, s): (20, 0, 0) for s in range(8)})
     fs = stragglers(steps)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gpudiag.errors import InputError
-from gpudiag.traces.samples import load_samples
-from gpudiag.traces.telemetry import load_steps
+from gpudiag.traces.runfiles.samples import load_samples
+from gpudiag.traces.runfiles.telemetry import load_steps
 
 HEADER = {"type": "header", "format": "gpudiag.steps", "version": 1, "rank": 1, "host": "h"}
 

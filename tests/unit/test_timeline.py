@@ -120,7 +120,7 @@ def test_a_saved_diagnosis_has_no_timeline(tmp_path, kineto_sets):
 
 
 def test_the_timeline_never_replaces_a_link_and_refuses_a_directory(tmp_path, kineto_sets):
-    # the rules of -o (gpudiag/fileio.py): a link is written through, a directory refused
+    # the rules of -o (gpudiag/_support/fileio.py): a link is written through, a directory refused
     target = tmp_path / "real.json"
     target.write_text("old")
     link = tmp_path / "link.json"

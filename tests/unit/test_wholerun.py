@@ -3,9 +3,9 @@
 import pandas as pd
 import pytest
 
-from gpudiag.analysis.wholerun import whole_run
-from gpudiag.rundir import RankInfo, RunManifest, SourceStatus
-from gpudiag.serialise import diagnosis_from_json
+from gpudiag.analysis.run.wholerun import whole_run
+from gpudiag.api.saved import diagnosis_from_json
+from gpudiag.rundir.layout import RankInfo, RunManifest, SourceStatus
 
 MS = 1_000_000
 
@@ -107,7 +107,7 @@ def test_diagnosis_with_whole_run_round_trips_and_matches_the_schema():
     from builders import gpu_run
 
     from gpudiag.analysis.diagnose import build_diagnosis
-    from gpudiag.analysis.rank import rank_result
+    from gpudiag.analysis.rank.analyse import rank_result
     from gpudiag.config import Thresholds
 
     th = Thresholds()

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpudiag.errors import InputError
-from gpudiag.traces.common import LoadOptions, NamePatterns, rank_from_filename
+from gpudiag.traces.core.common import LoadOptions, NamePatterns, rank_from_filename
 from gpudiag.traces.kineto.columns import CATEGORY_KINDS, GET_PH, GPU_CATEGORIES, Columns
 from gpudiag.traces.kineto.events import Event, Trace
 from gpudiag.traces.kineto.finish import MAX_SPAN_NS, to_timelines

@@ -20,8 +20,8 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from gpudiag.nputil import unique, unique_index
-from gpudiag.traces.common import TIME_MAX_NS, TIME_MIN_NS, NamePatterns, refine_kinds
+from gpudiag._support.nputil import unique, unique_index
+from gpudiag.traces.core.common import TIME_MAX_NS, TIME_MIN_NS, NamePatterns, refine_kinds
 from gpudiag.traces.kineto.events import SKIPPED_PHASES, Args
 from gpudiag.traces.schema import Kind
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gpudiag import nputil
+from gpudiag._support import nputil
 from gpudiag.errors import InputError
-from gpudiag.traces.common import TIME_MAX_NS, dropped_notes, json_words
+from gpudiag.traces.core.common import TIME_MAX_NS, dropped_notes, json_words
 from gpudiag.traces.kineto.columns import (
     BAD_TIME,
     F64,

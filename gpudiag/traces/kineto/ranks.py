@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from gpudiag import lazyre
+from gpudiag._support import lazyre
+from gpudiag._support.nputil import unique
 from gpudiag.errors import InputError
-from gpudiag.nputil import unique
-from gpudiag.traces.common import RawColumns, check_rank, json_words, rank_from_filename
+from gpudiag.traces.core.common import RawColumns, check_rank, json_words, rank_from_filename
+from gpudiag.traces.core.rank_builder import build_rank
 from gpudiag.traces.kineto.columns import I8, I64, Columns, TimedColumns, name_str
 from gpudiag.traces.kineto.events import Trace
-from gpudiag.traces.rank_builder import build_rank
 from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 
 _RANK_HINT = ("the trace is damaged: fix distributedInfo in the file, or give each rank's "

@@ -14,8 +14,8 @@ from typing import IO, Any
 
 import msgspec
 
+from gpudiag._support.fileio import open_input
 from gpudiag.errors import InputError
-from gpudiag.fileio import open_input
 from gpudiag.traces.kineto.columns import GET_PH, Columns
 from gpudiag.traces.kineto.events import (
     DECODER,

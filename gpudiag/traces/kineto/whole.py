@@ -17,8 +17,8 @@ from typing import IO, Any
 
 import msgspec
 
+from gpudiag._support.fileio import open_input
 from gpudiag.errors import InputError
-from gpudiag.fileio import open_input
 from gpudiag.traces.kineto.events import (
     DECODER,
     EVENT_DECODER,
@@ -45,7 +45,7 @@ def opened(f: IO[bytes]) -> IO[bytes]:
     """The text stream of an open trace file: gunzipped when it starts with the gzip magic."""
     gz = f.read(2) == b"\x1f\x8b"
     f.seek(0)
-    return _gzip_impl.open(f, "rb") if gz else f  # type: ignore[no-any-return, unused-ignore]
+    return _gzip_impl.open(f, "rb") if gz else f  # type: ignore[no-any-return, no-untyped-call, unused-ignore]
 
 
 def _too_large(path: Path) -> InputError:

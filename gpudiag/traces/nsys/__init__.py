@@ -4,7 +4,7 @@ One export may hold several profiled processes (``nsys profile torchrun …``): 
 with GPU activity becomes one :class:`~gpudiag.traces.schema.RankTimeline`. The SQL lives
 in :mod:`.sql`, reports and ``nsys export`` in :mod:`.export`; this module maps rows to
 columns (Python only looks at the *distinct* names and a few metadata rows) and hands each
-process to the loader core (:func:`gpudiag.traces.rank_builder.build_rank`), which applies the
+process to the loader core (:func:`gpudiag.traces.core.rank_builder.build_rank`), which applies the
 naming, training-thread and step rules shared with the Kineto loader.
 """
 
@@ -17,13 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from gpudiag.errors import InputError
-from gpudiag.traces.common import (
+from gpudiag.traces.core.common import (
     LoadOptions,
     NamePatterns,
     RawColumns,
     check_rank,
     rank_from_filename,
 )
+from gpudiag.traces.core.rank_builder import build_rank
 from gpudiag.traces.nsys.database import (
     I64A,
     RANK_VARS,
@@ -53,7 +54,6 @@ from gpudiag.traces.nsys.sql import (
     strings,
     thread_ranks,
 )
-from gpudiag.traces.rank_builder import build_rank
 from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 
 MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",

@@ -24,8 +24,8 @@ from urllib.parse import quote
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag._support.fileio import open_input
 from gpudiag.errors import InputError
-from gpudiag.fileio import open_input
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpudiag import nsysbin
+from gpudiag._support import nsysbin
 from gpudiag.errors import EnvironmentProblem, InputError
 from gpudiag.traces.nsys.database import vtuple
 
@@ -48,7 +48,7 @@ def report_version(path: Path) -> str:
 
 
 def find_nsys(explicit: str | None = None) -> str | None:
-    """The nsys binary: ``explicit`` (``--nsys``), else :mod:`gpudiag.nsysbin`'s search.
+    """The nsys binary: ``explicit`` (``--nsys``), else :mod:`gpudiag._support.nsysbin`'s search.
 
     A given binary that is not an executable file is an error, as is a bad ``GPUDIAG_NSYS``.
     """

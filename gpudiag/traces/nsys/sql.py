@@ -23,7 +23,7 @@ import re
 
 import numpy as np
 
-from gpudiag.traces.common import TIME_MAX_NS, TIME_MIN_NS, check_rank
+from gpudiag.traces.core.common import TIME_MAX_NS, TIME_MIN_NS, check_rank
 from gpudiag.traces.nsys.database import GPU_COLUMNS, I64A, Export, quoted
 from gpudiag.traces.schema import Kind
 

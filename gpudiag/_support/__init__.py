@@ -1,0 +1,1 @@
+"""Helpers for every layer: records, lazy regexes, numpy helpers, file access, nsys."""

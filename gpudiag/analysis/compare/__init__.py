@@ -1,0 +1,1 @@
+"""Comparing runs: the gate, its statistics, baselines and diffs."""

@@ -1,0 +1,160 @@
+"""A run reduced for comparison, and the baseline file format.
+
+:func:`step_time_stats` (the steady job step time) and :func:`fingerprint` (what must match
+for two runs to be comparable) are shared by ``gate`` and ``diff``; :class:`RunStat` is one
+run as the gate compares it and as a baseline file (``gate --save-baseline``) stores it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, field
+from typing import Any
+
+from gpudiag._support import nputil
+from gpudiag._support.records import dataclass
+from gpudiag.analysis.model.diagnosis import Diagnosis, FindingKind, Mode, RunStep
+from gpudiag.analysis.rank.steady import steady_steps
+from gpudiag.config import GateConfig, Thresholds
+from gpudiag.rundir.conditions import RunConditions
+
+# ---- samples and fingerprints ----
+
+
+WHOLE_RUN = "whole run (telemetry)"
+PROFILED = "profiled window"
+
+
+def step_samples(
+    d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
+) -> list[int]:
+    """Per-step job step times (ns): per steady step number, the slowest rank.
+
+    Uses the run directory's telemetry (every step) when the Diagnosis has it and it holds
+    more steady steps than the profiled window, else the profiled steps; either way only
+    the steady steps (:func:`gpudiag.analysis.rank.steady.steady_steps`) count.
+    """
+    return step_samples_and_basis(d, warmup_steps, th)[0]
+
+
+def step_samples_and_basis(
+    d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
+) -> tuple[list[int], str]:
+    """:func:`step_samples` and what they rest on: ``WHOLE_RUN`` or ``PROFILED``."""
+    th = th or Thresholds()
+    window = [RunStep(s.rank, s.step, s.start_ns, s.duration_ns, None, None, None, False)
+              for s in d.steps]  # fmt: skip
+    tele = list(d.whole_run.steps) if d.whole_run else []
+    # The window's first step is not the job's: only --warmup-steps drops it there.
+    keep = steady_steps(window, th.steady, warmup_steps or 0)
+    # a telemetry-only diagnosis: its steps are the telemetry's, there is no profiled window
+    rows, basis = window, WHOLE_RUN if d.run.mode == Mode.TELEMETRY else PROFILED
+    if tele:
+        keep_t = steady_steps(tele, th.steady, warmup_steps)
+        if len({st for _, st in keep_t}) > len({st for _, st in keep}):
+            rows, keep, basis = tele, keep_t, WHOLE_RUN
+    per_step: dict[int, int] = {}
+    for s in rows:
+        if (s.rank, s.step) in keep and s.duration_ns > 0:
+            per_step[s.step] = max(per_step.get(s.step, 0), s.duration_ns)
+    return [per_step[k] for k in sorted(per_step)], basis
+
+
+def step_time_stats(
+    d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
+) -> tuple[float | None, float | None, int]:
+    """(median, p90, count) of :func:`step_samples`, in ns; ``gate`` and ``diff`` share it."""
+    samples = step_samples(d, warmup_steps, th)
+    if not samples:
+        return None, None, 0
+    return float(nputil.median(samples)), nputil.percentile(samples, 90), len(samples)
+
+
+@dataclass(frozen=True)
+class RunStat:
+    """One run reduced to what the run-level comparison needs (a baseline file's entry)."""
+
+    name: str
+    step_time_ns_median: float | None
+    step_time_ns: list[int]  # the steady per-step job step times
+    shares: dict[str, float | None]  # comm_wait None: not measured
+    idle_ratio: float
+    fingerprint: dict[str, Any]
+    stragglers: list[int] = field(default_factory=list)
+    conditions: dict[str, Any] | None = None
+
+
+def run_stat(
+    d: Diagnosis,
+    name: str = "",
+    conditions: RunConditions | None = None,
+    warmup_steps: int | None = None,
+    th: Thresholds | None = None,
+) -> RunStat:
+    """Reduce a Diagnosis (and its recorded run conditions) to a :class:`RunStat`."""
+    samples = step_samples(d, warmup_steps, th)
+    median = step_time_stats(d, warmup_steps, th)[0]
+    stragglers = sorted({r for f in d.findings if f.kind == FindingKind.STRAGGLER
+                         for r in f.ranks})  # fmt: skip
+    return RunStat(name, median, samples, d.run.shares.as_dict(), d.run.idle_ratio,
+                   fingerprint(d), stragglers,
+                   conditions.to_json() if conditions is not None else None)  # fmt: skip
+
+
+BASELINE_FORMAT = "gpudiag.baseline"
+BASELINE_VERSION = 1
+
+
+def baseline_to_json(runs: Sequence[RunStat], cfg: GateConfig, version: str = "") -> dict[str, Any]:
+    """The document ``gate --save-baseline FILE RUN…`` writes: one entry per run."""
+    return {
+        "format": BASELINE_FORMAT,
+        "version": BASELINE_VERSION,
+        "gpudiag_version": version,
+        "warmup_steps": cfg.warmup_steps,
+        "runs": [asdict(r) for r in runs],
+    }
+
+
+def is_baseline_json(doc: Any) -> bool:
+    """True for a document written by :func:`baseline_to_json`."""
+    return isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT
+
+
+def baseline_from_json(doc: dict[str, Any]) -> list[RunStat]:
+    """The runs of a baseline file; ValueError on a newer or malformed one."""
+    if int(doc.get("version", 0)) > BASELINE_VERSION:
+        raise ValueError(f"baseline file version {doc.get('version')} is newer than this "
+                         f"gpudiag understands ({BASELINE_VERSION})")  # fmt: skip
+    try:
+        return [RunStat(**r) for r in doc["runs"]]
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"malformed baseline file ({e})") from e
+
+
+def fingerprint(d: Diagnosis) -> dict[str, Any]:
+    """What must match for two runs to be comparable: world size, device names, mode."""
+    devices = sorted({dev for r in d.ranks for dev in r.devices})
+    return {
+        "world_size": d.run.world_size or d.run.ranks,
+        "devices": devices,
+        "mode": str(d.run.mode),
+    }
+
+
+_FP_LABELS = {"world_size": "world size", "devices": "GPUs", "mode": "mode"}
+
+
+def _fp_value(key: str, v: Any) -> str:
+    if key == "devices":
+        return ", ".join(v) if v else "no GPUs"
+    return str(v)
+
+
+def describe_fingerprint_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """``world size 8 vs 4, GPUs H100 vs A100``: the keys that differ, in the user's words."""
+    return ", ".join(
+        f"{_FP_LABELS.get(k, k)} {_fp_value(k, a.get(k))} vs {_fp_value(k, b.get(k))}"
+        for k in a
+        if a.get(k) != b.get(k)
+    )

@@ -1,0 +1,1 @@
+"""Findings of one kind each: idle ratio, compute, variability, host causes."""

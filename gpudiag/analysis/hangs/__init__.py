@@ -1,0 +1,1 @@
+"""Runs that did not end well: stuck and mismatched collectives, failures."""

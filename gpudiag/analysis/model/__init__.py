@@ -1,0 +1,1 @@
+"""The Diagnosis model: its dataclasses, finding metrics, enums and words."""

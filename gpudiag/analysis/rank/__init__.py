@@ -1,0 +1,1 @@
+"""One rank's analysis: steps, classification, evidence, host causes, kernels."""

@@ -1,0 +1,339 @@
+"""Names the host-side cause of GPU idle time from the runtime calls the training thread made.
+
+"Other" time (no compute, exposed communication or data wait) has causes a trace can tell
+apart, each with its own remedy:
+
+* **synchronisation** — the thread blocks in ``cudaStreamSynchronize``,
+  ``cudaDeviceSynchronize``, ``cudaEventSynchronize`` (``.item()``, ``.cpu()``,
+  ``_local_scalar_dense``) or their HIP/driver twins; what the GPU runs meanwhile says
+  whom it waits for (its own kernels, a collective, a copy, or nothing);
+* **allocator** — ``cudaMalloc``/``cudaFree``/``hipMalloc``/``hipFree`` (and host
+  allocations) inside the step: PyTorch's caching allocator is off or thrashing;
+* **blocking copies** — ``cudaMemcpy``/``hipMemcpy``/``hipMemcpyWithStream`` and
+  ``*MemcpyAsync`` calls that return only when the copy is done (pageable host memory);
+* **JIT compilation** — NVRTC/hipRTC and module loading (``cuModuleLoadData``…);
+* **launch overhead** — many short kernels launched one by one (``cudaLaunchKernel``…):
+  the case CUDA graphs exist for;
+* **eager operator overhead** — a host thread of the rank is inside an operator
+  (dispatch, autograd bookkeeping, launches) while the GPU computes nothing;
+* **Python overhead** — no host thread of the rank is inside an operator.
+
+Each class's time is the union of its calls on the training thread (on every host thread
+when the training thread is unknown) inside the analysed steps, per step. The kernels'
+count and median duration per step, graph launches (graphs already in use) and the share
+of compute in half-precision kernels (AMP already on) are measured beside them.
+
+The rank's *operator threads* are the training thread and its autograd threads: threads
+named ``pt_autograd_N`` (or anything with "autograd"/"backward" in its name) and threads
+running ``autograd::engine::evaluate_function`` ranges — in a GPU job, backward runs there,
+not on the training thread. Their operators' union, per step, splits the steps' time into
+"inside an operator" and "between operators" (``host_ops``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from gpudiag._support import lazyre, nputil
+from gpudiag._support.nputil import unique_inverse
+from gpudiag._support.records import dataclass
+from gpudiag.analysis.rank import intervals as iv
+from gpudiag.analysis.rank.classify import RankSets
+from gpudiag.analysis.rank.steps import StepWindows
+from gpudiag.traces.schema import Kind, RankTimeline
+
+API_CLASSES: dict[str, re.Pattern[str]] = {
+    cls: lazyre.compile(p)
+    for cls, p in {
+        "sync": r"^(cuda|hip)(Stream|Device|Event)Synchronize|^cu(Stream|Ctx|Event)Synchronize",
+        "allocator": r"^(cuda|hip)(Malloc|Free|HostAlloc|HostMalloc|HostFree|MallocHost|"
+        r"FreeHost|MallocManaged|MallocAsync|FreeAsync)|^cuMem(Alloc|Free|Create|Release|"
+        r"Map\b|Unmap|AddressReserve|AddressFree|HostAlloc|FreeHost)",
+        "copy": r"^(cuda|hip|cu)Memcpy",
+        "jit": r"^(nvrtc|hiprtc)|^cu(ModuleLoad|LinkComplete|LinkAddData|LibraryLoad)|"
+        r"^hipModuleLoad",
+        "launch": r"^(cuda|hip|cu)(LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel|"
+        r"ExtModuleLaunchKernel|ExtLaunchKernel|LaunchKernelEx)",
+        "graph": r"^(cuda|hip|cu)GraphLaunch",
+    }.items()
+}
+# Kernels computing in half precision or lower (their names carry the type).
+LOW_PRECISION_KERNEL = re.compile(
+    r"bf16|bfloat16|__half|\bhalf\b|c10::Half|fp16|f16f16|_f16|h884|h1688|h16816|hmma|"
+    r"e4m3|e5m2|fp8|_h_|_hh|Half>",
+    re.IGNORECASE,
+)
+# Threads that run backward for the training thread (PyTorch names them pt_autograd_N).
+AUTOGRAD_THREAD = re.compile(r"autograd|backward", re.IGNORECASE)
+AUTOGRAD_OP = re.compile(r"^autograd::engine::evaluate_function")
+_LAUNCH = list(API_CLASSES).index("launch")
+# Kernels named per step (kernels_by_step): the ones whose time varies most between steps.
+_KERNELS_BY_STEP = 8
+PAGEABLE_COPY = re.compile(r"Pageable", re.IGNORECASE)
+# Copies between host and device (Kineto: "Memcpy HtoD (Pageable -> Device)"; Nsight: "Memcpy
+# DtoH"), not device-to-device or peer copies.
+HOST_DEVICE_COPY = re.compile(r"HtoD|DtoH|Pageable|Pinned|Host", re.IGNORECASE)
+
+
+def host_evidence(
+    tl: RankTimeline, win: StepWindows, keep: npt.NDArray[np.bool_], sets: RankSets
+) -> dict[str, Any]:
+    """Runtime-call classes, kernel counts and precision of a rank's analysed steps.
+
+    ``host_api`` maps each class of :data:`API_CLASSES` with any call in the analysed
+    steps to ``{ns, ns_per_step, steps, calls, api, apis, longest_ns, longest_step,
+    longest_op}``, and ``sync`` and ``copy`` to ``waits_for`` too: the shares of their time
+    during which the GPU ran compute, a collective, a copy, or nothing.
+    ``host_op_share``: the share of the steps' time with an operator open on one of the
+    rank's operator threads (module docstring; the rest is Python, or waiting, between
+    operators); ``host_ops``: per step, that time on the training thread and on the other
+    operator threads, and the time inside and between operators with the GPU computing
+    nothing and no communication or data wait (see :func:`_op_time`); ``kernels_per_step``,
+    ``kernel_ns_median``, ``low_precision_share`` (of compute kernel time);
+    ``kernels_by_step``: per step, the kernel count and the compute kernels whose time
+    varies most between steps; ``copy_ns`` and ``pageable_copy_ns``: GPU copy time in the
+    steps, all and from/to pageable memory; ``copies_alone``: per step, host-device copy
+    time (HtoD, DtoH) with no compute, communication or data wait beside it.
+    """
+    if not len(tl) or not keep.any():
+        return {}
+    w = _Window(win.start[keep], win.end[keep], win.step[keep])
+    gpu = tl.gpu_lane_mask()[tl.lane]
+    main = tl.meta.main_lane
+    host = (tl.lane == main) if main >= 0 else ~gpu
+    out: dict[str, Any] = {}
+    api = _host_api(tl, host, w, sets)
+    if api:
+        out["host_api"] = api
+    lanes = op_lanes(tl)
+    threads = np.isin(tl.lane, lanes) if lanes else host
+    ops = np.flatnonzero(threads & (tl.kind == Kind.CPU_OP))
+    if ops.size:
+        out |= _op_time(tl, ops, w, sets)
+    return out | _kernels(tl, gpu, w) | _by_step(tl, gpu, w) | _copies(tl, gpu, w, sets)
+
+
+def op_lanes(tl: RankTimeline) -> list[int]:
+    """The rank's operator threads: the training thread and its autograd threads.
+
+    Autograd threads are named so (``pt_autograd_0``) or run the autograd engine's
+    ``autograd::engine::evaluate_function`` ranges. Empty when the training thread is
+    unknown.
+    """
+    main = tl.meta.main_lane
+    if main < 0:
+        return []
+    gpu = tl.gpu_lane_mask()
+    names = tl.meta.thread_names
+    lanes = {main} | {i for i, ln in enumerate(tl.lanes) if not gpu[i]
+                      and any(AUTOGRAD_THREAD.search(n) for n in names.get(ln, []))}  # fmt: skip
+    ops = np.flatnonzero(tl.kind == Kind.CPU_OP)
+    engine = _per_event(tl.names, tl.name[ops], _found(AUTOGRAD_OP)).astype(bool)
+    lanes |= {int(x) for x in nputil.unique(tl.lane[ops[engine]]).tolist() if not gpu[int(x)]}
+    return sorted(lanes)
+
+
+def _op_time(
+    tl: RankTimeline, ops: npt.NDArray[np.int64], w: _Window, sets: RankSets
+) -> dict[str, Any]:
+    """Per step, the operator threads' time inside and between operators.
+
+    ``training`` and ``other_threads``: operators open on the training thread and on the
+    other operator threads; ``in_ops_idle`` and ``between_idle``: inside or between
+    operators with the GPU computing nothing, no exposed communication and no data wait —
+    the "other" time's two parts; ``between``: between operators, whatever the GPU does;
+    ``launch``: kernel-launch calls on the operator threads.
+    """
+    main = ops[tl.lane[ops] == tl.meta.main_lane]
+    rest = ops[tl.lane[ops] != tl.meta.main_lane]
+    inside = iv.union(tl.start_ns[ops], tl.end_ns[ops])
+    busy = iv.join(iv.join(sets.compute, sets.comm), sets.data)
+    length = w.e - w.s
+    in_ops = iv.measure(inside, w.s, w.e)
+    threads = nputil.unique(tl.lane[ops])
+    rt = np.flatnonzero(np.isin(tl.lane, threads) & (tl.kind == Kind.RUNTIME))
+    launch = rt[_per_event(tl.names, tl.name[rt], _class_of) == _LAUNCH]
+    series = {
+        "training_ns_per_step": iv.measure(iv.union(tl.start_ns[main], tl.end_ns[main]), w.s, w.e),
+        "other_threads_ns_per_step": iv.measure(
+            iv.union(tl.start_ns[rest], tl.end_ns[rest]), w.s, w.e),
+        "in_ops_idle_ns_per_step": iv.measure(iv.subtract(inside, busy), w.s, w.e),
+        "between_ns_per_step": length - in_ops,
+        "between_idle_ns_per_step": length - iv.measure(iv.join(inside, busy), w.s, w.e),
+        "launch_ns_per_step": iv.measure(
+            iv.union(tl.start_ns[launch], tl.end_ns[launch]), w.s, w.e),
+    }  # fmt: skip
+    return {
+        "host_op_share": round(float(in_ops.sum() / max(int(length.sum()), 1)), 4),
+        "host_ops": {"steps": [int(x) for x in w.numbers],
+                     "threads": int(threads.size),
+                     **{k: [int(x) for x in v] for k, v in series.items()}},
+    }  # fmt: skip
+
+
+def _by_step(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[str, Any]:
+    """Kernels a step and the compute kernels whose time varies most between steps."""
+    kern = np.flatnonzero(gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM]))
+    kern = kern[_inside(tl.start_ns[kern], w.s, w.e)]
+    if not kern.size or w.s.size < 2:
+        return {}
+    step_of = np.searchsorted(w.s, tl.start_ns[kern], side="right") - 1
+    count = np.bincount(step_of, minlength=w.s.size)
+    comp = tl.kind[kern] == Kind.COMPUTE
+    names, inv = unique_inverse(tl.name[kern[comp]])
+    dur = (tl.end_ns[kern[comp]] - tl.start_ns[kern[comp]]).astype(np.float64)
+    table = np.zeros((names.size, w.s.size))
+    np.add.at(table, (inv, step_of[comp]), dur)
+    spread = table.max(axis=1) - table.min(axis=1) if names.size else np.zeros(0)
+    top = [j for j in np.argsort(-spread)[:_KERNELS_BY_STEP].tolist() if spread[j] > 0]
+    return {"kernels_by_step": {
+        "steps": [int(x) for x in w.numbers], "count": [int(x) for x in count],
+        "ns": {tl.names[int(names[j])]: [int(x) for x in table[j]] for j in top}}}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The analysed steps: starts, ends and numbers."""
+
+    s: npt.NDArray[np.int64]
+    e: npt.NDArray[np.int64]
+    numbers: npt.NDArray[np.int32]
+
+
+def _host_api(
+    tl: RankTimeline, host: npt.NDArray[np.bool_], w: _Window, sets: RankSets
+) -> dict[str, Any]:
+    """Each class of runtime calls on the training thread inside the steps (docstring above)."""
+    rt = np.flatnonzero(host & (tl.kind == Kind.RUNTIME))
+    if not rt.size:
+        return {}
+    cls_of = _per_event(tl.names, tl.name[rt], _class_of)
+    api: dict[str, Any] = {}
+    for k, cls in enumerate(API_CLASSES):
+        idx = rt[cls_of == k]
+        calls = iv.union(tl.start_ns[idx], tl.end_ns[idx])
+        per = iv.measure(calls, w.s, w.e)
+        idx = idx[_inside(tl.start_ns[idx], w.s, w.e)]
+        if not idx.size or not per.sum():
+            continue
+        dur = tl.end_ns[idx] - tl.start_ns[idx]
+        names, totals = np.unique(tl.name[idx], return_inverse=True)
+        by_name = np.bincount(totals, weights=dur.astype(np.float64))
+        longest = int(np.argmax(dur))
+        k_step = int(np.searchsorted(w.s, tl.start_ns[idx[longest]], side="right") - 1)
+        entry: dict[str, Any] = {
+            "ns": int(per.sum()),
+            "ns_per_step": [int(x) for x in per],
+            "steps": [int(x) for x in w.numbers],
+            "calls": int(idx.size),
+            "api": tl.names[int(names[int(np.argmax(by_name))])],
+            "apis": [tl.names[int(names[j])] for j in np.argsort(-by_name)[:2].tolist()],
+            "longest_ns": int(dur[longest]),
+            "longest_step": int(w.numbers[k_step]) if k_step >= 0 else None,
+        }
+        op = _enclosing_op(tl, host, int(idx[longest]))
+        if op:
+            entry["longest_op"] = op
+        if cls in ("sync", "copy"):
+            entry["waits_for"] = _waits_for(calls, sets)
+        api[cls] = entry
+    return api
+
+
+def _kernels(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[str, Any]:
+    """Kernels a step, their median duration, the half-precision share of compute time."""
+    kern = np.flatnonzero(gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM]))
+    kern = kern[_inside(tl.start_ns[kern], w.s, w.e)]
+    if not kern.size:
+        return {}
+    dur = tl.end_ns[kern] - tl.start_ns[kern]
+    out: dict[str, Any] = {"kernels_per_step": round(kern.size / w.s.size, 1),
+                           "kernel_ns_median": int(nputil.median(dur))}  # fmt: skip
+    comp = kern[tl.kind[kern] == Kind.COMPUTE]
+    cdur = (tl.end_ns[comp] - tl.start_ns[comp]).astype(np.float64)
+    if cdur.sum() > 0:
+        low = _per_event(tl.names, tl.name[comp], _found(LOW_PRECISION_KERNEL)).astype(bool)
+        out["low_precision_share"] = round(float(cdur[low].sum() / cdur.sum()), 4)
+    return out
+
+
+def _copies(
+    tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window, sets: RankSets
+) -> dict[str, Any]:
+    """GPU copy time, from pageable memory, and host-device copies with nothing beside them."""
+    out: dict[str, Any] = {}
+    cp = np.flatnonzero(gpu & (tl.kind == Kind.MEMCPY))
+    if not cp.size:
+        return out
+    hd = cp[_per_event(tl.names, tl.name[cp], _found(HOST_DEVICE_COPY)).astype(bool)]
+    alone = iv.subtract(iv.union(tl.start_ns[hd], tl.end_ns[hd]),
+                        iv.join(iv.join(sets.compute, sets.comm), sets.data))  # fmt: skip
+    per_alone = iv.measure(alone, w.s, w.e)
+    if per_alone.sum():
+        out["copies_alone"] = {"steps": [int(x) for x in w.numbers],
+                               "ns_per_step": [int(x) for x in per_alone]}  # fmt: skip
+    page = cp[_per_event(tl.names, tl.name[cp], _found(PAGEABLE_COPY)).astype(bool)]
+    out["copy_ns"] = int(iv.measure(iv.union(tl.start_ns[cp], tl.end_ns[cp]), w.s, w.e).sum())
+    pdur = iv.measure(iv.union(tl.start_ns[page], tl.end_ns[page]), w.s, w.e)
+    out["pageable_copy_ns"] = int(pdur.sum())
+    return out
+
+
+def _enclosing_op(tl: RankTimeline, host: npt.NDArray[np.bool_], i: int) -> str:
+    """The innermost operator on the call's thread that contains call ``i`` (``aten::copy_``)."""
+    around = (tl.start_ns <= tl.start_ns[i]) & (tl.end_ns >= tl.end_ns[i])
+    ops = np.flatnonzero(host & (tl.kind == Kind.CPU_OP) & (tl.lane == tl.lane[i]) & around)
+    if not ops.size:
+        return ""
+    j = ops[int(np.argmin(tl.end_ns[ops] - tl.start_ns[ops]))]
+    return tl.names[int(tl.name[j])]
+
+
+@functools.lru_cache(maxsize=1 << 15)
+def _class_of(name: str) -> int:
+    """The index of the name's class in :data:`API_CLASSES`, else -1."""
+    return next((k for k, pat in enumerate(API_CLASSES.values()) if pat.search(name)), -1)
+
+
+def _per_event(
+    names: Sequence[str], name_ids: npt.NDArray[Any], judge: Callable[[str], Any]
+) -> npt.NDArray[np.int64]:
+    """``judge`` of each event's name, each distinct name judged once."""
+    if not name_ids.size:
+        return np.zeros(0, np.int64)
+    distinct, inverse = unique_inverse(name_ids)
+    return np.array([judge(names[i]) for i in distinct.tolist()], np.int64)[inverse]
+
+
+def _found(pat: re.Pattern[str]) -> Callable[[str], int]:
+    """1 where the pattern occurs in the name, else 0."""
+    return lambda name: int(pat.search(name) is not None)
+
+
+def _inside(t: npt.NDArray[np.int64], s: npt.NDArray[np.int64], e: npt.NDArray[np.int64]) -> Any:
+    """Which times lie inside one of the (sorted, disjoint) windows [s, e)."""
+    k = np.searchsorted(s, t, side="right") - 1
+    return (k >= 0) & (t < e[np.maximum(k, 0)])
+
+
+def _waits_for(calls: iv.IntervalSet, sets: RankSets) -> dict[str, float]:
+    """Shares of the synchronising calls' time with compute, a collective, a copy, nothing."""
+    total = iv.total(calls)
+    if not total:
+        return {}
+    comp = iv.intersect(calls, sets.compute)
+    comm = iv.subtract(iv.intersect(calls, sets.comm), sets.compute)
+    copy = iv.subtract(iv.intersect(calls, sets.copy), iv.join(sets.compute, sets.comm))
+    c, m, p = iv.total(comp), iv.total(comm), iv.total(copy)
+    return {
+        "compute": round(c / total, 4),
+        "communication": round(m / total, 4),
+        "copy": round(p / total, 4),
+        "nothing": round(max(0, total - c - m - p) / total, 4),
+    }

@@ -1,0 +1,1 @@
+"""Remedies: the advice table and one module per bottleneck's remedies."""

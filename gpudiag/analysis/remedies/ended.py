@@ -1,0 +1,87 @@
+"""The remedies for a run that hung or disagreed on a collective (the ended rows of advice).
+
+They recover no step time (no gain is estimated) but come first: until the culprit is
+fixed the job does not run. A hang root names the ranks that never entered the collective
+and where their own code was; a mismatch names the collective and what differs, from the
+flight recorder or from the ranks' error lines (``analysis/failure.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gpudiag.analysis.model.diagnosis import Finding
+from gpudiag.analysis.model.kinds import Severity
+from gpudiag.analysis.model.metrics import HangMetrics, JobFailedMetrics
+from gpudiag.analysis.remedies.remedy import Context, Remedy
+
+HANG_DIR_WORDS = "ranks/hang/ of the run directory"
+
+
+def _where(m: HangMetrics, rank: int) -> str:
+    frames = m.where.get(str(rank)) or []
+    return " ← ".join(
+        f"{f['name']} ({os.path.basename(str(f['filename']))}:{f['line']})" for f in frames[:3]
+    )
+
+
+def _what(m: HangMetrics) -> str:
+    return f"{m.op} #{m.seq}" if m.seq is not None else m.op
+
+
+def _hang_detail(f: Finding, _c: Context) -> str:
+    m = f.metrics_as(HangMetrics)
+    r = f.ranks[0]
+    where = _where(m, r)
+    at = f"was in {where}" if where else "was elsewhere"
+    w = m.waiting_ranks
+    waiting = (f"rank {w[0]}" if len(w) == 1 else "ranks " + ", ".join(map(str, w))) if w else (
+        "the others")  # fmt: skip
+    return (f"Rank {r} {at} while {waiting} waited in {_what(m)}: look there for a "
+            "path that skips or delays the collective on some ranks (a rank-dependent "
+            "condition, an early exit or swallowed exception, a blocking call or I/O). "
+            f"Every rank's stack and flight record are in {HANG_DIR_WORDS}.")  # fmt: skip
+
+
+def _hang_evidence(f: Finding, _c: Context) -> dict[str, Any]:
+    m = f.metrics_as(HangMetrics)
+    return {"ranks": f.ranks, "op": m.op, "seq": m.seq, "waiting_ranks": m.waiting_ranks,
+            "step": m.step, "evidence": m.evidence}  # fmt: skip
+
+
+HANG = Remedy(
+    id=lambda f, c: f"hang-rank-{f.ranks[0]}",
+    title=lambda f, c: f"Find why rank {f.ranks[0]} never entered "
+    f"{_what(f.metrics_as(HangMetrics))}",
+    detail=_hang_detail,
+    gain=lambda f, c: None,
+    evidence=_hang_evidence,
+    applies=lambda f, c: bool(f.ranks) and f.severity == Severity.ERROR
+    and isinstance(f.metrics, HangMetrics),
+)  # fmt: skip
+
+_MATCH_WORDS = (
+    "Every rank of a group must issue the same collectives in the same order with the same "
+    "sizes and dtypes: look for tensor sizes or branches that depend on the rank (uneven "
+    "last batches, rank-only logging or metrics). TORCH_DISTRIBUTED_DEBUG=DETAIL checks "
+    "each collective's fingerprint and names the first that differs."
+)
+
+
+def _mismatch_text(f: Finding) -> str:
+    m = f.metrics
+    if isinstance(m, JobFailedMetrics):
+        return m.mismatch or ""
+    return f.message
+
+
+MISMATCH = Remedy(
+    id=lambda f, c: "collective-mismatch",
+    title=lambda f, c: "Make every rank call the collective with the same operation, sizes "
+    "and dtypes",
+    detail=lambda f, c: f"{_mismatch_text(f)}. {_MATCH_WORDS}",
+    gain=lambda f, c: None,
+    evidence=lambda f, c: {"ranks": f.ranks, "mismatch": _mismatch_text(f)},
+    applies=lambda f, c: f.severity == Severity.ERROR and bool(_mismatch_text(f)),
+)  # fmt: skip

@@ -1,0 +1,323 @@
+"""The remedies for host-bound steps (the ``host_bound`` row of the advice table).
+
+The ``exposed_copies`` and ``step_variability`` rows are built from the same remedies.
+
+Host-bound → up to the named cause's own time per step (``cause.ns_per_step``,
+analysis/causes.py), never more than the "other" time; the whole "other" time only when no
+cause is named. CUDA graphs and fusion are proposed only with evidence of launch overhead;
+copies alone get the pinned-memory / side-stream remedy; otherwise the remedy is to find the
+host work (syncs, Python, logging) behind the long gaps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from gpudiag.analysis.findings.causes import UNSEEN_HOST_WORK, gpu_busy_share
+from gpudiag.analysis.findings.causes import cause_of as _host_cause
+from gpudiag.analysis.model.diagnosis import Finding, FindingKind, Mode
+from gpudiag.analysis.rank import workload
+from gpudiag.analysis.remedies import eager as eager_remedy
+from gpudiag.analysis.remedies.copies import MOVE_LESS as COPY_LESS
+from gpudiag.analysis.remedies.copies import OVERLAP as COPY_OVERLAP
+from gpudiag.analysis.remedies.remedy import Context, Remedy
+from gpudiag.analysis.remedies.remedy import compiled as _compiled
+from gpudiag.analysis.remedies.remedy import const as _const
+from gpudiag.analysis.remedies.remedy import native as _native
+
+
+def _other(f: Finding, c: Context) -> int:
+    return c.median_part(f.ranks, "other_ns", "mean")
+
+
+def _idle_in_steps(f: Finding, c: Context) -> dict[str, Any]:
+    """The flagged ranks' GPU-idle gaps inside their steps, summed (analysis evidence)."""
+    gaps = [g for e in c.evidence(f.ranks) if (g := e.gpu_idle_in_steps) is not None]
+    return {"total_ns": sum(g.total_ns for g in gaps),
+            "short_gaps": sum(g.short_gaps for g in gaps),
+            "short_gaps_ns": sum(g.short_gaps_ns for g in gaps),
+            "long_gaps": sum(g.long_gaps for g in gaps)}  # fmt: skip
+
+
+def _launch_share(f: Finding, c: Context) -> float:
+    """The share of the flagged ranks' "other" time spent in short GPU-idle gaps."""
+    other = sum(s.other_ns for s in c.steps if s.rank in f.ranks)
+    return _idle_in_steps(f, c)["short_gaps_ns"] / other if other else 0.0
+
+
+def _copy_share(f: Finding, c: Context) -> float:
+    """The share of the flagged ranks' "other" time in copies with nothing beside them."""
+    other = sum(s.other_ns for s in c.steps if s.rank in f.ranks)
+    copies = sum(e.copies_alone_ns or 0 for e in c.evidence(f.ranks))
+    return copies / other if other else 0.0
+
+
+def _is(*kinds: str) -> Callable[[Finding, Context], bool]:
+    return lambda f, c: c.run.mode == Mode.GPU and _host_cause(f).get("kind") in kinds
+
+
+def _host_evidence(f: Finding, c: Context) -> dict[str, Any]:
+    return {"other_ns_per_step": _other(f, c), "ranks": f.ranks,
+            "launch_gap_share": _launch_share(f, c), "copies_alone_share": _copy_share(f, c),
+            "gpu_idle_in_steps": _idle_in_steps(f, c), "cause": _host_cause(f)}  # fmt: skip
+
+
+def _cause_gain(f: Finding, c: Context) -> int | None:
+    """Up to the cause's own time per step, never more than the "other" time.
+
+    For slow steps (a step-variability finding) the cause's time in them, spread over
+    every analysed step: the mean a step would gain. None when the GPU was mostly busy
+    while the calls blocked (a wait for its own work is not time it idles).
+    """
+    own = int(_host_cause(f).get("ns_per_step") or 0)
+    if _gpu_busy_share(f) >= c.rules.gpu_busy_share:
+        return None  # the GPU was busy meanwhile: the wait is not the GPU's idle time
+    if f.kind == FindingKind.STEP_VARIABILITY:
+        n = max(len({s.step for s in c.steps}), 1)
+        return round(own * len(_host_cause(f).get("steps") or [1]) / n)
+    if own or _host_cause(f).get("kind", "unknown") != "unknown":
+        return min(own, _other(f, c))  # a named cause: never more than its own time
+    return None  # no cause the trace shows: no gain from time it did not see
+
+
+def _stall_detail(f: Finding, c: Context) -> str:
+    gaps = _idle_in_steps(f, c)
+    many = (f" ({gaps['long_gaps']} gaps of {c.rules.launch_gap_ns / 1e3:.0f} µs or more in the "
+            "profiled steps)") if gaps["long_gaps"] else ""  # fmt: skip
+    if _host_cause(f).get("kind") == "python":
+        return ("The host spends its time between operators — "
+                + str(_host_cause(f)["text"])
+                + ": Python-side work in the loop — logging, metrics, data reshaping, "
+                "small tensor ops issued one by one. torch.compile the model and loss, move "
+                "logging and metrics out of the step (every N steps), and look at "
+                "py-spy or torch.profiler(with_stack=True) for the Python frames.")  # fmt: skip
+    return ("The GPU sits idle for long stretches while the host is inside the step" + many
+            + ": look for synchronising calls (.item(), .cpu(), torch.cuda.synchronize, "
+            "printing tensors), Python-side preprocessing, logging or checkpointing in the "
+            "loop; py-spy or torch.profiler(with_stack=True) shows where the host spends "
+            "them. " + UNSEEN_HOST_WORK)  # fmt: skip
+
+
+def _sync_detail(f: Finding, c: Context) -> str:
+    cause = _host_cause(f)
+    waits = cause.get("waits_for") or {}
+    who = max(waits, key=lambda k: waits[k]) if waits else ""
+    api = cause.get("api", "a synchronising call")
+    head = f"The training thread blocks in {api} ({cause['text']}). "
+    if _native(c):
+        return head + ("Synchronise only where the host needs the result: replace "
+                       "cudaDeviceSynchronize/cudaStreamSynchronize in the loop with events "
+                       "(cudaEventRecord + cudaStreamWaitEvent) between streams, and check "
+                       "convergence every N iterations instead of every one.")  # fmt: skip
+    if who == "communication":
+        return head + ("It waits for a collective: the time is set by the slowest rank's "
+                       "arrival or by the transfer itself. Find the late rank (the straggler "
+                       "findings), and drop host-side waits on collectives (.item() on a "
+                       "reduced loss, work.wait() right after launch): let the GPU stream "
+                       "order the work.")  # fmt: skip
+    if who == "copy":
+        return head + ("It waits for a copy to or from the host: .item(), .cpu(), .tolist() "
+                       "or a pageable copy. Copy into pinned buffers with non_blocking=True "
+                       "and read them one step later, or keep the value on the GPU.")  # fmt: skip
+    return head + ("It waits for the GPU to drain its queue (.item(), .cpu(), print of a "
+                   "tensor, torch.cuda.synchronize, _local_scalar_dense): the host cannot "
+                   "queue the next kernels meanwhile. Log scalars every N steps, accumulate "
+                   "metrics on the GPU, and use non_blocking copies to pinned memory.")  # fmt: skip
+
+
+def _alloc_detail(f: Finding, c: Context) -> str:
+    cause = _host_cause(f)
+    head = f"Memory is allocated and freed through the driver inside the steps ({cause['text']}). "
+    if _native(c):
+        return head + ("Allocate device and pinned buffers once, before the loop, and reuse "
+                       "them; where sizes vary, use stream-ordered pools (cudaMallocAsync / "
+                       "cudaMemPool) instead of cudaMalloc/cudaFree.")  # fmt: skip
+    env = "PYTORCH_HIP_ALLOC_CONF" if c.device().vendor == "amd" else "PYTORCH_CUDA_ALLOC_CONF"
+    return head + ("PyTorch's caching allocator should make these rare: make sure "
+                   "PYTORCH_NO_CUDA_MEMORY_CACHING is not set and torch.cuda.empty_cache() is "
+                   f"not called in the loop; set {env}=expandable_segments:True so a "
+                   "fragmented cache grows instead of freeing and retrying, and keep tensor "
+                   "shapes stable (pad variable-length batches to a few sizes).")  # fmt: skip
+
+
+def _copy_detail(f: Finding, c: Context) -> str:
+    cause = _host_cause(f)
+    head = f"Host-device copies block the training thread ({cause['text']}). "
+    if _native(c):
+        return head + ("Allocate the host buffers pinned (cudaMallocHost / cudaHostRegister) "
+                       "and copy with cudaMemcpyAsync on a stream of its own, so copies "
+                       "overlap the kernels; copy only what the host needs (a residual, not "
+                       "the grid) and only every N iterations.")  # fmt: skip
+    busy = gpu_busy_share(cause.get("waits_for") or {})
+    if busy >= c.rules.gpu_busy_share:
+        return head + (
+            f"While the call blocks, the GPU is still running earlier work ({busy:.0%} of the "
+            "time): the copy waits for it, so it acts as a synchronisation — a device-to-host "
+            "read (.item(), .cpu(), .tolist(), a size or length the host needs). Read such "
+            "values a step later from a pinned buffer filled with non_blocking=True, or keep "
+            "them on the GPU."
+        )
+    return head + (
+        "A copy from pageable memory, or to the host, returns only when done: pin "
+        "the host tensors (pin_memory=True, .pin_memory()), copy with "
+        ".to(device, non_blocking=True), and avoid .cpu()/.item() in the step."
+    )
+
+
+def _gpu_busy_share(f: Finding) -> float:
+    """The share of a sync/copy cause's blocking time with the GPU still running work."""
+    return gpu_busy_share(_host_cause(f).get("waits_for") or {})
+
+
+def _copy_title(f: Finding, c: Context) -> str:
+    api = _host_cause(f).get("api")
+    if _gpu_busy_share(f) >= c.rules.gpu_busy_share:
+        return f"Move device-to-host reads out of the step ({api} waits for the GPU)"
+    return f"Make host-device copies asynchronous ({api} blocks)"
+
+
+def _jit_detail(f: Finding, c: Context) -> str:
+    cause = _host_cause(f)
+    head = f"Kernels are compiled inside the measured steps ({cause['text']}). "
+    if _native(c):
+        return head + (
+            "Compile once and cache the module: load it before the timed loop "
+            "(cuModuleLoad once), keep the PTX/cubin cache (CUDA_CACHE_PATH, "
+            "CUDA_CACHE_MAXSIZE), or compile ahead of time for the target "
+            "architecture (-gencode): nothing is JIT-compiled at run time."
+        )
+    return head + ("Run warm-up iterations before measuring, keep shapes and dtypes stable so "
+                   "nothing recompiles (TORCH_LOGS=recompiles shows why; mark_dynamic for "
+                   "varying dimensions), and keep compiled artefacts across runs "
+                   "(TORCHINDUCTOR_FX_GRAPH_CACHE / the Inductor cache; nvFuser and NVRTC "
+                   "reuse their kernels once the same fusion is seen).")  # fmt: skip
+
+
+def _launch_title(f: Finding, c: Context) -> str:
+    if _native(c):
+        return "Cut launch overhead: CUDA graphs or fewer, larger kernels"
+    graphs = bool(_host_cause(f).get("graphs_launched"))
+    compiled = _compiled(c)
+    if graphs and compiled:
+        return "Cut launch overhead: larger batches, graphs over the eager parts"
+    if graphs:
+        return "Cut launch overhead: fuse kernels with torch.compile, larger batches"
+    if compiled:
+        return "Cut launch and host overhead: CUDA graphs (reduce-overhead), larger batches"
+    return "Cut launch and host overhead: CUDA graphs, torch.compile, larger batches"
+
+
+def _launch_detail(f: Finding, c: Context) -> str:
+    cause = _host_cause(f)
+    why = cause.get("text") or "short launch gaps"
+    head = f"The GPU waits for the host to issue work ({why}). "
+    if _native(c):
+        return head + ("Capture the iteration in a CUDA graph (cudaStreamBeginCapture / "
+                       "cudaGraphLaunch) and replay it, fuse small kernels, or give each "
+                       "kernel more work.")  # fmt: skip
+    inf = workload.inference(c.workload())
+    graphs = ("CUDA graphs are already launched (cudaGraphLaunch/hipGraphLaunch): capture the "
+              "parts still run eagerly, " if cause.get("graphs_launched") else
+              "capture the step in a CUDA graph (torch.cuda.graphs / "
+              "torch.compile(mode='reduce-overhead')" + (
+                  "; in an inference engine, keep its CUDA-graph mode on — vLLM without "
+                  "enforce_eager — for decode steps" if inf else "") + "), ")  # fmt: skip
+    fuse = ("extend torch.compile to the parts still run eagerly (it is in use), "
+            if _compiled(c) else "fuse small kernels with torch.compile, ")  # fmt: skip
+    rest = graphs + fuse + "and raise the batch size so each kernel does more work."
+    return head + rest[:1].upper() + rest[1:]
+
+
+HOST = (
+    COPY_OVERLAP,
+    Remedy(
+        id=_const("host-sync"),
+        title=lambda f, c: ("Take the synchronisation out of the step "
+                            f"({_host_cause(f).get('api')})"),
+        detail=_sync_detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=_is("sync"),
+    ),
+    Remedy(
+        id=_const("caching-allocator"),
+        title=lambda f, c: (
+            "Allocate once, outside the loop (cudaMalloc/cudaFree in the steps)" if _native(c)
+            else f"Keep the caching allocator on: {_host_cause(f).get('api')} inside the steps"),
+        detail=_alloc_detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=_is("allocator"),
+    ),
+    Remedy(
+        id=_const("blocking-copies"),
+        title=_copy_title,
+        detail=_copy_detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=_is("copy"),
+    ),
+    Remedy(
+        id=_const("jit-compilation"),
+        title=_const("Compile kernels once, outside the measured steps"),
+        detail=_jit_detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=_is("jit"),
+    ),
+    Remedy(
+        id=_const("launch-bound"),
+        title=_launch_title,
+        detail=_launch_detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=_is("launch"),
+    ),
+    Remedy(
+        id=_const("eager-overhead"),
+        title=eager_remedy.title,
+        detail=eager_remedy.detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=lambda f, c: c.run.mode == Mode.GPU and _host_cause(f).get("kind") == "eager",
+    ),
+    Remedy(
+        id=_const("host-stalls"),
+        title=lambda f, c: ("Cut Python overhead between operators"
+                            if _host_cause(f).get("kind") == "python"
+                            else "Find the host work that stalls the GPU inside the step"),
+        detail=_stall_detail,
+        gain=_cause_gain,
+        evidence=_host_evidence,
+        applies=lambda f, c: (c.run.mode == Mode.GPU
+                              and _host_cause(f).get("kind", "unknown") in ("python", "unknown")),
+    ),
+    Remedy(
+        id=_const("host-overhead"),
+        title=_const("Cut Python overhead in the step"),
+        detail=_const(
+            "Time passes outside operators: compile the model (torch.compile), use "
+            "larger batches, and move logging and metric computation out of the step."
+        ),
+        gain=_other,
+        evidence=lambda f, c: {"other_ns_per_step": _other(f, c), "ranks": f.ranks},
+        applies=lambda f, c: c.run.mode != Mode.GPU and _host_cause(f).get("kind") != "unknown",
+    ),
+    Remedy(
+        id=_const("host-unseen"),
+        title=_const("Capture what the step's thread does"),
+        detail=lambda f, c: (
+            f"The trace names no cause: {_host_cause(f).get('text')}, so nothing shows "
+            "where the step's time goes. Profile again with CPU activities on, wrap the "
+            "step's phases (data loading, forward, backward, optimizer step) in "
+            "record_function ranges on the training thread, or sample the process with "
+            "py-spy. No gain is given: the trace does not show what the step's thread does."
+        ),
+        gain=lambda f, c: None,
+        evidence=lambda f, c: {"other_ns_per_step": _other(f, c), "ranks": f.ranks,
+                               "cause": _host_cause(f)},
+        applies=lambda f, c: c.run.mode != Mode.GPU and _host_cause(f).get("kind") == "unknown",
+    ),
+    COPY_LESS,
+)  # fmt: skip

@@ -1,0 +1,1 @@
+"""Across ranks: collectives, summaries, reconciliation, whole-run stats, live rules."""

@@ -1,0 +1,94 @@
+"""The step-time model behind ``Diagnosis.what_if``: first-order step times under three changes.
+
+The what-if figures (``Diagnosis.what_if``) model each profiled step as synchronous:
+``step ≈ max_r busy_r + min_r wait_r`` — the last rank's own work (busy = step − comm
+wait), then the transfer, taken as the least wait of any rank (the last arrival waits only
+for the transfer). "Communication fully overlapped" drops the transfer:
+``mean_s max_r busy``; "no data wait" subtracts each rank's data wait from its busy
+time; "straggler at median speed" gives each persistent straggler the median busy time of
+the other ranks; "all" applies the three together. The current step time is the **mean**
+of the longest rank's step (the run's time over its steps, the base the shares use: a
+loader that runs dry in one step of five costs a fifth of its stall per step, which a
+median step would not show); every figure is clamped between 0 and it.
+
+This is the one step model: the remedies' gains for the same changes (no data wait: the
+loader remedy; comm fully overlapped: the communication remedies; a straggler at median
+speed: its remedy) are these differences, and their ratios are over this mean step.
+
+A persistent straggler of the step telemetry (``metrics.source`` ``telemetry``) is found on
+the run's steady steps, not the window's: its cost is the same model on those steps, with
+the time in backward as the wait (:func:`gpudiag.analysis.stragglers.stepmatrix.at_median_speed`),
+and that cost (ns per step) is what "straggler at median speed" and "all" subtract here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from gpudiag._support import nputil
+from gpudiag.analysis.model.diagnosis import Finding, FindingKind, StepBreakdown, WhatIf
+from gpudiag.analysis.model.metrics import StragglerMetrics
+
+
+def what_if(
+    steps: Sequence[StepBreakdown], findings: Sequence[Finding], comm_measured: bool = True
+) -> WhatIf | None:
+    """First-order step times under three changes (the module docstring states the model).
+
+    Without a measured comm-wait (``comm_measured`` False: telemetry only) there is no
+    "comm fully overlapped" (None) rather than "no change".
+    """
+    if not steps:
+        return None
+    by_step: dict[int, list[StepBreakdown]] = {}
+    for s in steps:
+        by_step.setdefault(s.step, []).append(s)
+    persistent = [f for f in findings
+                  if f.kind == FindingKind.STRAGGLER and f.persistent and f.ranks]  # fmt: skip
+    # a straggler of the step telemetry: its cost on its own steps (the same model, on every
+    # steady step with backward as the wait), which a window may not show (one rank's)
+    tele = [f.metrics for f in persistent if isinstance(f.metrics, StragglerMetrics)
+            and f.metrics.source == "telemetry" and f.metrics.step_time_ns_mean]  # fmt: skip
+    cost = sum((m.step_time_ns_mean or 0) - m.step_time_ns_if_median_speed for m in tele)
+    stragglers = {f.ranks[0] for f in persistent if f.metrics not in tele}
+
+    def model(busy: dict[int, float], wait: dict[int, float]) -> float:
+        # a synchronous step: the last rank's own work, then the transfer (the least wait)
+        return max(busy.values()) + min(wait.values())
+
+    def at_median(busy: dict[int, float]) -> dict[int, float]:
+        others = [b for r, b in busy.items() if r not in stragglers]
+        if not stragglers or not others:
+            return busy
+        med = float(nputil.median(others))
+        return {r: (med if r in stragglers else b) for r, b in busy.items()}
+
+    cur, no_comm, no_data, no_strag, everything = [], [], [], [], []
+    for v in by_step.values():
+        busy = {x.rank: float(x.duration_ns - x.comm_wait_ns) for x in v}
+        wait = {x.rank: float(x.comm_wait_ns) for x in v}
+        fed = {x.rank: busy[x.rank] - x.data_wait_ns for x in v}
+        cur.append(max(x.duration_ns for x in v))
+        no_comm.append(max(busy.values()))
+        no_data.append(model(fed, wait))
+        if stragglers:
+            no_strag.append(model(at_median(busy), wait))
+        everything.append(max(at_median(fed).values()))
+    now = float(np.mean(cur))
+
+    def clamped(values: list[float]) -> int:
+        # a first-order model never predicts a step slower than now, nor below zero
+        return round(min(now, max(0.0, float(np.mean(values)))))
+
+    if tele:
+        no_strag = [(v - cost) for v in (no_strag or cur)]
+        everything = [v - cost for v in everything]
+    return WhatIf(
+        step_time_ns=round(now),
+        if_comm_overlapped_ns=clamped(no_comm) if comm_measured else None,
+        if_no_data_wait_ns=clamped(no_data),
+        if_straggler_at_median_speed_ns=clamped(no_strag) if no_strag else None,
+        if_all_ns=clamped(everything),
+    )

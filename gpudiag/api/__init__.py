@@ -1,0 +1,1 @@
+"""The Python API: paths → Diagnosis (the loading), saved diagnoses read back, pandas frames."""

@@ -1,0 +1,216 @@
+"""``gpudiag gate`` (the CI gate and its baselines), ``diff`` (two runs) and ``report`` (HTML)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpudiag import __version__
+from gpudiag.cli import help as clihelp
+from gpudiag.cli.common import NoCache, NoColor, app, diagnosis, emit, thresholds
+from gpudiag.config import Thresholds
+from gpudiag.rundir.conditions import RunConditions
+
+
+def run_conditions(path: Path) -> RunConditions | None:
+    """The run conditions a run directory's manifests recorded (None when there are none)."""
+    from gpudiag.rundir import conditions as runconditions
+    from gpudiag.rundir import layout as rundir
+
+    if not rundir.is_run_dir(path):
+        return None
+    found = []
+    for node in rundir.node_dirs(path):
+        try:
+            found.append(rundir.read_manifest(node / rundir.MANIFEST).conditions)
+        except ValueError:
+            continue
+    return runconditions.merge(found)
+
+
+def _gate_runs(path: Path, th: Thresholds, cfg: Any) -> list[Any]:
+    """A baseline path as RunStats: a baseline file's runs, or one analysed run."""
+    import json
+
+    from gpudiag.analysis.compare.baseline import BASELINE_FORMAT, baseline_from_json, run_stat
+    from gpudiag.errors import InputError
+
+    if path.is_file() and path.suffix == ".json":
+        with path.open("rb") as f:
+            head = f.read(4096).decode("utf-8", "replace")
+        if BASELINE_FORMAT in head:
+            try:
+                return baseline_from_json(json.loads(path.read_text(encoding="utf-8")))
+            except (ValueError, OSError) as e:
+                raise InputError(f"{path}: {e}", "write it again with `gpudiag gate "
+                                 "--save-baseline FILE RUN…`") from e  # fmt: skip
+    d = diagnosis(path, th)
+    return [run_stat(d, str(path), run_conditions(path), cfg.warmup_steps, th)]
+
+
+@app.command(cls=clihelp.Command)
+def gate(
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Run directory, traces or diagnosis JSON (several with "
+            "--save-baseline, or extra baseline runs after --baseline).",
+            readable=False,
+        ),
+    ],
+    baseline: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--baseline",
+            help="Baseline run(s): run dirs, diagnoses, baseline files.",
+            readable=False,
+        ),
+    ] = None,
+    save_baseline: Annotated[
+        Path | None,
+        typer.Option("--save-baseline", help="Save the runs as a baseline here.", readable=False),
+    ] = None,
+    max_idle_ratio: Annotated[
+        float | None, typer.Option(help="Per rank (default: the idle threshold, 0.3).")
+    ] = None,
+    max_comm_wait: Annotated[float | None, typer.Option(help="Max comm-wait share.")] = None,
+    max_data_wait: Annotated[float | None, typer.Option(help="Max data-wait share.")] = None,
+    min_effect: Annotated[
+        float | None, typer.Option(help="Smallest slowdown that can fail, percent (5).")
+    ] = None,
+    max_regression: Annotated[
+        float | None, typer.Option(help="Older name of --min-effect.", hidden=True)
+    ] = None,
+    alpha: Annotated[float | None, typer.Option(help="Within-run test level (0.01).")] = None,
+    min_samples: Annotated[int | None, typer.Option(help="Min steps per run (8).")] = None,
+    warmup_steps: Annotated[
+        int | None, typer.Option(help="Leading steps left out (default: the steady rule, 1).")
+    ] = None,
+    stragglers: Annotated[str | None, typer.Option(help="fail, warn or off.")] = None,
+    inconclusive_ok: Annotated[
+        bool | None, typer.Option("--inconclusive-ok", help="Exit 0, not 5, if undecided.")
+    ] = None,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Write JUnit XML.", readable=False)
+    ] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Write Markdown.", readable=False)
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table, json, markdown.")] = "table",
+    no_color: NoColor = False,
+    no_cache: NoCache = False,
+) -> None:
+    """CI performance gate: idle/wait limits, stragglers, regression against baseline runs."""
+    from gpudiag.config import gate_config
+    from gpudiag.report import pick_format
+
+    form = pick_format("gate", fmt, None)
+    th = thresholds()
+    effect = min_effect if min_effect is not None else max_regression
+    cfg = gate_config(
+        th.extra.get("gate"), max_idle_ratio=max_idle_ratio, max_comm_wait_ratio=max_comm_wait,
+        max_data_wait_ratio=max_data_wait, alpha=alpha, min_samples=min_samples,
+        min_effect_ratio=None if effect is None else effect / 100.0,
+        warmup_steps=warmup_steps, stragglers=stragglers, inconclusive_ok=inconclusive_ok,
+    )  # fmt: skip
+    if save_baseline is not None and not baseline and len(paths) > 1:
+        sys.exit(_save_baseline(paths, save_baseline, th, cfg, form, junit, markdown))
+    if len(paths) > 1 and not baseline:
+        raise typer.BadParameter("one run to gate; several only with --baseline or "
+                                 "--save-baseline")  # fmt: skip
+    base_paths = [*(baseline or []), *paths[1:]]
+    sys.exit(_gate_one(paths[0], base_paths, th, cfg, form, save_baseline, junit, markdown))
+
+
+def _gate_one(
+    path: Path,
+    base_paths: list[Path],
+    th: Thresholds,
+    cfg: Any,
+    form: str,
+    save_diagnosis: Path | None,
+    junit: Path | None,
+    markdown: Path | None,
+) -> int:
+    """Gate one run against the baseline runs; its exit code."""
+    from gpudiag.analysis.compare.gate import evaluate
+    from gpudiag.report import ci
+
+    d = diagnosis(path, th)
+    if save_diagnosis is not None:
+        emit(d, "json", save_diagnosis)
+    base = [r for p in base_paths for r in _gate_runs(p, th, cfg)] or None
+    names = " ".join(str(p) for p in base_paths) or None
+    res = evaluate(d, cfg, base, str(path), names, th, run_conditions(path))
+    emit(res, form, None)
+    ci.write_outputs(res, junit, markdown)
+    if res.exit_code:
+        print(f"gpudiag: gate {res.status} (exit {res.exit_code})", file=sys.stderr)
+    return int(res.exit_code)
+
+
+def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form: str,
+                   junit: Path | None, markdown: Path | None) -> int:  # fmt: skip
+    """Write a baseline file of several runs, one labelled row each; nothing is judged."""
+    import json
+
+    from gpudiag.analysis.compare.baseline import baseline_to_json, run_stat
+    from gpudiag.analysis.compare.gate import baseline_summary
+    from gpudiag.report import ci
+    from gpudiag.rundir.layout import atomic_write
+
+    runs = [run_stat(diagnosis(p, th), str(p), run_conditions(p), cfg.warmup_steps, th)
+            for p in paths]  # fmt: skip
+    with atomic_write(out) as f:
+        json.dump(baseline_to_json(runs, cfg, __version__), f, indent=1)
+        f.write("\n")
+    print(f"wrote {out}: baseline of {len(runs)} runs", file=sys.stderr)
+    res = baseline_summary(runs, cfg, f"baseline {out}")
+    emit(res, form, None)
+    ci.write_outputs(res, junit, markdown)
+    return int(res.exit_code)
+
+
+@app.command(cls=clihelp.Command)
+def diff(
+    a: Annotated[
+        Path, typer.Argument(help="Run A (run dir, traces or diagnosis JSON).", readable=False)
+    ],
+    b: Annotated[Path, typer.Argument(help="Run B, compared with A.", readable=False)],
+    fmt: Annotated[
+        str | None, typer.Option("--format", "-f", help="table, markdown, json.")
+    ] = None,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write here.", readable=False)
+    ] = None,
+    no_color: NoColor = False,
+    no_cache: NoCache = False,
+) -> None:
+    """What changed between two runs: step time, shares, idle ratio, per rank."""
+    from gpudiag.analysis.compare.diff import diff as run_diff
+    from gpudiag.report import pick_format
+
+    form = pick_format("diff", fmt, output)
+    th = thresholds()
+    emit(
+        run_diff(diagnosis(a, th), diagnosis(b, th), str(a), str(b), th.diff, th),
+        form,
+        output,
+    )
+
+
+@app.command(cls=clihelp.Command)
+def report(
+    path: Annotated[
+        Path, typer.Argument(help="Run directory, traces, or a diagnosis JSON.", readable=False)
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The HTML file to write.", readable=False)
+    ] = Path("gpudiag-report.html"),
+    no_cache: NoCache = False,
+) -> None:
+    """Write one self-contained HTML report (charts inline, works offline)."""
+    emit(diagnosis(path, thresholds()), "html", output)

@@ -1,0 +1,1 @@
+"""The launcher side of ``gpudiag run``/``attach``: spawn, supervise, finish."""

@@ -1,0 +1,1 @@
+"""Inside each rank: the bootstrap, the rank hook, its patches, telemetry and hang dumps."""

@@ -1,0 +1,1 @@
+"""Background samplers beside the job: NVML and the host's run conditions."""

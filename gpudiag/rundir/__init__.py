@@ -1,0 +1,1 @@
+"""The run directory: layout, manifest and run conditions (collect → traces)."""

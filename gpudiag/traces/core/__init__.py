@@ -1,0 +1,1 @@
+"""The loader core every format shares: options, patterns, steps, rank builder."""

@@ -1,0 +1,1 @@
+"""Readers of what ``gpudiag run`` writes: telemetry, samples, alerts, dumps."""
