@@ -61,6 +61,22 @@ DEFAULT_DATA_RE = r"^enumerate\((DataLoader|DataPipe)\)#|^## data_load ##$|^gpud
 # Step ranges recognised without --step-marker: PyTorch's ProfilerStep#N and gpudiag's own
 # NVTX range ``gpudiag.step#N`` (collect/hook.py).
 AUTO_STEP_RE = r"^(?:ProfilerStep|gpudiag\.step)#(\d+)$"
+# Host operators whose recorded inputs (``record_shapes``) the loaders keep: the families
+# that analysis/efficiency models (matrix products, convolutions, attention, normalisation,
+# softmax, elementwise arithmetic) and the communication operators, whose input sizes give
+# a collective's bytes when the library's own annotation lacks them.
+SHAPED_OP_RE = (
+    r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv"
+    r"|convolution|_convolution|conv[123]d|cudnn_convolution|miopen_convolution"
+    r"|convolution_backward|_scaled_dot_product_\w+|scaled_dot_product_attention"
+    r"|_flash_attention_\w+|_efficient_attention_\w+"
+    r"|native_layer_norm|layer_norm|native_layer_norm_backward|native_batch_norm|batch_norm"
+    r"|native_group_norm|group_norm|rms_norm|_fused_rms_norm|softmax|_softmax|log_softmax"
+    r"|_log_softmax|_softmax_backward_data|add|add_|mul|mul_|sub|sub_|div|div_|relu|relu_"
+    r"|gelu|gelu_backward|silu|silu_backward|sigmoid|tanh|threshold_backward|native_dropout"
+    r"|dropout)$"
+    r"|^(c10d::|nccl:|gloo:|record_param_comms$)"
+)
 
 
 @dataclass(frozen=True)

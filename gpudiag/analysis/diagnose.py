@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from gpudiag import __version__
+from gpudiag.analysis.efficiency.measure import run_efficiency
 from gpudiag.analysis.findings.causes import exposed_copies
 from gpudiag.analysis.findings.compute import compute_bound
 from gpudiag.analysis.findings.idle import idle_findings
@@ -76,7 +77,7 @@ from gpudiag.analysis.run.wholerun import whole_run
 from gpudiag.analysis.stragglers.busy_host import on_busy_host
 from gpudiag.analysis.stragglers.detect import find_stragglers
 from gpudiag.analysis.stragglers.late_arrival import late_arrival
-from gpudiag.analysis.verdict import verdict
+from gpudiag.analysis.verdict import verdict, with_efficiency
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
 from gpudiag.traces.schema import (
@@ -315,6 +316,7 @@ def _build(
     # one step model for the what-if and the gains; none from a split the trace cannot
     # support, nor from one short step (too little to forecast from)
     wi = what_if(steps, findings, run.shares.comm_measured) if gains_supported(lims) else None
+    eff = run_efficiency([e for r in ranks if (e := r.evidence.efficiency)])
     return Diagnosis(
         run=run,
         ranks=ranks,
@@ -331,6 +333,7 @@ def _build(
         notes=list(notes),
         gpudiag_version=__version__,
         whole_run=whole_run,
-        verdict=verdict(run, findings, lims, th.verdict),
+        verdict=with_efficiency(verdict(run, findings, lims, th.verdict), eff),
         kernels=kernels,
+        efficiency=eff,
     )

@@ -24,6 +24,7 @@ from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.run import modes
 from gpudiag.report.format import (
     NOT_MEASURED,
+    efficiency_lines,
     flagged,
     idle_threshold,
     mode_label,
@@ -212,6 +213,9 @@ def _detail_tables(con: Console, d: Diagnosis, show_steps: bool) -> None:
     if d.kernels and d.kernels.top:
         con.print()
         _kernel_block(con, d.kernels)
+    if d.efficiency is not None:
+        for first, text in efficiency_lines(d.efficiency):
+            _print_wrapped(con, Text(first, style="dim"), text, style="dim")
     if show_steps:
         con.print()
         con.print(Text("profiled steps", style="bold"))
