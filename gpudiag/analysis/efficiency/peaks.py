@@ -12,10 +12,13 @@ measured against, nccl-tests' convention). Sources, as published by the vendors:
 * AMD Instinct data sheets: MI100, MI210, MI250/MI250X (a device is one GCD: half the
   package), MI300X, MI300A, MI325X. AMD runs fp32 GEMMs on its matrix cores, so ``fp32``
   is the fp32 *matrix* peak there; ``fp32_simt`` the vector peak.
-* Links: NVLink 2 (V100) 25 GB/s per link per direction × 6, NVLink 3 (A100) × 12,
+* Links (the peak a collective's bus bandwidth is compared with): NVLink 2 (V100) 25 GB/s
+  per link per direction × 6, NVLink 3 (A100) × 12,
   NVLink 4 (H100/H200) 450, NVLink 5 (B200) 900; PCIe 3.0/4.0/5.0 x16 15.75/31.5/63;
   AMD Infinity Fabric (xGMI) 64 GB/s per link per direction × 7 (MI300X), × 3 (MI250X
-  across packages). A part without peer-to-peer links (GeForce, PCIe cards) talks over PCIe.
+  across packages); NVLink bridges of PCIe cards (A100/H100 PCIe 300, RTX 3090 56.25). A part
+  without peer-to-peer links (GeForce 40 series, T4, L4, L40S) talks over PCIe, and GeForce
+  cards without P2P through host memory (about half of PCIe or less).
 
 A part the table does not know gets ``None``: no share of peak is printed for it.
 """
@@ -79,17 +82,21 @@ def _p(
 
 NVL2, NVL3, NVL4, NVL5 = "NVLink 2", "NVLink 3", "NVLink 4", "NVLink 5"
 P3, P4, P5 = "PCIe 3.0 x16", "PCIe 4.0 x16", "PCIe 5.0 x16"
+# PCIe data-centre cards are often bridged in pairs by NVLink: their peak is the bridge's,
+# so that a bridged pair is never shown above 100% (a card without one reads low)
+BRIDGE = "NVLink bridge or PCIe"
 # (pattern on the device name, peak); most specific first, first match wins
 TABLE: tuple[tuple[str, Peak], ...] = (
     (r"GB200", _p("GB200", 80, 1250, 2500, 2500, 5000, 8000, NVL5, 900)),
     (r"\bB200\b", _p("B200", 75, 1125, 2250, 2250, 4500, 8000, NVL5, 900)),
     (r"\bH200\b", _p("H200", 67, 494.7, 989.4, 989.4, 1978.9, 4800, NVL4, 450)),
     (r"H100 NVL", _p("H100 NVL", 60, 417.5, 835.5, 835.5, 1670.5, 3900, NVL4, 300)),
-    (r"H100 PCIe", _p("H100 PCIe", 51, 378, 756, 756, 1513, 2000, P5, PCIE[5])),
+    (r"H100 PCIe", _p("H100 PCIe", 51, 378, 756, 756, 1513, 2000, BRIDGE, 300)),
     (r"\bH100\b", _p("H100 SXM5", 67, 494.7, 989.4, 989.4, 1978.9, 3350, NVL4, 450)),
     (r"\bH800\b", _p("H800 SXM5", 67, 494.7, 989.4, 989.4, 1978.9, 3350, NVL4, 200)),
-    (r"A100.*PCIE.*80", _p("A100 PCIe 80GB", 19.5, 156, 312, 312, None, 1935, P4, PCIE[4])),
-    (r"A100.*PCIE", _p("A100 PCIe 40GB", 19.5, 156, 312, 312, None, 1555, P4, PCIE[4])),
+    (r"A100.*PCIE.*80", _p("A100 PCIe 80GB", 19.5, 156, 312, 312, None, 1935, BRIDGE, 300)),
+    (r"A100.*PCIE", _p("A100 PCIe 40GB", 19.5, 156, 312, 312, None, 1555, BRIDGE, 300)),
+    (r"\bA800\b", _p("A800", 19.5, 156, 312, 312, None, 2039, NVL3, 200)),
     (r"A100.*80GB", _p("A100 SXM4 80GB", 19.5, 156, 312, 312, None, 2039, NVL3, 300)),
     (r"\bA100\b", _p("A100 SXM4", 19.5, 156, 312, 312, None, 1555, NVL3, 300)),
     (r"\bA10G?\b", _p("A10", 31.2, 62.5, 125, 125, None, 600, P4, PCIE[4])),
@@ -100,7 +107,10 @@ TABLE: tuple[tuple[str, Peak], ...] = (
     (r"RTX 6000 Ada", _p("RTX 6000 Ada", 91.1, 182.1, 364.2, 364.2, 728.5, 960, P4, PCIE[4])),
     (r"RTX A6000", _p("RTX A6000", 38.7, 77.4, 154.8, 154.8, None, 768, P4, PCIE[4])),
     (r"RTX 4090", _p("GeForce RTX 4090", 82.6, 82.6, 165.2, 165.2, 330.3, 1008, P4, PCIE[4])),
-    (r"RTX 3090", _p("GeForce RTX 3090", 35.6, 35.6, 71, 71, None, 936, P4, PCIE[4])),
+    (
+        r"RTX 3090",
+        _p("GeForce RTX 3090", 35.6, 35.6, 71, 71, None, 936, "NVLink bridge or " + P4, 56.25),
+    ),
     (r"RTX 2080 Ti", _p("GeForce RTX 2080 Ti", 13.4, None, None, 53.8, None, 616, P3, PCIE[3])),
     (r"\bT4\b", _p("T4", 8.1, None, None, 65, None, 320, P3, PCIE[3])),
     (r"V100S", _p("V100S PCIe", 16.4, None, None, 130, None, 1134, P3, PCIE[3])),

@@ -300,6 +300,8 @@ class CollectiveRow:
     busbw_gbps: float | None = None
     peak_gbps: float | None = None
     efficiency: float | None = None
+    link: str | None = None  # the link the peak is of (NVLink 3, PCIe 4.0 x16 …)
+    likely_cause: str | None = None  # why a share of peak is low, as far as the trace tells
 
 
 @dataclass(frozen=True)
