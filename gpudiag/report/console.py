@@ -16,6 +16,7 @@ from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import (
     Diagnosis,
     KernelBreakdown,
+    Mode,
     RankSummary,
     Severity,
     Verdict,
@@ -23,6 +24,7 @@ from gpudiag.analysis.model.diagnosis import (
 from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.run import modes
 from gpudiag.report.format import (
+    NO_SHAPES,
     NOT_MEASURED,
     efficiency_lines,
     flagged,
@@ -216,6 +218,8 @@ def _detail_tables(con: Console, d: Diagnosis, show_steps: bool) -> None:
     if d.efficiency is not None:
         for first, text in efficiency_lines(d.efficiency):
             _print_wrapped(con, Text(first, style="dim"), text, style="dim")
+    elif d.run.mode == Mode.GPU and d.kernels and d.kernels.top:
+        _print_wrapped(con, Text("efficiency: ", style="dim"), NO_SHAPES, style="dim")
     if show_steps:
         con.print()
         con.print(Text("profiled steps", style="bold"))

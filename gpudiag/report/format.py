@@ -114,6 +114,12 @@ def window_label(mode: str) -> str:
     return "every step (telemetry)" if str(mode) == "telemetry" else "profiled window"
 
 
+NO_SHAPES = (
+    "not measured: the trace records no operator input shapes (PyTorch Profiler: "
+    "record_shapes=True; Nsight Systems traces carry none)"
+)
+
+
 def _rate(v: float, unit: str) -> str:
     return f"{v:.3g} {unit}" if v < 100 else f"{v:,.0f} {unit}"
 
@@ -125,7 +131,9 @@ def efficiency_lines(e: ComputeEfficiency) -> list[tuple[str, str]]:
     known and the figure is within it; a figure above it says so instead.
     """
     parts = []
-    for f in sorted(e.families, key=lambda f: -f.kernel_ns)[:2]:
+    total = sum(f.kernel_ns for f in e.families)
+    shown = [f for f in e.families if f.kernel_ns >= 0.05 * total]  # not a stray scalar op
+    for f in sorted(shown, key=lambda f: -f.kernel_ns)[:2]:
         if f.tflops is not None:
             rate = f"{f.family} {f.path or 'unknown type'} {_rate(f.tflops, 'TFLOP/s')}"
             of = "of peak"
