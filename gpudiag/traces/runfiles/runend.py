@@ -25,6 +25,7 @@ from gpudiag.traces.runfiles.flightrec import (
     FrDump,
     RankStacks,
     ThreadStack,
+    dump_notes,
     read_hang_dir,
 )
 
@@ -149,8 +150,7 @@ def read_run_end(run_dir: Path, manifest: rundir.RunManifest | None) -> RunEnd |
     if hang_dir.is_dir():
         dumps, stacks, more = read_hang_dir(hang_dir)
         notes += more
-        for d in dumps:
-            notes += d.notes
+        notes += dump_notes(dumps)
     code = manifest.exit_code if manifest is not None else None
     extra = manifest.extra if manifest is not None else {}
     interrupted = bool(extra.get("interrupted"))
@@ -203,6 +203,6 @@ def load_run_end(inputs: Any, manifest: rundir.RunManifest | None) -> RunEnd | N
                 parts.append(e)
     if inputs.fr_files:
         dumps = read_dumps(inputs.fr_files)
-        notes = tuple(n for x in dumps for n in x.notes)
+        notes = tuple(dump_notes(dumps))
         parts.append(RunEnd(ends=(), dumps=tuple(dumps), notes=notes))
     return merge_ends(parts)
