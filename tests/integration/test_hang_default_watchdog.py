@@ -64,6 +64,7 @@ def test_plain_run_reports_a_stall_within_two_minutes(tmp_path: Path) -> None:
                     p.wait()
     assert "STUCK:" in text, text[-3000:]
     assert stalled_at is not None
+    print(f"stall to report: {reported_at - stalled_at:.1f} s")
     assert reported_at - stalled_at < 120, (reported_at - stalled_at, text[-3000:])
     line = next(x for x in text.splitlines() if "STUCK:" in x)
     assert "rank 1 never entered it" in line and "load_batch" in line

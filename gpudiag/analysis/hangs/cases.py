@@ -142,7 +142,7 @@ def _dump_cases(analysis: HangAnalysis, ranks: _Ranks) -> list[HangCase]:
                 where_frames=frames,
                 explained_by=st.explained_by,
                 incomplete=analysis.incomplete and bool(st.unknown),
-                message=_stall_message(st, texts, step, eff),
+                message=_stall_message(st, texts, step, eff, analysis.missing_dumps),
                 evidence="flight recorder",
                 mismatch=st.mismatches,
                 effects=eff,
@@ -255,7 +255,10 @@ def _stall_message(
     texts: Mapping[int, str],
     step: int | None,
     effects: Sequence[tuple[str, tuple[int, ...]]] = (),
+    missing: Sequence[int] | None = None,
 ) -> str:
+    """The root's sentence; ``missing``: ranks without a dump (None: every unknown rank)."""
+    missing = st.unknown if missing is None else missing
     waiting = [w.rank for w in st.stuck]
     what = f"{st.op} #{st.seq}" if not st.p2p else f"{st.op} (point-to-point #{st.seq})"
     what += f" on {_on(st)}"
@@ -280,10 +283,17 @@ def _stall_message(
     for r, words in st.last_done:
         if r not in texts:
             msg += f"; rank {r}{words}"
-    if st.unknown:
+    absent = [r for r in st.unknown if r in missing]
+    wrapped = [r for r in st.unknown if r not in missing]
+    if absent:
         msg += (
-            f"; no dump from {_ranks_words(st.unknown)}: "
+            f"; no dump from {_ranks_words(absent)}: "
             "whether they entered it is unknown (result incomplete)"
+        )
+    if wrapped:
+        msg += (
+            f"; the dumps of {_ranks_words(wrapped)} no longer reach it (their buffer wrapped "
+            "or holds nothing): whether they entered it is unknown (result incomplete)"
         )
     if effects:
         held = sorted({r for _, rs in effects for r in rs} - set(waiting) - set(st.culprits))

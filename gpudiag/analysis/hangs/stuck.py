@@ -117,6 +117,15 @@ def analyze_dumps(dumps: Sequence[FrDump], world: int | None = None) -> HangAnal
     missing = tuple(sorted(all_members - set(by_rank)))
     if missing:
         notes.append(_missing_note(missing, stalls))
+    versions: dict[str, list[int]] = defaultdict(list)
+    for d in dumps:
+        versions[d.version].append(d.rank)
+    if len(versions) > 1:
+        each = "; ".join(f"{v} on {_ranks_words(rs)}" for v, rs in sorted(versions.items()))
+        notes.append(
+            f"the dumps come from different flight-recorder versions ({each}): compared on "
+            "the fields each carries (sizes, dtypes or pg_status may be missing on some)"
+        )
     empty = sorted(d.rank for d in dumps if not d.entries)
     if empty:
         notes.append(

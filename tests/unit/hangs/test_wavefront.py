@@ -263,3 +263,34 @@ def test_wrapped_buffer_is_past_the_op_not_absent() -> None:
         [0],
         (1,),
     )
+
+
+def test_shared_set_without_two_dumps_names_them(shared_traces: Path) -> None:
+    d = _shared_set(shared_traces)
+    dumps = read_dumps(
+        sorted(p for p in d.glob("_dump_*") if p.name not in ("_dump_13", "_dump_15"))
+    )
+    a = analyze_dumps(dumps)
+    (root,) = a.roots
+    assert (root.pg_desc, root.op, root.never_entered) == (
+        "EXPERT_MODEL_PARALLEL_GROUP",
+        "all_to_all",
+        (9, 14),
+    )
+    assert root.unknown == (13, 15) and a.missing_dumps == (13, 15)
+    (note,) = [n for n in a.notes if n.startswith("no dump from ranks 13, 15: ")]
+    assert "EXPERT_MODEL_PARALLEL_GROUP" in note and "cannot be ruled out" in note
+
+
+def test_different_recorder_versions_are_noted() -> None:
+    done = _e(1, 1, "all_reduce", [[8]], [[8]], True)
+    old_entry = {k: v for k, v in done.items() if k not in ("is_p2p", "pg_id")}  # 2.3's fields
+    old = parse_dump(
+        {"version": "2.3", "pg_config": {}, "entries": [old_entry]}, Path("r_1"), "pickle", None, 1
+    )
+    a = analyze_dumps([_dump(0, [done, _e(2, 2, "all_reduce", [[8]], [[8]], False)], [0, 1]), old])
+    (st,) = a.stalls
+    assert (st.seq, st.never_entered) == (2, (1,))
+    assert any(
+        "different flight-recorder versions (2.10 on rank 0; 2.3 on rank 1)" in n for n in a.notes
+    )
