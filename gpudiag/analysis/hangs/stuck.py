@@ -37,6 +37,7 @@ from gpudiag.analysis.hangs.wavefront import (
     Mismatch,
     RankWait,
     collective_stall,
+    completed_seq,
     p2p_stall,
 )
 from gpudiag.traces.runfiles.flightrec import FrDump, ThreadStack
@@ -174,9 +175,12 @@ def _last_done(st: GroupStall, by_rank: dict[int, FrDump]) -> GroupStall:
             f"'s last operation: {last.op} #{last.p2p_seq if last.is_p2p else last.seq} "
             f"({last.pg_desc or last.pg_name}, {state})"
         ]
+        status = completed_seq(d, st.pg_name)
         if done:
             e = max(done, key=lambda e: e.record_id)
             words.append(f" last finished here: {e.op} #{e.p2p_seq if e.is_p2p else e.seq}")
+        elif status is not None and not st.p2p:
+            words.append(f" last finished here: #{status} (its pg_status)")
         frames = user_frames(ThreadStack("", True, last.frames))
         if frames:
             words.append(f" called from {where_text(frames)}")

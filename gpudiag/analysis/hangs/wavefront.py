@@ -161,6 +161,12 @@ def _completed(d: FrDump, name: str) -> int:
     return _status(d, name).get("last_completed_collective", -1)
 
 
+def completed_seq(d: FrDump, name: str) -> int | None:
+    """The last collective of the group the rank's ``pg_status`` says it finished."""
+    n = _completed(d, name)
+    return n if n >= 0 else None
+
+
 def _done(unit: Sequence[FrEntry]) -> bool:
     return all(e.done for e in unit)
 
