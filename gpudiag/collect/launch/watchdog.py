@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag._support.records import dataclass
+from gpudiag.collect.launch.log import log
 from gpudiag.collect.rank import hangdump
 from gpudiag.rundir import layout as rundir
 
@@ -85,6 +86,7 @@ class HangEvent:
     run_dir: str = ""
     on_hang: str = "report"
     rule: str = ""  # the rule that set timeout_s, in words
+    resumed_ns: int | None = None  # a rank finished a step after the report: not a hang
 
     def to_json(self) -> dict[str, Any]:
         """The manifest's ``extra.hang`` record."""
@@ -98,6 +100,7 @@ class HangEvent:
             "answered_ranks": self.answered,
             "answer_s": round(self.answer_s, 3),
             "report_ns": self.report_ns,
+            "resumed_ns": self.resumed_ns,
         }
 
 
@@ -194,6 +197,9 @@ class Watchdog:
             self._ask(idle, limit)
             return False
         if self._reported:
+            if self.event.resumed_ns is None and self.tail.poll():
+                self.event.resumed_ns = time.time_ns()  # a pause, not a hang (report mode)
+                log("the job went on: a rank finished a step again, so that was a pause")
             return False
         answered = self._answered()
         assert self._asked_at is not None

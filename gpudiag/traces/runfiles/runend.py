@@ -156,6 +156,13 @@ def read_run_end(run_dir: Path, manifest: rundir.RunManifest | None) -> RunEnd |
     interrupted = bool(extra.get("interrupted"))
     hang = extra.get("hang") if isinstance(extra.get("hang"), dict) else None
     failed = code not in (None, 0) or any(not e.exited or e.error or e.fault for e in ends)
+    if hang is not None and hang.get("resumed_ns") and not failed and (dumps or stacks):
+        # a long pause (evaluation, a checkpoint) the watchdog took for a hang: not one
+        notes.append(
+            f"the hang watchdog found no finished step for {hang.get('idle_s', '?')} s, then "
+            "the job went on: the stacks and dumps taken then (ranks/hang/) are not a hang"
+        )
+        dumps, stacks = [], []
     if not failed and not dumps and not stacks and not interrupted and hang is None:
         return None
     return RunEnd(
