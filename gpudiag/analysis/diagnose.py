@@ -73,7 +73,7 @@ from gpudiag.analysis.run.reconcile import (
 from gpudiag.analysis.run.spread import rank_spread
 from gpudiag.analysis.run.summary import run_summary, summarize_rank
 from gpudiag.analysis.run.whatif import what_if
-from gpudiag.analysis.run.wholerun import whole_run
+from gpudiag.analysis.run.wholerun import gpu_telemetry_note, whole_run
 from gpudiag.analysis.stragglers.busy_host import on_busy_host
 from gpudiag.analysis.stragglers.detect import find_stragglers
 from gpudiag.analysis.stragglers.late_arrival import late_arrival
@@ -131,14 +131,18 @@ def _diagnose(
     results = without_unfinished(results, run.run_end, run.notes)
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
     notes = list(run.notes) + _busy_host(run, th)
+    gpu_note = gpu_telemetry_note(run.manifest)  # a CPU-only run: one note, no finding
+    notes += [gpu_note] if gpu_note else []
     busy = _host_contention(run, th)
-    ended = run_end_findings(run.run_end)
+    hang_notes: list[str] = []
+    ended = run_end_findings(run.run_end, hang_notes)
     if ended:
         # the run's end, with the first failure, replaces the bare exit-code finding
         if any(f.kind == FindingKind.JOB_FAILED for f in ended):
             extra = [f for f in extra if f.kind != FindingKind.JOB_FAILED]
         extra = ended + list(extra)
         notes += list(run.run_end.notes) if run.run_end is not None else []
+        notes += hang_notes
     if not results and whole is not None and whole.steps:
         results = telemetry_results(whole, th)
         extra = extra + nvml_idle(whole, th)

@@ -55,7 +55,7 @@ def _alert_monitor(alerts: str, alert_exec: str | None) -> Any:
 
 
 def _with_alerts(show: Any, monitor: Any) -> Any:
-    """The progress callback, with the alerts raised now in each snapshot (the live panel)."""
+    """The progress callback, with the alerts raised now in each snapshot (the status line)."""
     if show is None or monitor is None:
         return show
 
@@ -96,6 +96,7 @@ def _hang_options(timeout_s: float | None, on_hang: str) -> Any:
         on_hang=on_hang,
         min_timeout_s=rules.min_timeout_s,
         step_factor=rules.step_factor,
+        startup_timeout_s=rules.startup_timeout_s,
         answer_wait_s=rules.answer_wait_s,
         report=_print_hang,
     )
@@ -116,7 +117,8 @@ def _print_hang(event: Any) -> None:
         analysis = analyze_dumps(dumps) if dumps else None
         cases = hang_cases(analysis, stacks)
         log(
-            f"no rank finished a step for {event.idle_s:.0f} s (hang timeout {event.timeout_s:g} s)"
+            f"the job looks stuck: no rank finished a step for {event.idle_s:.0f} s (hang "
+            f"timeout {event.timeout_s:g} s: {event.rule or 'automatic'})"
         )
         if not cases:
             log(
@@ -129,8 +131,20 @@ def _print_hang(event: Any) -> None:
         if missing:
             log(f"no answer from rank(s) {missing} within {event.answer_s:.0f} s")
         log(f"flight recorder and stacks: {d}")
+        log(_next_words(event.on_hang))
     except Exception as e:
         log(f"hang report failed ({type(e).__name__}: {e}); evidence in the run directory")
+
+
+def _next_words(on_hang: str) -> str:
+    """What happens to the job now, and how to choose otherwise."""
+    if on_hang == "kill":
+        return "ending the job (--on-hang kill): SIGINT to its ranks, as Ctrl-C"
+    return (
+        "the job is left running (--on-hang report): press Ctrl-C to end it (what the ranks "
+        "captured is kept), or wait for its own collective timeout; --on-hang kill ends a "
+        "stuck job by itself, --hang-timeout S waits longer before calling it stuck"
+    )
 
 
 @app.command(cls=clihelp.Command, context_settings={"allow_interspersed_args": False})
@@ -175,7 +189,7 @@ def run(
             "--hang-timeout",
             metavar="S",
             help="Seconds without a finished step on any rank before the job counts as stuck "
-            "(default: the larger of 5 min and 20× the median step).",
+            "(default: the larger of 60 s and 10× the median step; 5 min before the first).",
         ),
     ] = None,
     on_hang: Annotated[
@@ -197,13 +211,13 @@ def run(
     monitor = _alert_monitor(alerts, alert_exec)
     opts.watchers = [monitor] if monitor is not None else []
     opts.hang = _hang_options(hang_timeout, on_hang)
-    show, live = run_progress(quiet)
+    show, status = run_progress(quiet)
     show = _with_alerts(show, monitor)
     try:
         res = launcher.run(opts, progress=show)
     finally:
-        if live is not None and live.is_started:
-            live.stop()
+        if status is not None:
+            status.stop()
     log(f"{watchdog.ended_words(res.manifest, res.exit_code)}; run directory {res.out_dir}")
     if not no_analyze:
         _print_run_diagnosis(res.out_dir, res.run_dir)
