@@ -250,6 +250,33 @@ def run_efficiency(ranks: Sequence[ComputeEfficiency]) -> ComputeEfficiency | No
     if not ranks or len({r.device for r in ranks}) != 1:
         return None
     peak = peak_of(ranks[0].device)
+    fams = _combined_families(ranks, peak)
+    models = [r.model_tflops for r in ranks if r.model_tflops is not None]
+    model = float(nputil.median(np.array(models))) if models else None
+    main = max((f for f in fams if f.flops), key=lambda f: f.flops or 0.0, default=None)
+    main_path = main.path if main is not None else ""
+    path_peak = peak.tflops(main_path) if peak is not None and main_path else None
+    mfu_path, best = peak.best() if peak is not None else ("", 0.0)
+    per_step = [r.flops_per_step for r in ranks if r.flops_per_step is not None]
+    return ComputeEfficiency(
+        device=ranks[0].device,
+        peak_model=ranks[0].peak_model,
+        families=fams,
+        coverage=float(np.mean([r.coverage for r in ranks])),
+        steps=sum(r.steps for r in ranks),
+        flops_per_step=float(nputil.median(np.array(per_step))) if per_step else None,
+        model_tflops=model,
+        main_path=main_path,
+        path_share=_share(model, path_peak),
+        mfu=_share(model, best or None),
+        mfu_path=mfu_path,
+    )
+
+
+def _combined_families(
+    ranks: Sequence[ComputeEfficiency], peak: Peak | None
+) -> list[FamilyEfficiency]:
+    """Each family's rows of every rank as one: work and kernel time summed."""
     fams: list[FamilyEfficiency] = []
     for fam in (*FLOP_FAMILIES, *BYTE_FAMILIES):
         rows = [f for r in ranks for f in r.families if f.family == fam]
@@ -306,23 +333,4 @@ def run_efficiency(ranks: Sequence[ComputeEfficiency]) -> ComputeEfficiency | No
                 any(f.above_peak for f in rows),
             )
         )
-    models = [r.model_tflops for r in ranks if r.model_tflops is not None]
-    model = float(nputil.median(np.array(models))) if models else None
-    main = max((f for f in fams if f.flops), key=lambda f: f.flops or 0.0, default=None)
-    main_path = main.path if main is not None else ""
-    path_peak = peak.tflops(main_path) if peak is not None and main_path else None
-    mfu_path, best = peak.best() if peak is not None else ("", 0.0)
-    per_step = [r.flops_per_step for r in ranks if r.flops_per_step is not None]
-    return ComputeEfficiency(
-        device=ranks[0].device,
-        peak_model=ranks[0].peak_model,
-        families=fams,
-        coverage=float(np.mean([r.coverage for r in ranks])),
-        steps=sum(r.steps for r in ranks),
-        flops_per_step=float(nputil.median(np.array(per_step))) if per_step else None,
-        model_tflops=model,
-        main_path=main_path,
-        path_share=_share(model, path_peak),
-        mfu=_share(model, best or None),
-        mfu_path=mfu_path,
-    )
+    return fams
