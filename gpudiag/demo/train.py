@@ -57,6 +57,20 @@ def square_sum(n: int) -> float:
     return float((torch.arange(n, dtype=torch.float64) ** 2).sum())
 
 
+_EXTRA = torch.ones(64, 64)
+
+
+def extra_work(ns: float) -> None:
+    """Spend ``ns`` more CPU time of this thread on small matrix products (a slower code path).
+
+    The amount is a share of the step's own work so far (``--extra-work``), so the injected
+    slowdown is that share of the job's work, whatever else the host runs.
+    """
+    end = time.thread_time_ns() + ns
+    while time.thread_time_ns() < end:
+        torch.mm(_EXTRA, _EXTRA)
+
+
 def parse_args() -> argparse.Namespace:
     """The job's options: its size, the bottlenecks to inject, how it profiles itself."""
     p = argparse.ArgumentParser(description=__doc__)
@@ -70,6 +84,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sleep-rank", type=int, default=-1, help="rank that sleeps in forward")
     p.add_argument("--sleep-s", type=float, default=0.0)
     p.add_argument("--sleep-every", type=int, default=1, help="sleep every Nth step")
+    p.add_argument(
+        "--extra-work", type=float, default=0.0,
+        help="add this fraction of each step's own CPU work (0.3: +30%%), as real compute",
+    )  # fmt: skip
+    p.add_argument("--extra-work-rank", type=int, default=-1, help="only this rank (-1: all)")
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--worker-start", default="", help="DataLoader workers: fork or spawn")
     p.add_argument("--mp-spawn", type=int, default=0, help="run a spawn Pool of N first")
@@ -173,6 +192,7 @@ def main() -> None:
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
             plain = own.enter_context(profile(activities=acts))
         t_step = time.perf_counter()
+        cpu_step = time.thread_time_ns()
         x, y = next(it)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         if rank == a.sleep_rank and step % a.sleep_every == a.sleep_every - 1:
@@ -182,6 +202,8 @@ def main() -> None:
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        if a.extra_work and a.extra_work_rank in (-1, rank):
+            extra_work(a.extra_work * (time.thread_time_ns() - cpu_step))
         opt.step()
         if prof is not None:
             prof.step()
