@@ -7,7 +7,7 @@ Two parts (docs/gate.md, "Error rates on a busy host", reports the figures):
   reduces it (a baseline file: per-step wall and CPU times, run conditions). Labels
   ``base*`` / ``same*`` are unchanged code, ``slowNN`` adds NN% to the job's own work
   (the demo's ``--extra-work``). Each run costs ~40-70 s on a loaded 2-core host.
-* ``replay RUNS.json``: every choice of 3 baseline runs among the unchanged runs and one
+* ``replay RUNS.json``: every choice of 3 (``--baseline-runs``) baseline runs among the unchanged runs and one
   other unchanged run as the candidate, each also with ``--replicates`` seeded bootstrap
   replicates (every run's steps resampled with replacement); the candidate unchanged
   (false alarms) and with its own work +25% (per step: CPU time × 1.25, wall time + 0.25
@@ -15,7 +15,7 @@ Two parts (docs/gate.md, "Error rates on a busy host", reports the figures):
   A candidate fails when the gate's timing checks fail it (``cpu_time_regression``, or
   ``step_time_regression`` on a run that was not contended).
 
-    python benchmarks/bench_gate_signals.py record /tmp/runs.json --runs base1 base2 base3 same1 slow30
+    python benchmarks/bench_gate_signals.py record /tmp/runs.json --runs base1 base2 same1 slow30
     python benchmarks/bench_gate_signals.py replay benchmarks/data/gate_hog_runs.json
 """
 
@@ -113,8 +113,8 @@ def judge(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig) -> tuple[bool
     return False, "-"
 
 
-def replay(path: Path, replicates: int, seed: int) -> None:
-    """Print the false-alarm and detection rates over every 3-run baseline (module doc)."""
+def replay(path: Path, replicates: int, seed: int, n: int = 3) -> None:
+    """Print the false-alarm and detection rates over every ``n``-run baseline (module doc)."""
     runs = baseline_from_json(json.loads(path.read_text()))
     same = [r for r in runs if not r.name.startswith("slow")]
     slow = [r for r in runs if r.name.startswith("slow")]
@@ -123,7 +123,7 @@ def replay(path: Path, replicates: int, seed: int) -> None:
     tally = {"unchanged": [0, 0], f"+{EFFECT:.0%} own work": [0, 0]}
     for r in slow:
         tally[f"recorded {r.name}"] = [0, 0]
-    for base in itertools.combinations(same, 3):
+    for base in itertools.combinations(same, n):
         others = [r for r in same if r not in base]
         for rep in range(replicates + 1):
             b = list(base) if rep == 0 else [_resample(x, rng) for x in base]
@@ -136,7 +136,7 @@ def replay(path: Path, replicates: int, seed: int) -> None:
                 s = r if rep == 0 else _resample(r, rng)
                 tally[f"recorded {r.name}"][0] += judge(s, b, cfg)[0]
                 tally[f"recorded {r.name}"][1] += 1
-    print(f"{len(same)} unchanged runs, {len(slow)} slowed; 3-run baselines, "
+    print(f"{len(same)} unchanged runs, {len(slow)} slowed; {n}-run baselines, "
           f"{replicates} bootstrap replicates each")  # fmt: skip
     for key, (fails, n) in tally.items():
         print(f"  {key:24s} {fails:5d} of {n:5d} fail ({fails / max(n, 1):.1%})")
@@ -153,11 +153,12 @@ def main() -> None:
     q.add_argument("runs", type=Path)
     q.add_argument("--replicates", type=int, default=10)
     q.add_argument("--seed", type=int, default=32)
+    q.add_argument("--baseline-runs", type=int, default=3)
     a = p.parse_args()
     if a.cmd == "record":
         record(a.out, a.runs)
     else:
-        replay(a.runs, a.replicates, a.seed)
+        replay(a.runs, a.replicates, a.seed, a.baseline_runs)
 
 
 if __name__ == "__main__":

@@ -136,10 +136,9 @@ def _gate_one(
     markdown: Path | None,
 ) -> int:
     """Gate one run against the baseline runs; its exit code."""
+    from gpudiag.analysis.compare.baseline import run_outcome
     from gpudiag.analysis.compare.gate import evaluate
     from gpudiag.report import ci
-
-    from gpudiag.analysis.compare.baseline import run_outcome
 
     d = diagnosis(path, th)
     ended = run_outcome(d)
@@ -165,18 +164,20 @@ def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form:
 
     from gpudiag.analysis.compare.baseline import baseline_to_json, run_stat
     from gpudiag.analysis.compare.gate import baseline_summary
+    from gpudiag.errors import InputError
     from gpudiag.report import ci
     from gpudiag.rundir.layout import atomic_write
-
-    from gpudiag.errors import InputError
 
     runs = [run_stat(diagnosis(p, th), str(p), run_conditions(p), cfg.warmup_steps, th)
             for p in paths]  # fmt: skip
     bad = [r for r in runs if r.outcome]
     if bad:
-        raise InputError(bad[0].name, f"the run did not end well ({bad[0].outcome}): refused "
-                         f"as a baseline{f' (and {len(bad) - 1} more)' if len(bad) > 1 else ''}",
-                         "re-run it, or leave it out of the baseline; nothing was written")  # fmt: skip
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise InputError(
+            bad[0].name,
+            f"the run did not end well ({bad[0].outcome}): refused as a baseline{more}",
+            "re-run it, or leave it out of the baseline; nothing was written",
+        )
     with atomic_write(out) as f:
         json.dump(baseline_to_json(runs, cfg, __version__), f, indent=1)
         f.write("\n")

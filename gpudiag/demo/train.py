@@ -60,15 +60,17 @@ def square_sum(n: int) -> float:
 _EXTRA = torch.ones(64, 64)
 
 
-def extra_work(ns: float) -> None:
+def extra_work(ns: float) -> int:
     """Spend ``ns`` more CPU time of this thread on small matrix products (a slower code path).
 
-    The amount is a share of the step's own work so far (``--extra-work``), so the injected
-    slowdown is that share of the job's work, whatever else the host runs.
+    The amount is a share of a step's own work (``--extra-work``), so the injected slowdown
+    is that share of the job's work, whatever else the host runs. Returns the CPU time spent.
     """
-    end = time.thread_time_ns() + ns
+    start = time.thread_time_ns()
+    end = start + ns
     while time.thread_time_ns() < end:
         torch.mm(_EXTRA, _EXTRA)
+    return time.thread_time_ns() - start
 
 
 def parse_args() -> argparse.Namespace:
@@ -185,6 +187,7 @@ def main() -> None:
     plain = None
     it = iter(loader)
     times: list[float] = []
+    own_cpu = 0  # the last step's CPU time on this thread, without the extra work
     for step in range(a.steps):
         if step == a.profile_from:
             from torch.profiler import ProfilerActivity, profile
@@ -202,8 +205,10 @@ def main() -> None:
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        spent = 0
         if a.extra_work and a.extra_work_rank in (-1, rank):
-            extra_work(a.extra_work * (time.thread_time_ns() - cpu_step))
+            # a share of the whole step's own work: the last step's, else this one's so far
+            spent = extra_work(a.extra_work * (own_cpu or time.thread_time_ns() - cpu_step))
         opt.step()
         if prof is not None:
             prof.step()
@@ -217,6 +222,7 @@ def main() -> None:
             if rank == 0:
                 print(f"step {step} loss {mean.item():.6f}", flush=True)
         times.append(time.perf_counter() - t_step)
+        own_cpu = time.thread_time_ns() - cpu_step - spent
     if a.time_file and rank == 0:
         with open(a.time_file, "w") as f:
             f.write("\n".join(f"{t:.9f}" for t in times) + "\n")

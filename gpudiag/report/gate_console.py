@@ -12,8 +12,13 @@ from gpudiag.analysis.compare.gate import GateResult
 from gpudiag.report.console import make_console, wrap
 from gpudiag.report.markdown import diff_cells, fmt_value, metric_label
 
-_STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "inconclusive": "magenta",
-                 "off": "dim"}
+_STATUS_STYLE = {
+    "pass": "green",
+    "fail": "bold red",
+    "warn": "yellow",
+    "inconclusive": "magenta",
+    "off": "dim",
+}
 _VERDICT_STYLE = {"passed": "bold green", "failed": "bold red", "inconclusive": "bold magenta"}
 
 

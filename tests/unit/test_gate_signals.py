@@ -19,7 +19,7 @@ import pytest
 from gpudiag.analysis.compare.baseline import RunStat, cpu_samples, run_outcome, run_stat
 from gpudiag.analysis.compare.gate import evaluate
 from gpudiag.analysis.compare.timing import CPU, WALL, cpu_check, host_cost
-from gpudiag.analysis.model.diagnosis import Diagnosis, RunStep, Verdict, WholeRun
+from gpudiag.analysis.model.diagnosis import Diagnosis, RunStep, Verdict
 from gpudiag.api.load import load_diagnosis
 from gpudiag.collect.rank import hook as H
 from gpudiag.config import GateConfig
@@ -80,7 +80,7 @@ def test_cpu_samples_are_the_slowest_rank_per_steady_step():
     for s in d.whole_run.steps:
         by_step[s.step] = max(by_step.get(s.step, 0), s.cpu_ns or 0)
     got = cpu_samples(d)
-    assert got == [by_step[k] for k in sorted(by_step)][-len(got):]  # steady: a tail
+    assert got == [by_step[k] for k in sorted(by_step)][-len(got) :]  # steady: a tail
     assert len(got) >= 25
     # a rank without CPU time for a step drops that step (never a partial maximum)
     steps = [dataclasses.replace(s, cpu_ns=None) if (s.rank, s.step) == (1, 10) else s

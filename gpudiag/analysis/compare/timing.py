@@ -188,8 +188,11 @@ def host_cost(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig) -> list[s
 
 def noisy_runs(base: Sequence[RunStat], cfg: GateConfig) -> list[str]:
     """The baseline runs whose recorded run conditions were contended."""
-    return [b.name or f"run {i + 1}" for i, b in enumerate(base)
-            if b.conditions is not None and contention(RunConditions(b.conditions), cfg)]  # fmt: skip
+    return [
+        b.name or f"run {i + 1}"
+        for i, b in enumerate(base)
+        if b.conditions is not None and contention(RunConditions(b.conditions), cfg)
+    ]
 
 
 def regression_check(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig,
