@@ -7,12 +7,12 @@ Two parts (docs/gate.md, "Error rates on a busy host", reports the figures):
   reduces it (a baseline file: per-step wall and CPU times, run conditions). Labels
   ``base*`` / ``same*`` are unchanged code, ``slowNN`` adds NN% to the job's own work
   (the demo's ``--extra-work``). Each run costs ~40-70 s on a loaded 2-core host.
-* ``replay RUNS.json``: every choice of 3 (``--baseline-runs``) baseline runs among the unchanged runs and one
-  other unchanged run as the candidate, each also with ``--replicates`` seeded bootstrap
-  replicates (every run's steps resampled with replacement); the candidate unchanged
-  (false alarms) and with its own work +25% (per step: CPU time × 1.25, wall time + 0.25
-  × CPU time; detection); and the recorded ``slow*`` runs against every baseline.
-  A candidate fails when the gate's timing checks fail it (``cpu_time_regression``, or
+* ``replay RUNS.json``: every choice of 3 (``--baseline-runs``) baseline runs among the
+  unchanged runs and one other unchanged run as the candidate, each also with
+  ``--replicates`` seeded bootstrap replicates (every run's steps resampled with
+  replacement); the candidate unchanged (false alarms) and with its own work +25% (per
+  step: CPU time × 1.25, wall time + 0.25 × CPU time; detection); and the recorded
+  ``slow*`` runs against every baseline. A candidate fails when the gate's timing checks fail it (``cpu_time_regression``, or
   ``step_time_regression`` on a run that was not contended).
 
     python benchmarks/bench_gate_signals.py record /tmp/runs.json --runs base1 base2 same1 slow30
