@@ -11,9 +11,9 @@ Two parts (docs/gate.md, "Error rates on a busy host", reports the figures):
   unchanged runs and one other unchanged run as the candidate, each also with
   ``--replicates`` seeded bootstrap replicates (every run's steps resampled with
   replacement); the candidate unchanged (false alarms) and with its own work +25% (per
-  step: CPU time × 1.25, wall time + 0.25 × CPU time; detection); and the recorded
-  ``slow*`` runs against every baseline. A candidate fails when the gate's timing checks fail it (``cpu_time_regression``, or
-  ``step_time_regression`` on a run that was not contended).
+  step: CPU time x 1.25, wall time + 0.25 x CPU time; detection); and the recorded
+  ``slow*`` runs against every baseline. A candidate fails when the gate's timing checks
+  fail it (``cpu_time_regression``, or ``step_time_regression`` on a quiet run).
 
     python benchmarks/bench_gate_signals.py record /tmp/runs.json --runs base1 base2 same1 slow30
     python benchmarks/bench_gate_signals.py replay benchmarks/data/gate_hog_runs.json
