@@ -60,14 +60,16 @@ def square_sum(n: int) -> float:
 _EXTRA = torch.ones(64, 64)
 
 
-def extra_work(ns: float) -> int:
-    """Spend ``ns`` more CPU time of this thread on small matrix products (a slower code path).
-
-    The amount is a share of a step's own work (``--extra-work``), so the injected slowdown
-    is that share of the job's work, whatever else the host runs. Returns the CPU time spent.
+def extra_work(a: argparse.Namespace, rank: int, own_ns: int) -> int:
+    """``--extra-work F``: spend F × ``own_ns`` more CPU time of this thread on small matrix
+    products (a slower code path); ``own_ns`` is the last step's own CPU time (else this
+    one's so far), so the injected slowdown is that share of the job's work, whatever else
+    the host runs. Returns the CPU time spent (0 on ranks other than ``--extra-work-rank``).
     """
+    if not a.extra_work or a.extra_work_rank not in (-1, rank):
+        return 0
     start = time.thread_time_ns()
-    end = start + ns
+    end = start + a.extra_work * own_ns
     while time.thread_time_ns() < end:
         torch.mm(_EXTRA, _EXTRA)
     return time.thread_time_ns() - start
@@ -205,10 +207,7 @@ def main() -> None:
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        spent = 0
-        if a.extra_work and a.extra_work_rank in (-1, rank):
-            # a share of the whole step's own work: the last step's, else this one's so far
-            spent = extra_work(a.extra_work * (own_cpu or time.thread_time_ns() - cpu_step))
+        spent = extra_work(a, rank, own_cpu or time.thread_time_ns() - cpu_step)
         opt.step()
         if prof is not None:
             prof.step()

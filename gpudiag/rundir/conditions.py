@@ -158,7 +158,8 @@ def merge(summaries: Iterable[RunConditions | None]) -> RunConditions | None:
     out: dict[str, Any] = {"gpus": {}}
     for key in _MERGED:
         vals = [c[key] for c in found if c.get(key) is not None]
-        out[key] = max(vals) if vals else None
+        if vals or key in _RATIOS:
+            out[key] = max(vals) if vals else None
     for c in found:
         out["gpus"].update(c.get("gpus") or {})
     out["top_other"] = [t for c in found for t in c.get("top_other") or []]
