@@ -496,6 +496,12 @@ class GateConfig:
     ``max_gpu_slowdown_ratio`` (share of a GPU's samples with a slowdown or power-cap throttle
     reason), ``max_gpu_other_process_ratio`` (share of a GPU's samples with another process
     on it).
+
+    The job's own work (``cpu_time_regression``, the training threads' CPU time per step)
+    can fail a contended candidate, unless the host made the same work cost more CPU time:
+    ``max_host_cost_increase_ratio`` bounds how much more CPU time the run-conditions
+    sampler's own fixed work took in the candidate than in the costliest baseline run
+    (``sample_cost_us_mean``); above it a CPU slowdown is inconclusive.
     """
 
     max_idle_ratio: float | None = None
@@ -514,13 +520,14 @@ class GateConfig:
     max_steal_ratio: float = 0.10
     max_gpu_slowdown_ratio: float = 0.10
     max_gpu_other_process_ratio: float = 0.10
+    max_host_cost_increase_ratio: float = 0.25
 
     def __post_init__(self) -> None:
         ratios = {"max_idle_ratio": "--max-idle-ratio", "max_comm_wait_ratio": "--max-comm-wait",
                   "max_data_wait_ratio": "--max-data-wait", "alpha": "--alpha"}  # fmt: skip
         contention = ("max_other_cpu_ratio", "max_steal_ratio", "max_gpu_slowdown_ratio",
                       "max_gpu_other_process_ratio")  # fmt: skip
-        ratios.update((k, k) for k in ("run_alpha", *contention))
+        ratios.update((k, k) for k in ("run_alpha", "max_host_cost_increase_ratio", *contention))
         for name, opt in ratios.items():
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0):

@@ -25,7 +25,7 @@ from gpudiag.report.format import (
     withheld_ranks,
 )
 
-_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
+_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔", "off": "⚪"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
 MAX_ROWS = 200  # keeps a $GITHUB_STEP_SUMMARY far below its 1 MiB limit
 
@@ -40,7 +40,7 @@ def fmt_value(name: str, v: float | None) -> str:
     """A check's value or limit as text: ratios as percentages, regressions signed."""
     if v is None:
         return "-"
-    if name == "step_time_regression":
+    if name in ("step_time_regression", "cpu_time_regression"):
         return _signed(f"{v:+.1%}")
     if name == "baseline_run":  # a run's median step time
         return duration(v)
@@ -167,15 +167,18 @@ def render_gate(res: GateResult, out: TextIO) -> None:
     n = res.counts()
     out.write(f"## gpudiag gate: {_VERDICT.get(res.status, res.status)}\n\n")
     out.write(f"{n['pass']} passed, {n['fail']} failed, {n['warn']} warnings, "
-              f"{n['inconclusive']} inconclusive (exit {res.exit_code})")  # fmt: skip
+              f"{n['inconclusive']} inconclusive, {n['off']} not applied "
+              f"(exit {res.exit_code})")  # fmt: skip
     out.write(f" · subject `{cell(res.subject)}`" if res.subject else "")
     out.write(f" · baseline `{cell(res.baseline)}`" if res.baseline else "")
     out.write("\n\n")
-    bad = [c for c in res.checks if c.status != "pass"]
+    bad = [c for c in res.checks if c.status not in ("pass", "off")]
+    rest = [c for c in res.checks if c.status == "pass"] + [
+        c for c in res.checks if c.status == "off"]  # fmt: skip
     rows = [[_ICON.get(c.status, "") + " " + c.status, c.name,
              "all" if c.rank is None else str(c.rank), fmt_value(c.name, c.value),
              fmt_value(c.name, c.limit), "" if c.p_value is None else f"{c.p_value:.2g}",
-             c.message] for c in bad + [c for c in res.checks if c.status == "pass"]]  # fmt: skip
+             c.message] for c in bad + rest]  # fmt: skip
     _table(out, ["status", "check", "rank", "value", "limit", "p", "detail"], rows, "lllrrrl")
     out.write("\n")
 

@@ -346,7 +346,8 @@ class CollectivesSummary:
 class RunStep:
     """One step of one rank from ``gpudiag run``'s always-on telemetry.
 
-    Every step, not only the profiled ones. Waits are ``None`` where not measured.
+    Every step, not only the profiled ones. Waits are ``None`` where not measured;
+    ``cpu_ns`` is the training thread's CPU time in the step (``None``: not measured).
     """
 
     rank: int
@@ -357,6 +358,7 @@ class RunStep:
     comm_wait_ns: int | None
     backward_ns: int | None
     profiled: bool
+    cpu_ns: int | None = None
 
 
 @dataclass(frozen=True)

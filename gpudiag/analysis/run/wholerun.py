@@ -77,7 +77,7 @@ def whole_run(
             rank=int(r["rank"]), step=int(r["step"]), start_ns=int(r["start_ns"]),
             duration_ns=int(r["duration_ns"]), data_wait_ns=_opt_int(r["data_wait_ns"]),
             comm_wait_ns=_opt_int(r["comm_wait_ns"]), backward_ns=_opt_int(r["backward_ns"]),
-            profiled=bool(r["profiled"]),
+            profiled=bool(r["profiled"]), cpu_ns=_opt_int(r.get("cpu_ns")),
         )
         for r in records
     ]  # fmt: skip
