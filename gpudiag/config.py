@@ -204,6 +204,16 @@ class LoaderRules:
 
 
 @dataclass(frozen=True)
+class ReadingRules:
+    """How gpudiag reads a trace before the rules judge it: phases, edges (analysis/reading)."""
+
+    startup_call_min_ns: int = 50_000_000  # a runtime call before the first kernel this long …
+    startup_repeat_ratio: float = 0.25  # … that no later call of its name lasts this share of
+    startup_dominant_ratio: float = 0.5  # start-up this share of the window: the verdict says so
+    step_gpu_coverage_ratio: float = 0.5  # found ranges hold less GPU time: one window instead
+
+
+@dataclass(frozen=True)
 class DiffRules:
     """When a change between two runs counts as noise (analysis/diff.py)."""
 
@@ -247,6 +257,7 @@ _GROUPS: dict[str, type] = {
     "hang": HangRules,
     "evidence": EvidenceRules,
     "loader": LoaderRules,
+    "reading": ReadingRules,
 }
 
 
@@ -278,6 +289,7 @@ class Thresholds:
     hang: HangRules = field(default_factory=HangRules)
     evidence: EvidenceRules = field(default_factory=EvidenceRules)
     loader: LoaderRules = field(default_factory=LoaderRules)
+    reading: ReadingRules = field(default_factory=ReadingRules)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

@@ -52,6 +52,7 @@ from gpudiag.analysis.rank.analyse import (
 from gpudiag.analysis.rank.evidence import gains_supported, judge_evidence, no_unseen_gains
 from gpudiag.analysis.rank.kernels import combine as combine_kernels
 from gpudiag.analysis.rank.timeline import Timeline
+from gpudiag.analysis.reading.summary import run_reading, with_reading
 from gpudiag.analysis.remedies.advice import recommend
 from gpudiag.analysis.run.collectives import (
     bandwidth_findings,
@@ -315,6 +316,7 @@ def _build(
     # one step model for the what-if and the gains; none from a split the trace cannot
     # support, nor from one short step (too little to forecast from)
     wi = what_if(steps, findings, run.shares.comm_measured) if gains_supported(lims) else None
+    reading = run_reading(ranks, steps, th.reading)
     return Diagnosis(
         run=run,
         ranks=ranks,
@@ -331,6 +333,7 @@ def _build(
         notes=list(notes),
         gpudiag_version=__version__,
         whole_run=whole_run,
-        verdict=verdict(run, findings, lims, th.verdict),
+        verdict=with_reading(verdict(run, findings, lims, th.verdict), reading),
         kernels=kernels,
+        reading=reading,
     )

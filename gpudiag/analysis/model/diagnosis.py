@@ -172,6 +172,8 @@ class RankEvidence:
     comm_calls: dict[str, int] | None = None
     # collective type → element type (bf16, fp32 …) → share of that type's time
     comm_dtypes: dict[str, dict[str, float]] | None = None
+    # what the trace was taken to be: start-up, edges, iterations (analysis/reading)
+    reading: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, parts: dict[str, Any]) -> RankEvidence:
@@ -436,6 +438,29 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """What gpudiag took the trace to be (analysis/reading): phases, edges, iterations.
+
+    Of the rank the line describes (the one with the largest start-up share, else the
+    first): its window, start-up (one-off calls before the first kernel, by name), the idle
+    head and tail left out, and the iterations found and analysed.
+    """
+
+    line: str
+    rank: int
+    window_ns: int
+    startup_ns: int
+    startup_calls: dict[str, int]
+    idle_head_ns: int
+    idle_tail_ns: int
+    steps_found: int
+    steps_analysed: int
+    source: str
+    holds: dict[str, int]
+    startup_dominant: bool = False
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """Everything gpudiag concluded about a run; renderers only format it."""
 
@@ -459,6 +484,8 @@ class Diagnosis:
     kernels: KernelBreakdown | None = None
     # the live alerts `gpudiag run` raised and cleared while the job ran (alerts.jsonl)
     alerts: list[LiveAlert] = field(default_factory=list)
+    # what gpudiag took the trace to be before judging it (analysis/reading)
+    reading: Reading | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -471,11 +498,12 @@ class Diagnosis:
         d["collectives"] = self.collectives.to_json() if self.collectives else {}
         d["verdict"] = without_omitted(self.verdict) if self.verdict else {}
         d["kernels"] = d["kernels"] or {}
+        d["reading"] = d["reading"] or {}
         for fd, f in zip(d["findings"], self.findings, strict=True):
             fd["metrics"] = f.metrics.to_json()
         order = ["schema_version", "gpudiag_version", "inputs", "verdict", "run", "ranks",
                  "steps", "findings", "recommendations", "spread", "what_if", "collectives",
-                 "kernels", "whole_run", "thresholds", "notes"]  # fmt: skip
+                 "kernels", "reading", "whole_run", "thresholds", "notes"]  # fmt: skip
         if self.alerts:  # only runs watched live have them
             order.append("alerts")
         return {k: d[k] for k in order}
