@@ -86,7 +86,7 @@ class StragglerRules:
 
 @dataclass(frozen=True)
 class SteadyRules:
-    """Which steps count as the job's steady state (analysis/steady.py)."""
+    """Which steps count as the job's steady state (analysis/reading/steady.py)."""
 
     warmup_factor: float = 3.0  # leading steps slower than this × the rest's median: warm-up
     warmup_steps: int = 1  # the telemetry's first steps of each rank always left out ...

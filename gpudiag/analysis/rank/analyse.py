@@ -48,11 +48,11 @@ from gpudiag.analysis.rank.devices import capability, common_capability
 from gpudiag.analysis.rank.evidence import rank_facts
 from gpudiag.analysis.rank.hostcause import host_evidence
 from gpudiag.analysis.rank.kernels import breakdown as kernel_breakdown
-from gpudiag.analysis.rank.steady import steady_steps
-from gpudiag.analysis.rank.steps import StepWindows, find_steps
 from gpudiag.analysis.rank.timeline import RankLanes, rank_lanes
 from gpudiag.analysis.rank.workload import name_counts, recognise
 from gpudiag.analysis.reading.phases import read_rank
+from gpudiag.analysis.reading.steady import steady_steps
+from gpudiag.analysis.reading.steps import StepWindows, find_steps
 from gpudiag.analysis.run.collectives import (
     Collectives,
     collective_type,
@@ -101,7 +101,7 @@ TELEMETRY_NOTE = (
 def telemetry_results(whole: WholeRun, th: Thresholds) -> list[RankResult]:
     """Per-rank results from ``gpudiag run``'s step telemetry when there is no trace.
 
-    Each steady step (:mod:`gpudiag.analysis.rank.steady`) splits into data-wait and comm-wait
+    Each steady step (:mod:`gpudiag.analysis.reading.steady`) splits into data-wait and comm-wait
     as the job measured them and *busy* = the rest, reported as compute (mode
     ``telemetry``: compute and host work are not told apart, so neither the idle ratio nor
     host-bound is judged from it; NVML's utilisation stands in for the idle ratio).

@@ -1,6 +1,6 @@
 """What the trace was taken to be, before any rule judges it: start-up, edges, iterations.
 
-Between the timeline (and its steps, :mod:`gpudiag.analysis.rank.steps`) and the rules,
+Between the timeline (and its steps, :mod:`gpudiag.analysis.reading.steps`) and the rules,
 each rank's trace is read by mechanism, never by a list of names
 (docs/definitions.md, "Reading"):
 
@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from gpudiag.analysis.model.kinds import StepSource
 from gpudiag.analysis.rank import intervals as iv
-from gpudiag.analysis.rank.steps import StepWindows, find_steps
+from gpudiag.analysis.reading.steps import StepWindows, find_steps
 from gpudiag.config import ReadingRules
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline, no_steps
 
