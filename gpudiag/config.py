@@ -102,7 +102,7 @@ class StragglerRules:
 
 @dataclass(frozen=True)
 class SteadyRules:
-    """Which steps count as the job's steady state (analysis/steady.py)."""
+    """Which steps count as the job's steady state (analysis/reading/steady.py)."""
 
     warmup_factor: float = 3.0  # leading steps slower than this × the rest's median: warm-up
     warmup_steps: int = 1  # the telemetry's first steps of each rank always left out ...
@@ -220,6 +220,16 @@ class LoaderRules:
 
 
 @dataclass(frozen=True)
+class ReadingRules:
+    """How gpudiag reads a trace before the rules judge it: phases, edges (analysis/reading)."""
+
+    startup_call_min_ns: int = 50_000_000  # a runtime call before the first kernel this long …
+    startup_repeat_ratio: float = 0.25  # … that no later call of its name lasts this share of
+    startup_dominant_ratio: float = 0.5  # start-up this share of the window: the verdict says so
+    step_gpu_coverage_ratio: float = 0.5  # found ranges hold less GPU time: one window instead
+
+
+@dataclass(frozen=True)
 class DiffRules:
     """When a change between two runs counts as noise (analysis/diff.py)."""
 
@@ -264,6 +274,7 @@ _GROUPS: dict[str, type] = {
     "hang": HangRules,
     "evidence": EvidenceRules,
     "loader": LoaderRules,
+    "reading": ReadingRules,
 }
 
 
@@ -295,6 +306,7 @@ class Thresholds:
     hang: HangRules = field(default_factory=HangRules)
     evidence: EvidenceRules = field(default_factory=EvidenceRules)
     loader: LoaderRules = field(default_factory=LoaderRules)
+    reading: ReadingRules = field(default_factory=ReadingRules)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

@@ -53,6 +53,7 @@ from gpudiag.analysis.rank.analyse import (
 from gpudiag.analysis.rank.evidence import gains_supported, judge_evidence, no_unseen_gains
 from gpudiag.analysis.rank.kernels import combine as combine_kernels
 from gpudiag.analysis.rank.timeline import Timeline
+from gpudiag.analysis.reading.summary import run_reading, with_reading
 from gpudiag.analysis.remedies.advice import recommend
 from gpudiag.analysis.run.collectives import (
     bandwidth_findings,
@@ -321,6 +322,7 @@ def _build(
     # support, nor from one short step (too little to forecast from)
     wi = what_if(steps, findings, run.shares.comm_measured) if gains_supported(lims) else None
     eff = run_efficiency([e for r in ranks if (e := r.evidence.efficiency)])
+    reading = run_reading(ranks, steps, th.reading)
     return Diagnosis(
         run=run,
         ranks=ranks,
@@ -337,7 +339,10 @@ def _build(
         notes=list(notes),
         gpudiag_version=__version__,
         whole_run=whole_run,
-        verdict=with_efficiency(verdict(run, findings, lims, th.verdict), eff),
+        verdict=with_reading(
+            with_efficiency(verdict(run, findings, lims, th.verdict), eff), reading
+        ),
         kernels=kernels,
         efficiency=eff,
+        reading=reading,
     )

@@ -175,6 +175,8 @@ class RankEvidence:
     comm_dtypes: dict[str, dict[str, float]] | None = None
     # achieved FLOP/s and bandwidth of the modelled operators against the device's peak
     efficiency: ComputeEfficiency | None = None
+    # what the trace was taken to be: start-up, edges, iterations (analysis/reading)
+    reading: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, parts: dict[str, Any]) -> RankEvidence:
@@ -443,6 +445,29 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """What gpudiag took the trace to be (analysis/reading): phases, edges, iterations.
+
+    Of the rank the line describes (the one with the largest start-up share, else the
+    first): its window, start-up (one-off calls before the first kernel, by name), the idle
+    head and tail left out, and the iterations found and analysed.
+    """
+
+    line: str
+    rank: int
+    window_ns: int
+    startup_ns: int
+    startup_calls: dict[str, int]
+    idle_head_ns: int
+    idle_tail_ns: int
+    steps_found: int
+    steps_analysed: int
+    source: str
+    holds: dict[str, int]
+    startup_dominant: bool = False
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """Everything gpudiag concluded about a run; renderers only format it."""
 
@@ -468,6 +493,8 @@ class Diagnosis:
     alerts: list[LiveAlert] = field(default_factory=list)
     # every rank's compute efficiency together (analysis/efficiency/measure.py)
     efficiency: ComputeEfficiency | None = None
+    # what gpudiag took the trace to be before judging it (analysis/reading)
+    reading: Reading | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -481,11 +508,13 @@ class Diagnosis:
         d["verdict"] = without_omitted(self.verdict) if self.verdict else {}
         d["kernels"] = d["kernels"] or {}
         d["efficiency"] = d["efficiency"] or {}
+        d["reading"] = d["reading"] or {}
         for fd, f in zip(d["findings"], self.findings, strict=True):
             fd["metrics"] = f.metrics.to_json()
         order = ["schema_version", "gpudiag_version", "inputs", "verdict", "run", "ranks",
                  "steps", "findings", "recommendations", "spread", "what_if", "collectives",
-                 "kernels", "efficiency", "whole_run", "thresholds", "notes"]  # fmt: skip
+                 "kernels", "efficiency", "reading", "whole_run", "thresholds",
+                 "notes"]  # fmt: skip
         if self.alerts:  # only runs watched live have them
             order.append("alerts")
         return {k: d[k] for k in order}

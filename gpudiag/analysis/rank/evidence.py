@@ -19,6 +19,8 @@ no_gpu_activity     withhold  no kernel, copy or memset, yet the job used GPUs (
                               ``deviceProperties``, the NCCL backend, ``nccl:*`` ops, CUDA
                               runtime calls; ``aten::_local_scalar_dense`` is named beside
                               them, never alone: ``.item()`` on a CPU tensor calls it too)
+no_kernels          withhold  copies or memsets but no kernel at all: the program stopped
+                              before its first kernel (tracing was on)
 comm_only           withhold  GPU activity is only communication (and copies): no compute
 clock               withhold  GPU and host clocks disagree beyond correction
                               (:func:`gpudiag.traces.core.rank_builder.check_clocks`)
@@ -58,7 +60,9 @@ _GPU_SIGNS = re.compile(r"^(nccl:|ncclKernel|ncclDevKernel)|_local_scalar_dense$
 class Limit:
     """One thing the trace cannot support, for which ranks, and what it does to the verdict."""
 
-    kind: str  # "sampled", "no_gpu_activity", "comm_only", "clock", "short", "unlinked"
+    kind: (
+        str  # "sampled", "no_gpu_activity", "no_kernels", "comm_only", "clock", "short", "unlinked"
+    )
     effect: str  # WITHHOLD or QUALIFY
     message: str
     ranks: list[int] = field(default_factory=list)
@@ -100,6 +104,9 @@ def rank_facts(
         facts["clock_unreliable"] = True
     if meta.clock_shift_ns:
         facts["clock_shift_ns"] = {str(d): int(v) for d, v in meta.clock_shift_ns.items()}
+    if facts["gpu_ops"] and not facts["compute_kernels"] and not facts["comm_kernels"]:
+        facts["copies"] = int(kinds[Kind.MEMCPY]) if kinds is not None else 0
+        facts["memsets"] = int(kinds[Kind.MEMSET]) if kinds is not None else 0
     if not facts["gpu_ops"]:
         facts["gpu_signs"] = _gpu_signs(tl)
         facts["host_ops_in_steps"] = int(host_ops_in_steps)
@@ -154,7 +161,14 @@ def limits(
             each = "; ".join(f"rank {r}: {d}" for r, _, d in hits)
             message = lead.format(each)
         out.append(Limit(kind, effect, message, ranks))
-    order = {"clock": 0, "no_gpu_activity": 1, "comm_only": 2, "sampled": 3, "short": 4}
+    order = {
+        "clock": 0,
+        "no_gpu_activity": 1,
+        "no_kernels": 1,
+        "comm_only": 2,
+        "sampled": 3,
+        "short": 4,
+    }
     return sorted(out, key=lambda lim: (lim.effect != WITHHOLD, order.get(lim.kind, 9)))
 
 
@@ -181,6 +195,11 @@ def _rank_limits(
             out.append(("no_gpu_activity", WITHHOLD,
                         "cannot split compute from host time: the trace holds no GPU activity, "
                         "though the job used GPUs ({})", ", ".join(signs)))  # fmt: skip
+    elif not f["compute_kernels"] and not f["comm_kernels"]:
+        out.append(("no_kernels", WITHHOLD,
+                    "the trace holds {} but no kernel: tracing was on and the program stopped "
+                    "before its first kernel ran, so there is no GPU compute to split",
+                    f"{f.get('copies', 0)} copies and {f.get('memsets', 0)} memsets"))  # fmt: skip
     elif not f["compute_kernels"] and f["comm_kernels"]:
         out.append(("comm_only", WITHHOLD,
                     "the trace holds only communication on the GPU (no compute kernel){}: a "

@@ -45,7 +45,7 @@ from gpudiag._support.nputil import unique_inverse
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.rank import intervals as iv
 from gpudiag.analysis.rank.classify import RankSets
-from gpudiag.analysis.rank.steps import StepWindows
+from gpudiag.analysis.reading.steps import StepWindows
 from gpudiag.traces.schema import Kind, RankTimeline
 
 API_CLASSES: dict[str, re.Pattern[str]] = {
