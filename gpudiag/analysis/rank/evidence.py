@@ -45,7 +45,7 @@ from gpudiag._support.records import dataclass
 from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, Recommendation, Severity
 from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
-from gpudiag.config import EvidenceRules
+from gpudiag.config import LAUNCH_CALL_RE, EvidenceRules
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline
 
 WITHHOLD = "withhold"
@@ -58,7 +58,7 @@ _GPU_SIGNS = re.compile(r"^(nccl:|ncclKernel|ncclDevKernel)|_local_scalar_dense$
 class Limit:
     """One thing the trace cannot support, for which ranks, and what it does to the verdict."""
 
-    kind: str  # "sampled", "no_gpu_activity", "comm_only", "clock", "short", "unlinked"
+    kind: str  # "sampled", "filtered", "no_gpu_activity", "comm_only", "clock", "short", "unlinked"
     effect: str  # WITHHOLD or QUALIFY
     message: str
     ranks: list[int] = field(default_factory=list)
@@ -95,6 +95,7 @@ def rank_facts(
         "comm_kernels": int(kinds[Kind.COMM]) if kinds is not None else 0,
         "gpu_ops_linked": int(np.count_nonzero(busy & (tl.launch_ns >= 0))),
     }
+    facts.update(_launch_facts(tl, gpu, busy))
     facts.update({k: int(v) for k, v in meta.coverage.items()})
     if meta.clock_unreliable:
         facts["clock_unreliable"] = True
@@ -105,6 +106,20 @@ def rank_facts(
         facts["host_ops_in_steps"] = int(host_ops_in_steps)
         facts["step_thread_ops_in_steps"] = int(step_thread_ops)
     return facts
+
+
+def _launch_facts(tl: RankTimeline, gpu: Any, busy: Any) -> dict[str, int]:
+    """How many kernel-launch calls the trace holds, and how many have no GPU op linked."""
+    if not len(tl) or not busy.any():
+        return {}
+    rx = re.compile(LAUNCH_CALL_RE)
+    is_launch = np.array([bool(rx.search(n)) for n in tl.names], bool)[tl.name]
+    calls = tl.start_ns[is_launch & ~gpu & (tl.kind == Kind.RUNTIME)]
+    if not calls.size:
+        return {}
+    linked = np.unique(tl.launch_ns[busy & (tl.launch_ns >= 0)])
+    empty = int(np.count_nonzero(~np.isin(calls, linked)))
+    return {"launch_calls": int(calls.size), "launch_calls_empty": empty}
 
 
 def _gpu_signs(tl: RankTimeline) -> list[str]:
@@ -154,7 +169,8 @@ def limits(
             each = "; ".join(f"rank {r}: {d}" for r, _, d in hits)
             message = lead.format(each)
         out.append(Limit(kind, effect, message, ranks))
-    order = {"clock": 0, "no_gpu_activity": 1, "comm_only": 2, "sampled": 3, "short": 4}
+    order = {"clock": 0, "no_gpu_activity": 1, "comm_only": 2, "sampled": 3, "filtered": 4,
+             "short": 5}  # fmt: skip
     return sorted(out, key=lambda lim: (lim.effect != WITHHOLD, order.get(lim.kind, 9)))
 
 
@@ -192,6 +208,12 @@ def _rank_limits(
                     "the trace is sampled or filtered ({}), so the gaps between kept events are "
                     "unseen time, not idle time",
                     f"{ids / span:.1%} of the host operators' ids present"))  # fmt: skip
+    calls, empty = f.get("launch_calls", 0), f.get("launch_calls_empty", 0)
+    if calls >= rules.filtered_min_launches and empty >= rules.filtered_launch_ratio * calls:
+        out.append(("filtered", WITHHOLD,
+                    "the trace is filtered ({}): the GPU work it left out is unseen time, not "
+                    "idle time",
+                    f"{empty:,} of {calls:,} kernel launch calls have no GPU op"))  # fmt: skip
     if f["gpu_ops"] and f["steps"] <= 1 and f["gpu_ops_in_steps"] < rules.few_gpu_ops:
         out.append(("short", QUALIFY, "only {}: too little to generalise",
                     f"{f['gpu_ops_in_steps']} GPU ops in {f['steps']} step of "

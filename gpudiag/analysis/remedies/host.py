@@ -67,12 +67,11 @@ def _cause_gain(f: Finding, c: Context) -> int | None:
     """Up to the cause's own time per step, never more than the "other" time.
 
     For slow steps (a step-variability finding) the cause's time in them, spread over
-    every analysed step: the mean a step would gain. None when the GPU was mostly busy
-    while the calls blocked (a wait for its own work is not time it idles).
+    every analysed step: the mean a step would gain. A blocking call's own time is only
+    its GPU-idle part (analysis/rank/hostcause.py): while it waits for the GPU's work the
+    time is the GPU's, which no host remedy gives back.
     """
     own = int(_host_cause(f).get("ns_per_step") or 0)
-    if _gpu_busy_share(f) >= c.rules.gpu_busy_share:
-        return None  # the GPU was busy meanwhile: the wait is not the GPU's idle time
     if f.kind == FindingKind.STEP_VARIABILITY:
         n = max(len({s.step for s in c.steps}), 1)
         return round(own * len(_host_cause(f).get("steps") or [1]) / n)
