@@ -28,6 +28,12 @@ FLOW_PH = {"s", "f", "t"}
 # profiler's comms record.
 COMM_OP = re.compile(r"^(c10d::|nccl:|rccl:|gloo:|record_param_comms$)")
 SHORT_US = 10.0
+# Signs, left in a CPU-only view, that the job ran on a GPU (read here on the raw names):
+# operators that exist only on a GPU backend, NCCL operations.
+GPU_ONLY = re.compile(
+    r"^aten::_?(cudnn|miopen)_|^aten::_(flash|efficient)_attention_|^(Cudnn|Miopen)\w*Backward|"
+    r"^triton_(poi|red|per|tem)_|_lazy_init$|^nccl:"
+)
 
 
 @dataclass
@@ -213,6 +219,8 @@ def drop_short_kernels(docs: list[Doc]) -> list[Doc] | str:
     short = [e for e in kernels if float(e.get("dur") or 0) < SHORT_US]
     if not runtime_launches(docs):
         return "no launch calls: a dropped kernel leaves no trace"
+    if len(kernels) < 50:
+        return f"only {len(kernels)} kernels: too few to tell a filter from chance"
     if len(short) < 0.2 * len(kernels) or len(kernels) - len(short) < 1:
         return f"{len(short)} of {len(kernels)} kernels are short"
     return [
@@ -234,6 +242,13 @@ def cpu_only_view(docs: list[Doc]) -> list[Doc] | str:
     if not gpu_work_count(docs):
         return "no GPU events"
     drop = GPU_CATS | {"cuda_runtime", "cuda_driver"}
+    signs = any(
+        GPU_ONLY.search(str(e.get("name", ""))) or
+        str((d.get("distributedInfo") or {}).get("backend", "")).lower() == "nccl"
+        for d in docs for e in _events(d) if e.get("cat") not in drop
+    )  # fmt: skip
+    if not signs:
+        return "nothing left in a CPU-only view says the job used a GPU"
     out = []
     for d in docs:
         n = _with_events(d, [e for e in _events(d)

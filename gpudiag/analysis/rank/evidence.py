@@ -52,6 +52,15 @@ WITHHOLD = "withhold"
 NO_GAIN = "No gain is given"  # how a remedy's detail says why it gives none
 QUALIFY = "qualify"
 _GPU_SIGNS = re.compile(r"^(nccl:|ncclKernel|ncclDevKernel)|_local_scalar_dense$|^cuda[A-Z]")
+# Operators that exist only on a GPU backend: cuDNN/MIOpen operators and their backward
+# nodes, the flash / memory-efficient attention kernels' operators, Inductor's Triton
+# kernels (its CPU code is C++, ``cpp_fused_*``), and torch.cuda's lazy initialisation
+# (run at the first CUDA use, never by a CPU job).
+_GPU_ONLY_OPS = re.compile(
+    r"^aten::_?(cudnn|miopen)_|^aten::_(flash|efficient)_attention_|"
+    r"^aten::_scaled_dot_product_(flash|efficient|cudnn)_attention$|^(Cudnn|Miopen)\w*Backward|"
+    r"^triton_(poi|red|per|tem)_|^torch/cuda/__init__\.py\(\d+\): _lazy_init$"
+)
 
 
 @dataclass(frozen=True)
@@ -133,6 +142,11 @@ def _gpu_signs(tl: RankTimeline) -> list[str]:
         signs.append("the NCCL backend")
     used = np.unique(tl.name).tolist() if len(tl) else []
     hits = sorted({_sign_word(tl.names[i]) for i in used if _GPU_SIGNS.search(tl.names[i])})
+    only = [i for i in used if _GPU_ONLY_OPS.search(tl.names[i])]
+    if only:
+        n = int(np.count_nonzero(np.isin(tl.name, only)))
+        first = tl.names[max(only, key=lambda i: int(np.count_nonzero(tl.name == i)))]
+        hits.append(f"{n:,} operator{'s' if n != 1 else ''} that run only on a GPU ({first}, …)")
     strong = signs + [h for h in hits if not h.startswith("aten::")]
     # .item() on a CPU tensor calls _local_scalar_dense too: alone it says nothing
     return signs + hits if strong else []
