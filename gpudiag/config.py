@@ -142,6 +142,8 @@ class AdviceRules:
     # a blocking sync/copy call with the GPU still running work this share of its time acts
     # as a synchronisation: no gain from it, told as a device-to-host read
     gpu_busy_share: float = 0.5
+    per_element_calls: int = 256  # blocking copies a step, at least this many …
+    per_element_bytes: int = 64  # … of a median size at most this: a per-element loop
     many_allreduce_calls: int = 100  # all-reduces a step from which … (DDP: larger buckets)
     small_allreduce_bytes: int = 1 << 20  # … of a median size below this: raise bucket_cap_mb
     # gradient collectives' time in a float type of ≤ 16 bits from this share: no 16-bit hook

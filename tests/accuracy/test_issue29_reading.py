@@ -102,3 +102,38 @@ def test_a_sync_while_the_gpu_computes_is_gpu_time(tmp_path: Path) -> None:
     assert host, "10.8 ms of 25 ms with the GPU idle is host time"
     assert host[0].metrics.cause["kind"] != "sync"
     assert not [r for r in d.recommendations if r.id == "host-sync"]
+
+
+def _per_element_case(pytorch: bool) -> dict[str, Any]:
+    """Per step: a 5 ms kernel, then a loop reading 4,096 values of 4 B to the host, one
+    blocking ``cudaMemcpyAsync`` each (10 µs call, 2 µs copy), the GPU idle meanwhile."""
+    g = Rank()
+    t = 1_000.0
+    for s in range(3):
+        step = f"ProfilerStep#{s}" if pytorch else f"solve iteration {s}"  # C: an NVTX range
+        g.host("user_annotation", step, t, 50_000.0 - 10.0)
+        g.launch(t + 10.0, "ampere_sgemm_128x64_nn", t + 50.0, 5_000.0)
+        h = t + 5_100.0
+        for _ in range(4_096):
+            if pytorch:
+                g.host("cpu_op", "aten::_local_scalar_dense", h - 1.0, 10.5)
+            g.launch(h, "Memcpy DtoH (Device -> Pageable)", h + 4.0, 2.0, api="cudaMemcpyAsync",
+                     cat="gpu_memcpy", bytes=4)  # fmt: skip
+            g.ev[-2]["dur"] = 10.0  # the call returns once the copy is done
+            h += 10.5
+        t += 50_000.0
+    return g.doc(A100)
+
+
+@pytest.mark.parametrize("pytorch", [True, False])
+def test_a_per_element_copy_loop_is_told_to_vectorise(tmp_path: Path, pytorch: bool) -> None:
+    marker = None if pytorch else r"^solve iteration (\d+)$"
+    d = gpudiag.analyze(_write(tmp_path, "loop", _per_element_case(pytorch)), jobs=1,
+                        step_marker=marker)  # fmt: skip
+    rec = next(r for r in d.recommendations if r.id == "blocking-copies")
+    assert "4,096 copies of 4 B a step" in rec.detail
+    assert "pin" not in rec.title.lower()
+    if pytorch:
+        assert "vectorise" in rec.detail and ".item()" in rec.detail
+    else:  # a C/CUDA program gets no PyTorch advice
+        assert "one cudaMemcpy" in rec.detail and "torch" not in rec.detail.lower()

@@ -251,8 +251,17 @@ def _host_api(
             entry["longest_op"] = op
         if cls in ("sync", "copy"):
             entry["waits_for"] = _waits_for(calls, sets)
+        if cls == "copy":
+            entry["bytes_median"] = _bytes_median(tl, tl.start_ns[idx])
         api[cls] = entry
     return api
+
+
+def _bytes_median(tl: RankTimeline, launches: npt.NDArray[np.int64]) -> int:
+    """The median size of the GPU copies these calls launched (-1 when none tells)."""
+    gpu = tl.gpu_lane_mask()[tl.lane]
+    mine = gpu & (tl.kind == Kind.MEMCPY) & (tl.nbytes >= 0) & np.isin(tl.launch_ns, launches)
+    return int(np.median(tl.nbytes[mine])) if mine.any() else -1
 
 
 def _kernels(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[str, Any]:
