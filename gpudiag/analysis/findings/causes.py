@@ -348,7 +348,7 @@ def waits_for(ranks: Sequence[RankSummary], cls: str = "sync") -> dict[str, floa
     weights = 0.0
     for r in ranks:
         e = _entry(r, cls)
-        w = float(e.get("ns") or 0)
+        w = float(e.get("ns") or 0) + float(e.get("gpu_busy_ns") or 0)  # the calls' whole time
         for k, v in (e.get("waits_for") or {}).items():
             out[k] = out.get(k, 0.0) + w * float(v)
         weights += w

@@ -128,7 +128,10 @@ def _launch_facts(tl: RankTimeline, gpu: Any, busy: Any) -> dict[str, int]:
         return {}
     linked = np.unique(tl.launch_ns[busy & (tl.launch_ns >= 0)])
     empty = int(np.count_nonzero(~np.isin(calls, linked)))
-    return {"launch_calls": int(calls.size), "launch_calls_empty": empty}
+    kernels = gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM])
+    unlinked = int(np.count_nonzero(kernels & (tl.launch_ns < 0)))
+    return {"launch_calls": int(calls.size), "launch_calls_empty": empty,
+            "kernels_unlinked": unlinked}  # fmt: skip
 
 
 def _gpu_signs(tl: RankTimeline) -> list[str]:
@@ -222,8 +225,11 @@ def _rank_limits(
                     "the trace is sampled or filtered ({}), so the gaps between kept events are "
                     "unseen time, not idle time",
                     f"{ids / span:.1%} of the host operators' ids present"))  # fmt: skip
+    # launch calls whose kernels are not in the trace — beyond what kernels without a link
+    # could be (a trace whose links are broken holds its kernels: that is "unlinked")
     calls, empty = f.get("launch_calls", 0), f.get("launch_calls_empty", 0)
-    if calls >= rules.filtered_min_launches and empty >= rules.filtered_launch_ratio * calls:
+    missing = empty - f.get("kernels_unlinked", 0)
+    if calls >= rules.filtered_min_launches and missing >= rules.filtered_launch_ratio * calls:
         out.append(("filtered", WITHHOLD,
                     "the trace is filtered ({}): the GPU work it left out is unseen time, not "
                     "idle time",

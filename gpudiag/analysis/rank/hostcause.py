@@ -90,7 +90,7 @@ def host_evidence(
     """Runtime-call classes, kernel counts and precision of a rank's analysed steps.
 
     ``host_api`` maps each class of :data:`API_CLASSES` with any call in the analysed
-    steps to ``{ns, ns_per_step (GPU-idle part), gpu_busy_ns, steps, calls, api, apis,
+    steps to ``{ns, ns_per_step (GPU-idle part), gpu_busy_ns(_per_step), steps, calls, api, apis,
     longest_ns, longest_step, longest_op}``, and ``sync`` and ``copy`` to ``waits_for``
     too: the shares of their time during which the GPU ran compute, a collective, a copy,
     or nothing.
@@ -239,6 +239,7 @@ def _host_api(
             "ns": int(per.sum()),
             "ns_per_step": [int(x) for x in per],
             "gpu_busy_ns": int(whole.sum() - per.sum()),
+            "gpu_busy_ns_per_step": [int(x) for x in whole - per],
             "steps": [int(x) for x in w.numbers],
             "calls": int(idx.size),
             "api": tl.names[int(names[int(np.argmax(by_name))])],
