@@ -82,6 +82,10 @@ class StragglerRules:
     clock_deficit_ratio: float = 0.10  # a GPU clocked this much below the others: hardware
     slowdown_ratio: float = 0.10  # share of NVML samples with a driver slowdown: hardware
     sync_wait_share: float = 0.5  # comm-wait mostly waiting for other ranks above this
+    # who is to blame on a busy host: the job's own straggler when its excess persists ...
+    own_steps_ratio: float = 0.8  # ... slow in at least this share of the compared steps,
+    own_moved_ratio: float = 0.1  # ... another rank slow in at most this share (else: moves)
+    own_spread_ratio: float = 0.5  # ... and its excess's robust spread / median at most this
 
 
 @dataclass(frozen=True)

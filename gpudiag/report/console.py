@@ -452,7 +452,7 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
         alone = [v for v in (w.if_comm_overlapped_ns, w.if_no_data_wait_ns) if v is not None]
         if w.if_all_ns is not None and w.if_all_ns < min(alone):
             text += f" · all together → {delta(w.if_all_ns)}"
-        lines.append(f"{text}  (mean step now {duration(cur)})")
+        lines.append(f"{text}  ({w.statistic} step now {duration(cur)})")
     return lines
 
 

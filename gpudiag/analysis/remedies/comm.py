@@ -27,23 +27,32 @@ def _comm_wait(f: Finding, c: Context) -> int:
 
 
 def _transfer(f: Finding, c: Context) -> int:
-    """The exposed transfer per step: comm-wait less the wait for slower ranks."""
-    return c.exposed_transfer(f.ranks) if c.sync else _comm_wait(f, c)
+    """The exposed transfer per step: comm-wait less the wait for slower ranks.
+
+    The matched collectives' synchronisation wait where there are some, else the
+    persistent stragglers' cost (``Context.straggler_wait_ns``): waiting for a straggler is
+    recovered by fixing it, not by hiding or shrinking communication.
+    """
+    if c.sync:
+        return c.exposed_transfer(f.ranks)
+    return max(0, _comm_wait(f, c) - c.straggler_wait_ns)
 
 
 def _overlap_gain(f: Finding, c: Context) -> int | None:
     """What hiding the exposed transfer saves a step.
 
     The what-if's "comm fully overlapped" (one step model for the what-if and every
-    communication remedy), else the transfer.
+    communication remedy), else the transfer; never more than the transfer (a remedy's
+    gain is bounded by the part of the time it can act on).
     """
     gain = c.what_if_gain("if_comm_overlapped_ns")
-    return (gain or None) if gain is not None else _transfer(f, c)
+    gain = _transfer(f, c) if gain is None else min(gain, _transfer(f, c))
+    return gain or None
 
 
 def _is_transfer(f: Finding, c: Context) -> bool:
     """Enough of the wait is transfer for a communication remedy to help."""
-    return not c.sync or _transfer(f, c) >= c.rules.min_transfer_share * _comm_wait(f, c)
+    return _transfer(f, c) >= c.rules.min_transfer_share * _comm_wait(f, c)
 
 
 def _comm_evidence(f: Finding, c: Context) -> dict[str, Any]:

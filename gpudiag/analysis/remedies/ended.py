@@ -1,9 +1,11 @@
-"""The remedies for a run that hung or disagreed on a collective (the ended rows of advice).
+"""The remedies for a run that hung, disagreed on a collective, failed or was interrupted.
 
 They recover no step time (no gain is estimated) but come first: until the culprit is
 fixed the job does not run. A hang root names the ranks that never entered the collective
 and where their own code was; a mismatch names the collective and what differs, from the
-flight recorder or from the ranks' error lines (``analysis/failure.py``).
+flight recorder or from the ranks' error lines (``analysis/failure.py``); any other failure
+names the rank, step and error line that ended the run; an interrupted run says that its
+speed-ups are those of the steps it finished.
 """
 
 from __future__ import annotations
@@ -84,4 +86,45 @@ MISMATCH = Remedy(
     gain=lambda f, c: None,
     evidence=lambda f, c: {"ranks": f.ranks, "mismatch": _mismatch_text(f)},
     applies=lambda f, c: f.severity == Severity.ERROR and bool(_mismatch_text(f)),
+)  # fmt: skip
+
+
+def _failed(f: Finding) -> JobFailedMetrics | None:
+    m = f.metrics
+    return m if isinstance(m, JobFailedMetrics) else None
+
+
+def _failure_title(f: Finding, _c: Context) -> str:
+    m = f.metrics_as(JobFailedMetrics)
+    if m.interrupted:
+        return "Let the run finish before acting on its speed-ups"
+    who = f"rank {m.first_rank}" if m.first_rank is not None else "the job"
+    at = f" in step {m.step}" if m.step is not None else ""
+    return f"Fix the error that ended {who}{at}"
+
+
+def _failure_detail(f: Finding, _c: Context) -> str:
+    m = f.metrics_as(JobFailedMetrics)
+    if m.interrupted:
+        return ("The run was interrupted: the figures and gains below are those of the steps "
+                "it finished, before any later phase of the job (evaluation, checkpoints, a "
+                "changed learning rate) ran.")  # fmt: skip
+    line = f" ({m.error})" if m.error else ""
+    where = f" at {m.where}" if m.where else ""
+    return (f"{f.message}{line}{where}. A run that fails is not sped up by any remedy below: "
+            "fix the failure, re-run, and act on the new diagnosis.")  # fmt: skip
+
+
+FAILURE = Remedy(
+    id=lambda f, c: "interrupted" if f.metrics_as(JobFailedMetrics).interrupted else (
+        "job-failed"),  # fmt: skip
+    title=_failure_title,
+    detail=_failure_detail,
+    gain=lambda f, c: None,
+    evidence=lambda f, c: {"ranks": f.ranks, "exit_code": f.metrics_as(JobFailedMetrics).exit_code,
+                           "step": f.metrics_as(JobFailedMetrics).step,
+                           "error": f.metrics_as(JobFailedMetrics).error},
+    # a mismatch gets its own remedy; a bare exit code (no rank recorded an error) none
+    applies=lambda f, c: (m := _failed(f)) is not None and not m.mismatch
+    and (bool(m.interrupted) or m.first_rank is not None),
 )  # fmt: skip

@@ -93,10 +93,14 @@ class Context:
     sync: Mapping[tuple[int, int], int]
     rules: AdviceRules
     what_if: WhatIf | None = None
+    # the others' wait per step for the persistent stragglers (their cost): the part of a
+    # communication wait that only fixing the straggler recovers, where no matched
+    # collectives split it (``sync``)
+    straggler_wait_ns: int = 0
 
     @property
     def step_ns(self) -> int:
-        """The base of every gain ratio (≥ 1 ns): the what-if's mean step, else the median."""
+        """The base of every gain ratio (≥ 1 ns): the what-if's median step, else the run's."""
         if self.what_if is not None:
             return max(self.what_if.step_time_ns, 1)
         return max(self.run.step_time_ns_median, 1)
