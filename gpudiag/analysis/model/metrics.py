@@ -188,7 +188,7 @@ class StragglerMetrics(FindingMetrics):
     host_contention: dict[str, float] | None = field(default=None, metadata=OMIT_IF_NONE)
     # a persistent straggler's blame evidence (docs/definitions.md, "Who is to blame"): the
     # share of compared steps in which another rank was slow (the excess moving between
-    # ranks), and the robust spread (MAD × 1.4826) of its excess over its slow steps ÷ median
+    # ranks), and the robust spread (MAD × 1.4826) of its excess over the compared steps ÷ median
     moved_steps_ratio: float | None = field(default=None, metadata=OMIT_IF_NONE)
     excess_spread_ratio: float | None = field(default=None, metadata=OMIT_IF_NONE)
 

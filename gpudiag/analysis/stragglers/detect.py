@@ -195,7 +195,7 @@ def _detect(m: StepMatrix, ctx: StragglerContext, persistent_only: bool = False)
                 continue
         extra = [] if persistent else _confirmed_in_window(m, ctx.trace, i, flagged, rules)
         f = _finding(m, ctx, i, flagged, persistent, ex, extra)
-        findings.append(_with_blame(f, ex[i, flagged], slow, i) if persistent else f)
+        findings.append(_with_blame(f, ex[i], slow, i) if persistent else f)
     return findings
 
 
@@ -203,8 +203,8 @@ def _with_blame(f: Finding, own: F64, slow: npt.NDArray[np.bool_], i: int) -> Fi
     """A persistent straggler with its blame evidence: does the excess move, is it steady?
 
     ``moved_steps_ratio``: the share of compared steps in which another rank was slow;
-    ``excess_spread_ratio``: the robust spread of its excess over its slow steps ÷ their
-    median (:func:`gpudiag.analysis.stragglers.busy_host.own_straggler` reads both).
+    ``excess_spread_ratio``: the robust spread of its excess over the compared steps ÷
+    its median (:func:`gpudiag.analysis.stragglers.busy_host.own_straggler` reads both).
     """
     others = np.delete(slow, i, axis=0)
     moved = float(others.any(axis=0).mean()) if others.size else 0.0
