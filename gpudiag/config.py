@@ -98,6 +98,9 @@ class SteadyRules:
     include_warmup: bool = False  # --include-warmup: keep everything
     mode_gap_factor: float = 1.5  # sorted steps this far apart: two kinds of step (modes.py)
     mode_min_share: float = 0.2  # ... each kind at least this share of the steps
+    # a rank's pre-forward floor (this quantile of its steady steps' pre-forward phases):
+    # the phase's growth above it is input wait (analysis/run/phases.py)
+    input_floor_quantile: float = 0.1
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,17 @@ def test_no_communication_remedy_claims_the_stragglers_time(doc: dict[str, Any])
         assert recs.get(rid, 0) <= strag / 10, (rid, recs)
 
 
+def test_the_phase_that_holds_the_others_back_is_rank_1s_pre_forward(doc: dict[str, Any]) -> None:
+    # the job's extra work runs between the batch and the forward pass: the step
+    # telemetry's phases name the rank and the phase the others wait for
+    fr = doc["whole_run"]["frontier"]
+    assert fr is not None and (fr["rank"], fr["phase"]) == (1, "pre_forward"), fr
+    assert fr["steps"] >= 0.8 * fr["steps_compared"]
+    assert fr["excess_ns_median"] >= 0.5 * EXTRA_S * 1e9
+    # constant from the first step, it is no input wait: no data-bound finding
+    assert not [f for f in doc["findings"] if f["kind"] == "data_bound"]
+
+
 def test_all_together_is_not_below_rank_0s_work(doc: dict[str, Any]) -> None:
     w = doc["what_if"]
     assert w["statistic"] == "median"

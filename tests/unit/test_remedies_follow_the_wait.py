@@ -29,10 +29,12 @@ MS = 1_000_000
 RUN = RunSummary(2, 2, 8, 200 * MS, 210 * MS, Shares(0.3, 0.6, 0.0, 0.1), 0.0, 0.7, Mode.CPU)
 
 
-def _steps() -> list[StepBreakdown]:
-    """Rank 0 waits 150 ms a step in communication: 146 ms for rank 1, 4 ms of transfer."""
-    return [StepBreakdown(r, s, s * 200 * MS, 200 * MS, (44 if r == 0 else 190) * MS,
-                          (150 if r == 0 else 4) * MS, 0, (6 if r == 0 else 6) * MS, 0)
+def _steps(last_wait_ms: int = 4) -> list[StepBreakdown]:
+    """Rank 0 waits 150 ms a step in communication: 146 ms for rank 1, 4 ms of transfer
+    (rank 1, the last to arrive, waits for the transfer alone)."""
+    return [StepBreakdown(r, s, s * 200 * MS, 200 * MS,
+                          (44 if r == 0 else 196 - last_wait_ms) * MS,
+                          (150 if r == 0 else last_wait_ms) * MS, 0, 6 * MS, 0)
             for s in range(8) for r in (0, 1)]  # fmt: skip
 
 
@@ -56,18 +58,21 @@ def test_the_straggler_wait_is_not_communication_time() -> None:
     assert comm._transfer(_comm(), c) == 4 * MS
     # under a tenth of the wait is transfer: no communication remedy applies
     assert not comm._is_transfer(_comm(), c)
-    # without the straggler the whole wait is transfer, and the what-if bounds the gain
+    # without a straggler named, the last arrival's wait still bounds the transfer
     c0 = Context(RUN, {}, _steps(), {}, AdviceRules(), wi, 0)
-    assert comm._transfer(_comm(), c0) == 150 * MS
-    assert comm._overlap_gain(_comm(), c0) == 4 * MS  # the what-if's own saving
+    assert c0.least_wait_ns == 4 * MS
+    assert comm._transfer(_comm(), c0) == 4 * MS
+    assert comm._overlap_gain(_comm(), c0) == 4 * MS
 
 
 def test_a_gain_is_bounded_by_the_part_it_acts_on() -> None:
     # a what-if saving larger than the transfer left after the straggler's wait is capped
     wi = WhatIf(200 * MS, 100 * MS, 200 * MS, 54 * MS, 50 * MS)
-    c = Context(RUN, {}, _steps(), {}, AdviceRules(), wi, 100 * MS)
-    assert comm._transfer(_comm(), c) == 50 * MS
-    assert comm._overlap_gain(_comm(), c) == 50 * MS
+    c = Context(RUN, {}, _steps(last_wait_ms=60), {}, AdviceRules(), wi, 100 * MS)
+    assert comm._transfer(_comm(), c) == 50 * MS  # 150 ms of wait less the straggler's 100
+    assert comm._overlap_gain(_comm(), c) == 50 * MS  # the what-if's 100 ms, capped
+    c = Context(RUN, {}, _steps(last_wait_ms=30), {}, AdviceRules(), wi, 100 * MS)
+    assert comm._transfer(_comm(), c) == 30 * MS  # the last arrival's wait
 
 
 def test_a_failed_run_gets_its_failure_remedy_first() -> None:

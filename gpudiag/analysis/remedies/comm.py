@@ -31,11 +31,13 @@ def _transfer(f: Finding, c: Context) -> int:
 
     The matched collectives' synchronisation wait where there are some, else the
     persistent stragglers' cost (``Context.straggler_wait_ns``): waiting for a straggler is
-    recovered by fixing it, not by hiding or shrinking communication.
+    recovered by fixing it, not by hiding or shrinking communication. Never more than the
+    step's least wait of any rank (``Context.least_wait_ns``): the last rank to arrive
+    waits for the transfer alone (the what-if's step model).
     """
-    if c.sync:
-        return c.exposed_transfer(f.ranks)
-    return max(0, _comm_wait(f, c) - c.straggler_wait_ns)
+    t = c.exposed_transfer(f.ranks) if c.sync else max(0, _comm_wait(f, c) - c.straggler_wait_ns)
+    least = c.least_wait_ns
+    return t if least is None else min(t, least)
 
 
 def _overlap_gain(f: Finding, c: Context) -> int | None:

@@ -125,6 +125,19 @@ class Context:
         """The largest per-rank median (or mean) of one part over the given ranks' steps."""
         return self.per_rank.largest(ranks, part, stat)
 
+    @functools.cached_property
+    def least_wait_ns(self) -> int | None:
+        """The median over steps of the least comm-wait of any rank (None: one rank a step).
+
+        The last rank to reach a collective waits only for the transfer: no rank's transfer
+        in that step is longer.
+        """
+        by_step: dict[int, list[int]] = {}
+        for s in self.steps:
+            by_step.setdefault(s.step, []).append(s.comm_wait_ns)
+        least = [min(v) for v in by_step.values() if len(v) >= 2]
+        return round(float(np.median(least))) if least else None
+
     def exposed_transfer(self, ranks: Sequence[int]) -> int:
         """The largest per-rank median of comm-wait minus synchronisation wait per step."""
         return self.per_rank.largest(ranks, "exposed_transfer")

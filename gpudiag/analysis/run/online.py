@@ -17,7 +17,9 @@ thresholds**:
 * **data_bound**, **comm_bound**, **idle_ratio**:
   :func:`gpudiag.analysis.findings.idle.idle_findings`
   on the window's steps (data-wait and comm-wait as measured, busy as compute: the
-  offline telemetry-only diagnosis), so a rank is named only when its time-weighted share
+  offline telemetry-only diagnosis; the data-wait is the input wait of
+  :mod:`gpudiag.analysis.run.phases`, the DataLoader's or the growth of the pre-forward
+  phase over the least one of the rank's steps judged so far, whatever makes the batch), so a rank is named only when its time-weighted share
   crosses ``data_bound_ratio`` / ``comm_bound_ratio`` / ``idle_ratio_max`` *and* it does
   so in most of the window's steps or without the single worst one. Idle is 1 − NVML's
   utilisation (:func:`~gpudiag.analysis.rank.analyse.nvml_idle_findings`) where a GPU is
@@ -39,6 +41,7 @@ when a step finishes again. Pure: no I/O, the time is passed in.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections import deque
@@ -53,6 +56,7 @@ from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, LiveAlert, RunStep, StepBreakdown
 from gpudiag.analysis.rank.analyse import nvml_idle_findings, telemetry_rank_results
 from gpudiag.analysis.rank.steady import disturbed_steps
+from gpudiag.analysis.run.phases import input_wait
 from gpudiag.analysis.run.summary import summarize_rank
 from gpudiag.analysis.stragglers.stepmatrix import jitter_ns, slow_steps, steps_matrix
 from gpudiag.config import Thresholds
@@ -151,12 +155,20 @@ class LiveRules:
         self.last_raised: dict[tuple[str, tuple[int, ...]], int] = {}
         self.history: list[Alert] = []
         self.judged = 0  # steps every rank finished, seen by evaluate()
+        self.floor: dict[int, int] = {}  # rank → least pre-forward phase of its steady steps
 
     # ---- input ----
 
     def add_steps(self, steps: Iterable[RunStep]) -> None:
-        """New telemetry steps (any rank, any order)."""
+        """New telemetry steps (any rank, any order); data-wait is their input wait."""
         for s in steps:
+            if s.pre_forward_ns is not None:
+                floor = self.floor.get(s.rank)
+                if s.step >= self.rules.warmup_steps and not s.profiled:
+                    floor = s.pre_forward_ns if floor is None else min(floor, s.pre_forward_ns)
+                    self.floor[s.rank] = floor
+                s = dataclasses.replace(s, loader_wait_ns=s.data_wait_ns,
+                                        data_wait_ns=input_wait(s, floor))  # fmt: skip
             self.steps.setdefault(s.rank, {})[s.step] = s
             if s.profiled:
                 self.profiled.add(s.step)
@@ -168,6 +180,7 @@ class LiveRules:
         raised until the new steps clear it.
         """
         self.steps, self.done, self.profiled = {}, -1, set()
+        self.floor = {}
         self.window.clear()
         self.util.clear()
         self.last_raised = {}
