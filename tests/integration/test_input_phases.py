@@ -11,7 +11,6 @@ has no trace (``--profile-steps off``: telemetry only), says data-bound. One run
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +25,7 @@ SLOW_S = 0.3
 @pytest.fixture(scope="module")
 def res(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("own_batches") / "run"
-    r = run_job(out, "--own-batches", "--slow-batch-s", str(SLOW_S), profile="off")
+    r = run_job(out, "--own-batches", "--slow-batch-s", str(SLOW_S), profile="off", timeout=300)
     r["out"] = out
     return r
 

@@ -46,8 +46,13 @@ def _straggler() -> Finding:
 
 
 def _comm() -> Finding:
-    return Finding(FindingKind.COMM_BOUND, Severity.WARNING, "rank 0 …", ranks=[0],
-                   metrics=CommBoundMetrics({"0": 0.75}, 0.3))
+    return Finding(
+        FindingKind.COMM_BOUND,
+        Severity.WARNING,
+        "rank 0 …",
+        ranks=[0],
+        metrics=CommBoundMetrics({"0": 0.75}, 0.3),
+    )
 
 
 def test_the_straggler_wait_is_not_communication_time() -> None:
@@ -87,8 +92,12 @@ def test_a_failed_run_gets_its_failure_remedy_first() -> None:
 
 
 def test_an_interrupted_run_says_its_speed_ups_are_of_the_steps_it_ran() -> None:
-    stop = Finding(FindingKind.JOB_FAILED, Severity.WARNING, "the run was interrupted (Ctrl-C)",
-                   metrics=JobFailedMetrics(exit_code=130, interrupted=True))
+    stop = Finding(
+        FindingKind.JOB_FAILED,
+        Severity.WARNING,
+        "the run was interrupted (Ctrl-C)",
+        metrics=JobFailedMetrics(exit_code=130, interrupted=True),
+    )
     recs = recommend(RUN, [], _steps(), [_straggler(), stop])
     assert recs[0].id == "interrupted" and recs[0].estimated_gain_ns is None
     assert recs[1].id == "investigate-rank-1"

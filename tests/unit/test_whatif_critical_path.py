@@ -22,9 +22,9 @@ def _window(n: int = 8, healthy_ms: float = 42.0, extra_ms: float = 150.0,
     for s in range(n):
         busy = {0: healthy_ms + data_ms, 1: healthy_ms + data_ms + extra_ms}
         step = max(busy.values()) + 2.0
-        for r in (0, 1):
-            out.append(StepBreakdown(r, s, t, round(step * MS), round((busy[r] - data_ms) * MS),
-                                     round((step - busy[r]) * MS), round(data_ms * MS), 0, 0))  # fmt: skip
+        out += [StepBreakdown(r, s, t, round(step * MS), round((busy[r] - data_ms) * MS),
+                              round((step - busy[r]) * MS), round(data_ms * MS), 0, 0)
+                for r in (0, 1)]  # fmt: skip
         t += round(step * MS)
     return out
 

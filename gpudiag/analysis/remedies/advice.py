@@ -111,10 +111,11 @@ def _data_detail(f: Finding, c: Context) -> str:
 
 
 def _data_gain(f: Finding, c: Context) -> int | None:
-    # the what-if's "no data wait" (its median step); a loader that runs dry every few steps
-    # leaves the typical step waiting for nothing: then its stalls on average (mean per step)
-    gain = c.what_if_gain("if_no_data_wait_ns")
-    return gain or c.median_part(f.ranks, "data_wait_ns", "mean") or None
+    # the what-if's "no data wait" (its median step), or the stalls on average (the worst
+    # flagged rank's mean data-wait per step) when larger: a loader that runs dry in some
+    # steps leaves the typical step waiting for little, and the run loses the rest
+    gain = c.what_if_gain("if_no_data_wait_ns") or 0
+    return max(gain, c.median_part(f.ranks, "data_wait_ns", "mean")) or None
 
 
 DATA = Remedy(

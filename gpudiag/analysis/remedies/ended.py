@@ -115,16 +115,22 @@ def _failure_detail(f: Finding, _c: Context) -> str:
             "fix the failure, re-run, and act on the new diagnosis.")  # fmt: skip
 
 
+def _failure_evidence(f: Finding, _c: Context) -> dict[str, Any]:
+    m = f.metrics_as(JobFailedMetrics)
+    return {"ranks": f.ranks, "exit_code": m.exit_code, "step": m.step, "error": m.error}
+
+
+def _failure_applies(f: Finding, _c: Context) -> bool:
+    """A failure a rank recorded, or an interrupt; a mismatch has its own remedy."""
+    m = _failed(f)
+    return m is not None and not m.mismatch and (bool(m.interrupted) or m.first_rank is not None)
+
+
 FAILURE = Remedy(
-    id=lambda f, c: "interrupted" if f.metrics_as(JobFailedMetrics).interrupted else (
-        "job-failed"),  # fmt: skip
+    id=lambda f, c: "interrupted" if f.metrics_as(JobFailedMetrics).interrupted else "job-failed",
     title=_failure_title,
     detail=_failure_detail,
     gain=lambda f, c: None,
-    evidence=lambda f, c: {"ranks": f.ranks, "exit_code": f.metrics_as(JobFailedMetrics).exit_code,
-                           "step": f.metrics_as(JobFailedMetrics).step,
-                           "error": f.metrics_as(JobFailedMetrics).error},
-    # a mismatch gets its own remedy; a bare exit code (no rank recorded an error) none
-    applies=lambda f, c: (m := _failed(f)) is not None and not m.mismatch
-    and (bool(m.interrupted) or m.first_rank is not None),
-)  # fmt: skip
+    evidence=_failure_evidence,
+    applies=_failure_applies,
+)

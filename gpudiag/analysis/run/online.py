@@ -19,9 +19,10 @@ thresholds**:
   on the window's steps (data-wait and comm-wait as measured, busy as compute: the
   offline telemetry-only diagnosis; the data-wait is the input wait of
   :mod:`gpudiag.analysis.run.phases`, the DataLoader's or the growth of the pre-forward
-  phase over the least one of the rank's steps judged so far, whatever makes the batch), so a rank is named only when its time-weighted share
-  crosses ``data_bound_ratio`` / ``comm_bound_ratio`` / ``idle_ratio_max`` *and* it does
-  so in most of the window's steps or without the single worst one. Idle is 1 − NVML's
+  phase over the least one of the rank's steps judged so far, whatever makes the batch),
+  so a rank is named only when its time-weighted share crosses ``data_bound_ratio`` /
+  ``comm_bound_ratio`` / ``idle_ratio_max`` *and* it does so in most of the window's
+  steps or without the single worst one. Idle is 1 − NVML's
   utilisation (:func:`~gpudiag.analysis.rank.analyse.nvml_idle_findings`) where a GPU is
   sampled, else 1 − busy / step time from the telemetry; that telemetry idle is the sum
   of data- and comm-wait, so it is not raised for ranks a data or comm alert already names.

@@ -15,8 +15,8 @@ rank that is then slowest: "straggler at median speed" is never below the other 
 slowest busy time plus the transfer, and "all" never below the slowest other rank's busy
 time less its data wait (``WhatIf.critical_path_ns``, the median over steps; the rank is
 ``critical_rank``; not known when the comm-wait is not measured, as in the step telemetry,
-where the others' busy time holds their waiting). A straggler of the step telemetry whose cost is subtracted (below)
-cannot take a step under it either.
+where the others' busy time holds their waiting). A straggler of the step telemetry whose
+cost is subtracted (below) cannot take a step under it either.
 
 This is the one step model: the remedies' gains for the same changes (no data wait: the
 loader remedy; comm fully overlapped: the communication remedies; a straggler at median

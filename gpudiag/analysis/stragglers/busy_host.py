@@ -69,7 +69,8 @@ def on_busy_host(findings: Sequence[Finding], busy: Mapping[str, float],
     cannot split) may be the host's doing: the rank that falls behind is the one they
     happened to take CPU from — unless the excess is the job's own (:func:`own_straggler`:
     persistent, one-sided, of stable size), when the message says the host was busy too
-    and why the straggler is still the job's. Otherwise the finding keeps its numbers, says the host is the
+    and why the straggler is still the job's. Otherwise the finding keeps its numbers, says
+    the host is the
     likely cause (``metrics.host_contention``) and is a warning, not an error. A straggler
     that loses its time *outside* compute (sleeps, Python, logging: cause ``host``; its
     loader: ``data``) is not what contention stretches on a CPU job: its message only says
@@ -95,8 +96,10 @@ def on_busy_host(findings: Sequence[Finding], busy: Mapping[str, float],
         elif gpu:
             out.append(f)
         elif own_straggler(f, rules):
-            out.append(dataclasses.replace(f, message=f"{f.message} (the host was busy too: "
-                                           f"{busy_host_words(busy)}; {own_words(f)})"))  # fmt: skip
+            why = f"{busy_host_words(busy)}; {own_words(f)}"
+            out.append(
+                dataclasses.replace(f, message=f"{f.message} (the host was busy too: {why})")
+            )
         else:
             out.append(dataclasses.replace(
                 f, severity=Severity.WARNING,
