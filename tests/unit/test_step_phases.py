@@ -79,3 +79,24 @@ def test_the_rank_and_phase_that_hold_the_others_back() -> None:
     bare = [RunStep(s.rank, s.step, s.start_ns, s.duration_ns, 0, None, s.backward_ns, False)
             for s in steps]  # fmt: skip
     assert phase_frontier(bare, keep) is None
+
+
+def test_one_ranks_longer_pre_forward_is_its_straggler_alert_not_input_bound() -> None:
+    # rank 1 alone spends 300 ms more before its forward from step 20; rank 0 waits for it
+    # in backward: the straggler alert carries it (no data-bound alert for that rank)
+    live = LiveRules(Thresholds())
+    out, t = [], 0
+    for s in range(34):
+        pre = {0: 5.0, 1: 5.0 + (300.0 if s >= 20 else 0.0)}
+        step = max(pre.values()) + 100.0
+        for r in (0, 1):
+            bwd = step - pre[r] - 30.0 - 2.0
+            out.append(RunStep(r, s, t, round(step * MS), 0, None, round(bwd * MS), False,
+                               round(pre[r] * MS), 30 * MS, 2 * MS))  # fmt: skip
+        t += round(step * MS)
+    raised = []
+    for n in range(34):
+        live.add_steps(x for x in out if x.step == n)
+        raised += [a for a in live.evaluate(10**18 + n) if a.state == "raised"]
+    assert [(a.kind, a.ranks) for a in raised] == [("straggler", [1])]
+    assert 20 <= raised[0].step <= 22

@@ -19,7 +19,9 @@ thresholds**:
   on the window's steps (data-wait and comm-wait as measured, busy as compute: the
   offline telemetry-only diagnosis; the data-wait is the input wait of
   :mod:`gpudiag.analysis.run.phases`, the DataLoader's or the growth of the pre-forward
-  phase over the least one of the rank's steps judged so far, whatever makes the batch),
+  phase over the least one of the rank's steps judged so far, whatever makes the batch;
+  a rank a raised straggler alert names gets no data-bound or telemetry-idle alert: its
+  longer pre-forward phase is the straggler's own work, which the others wait for),
   so a rank is named only when its time-weighted share crosses ``data_bound_ratio`` /
   ``comm_bound_ratio`` / ``idle_ratio_max`` *and* it does so in most of the window's
   steps or without the single worst one. Idle is 1 − NVML's
@@ -431,17 +433,13 @@ class LiveRules:
         per_step = self._per_step(rows, util)
         out: list[Alert] = []
         named: set[int] = set()
+        # a straggler's own input or host work (its longer pre-forward phase) is its alert's
+        stragglers = {a.alert.ranks[0] for k, a in self.active.items() if k[0] == STRAGGLER}
         for kind in SHARE_KINDS:
-            out += self._share(
-                kind,
-                by_kind.get(kind),
-                per_step[kind],
-                win,
-                c,
-                s,
-                now_ns,
-                named if kind == FindingKind.IDLE_RATIO and not util else set(),
-            )
+            skip = named | stragglers if kind == FindingKind.IDLE_RATIO and not util else set()
+            if kind == FindingKind.DATA_BOUND:
+                skip = stragglers
+            out += self._share(kind, by_kind.get(kind), per_step[kind], win, c, s, now_ns, skip)
             if kind != FindingKind.IDLE_RATIO:
                 named |= {
                     r for k, a in self.active.items() if k[0] == str(kind) for r in a.alert.ranks
