@@ -282,8 +282,8 @@ class WhatIf:
     if_no_data_wait_ns: int
     if_straggler_at_median_speed_ns: int | None = None
     if_all_ns: int | None = None  # the three changes together
-    # the median over the steps: the statistic of the headline's step time
-    statistic: str = "median"
+    # the statistic over the steps: the mean, that of the verdict's shares and costs
+    statistic: str = "mean"
     critical_path_ns: int | None = None  # the slowest non-straggler rank's own work
     critical_rank: int | None = None
 

@@ -111,11 +111,10 @@ def _data_detail(f: Finding, c: Context) -> str:
 
 
 def _data_gain(f: Finding, c: Context) -> int | None:
-    # the what-if's "no data wait" (its median step), or the stalls on average (the worst
-    # flagged rank's mean data-wait per step) when larger: a loader that runs dry in some
-    # steps leaves the typical step waiting for little, and the run loses the rest
-    gain = c.what_if_gain("if_no_data_wait_ns") or 0
-    return max(gain, c.median_part(f.ranks, "data_wait_ns", "mean")) or None
+    # the what-if's "no data wait" (its mean step: one story with the what-if); without a
+    # what-if, the worst flagged rank's mean data-wait per step
+    gain = c.what_if_gain("if_no_data_wait_ns")
+    return (gain or None) if gain is not None else c.median_part(f.ranks, "data_wait_ns", "mean")
 
 
 DATA = Remedy(

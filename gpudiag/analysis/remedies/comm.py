@@ -44,12 +44,11 @@ def _overlap_gain(f: Finding, c: Context) -> int | None:
     """What hiding the exposed transfer saves a step.
 
     The what-if's "comm fully overlapped" (one step model for the what-if and every
-    communication remedy), else the transfer; never more than the transfer (a remedy's
-    gain is bounded by the part of the time it can act on).
+    communication remedy: its saving is the step's least wait, the transfer), else the
+    transfer (:func:`_transfer`, the part of the wait the remedy can act on).
     """
     gain = c.what_if_gain("if_comm_overlapped_ns")
-    gain = _transfer(f, c) if gain is None else min(gain, _transfer(f, c))
-    return gain or None
+    return (gain or None) if gain is not None else _transfer(f, c) or None
 
 
 def _is_transfer(f: Finding, c: Context) -> bool:

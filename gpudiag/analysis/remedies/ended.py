@@ -121,9 +121,15 @@ def _failure_evidence(f: Finding, _c: Context) -> dict[str, Any]:
 
 
 def _failure_applies(f: Finding, _c: Context) -> bool:
-    """A failure a rank recorded, or an interrupt; a mismatch has its own remedy."""
+    """A failure a rank recorded, or an interrupt; a mismatch has its own remedy.
+
+    Ranks that were killed (after a hang, by the watchdog or the launcher) failed of
+    something else: the hang's remedy, if any, is the fix.
+    """
     m = _failed(f)
-    return m is not None and not m.mismatch and (bool(m.interrupted) or m.first_rank is not None)
+    if m is None or m.mismatch or (m.how or "").startswith("killed"):
+        return False
+    return bool(m.interrupted) or m.first_rank is not None
 
 
 FAILURE = Remedy(

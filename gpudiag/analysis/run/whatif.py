@@ -6,21 +6,24 @@ wait), then the transfer, taken as the least wait of any rank (the last arrival 
 for the transfer). "Communication fully overlapped" drops the transfer: ``max_r busy``;
 "no data wait" subtracts each rank's data wait from its busy time; "straggler at median
 speed" gives each persistent straggler the median busy time of the other ranks; "all"
-applies the three together. Every figure is the **median** over the steps
-(``WhatIf.statistic``), the statistic of the headline's step time, and the current step
-is the median of each step's longest rank; every figure is clamped between 0 and it.
+applies the three together. Every figure is the **mean** over the steps
+(``WhatIf.statistic``), the statistic of the verdict's shares and costs ("costs 71% of
+each step", "wait for input 54% of each step" are over the run's time: a loader that runs
+dry in one step of five costs a fifth of its stall per step, which a median step would not
+show), and the current step is the mean of each step's longest rank; every figure is
+clamped between 0 and it.
 
 **The critical path.** No change makes a step shorter than the work that remains on the
 rank that is then slowest: "straggler at median speed" is never below the other ranks'
 slowest busy time plus the transfer, and "all" never below the slowest other rank's busy
-time less its data wait (``WhatIf.critical_path_ns``, the median over steps; the rank is
+time less its data wait (``WhatIf.critical_path_ns``, the mean over steps; the rank is
 ``critical_rank``; not known when the comm-wait is not measured, as in the step telemetry,
 where the others' busy time holds their waiting). A straggler of the step telemetry whose
 cost is subtracted (below) cannot take a step under it either.
 
 This is the one step model: the remedies' gains for the same changes (no data wait: the
 loader remedy; comm fully overlapped: the communication remedies; a straggler at median
-speed: its remedy) are these differences, and their ratios are over this median step.
+speed: its remedy) are these differences, and their ratios are over this mean step.
 
 A persistent straggler of the step telemetry (``metrics.source`` ``telemetry``) is found on
 the run's steady steps, not the window's: its cost is the same model on those steps, with
@@ -95,11 +98,11 @@ def what_if(
         if stragglers:
             no_strag.append(model(at_median(busy), wait))
         everything.append(max(at_median(fed).values()))
-    now = float(np.median(cur))
+    now = float(np.mean(cur))
 
     def clamped(values: list[float]) -> int:
         # a first-order model never predicts a step slower than now, nor below zero
-        return round(min(now, max(0.0, float(np.median(values)))))
+        return round(min(now, max(0.0, float(np.mean(values)))))
 
     if tele:
         no_strag = [max(v - cost, lo) for v, lo in zip(no_strag or cur, floor_strag, strict=True)]
