@@ -100,6 +100,10 @@ class StragglerRules:
     clock_deficit_ratio: float = 0.10  # a GPU clocked this much below the others: hardware
     slowdown_ratio: float = 0.10  # share of NVML samples with a driver slowdown: hardware
     sync_wait_share: float = 0.5  # comm-wait mostly waiting for other ranks above this
+    # who is to blame on a busy host: the job's own straggler when its excess persists ...
+    own_steps_ratio: float = 0.8  # ... slow in at least this share of the compared steps,
+    own_moved_ratio: float = 0.1  # ... another rank slow in at most this share (else: moves)
+    own_spread_ratio: float = 0.5  # ... and its excess's robust spread / median at most this
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,9 @@ class SteadyRules:
     include_warmup: bool = False  # --include-warmup: keep everything
     mode_gap_factor: float = 1.5  # sorted steps this far apart: two kinds of step (modes.py)
     mode_min_share: float = 0.2  # ... each kind at least this share of the steps
+    # a rank's pre-forward floor (this quantile of its steady steps' pre-forward phases):
+    # the phase's growth above it is input wait (analysis/run/phases.py)
+    input_floor_quantile: float = 0.1
 
 
 @dataclass(frozen=True)

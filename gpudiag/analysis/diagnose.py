@@ -301,7 +301,7 @@ def _build(
     findings += late_arrival(coll, steps, findings, th.stragglers, th.collectives)
     if pipe is not None:
         findings = _without_stage_waits(findings, set(pipe.stage_ranks))
-    findings = on_busy_host(findings, busy, _gpu_job(run, whole_run))
+    findings = on_busy_host(findings, busy, _gpu_job(run, whole_run), th.stragglers)
     findings = comm_wait_for_stragglers(findings, steps, sync_by_step, th)
     host_stragglers = {
         f.ranks[0] for f in findings

@@ -287,6 +287,10 @@ class WhatIf:
     if_no_data_wait_ns: int
     if_straggler_at_median_speed_ns: int | None = None
     if_all_ns: int | None = None  # the three changes together
+    # the statistic over the steps: the mean, that of the verdict's shares and costs
+    statistic: str = "mean"
+    critical_path_ns: int | None = None  # the slowest non-straggler rank's own work
+    critical_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -348,7 +352,12 @@ class CollectivesSummary:
 class RunStep:
     """One step of one rank from ``gpudiag run``'s always-on telemetry.
 
-    Every step, not only the profiled ones. Waits are ``None`` where not measured;
+    Every step, not only the profiled ones. Waits are ``None`` where not measured. The
+    phases (``pre_forward_ns``: the step's start to its first module call, input and host
+    work; ``forward_ns``; ``optimizer_ns``) are ``None`` where the step did not show them;
+    ``data_wait_ns`` is the input wait, the DataLoader's own (``loader_wait_ns``) or the
+    pre-forward phase's growth over the rank's floor when larger
+    (:func:`gpudiag.analysis.run.phases.with_input_wait`).
     ``cpu_ns`` is the training thread's CPU time in the step (``None``: not measured).
     """
 
@@ -361,6 +370,10 @@ class RunStep:
     backward_ns: int | None
     profiled: bool
     cpu_ns: int | None = None
+    pre_forward_ns: int | None = None
+    forward_ns: int | None = None
+    optimizer_ns: int | None = None
+    loader_wait_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -417,6 +430,17 @@ class GpuStats:
 
 
 @dataclass(frozen=True)
+class PhaseFrontier:
+    """The rank and step phase that hold the others back most often (analysis/run/phases.py)."""
+
+    rank: int
+    phase: str  # "pre_forward" (input and host work) or "forward"
+    steps: int  # steady steps in which it did
+    steps_compared: int
+    excess_ns_median: int  # its excess in that phase over the other ranks' median, then
+
+
+@dataclass(frozen=True)
 class WholeRun:
     """What a run directory adds to the profiled window: every step, and the GPUs' samples."""
 
@@ -424,6 +448,7 @@ class WholeRun:
     steps: list[RunStep]
     gpus: list[GpuStats] = field(default_factory=list)
     job_exit_code: int | None = None
+    frontier: PhaseFrontier | None = None  # None: the telemetry has no step phases
 
 
 @dataclass(frozen=True)
