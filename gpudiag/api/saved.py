@@ -45,9 +45,10 @@ def diagnosis_from_json(d: Any) -> Diagnosis:
     kw = {k: d[k] for k in ("run", "ranks", "steps", "findings", "recommendations",
                             "inputs", "thresholds", "notes", "gpudiag_version",
                             "schema_version", "spread", "whole_run", "verdict", "kernels",
-                            "alerts", "reading")
+                            "alerts", "reading", "efficiency")
           if k in d}  # fmt: skip
-    for k in ("what_if", "collectives", "whole_run", "verdict", "kernels", "reading"):
+    for k in ("what_if", "collectives", "whole_run", "verdict", "kernels", "reading",
+              "efficiency"):
         if not d.get(k):
             kw.pop(k, None)
         else:
