@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import gc
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from gpudiag import __version__
@@ -46,7 +45,6 @@ from gpudiag.analysis.rank.analyse import (
     TELEMETRY_NOTE,
     RankResult,
     nvml_idle,
-    source_results,
     telemetry_results,
 )
 from gpudiag.analysis.rank.evidence import gains_supported, judge_evidence, no_unseen_gains
@@ -77,41 +75,40 @@ from gpudiag.analysis.stragglers.busy_host import on_busy_host
 from gpudiag.analysis.stragglers.detect import find_stragglers
 from gpudiag.analysis.stragglers.late_arrival import late_arrival
 from gpudiag.analysis.verdict import verdict
-from gpudiag.config import Thresholds
+from gpudiag.config import GateConfig, Thresholds
 from gpudiag.errors import InputError
+from gpudiag.rundir.conditions import ContentionLimits, RunConditions, contention, host_contention
 from gpudiag.traces.schema import (
     RunTimeline,
     check_ranks,
 )
 
-# A mapper runs ``fn`` over ``items`` in order: ``mapper(fn, items) -> [fn(x) for x in items]``.
-# The API passes the fan-out's (local processes or Dask, with the cache); a bare call here
-# runs in this process.
-Mapper = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
-
-
-def _serial_map(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-    return [fn(x) for x in items]
-
 
 def diagnose(
-    run: RunTimeline, thresholds: Thresholds | None = None, map: Mapper | None = None
+    run: RunTimeline,
+    results: Sequence[RankResult],
+    thresholds: Thresholds | None = None,
+    limits: ContentionLimits | None = None,
 ) -> Diagnosis:
-    """Diagnose a run: every source analysed through ``map``, then the run as a whole."""
-    return _diagnose(run, thresholds, map, None)[0]
+    """Diagnose a run from the per-rank results of its sources (the API reads and maps them).
+
+    ``limits``: the gate's contention limits (``[tool.gpudiag.gate]``, typed by the API);
+    the gate's defaults when not given.
+    """
+    return _diagnose(run, results, thresholds or Thresholds(), limits or GateConfig())
 
 
 def diagnose_with_timeline(
     run: RunTimeline,
+    results: Sequence[RankResult],
     thresholds: Thresholds | None = None,
-    map: Mapper | None = None,
-    full: bool = False,
+    limits: ContentionLimits | None = None,
 ) -> tuple[Diagnosis, Timeline]:
     """:func:`diagnose`, and the classified timeline of every rank (the Perfetto view).
 
-    ``full`` keeps the raw kernels (operators on CPU traces) as well.
+    The results carry their ranks' lanes (the per-rank work was asked for a timeline).
     """
-    d, results = _diagnose(run, thresholds, map, "full" if full else "parts")
+    d = _diagnose(run, results, thresholds or Thresholds(), limits or GateConfig())
     colls = {r.rank: r.collectives for r in results if r.collectives is not None}
     _, matched = match([c for c in colls.values() if len(c.type)])
     lanes = [r.lanes for r in sorted(results, key=lambda r: r.rank) if r.lanes is not None]
@@ -119,18 +116,15 @@ def diagnose_with_timeline(
 
 
 def _diagnose(
-    run: RunTimeline, thresholds: Thresholds | None, map: Mapper | None, timeline: str | None
-) -> tuple[Diagnosis, list[RankResult]]:
-    th = thresholds or Thresholds()
-    mapper = map or _serial_map
-    work = functools.partial(source_results, thresholds=th, timeline=timeline)
-    per_source = mapper(work, run.sources)
-    results = [r for rs in per_source for r in rs]
+    run: RunTimeline, results: Sequence[RankResult], th: Thresholds, limits: ContentionLimits
+) -> Diagnosis:
+    results = list(results)
     check_ranks(results, [r.source for r in results])
     results = without_unfinished(results, run.run_end, run.notes)
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
-    notes = list(run.notes) + _busy_host(run, th)
-    busy = _host_contention(run, th)
+    cond = run.manifest.conditions if run.manifest is not None else None
+    notes = list(run.notes) + _busy_host(cond, limits)
+    busy = host_contention(cond, limits)
     ended = run_end_findings(run.run_end)
     if ended:
         # the run's end, with the first failure, replaces the bare exit-code finding
@@ -146,10 +140,10 @@ def _diagnose(
     alerts, alert_notes = live_alerts(run.alerts)
     if not results and ended:
         e = evidence_only(run, ended, th, notes + alert_notes)
-        return (dataclasses.replace(e, alerts=alerts) if alerts else e), results
+        return dataclasses.replace(e, alerts=alerts) if alerts else e
     d = build_diagnosis(results, th, run.inputs, notes + alert_notes, whole_run=whole,
                         extra_findings=extra, host_contention=busy)  # fmt: skip
-    return (dataclasses.replace(d, alerts=alerts) if alerts else d), results
+    return dataclasses.replace(d, alerts=alerts) if alerts else d
 
 
 def live_alerts(records: Sequence[Mapping[str, Any]]) -> tuple[list[LiveAlert], list[str]]:
@@ -171,13 +165,9 @@ def live_alerts(records: Sequence[Mapping[str, Any]]) -> tuple[list[LiveAlert], 
     return alerts, notes
 
 
-def _busy_host(run: RunTimeline, th: Thresholds) -> list[str]:
+def _busy_host(cond: RunConditions | None, limits: ContentionLimits) -> list[str]:
     """A note when the run's recorded conditions were contended (the configured gate limits)."""
-    from gpudiag.config import gate_config
-    from gpudiag.rundir.conditions import contention
-
-    cond = run.manifest.conditions if run.manifest is not None else None
-    why = contention(cond, gate_config(th.extra.get("gate")))
+    why = contention(cond, limits)
     if not why:
         return []
     return [
@@ -190,15 +180,6 @@ def _gpu_job(run: RunSummary, whole: WholeRun | None) -> bool:
     """A job on GPUs: a GPU trace, or NVML samples of GPUs its ranks used."""
     gpus = whole.gpus if whole is not None else []
     return run.mode in (Mode.GPU, Mode.MIXED) or any(g.rank is not None for g in gpus)
-
-
-def _host_contention(run: RunTimeline, th: Thresholds) -> dict[str, float]:
-    """The run's recorded host CPU contention over the gate's limits (empty: quiet/unknown)."""
-    from gpudiag.config import gate_config
-    from gpudiag.rundir.conditions import host_contention
-
-    cond = run.manifest.conditions if run.manifest is not None else None
-    return host_contention(cond, gate_config(th.extra.get("gate")))
 
 
 def build_diagnosis(
