@@ -183,6 +183,10 @@ class RankEvidence:
             kw["gpu_idle_in_steps"] = GpuIdleInSteps(**kw["gpu_idle_in_steps"])
         return cls(**kw)
 
+    def top_kernels(self) -> list[TopEntry]:
+        """The kernels (operators) of :attr:`kernels` that took the most time; [] if unseen."""
+        return self.kernels.top if self.kernels is not None else []
+
     def to_json(self) -> dict[str, Any]:
         """The ``evidence`` object of a JSON rank: only what was seen (no nulls)."""
         return {k: v for k, v in asdict(self).items() if v is not None}
