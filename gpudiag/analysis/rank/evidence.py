@@ -296,6 +296,16 @@ def judge_evidence(
     ``linked_min_ratio``: ``Thresholds.loader.launch_linked_min_ratio``, below which the
     loader assigned steps by time.
     """
-    lims = limits(facts, rules, linked_min_ratio)
-    notes = dropped_event_notes(dropped) + [lim.message for lim in lims]
+    lims, notes = evidence_limits(facts, dropped, rules, linked_min_ratio)
     return apply_limits(findings, lims), lims, notes
+
+
+def evidence_limits(
+    facts: Mapping[int, Mapping[str, Any]],
+    dropped: Mapping[int, Mapping[str, int]],
+    rules: EvidenceRules,
+    linked_min_ratio: float = 0.5,
+) -> tuple[list[Limit], list[str]]:
+    """What the traces cannot support (:func:`limits`), and the notes: dropped events, limits."""
+    lims = limits(facts, rules, linked_min_ratio)
+    return lims, dropped_event_notes(dropped) + [lim.message for lim in lims]
