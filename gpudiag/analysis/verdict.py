@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from gpudiag.analysis.findings.causes import CAPTURE_HINT, LABEL, cause_of
 from gpudiag.analysis.model import words
@@ -29,6 +29,7 @@ from gpudiag.analysis.model.diagnosis import (
     Severity,
     Verdict,
 )
+from gpudiag.analysis.model.kinds import Bottleneck, VerdictBasis
 from gpudiag.analysis.model.metrics import (
     CommBoundMetrics,
     JobFailedMetrics,
@@ -42,10 +43,10 @@ from gpudiag.config import VerdictRules
 
 BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "copy", "variability",
                "none", "unknown", "hang", "mismatch", "failure", "interrupted")  # fmt: skip
-PROFILED = "profiled window"
-WHOLE_RUN = "whole run"
+PROFILED: Final = "profiled window"
+WHOLE_RUN: Final = "whole run"
 
-_KIND = {
+_KIND: dict[FindingKind, Bottleneck] = {
     FindingKind.DATA_BOUND: "data",
     FindingKind.COMM_BOUND: "communication",
     FindingKind.STRAGGLER: "straggler",
@@ -241,13 +242,13 @@ def _verdict(
         return _no_bottleneck(run, within, index)
     f = min(named, key=lambda f: (Severity(f.severity).order, -_share(f)))
     f = _root_cause(run, f, named, rules)
-    kind = _KIND[f.kind]
+    kind: Bottleneck = _KIND[f.kind]
     cause = cause_of(f) if f.kind == FindingKind.HOST_BOUND else {}
     if cause.get("kind") == "copies":
         kind = "copy"
     share = _share(f)
     who = words.ranks(f.ranks) if f.ranks else "the run"
-    basis = PROFILED
+    basis: VerdictBasis = PROFILED
     if kind == "straggler":
         m = f.metrics
         basis = (

@@ -17,6 +17,7 @@ from dataclasses import asdict, field
 from typing import Any, TypeVar
 
 from gpudiag._support.records import dataclass
+from gpudiag.analysis.model.kinds import Bottleneck, MatchMethod, TimeUnit, VerdictBasis
 from gpudiag.analysis.model.kinds import Cause as Cause
 from gpudiag.analysis.model.kinds import FindingKind as FindingKind
 from gpudiag.analysis.model.kinds import Mode as Mode
@@ -102,7 +103,7 @@ class TopEntry:
 class KernelBreakdown:
     """The kernels (GPU) or operators (CPU) behind compute, by name and by family."""
 
-    unit: str  # "kernel" or "operator"
+    unit: TimeUnit
     total_ns: int
     top: list[TopEntry]
     families: dict[str, float]  # family → share of total_ns, largest first
@@ -325,7 +326,7 @@ class LateArrival:
 class CollectivesSummary:
     """Collectives matched across ranks: transfer vs synchronisation, bandwidth per bucket."""
 
-    method: str  # "comms_id", "order", "none"
+    method: MatchMethod
     matched: int
     bandwidth_is_lower_bound: bool
     by_type: list[CollectiveRow]
@@ -426,11 +427,10 @@ class Verdict:
     """The one line every renderer shows first (analysis/verdict.py, docs/definitions.md)."""
 
     headline: str
-    bottleneck: str  # "data", "communication", "straggler", "pipeline", "host", "copy",
-    # "variability", "none", "unknown", "hang", "mismatch", "failure", "interrupted"
+    bottleneck: Bottleneck
     share: float  # of step time; for "none" the compute share
     ranks: list[int]
-    basis: str  # "profiled window" or "whole run"
+    basis: VerdictBasis
     # what the traces cannot support (analysis/evidence.py): each sentence withholds the
     # verdict ("unknown") or qualifies it; absent from the JSON when there is none
     limits: list[str] | None = field(default=None, metadata=OMIT_IF_NONE)
