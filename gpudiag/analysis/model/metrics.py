@@ -356,6 +356,8 @@ class HangMetrics(FindingMetrics):
     explained_by: str | None
     incomplete: bool
     evidence: HangEvidence
+    # the stalls this root explains: [{"op": label, "waiting_ranks": [...]}], earliest first
+    effects: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
