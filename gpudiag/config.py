@@ -61,6 +61,22 @@ DEFAULT_DATA_RE = r"^enumerate\((DataLoader|DataPipe)\)#|^## data_load ##$|^gpud
 # Step ranges recognised without --step-marker: PyTorch's ProfilerStep#N and gpudiag's own
 # NVTX range ``gpudiag.step#N`` (collect/hook.py).
 AUTO_STEP_RE = r"^(?:ProfilerStep|gpudiag\.step)#(\d+)$"
+# Host operators whose recorded inputs (``record_shapes``) the loaders keep: the families
+# that analysis/efficiency models (matrix products, convolutions, attention, normalisation,
+# softmax, elementwise arithmetic) and the communication operators, whose input sizes give
+# a collective's bytes when the library's own annotation lacks them.
+SHAPED_OP_RE = (
+    r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv"
+    r"|convolution|_convolution|conv[123]d|cudnn_convolution|miopen_convolution"
+    r"|convolution_backward|_scaled_dot_product_\w+|scaled_dot_product_attention"
+    r"|_flash_attention_\w+|_efficient_attention_\w+"
+    r"|native_layer_norm|layer_norm|native_layer_norm_backward|native_batch_norm|batch_norm"
+    r"|native_group_norm|group_norm|rms_norm|_fused_rms_norm|softmax|_softmax|log_softmax"
+    r"|_log_softmax|_softmax_backward_data|add|add_|mul|mul_|sub|sub_|div|div_|relu|relu_"
+    r"|gelu|gelu_backward|silu|silu_backward|sigmoid|tanh|threshold_backward|native_dropout"
+    r"|dropout)$"
+    r"|^(c10d::|nccl:|gloo:|record_param_comms$)"
+)
 
 
 @dataclass(frozen=True)
@@ -480,6 +496,12 @@ class GateConfig:
     ``max_gpu_slowdown_ratio`` (share of a GPU's samples with a slowdown or power-cap throttle
     reason), ``max_gpu_other_process_ratio`` (share of a GPU's samples with another process
     on it).
+
+    The job's own work (``cpu_time_regression``, the training threads' CPU time per step)
+    can fail a contended candidate, unless the host made the same work cost more CPU time:
+    ``max_host_cost_increase_ratio`` bounds how much more CPU time the run-conditions
+    sampler's own fixed work took in the candidate than in the costliest baseline run
+    (``sample_cost_us_mean``); above it a CPU slowdown is inconclusive.
     """
 
     max_idle_ratio: float | None = None
@@ -498,13 +520,14 @@ class GateConfig:
     max_steal_ratio: float = 0.10
     max_gpu_slowdown_ratio: float = 0.10
     max_gpu_other_process_ratio: float = 0.10
+    max_host_cost_increase_ratio: float = 0.25
 
     def __post_init__(self) -> None:
         ratios = {"max_idle_ratio": "--max-idle-ratio", "max_comm_wait_ratio": "--max-comm-wait",
                   "max_data_wait_ratio": "--max-data-wait", "alpha": "--alpha"}  # fmt: skip
         contention = ("max_other_cpu_ratio", "max_steal_ratio", "max_gpu_slowdown_ratio",
                       "max_gpu_other_process_ratio")  # fmt: skip
-        ratios.update((k, k) for k in ("run_alpha", *contention))
+        ratios.update((k, k) for k in ("run_alpha", "max_host_cost_increase_ratio", *contention))
         for name, opt in ratios.items():
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0):

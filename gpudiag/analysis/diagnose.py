@@ -21,6 +21,7 @@ from typing import Any
 
 from gpudiag import __version__
 from gpudiag._support.records import dataclass
+from gpudiag.analysis.efficiency.measure import run_efficiency
 from gpudiag.analysis.findings.causes import exposed_copies
 from gpudiag.analysis.findings.compute import compute_bound
 from gpudiag.analysis.findings.idle import idle_findings
@@ -81,11 +82,11 @@ from gpudiag.analysis.run.reconcile import (
 from gpudiag.analysis.run.spread import rank_spread
 from gpudiag.analysis.run.summary import run_summary, summarize_rank
 from gpudiag.analysis.run.whatif import what_if
-from gpudiag.analysis.run.wholerun import whole_run
+from gpudiag.analysis.run.wholerun import gpu_telemetry_note, whole_run
 from gpudiag.analysis.stragglers.busy_host import on_busy_host
 from gpudiag.analysis.stragglers.detect import find_stragglers
 from gpudiag.analysis.stragglers.late_arrival import late_arrival
-from gpudiag.analysis.verdict import verdict
+from gpudiag.analysis.verdict import verdict, with_efficiency
 from gpudiag.config import GateConfig, Thresholds
 from gpudiag.errors import InputError
 from gpudiag.rundir.conditions import ContentionLimits, RunConditions, contention, host_contention
@@ -135,6 +136,8 @@ def _diagnose(
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
     cond = run.manifest.conditions if run.manifest is not None else None
     notes = list(run.notes) + _busy_host(cond, limits)
+    gpu_note = gpu_telemetry_note(run.manifest)  # a CPU-only run: one note, no finding
+    notes += [gpu_note] if gpu_note else []
     busy = host_contention(cond, limits)
     hang_notes: list[str] = []
     ended = run_end_findings(run.run_end, hang_notes)
@@ -400,6 +403,7 @@ def _build(
     # one step model for the what-if and the gains; none from a split the trace cannot
     # support, nor from one short step (too little to forecast from)
     wi = what_if(steps, findings, run.shares.comm_measured) if gains_supported(lims) else None
+    eff = run_efficiency([e for r in ranks if (e := r.evidence.efficiency)])
     return Diagnosis(
         run=run,
         ranks=ranks,
@@ -416,6 +420,7 @@ def _build(
         notes=list(notes),
         gpudiag_version=__version__,
         whole_run=whole_run,
-        verdict=verdict(run, findings, lims, th.verdict),
+        verdict=with_efficiency(verdict(run, findings, lims, th.verdict), eff),
         kernels=kernels,
+        efficiency=eff,
     )

@@ -26,15 +26,28 @@ from gpudiag.analysis.model.diagnosis import (
 from gpudiag.analysis.model.metrics import LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.run import modes
+from gpudiag.analysis.run.collectives import collective_type
 from gpudiag.report.format import (
+    COLLECTIVE_HEAD,
+    NO_SHAPES,
     NOT_MEASURED,
+    WHOLE_RUN_HEAD,
+    WHOLE_RUN_TITLE,
+    collective_rows,
+    collectives_title,
+    efficiency_lines,
     flagged,
     idle_threshold,
+    kernel_base,
+    last_rank_waits,
     mode_label,
     pct,
+    recommendation_title,
     split_withheld,
+    spread_and_what_if,
     step_time_scope,
-    whole_run_steps,
+    whole_run_line,
+    whole_run_rows,
     window_label,
     withheld_ranks,
 )
@@ -191,12 +204,21 @@ def _verdict(d: Diagnosis) -> str:
 
 
 def _whole_run_line(d: Diagnosis) -> str:
-    """The whole run's step time, labelled apart from the profiled window's."""
-    whole = whole_run_steps(d)
-    if whole is None:
-        return ""
-    n, med = words.plural(whole[0], "steady step"), whole[1]
-    return f"<p>whole run (telemetry): {_e(n)} per rank, step time median <b>{_ms(med)}</b></p>"
+    """The whole run's step time, and why it differs from the profiled window's (as the console)."""
+    line = whole_run_line(d)
+    return f'<p class="whole-run">{_e(line)}</p>' if line else ""
+
+
+def _labelled(label: str, text: str, cls: str) -> str:
+    return f'<p class="{cls}"><b>{_e(label)}:</b> {_e(text)}</p>'
+
+
+def _spread_and_what_if(d: Diagnosis) -> str:
+    """The console's lines under the rank table: spread across ranks, GPU metrics, what-if."""
+    return "".join(
+        _labelled(label, text, "what-if" if label == "what if" else "spread")
+        for label, text in spread_and_what_if(d)
+    )
 
 
 def _step_kinds(d: Diagnosis) -> str:
@@ -227,8 +249,19 @@ def _kernels(d: Diagnosis) -> str:
              _ms(int(e.time_ns)), _e(e.count), _pct(float(e.share))] for e in k.top]  # fmt: skip
     fams = " · ".join(f"{_e(f)} {_pct(float(v))}" for f, v in k.families.items())
     return (f"<h2>Top {unit}s by {'CPU' if unit == 'operator' else 'GPU'} time, all ranks</h2>"
+            + f'<p class="muted kernel-base">{_e(kernel_base(k))}</p>'
             + _table([unit, "family", "time", "count", "share"], rows, left=2, cls="kernels")
-            + (f'<p class="muted">by family: {fams}</p>' if fams else ""))  # fmt: skip
+            + (f'<p class="muted">by family: {fams}</p>' if fams else "")
+            + _efficiency(d))  # fmt: skip
+
+
+def _efficiency(d: Diagnosis) -> str:
+    """The compute efficiency lines, as the console words them."""
+    if d.efficiency is None:
+        return (f'<p class="muted efficiency">efficiency: {_e(NO_SHAPES)}</p>'
+                if str(d.run.mode) == "gpu" else "")  # fmt: skip
+    return "".join(f'<p class="muted efficiency">{_e(first.strip() + " " + text)}</p>'
+                   for first, text in efficiency_lines(d.efficiency))  # fmt: skip
 
 
 def _gpu_section(d: Diagnosis) -> str:
@@ -245,6 +278,15 @@ def _gpu_section(d: Diagnosis) -> str:
         '<p class="muted">Averages over the run; the diagnosis does not keep the samples as a '
         "time series.</p>"
     )
+
+
+def _readable(name: str) -> str:
+    """A collective as the console's table names it (``allreduce``), the raw name on hover."""
+    if not name:
+        return ""
+    kind = collective_type(name)
+    shown = name if kind in ("other", "unknown") else kind
+    return f'<span title="{_e(name)}">{_e(shown)}</span>'
 
 
 def _doc_json(d: Diagnosis) -> str:
@@ -273,6 +315,10 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
                  "proportion, not at the instants they happened.</p>")  # fmt: skip
         p.append(_timeline(shown))
     p += _straggler_section(d)
+    rows = whole_run_rows(d)
+    if rows:
+        p.append(f"<h2>Whole run</h2><p><b>{_e(WHOLE_RUN_TITLE)}</b></p>"
+                 + _table(WHOLE_RUN_HEAD, [[_e(c) for c in r] for r in rows], left=0))  # fmt: skip
     p.append("<h2>GPU utilisation (NVML)</h2>" + _gpu_section(d))
     p += _findings_section(d)
     p += _tail(d)
@@ -337,6 +383,8 @@ def _rank_section(d: Diagnosis) -> list[str]:
     p = ["<h2>Ranks</h2>" + _table(
         ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
          "non-compute idle", "GPU idle", "device"], rows, left=0)]  # fmt: skip
+    if d.run.steps:
+        p.append(_spread_and_what_if(d))
     if gone:
         p.append(f'<p class="muted">A dash: {NOT_MEASURED}, the split of step time is '
                  "withheld.</p>")  # fmt: skip
@@ -368,7 +416,8 @@ def _findings_section(d: Diagnosis) -> list[str]:
         p.append("<p>No findings: compute dominates every rank's step time.</p>")
     if d.recommendations:
         p.append("<h2>Recommendations</h2><ul>" + "".join(
-            f"<li><b>{_e(x.title)}</b>: {_e(x.detail)}</li>" for x in d.recommendations
+            f'<li class="remedy"><b>{_e(recommendation_title(d, x))}</b>: {_e(x.detail)}</li>'
+            for x in d.recommendations
         ) + "</ul>")  # fmt: skip
     return p
 
@@ -377,18 +426,23 @@ def _tail(d: Diagnosis) -> list[str]:
     """Collectives, inputs and notes, and the Diagnosis itself as JSON."""
     p = []
     gone = withheld_ranks(d)
-    comm = [[_e(x.rank), _e(x.evidence.comm_top or ""),
-             _e(", ".join(map(str, x.evidence.comm_names or [])))]
+    comm = [[_e(x.rank), _readable(x.evidence.comm_top or ""),
+             ", ".join(_readable(n) for n in x.evidence.comm_names or [])]
             + (["-", "-"] if x.rank in gone else
                [_pct(x.shares.comm_wait_shown), _pct(x.comm_overlapped_ratio)])
             for x in d.ranks[:MAX_RANKS] if x.evidence.comm_names]  # fmt: skip
+    if comm or (d.collectives is not None and d.collectives.by_type):
+        p.append("<h2>Collectives</h2>")
+    if d.collectives is not None and d.collectives.by_type:
+        p.append(f"<p><b>{_e(collectives_title(d))}</b></p>")
+        p.append(_table(COLLECTIVE_HEAD, [[_e(c) for c in row] for row in collective_rows(d)],
+                        left=2, cls="collectives"))  # fmt: skip
+        waits = last_rank_waits(d, MAX_RANKS)
+        if waits is not None:
+            p.append(_labelled(*waits, "muted last-rank"))
     if comm:
-        p.append(
-            "<h2>Collectives</h2>"
-            + _table(
-                ["rank", "dominant", "top collectives", "comm-wait", "overlapped"], comm, left=3
-            )
-        )
+        p.append(_table(["rank", "dominant", "top collectives", "comm-wait", "overlapped"], comm,
+                        left=3))  # fmt: skip
     if d.notes or d.inputs:
         p.append("<h2>Inputs and notes</h2><ul>"
                  + "".join(f"<li>{_e(n)}</li>" for n in d.notes)

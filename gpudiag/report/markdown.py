@@ -12,16 +12,20 @@ from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.run import modes
 from gpudiag.report.format import (
     NOT_MEASURED,
+    efficiency_lines,
+    kernel_base,
     mode_label,
     pct,
+    recommendation_title,
     split_withheld,
+    spread_and_what_if,
     step_time_scope,
-    whole_run_steps,
+    whole_run_line,
     window_label,
     withheld_ranks,
 )
 
-_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
+_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔", "off": "⚪"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
 MAX_ROWS = 200  # keeps a $GITHUB_STEP_SUMMARY far below its 1 MiB limit
 
@@ -36,7 +40,7 @@ def fmt_value(name: str, v: float | None) -> str:
     """A check's value or limit as text: ratios as percentages, regressions signed."""
     if v is None:
         return "-"
-    if name == "step_time_regression":
+    if name in ("step_time_regression", "cpu_time_regression"):
         return _signed(f"{v:+.1%}")
     if name == "baseline_run":  # a run's median step time
         return duration(v)
@@ -108,17 +112,28 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
                  "non-compute idle", "GPU idle"], rows, "rrrrrrrrrr")  # fmt: skip
     if gone:
         out.write(f"\n_A dash: {NOT_MEASURED}, the split of step time is withheld._\n")
-    whole = whole_run_steps(d)
+    if d.run.steps:
+        for label, text in spread_and_what_if(d):
+            out.write(f"\n**{cell(_upper_first(label))}:** {cell(text)}\n")
+    whole = whole_run_line(d)
     if whole is not None:
-        n, med = words.plural(whole[0], "steady step"), whole[1]
-        out.write(f"\nWhole run (telemetry): {n} per rank, step time median {duration(med)}\n")
+        out.write(f"\n{cell(_upper_first(whole))}\n")
     k = d.kernels
     if k and k.top:
         unit = "operator" if k.unit == "operator" else "kernel"
-        out.write(f"\n### Top {unit}s, all ranks\n\n")
+        out.write(f"\n### Top {unit}s, all ranks\n\n_{cell(_upper_first(kernel_base(k)))}._\n\n")
         _table(out, [unit, "family", "time", "share"],
                [[e.name, e.family, duration(e.time_ns), pct(e.share)]
                 for e in k.top[:5]], "llrr")  # fmt: skip
+    if d.efficiency is not None:
+        out.write(
+            "\n"
+            + "  \n".join(
+                cell(_upper_first((a.strip() + " " + b).strip()))
+                for a, b in efficiency_lines(d.efficiency)
+            )
+            + "\n"
+        )
     if d.findings:
         out.write("\n### Findings\n\n")
         for f in d.findings[:MAX_ROWS]:
@@ -126,8 +141,13 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     if d.recommendations:
         out.write("\n### Recommendations\n\n")
         for rec in d.recommendations[:MAX_ROWS]:
-            out.write(f"- **{cell(rec.title)}**: {cell(rec.detail)}\n")
+            out.write(f"- **{cell(recommendation_title(d, rec))}**: {cell(rec.detail)}\n")
     out.write("\n")
+
+
+def _upper_first(text: str) -> str:
+    """A line's first letter upper case, the rest as it is (``CPU`` stays ``CPU``)."""
+    return text[:1].upper() + text[1:]
 
 
 def _shares(d: Diagnosis) -> str:
@@ -147,15 +167,18 @@ def render_gate(res: GateResult, out: TextIO) -> None:
     n = res.counts()
     out.write(f"## gpudiag gate: {_VERDICT.get(res.status, res.status)}\n\n")
     out.write(f"{n['pass']} passed, {n['fail']} failed, {n['warn']} warnings, "
-              f"{n['inconclusive']} inconclusive (exit {res.exit_code})")  # fmt: skip
+              f"{n['inconclusive']} inconclusive, {n['off']} not applied "
+              f"(exit {res.exit_code})")  # fmt: skip
     out.write(f" · subject `{cell(res.subject)}`" if res.subject else "")
     out.write(f" · baseline `{cell(res.baseline)}`" if res.baseline else "")
     out.write("\n\n")
-    bad = [c for c in res.checks if c.status != "pass"]
+    bad = [c for c in res.checks if c.status not in ("pass", "off")]
+    rest = [c for c in res.checks if c.status == "pass"] + [
+        c for c in res.checks if c.status == "off"]  # fmt: skip
     rows = [[_ICON.get(c.status, "") + " " + c.status, c.name,
              "all" if c.rank is None else str(c.rank), fmt_value(c.name, c.value),
              fmt_value(c.name, c.limit), "" if c.p_value is None else f"{c.p_value:.2g}",
-             c.message] for c in bad + [c for c in res.checks if c.status == "pass"]]  # fmt: skip
+             c.message] for c in bad + rest]  # fmt: skip
     _table(out, ["status", "check", "rank", "value", "limit", "p", "detail"], rows, "lllrrrl")
     out.write("\n")
 

@@ -24,6 +24,7 @@ BARE = {
     ".ranks[].evidence": "RankEvidence: each evidence part (docs/json-schema.md, ranks[])",
     ".findings[].metrics": "one shape per finding kind (analysis/model/metrics.py)",
     ".collectives.pipeline": "PipelineSummary (the pipeline_bubble finding's metrics)",
+    ".efficiency": "ComputeEfficiency (analysis/model/efficiency.py), described in the docs",
 }
 # Fields of the types that are not JSON keys, and why.
 NOT_IN_JSON = {

@@ -17,6 +17,7 @@ from dataclasses import asdict, field
 from typing import Any, TypeVar
 
 from gpudiag._support.records import dataclass
+from gpudiag.analysis.model.efficiency import ComputeEfficiency
 from gpudiag.analysis.model.kinds import Bottleneck, MatchMethod, TimeUnit, VerdictBasis
 from gpudiag.analysis.model.kinds import Cause as Cause
 from gpudiag.analysis.model.kinds import FindingKind as FindingKind
@@ -173,6 +174,8 @@ class RankEvidence:
     comm_calls: dict[str, int] | None = None
     # collective type → element type (bf16, fp32 …) → share of that type's time
     comm_dtypes: dict[str, dict[str, float]] | None = None
+    # achieved FLOP/s and bandwidth of the modelled operators against the device's peak
+    efficiency: ComputeEfficiency | None = None
 
     @classmethod
     def of(cls, parts: dict[str, Any]) -> RankEvidence:
@@ -302,6 +305,8 @@ class CollectiveRow:
     busbw_gbps: float | None = None
     peak_gbps: float | None = None
     efficiency: float | None = None
+    link: str | None = None  # the link the peak is of (NVLink 3, PCIe 4.0 x16 …)
+    likely_cause: str | None = None  # why a share of peak is low, as far as the trace tells
 
 
 @dataclass(frozen=True)
@@ -346,7 +351,8 @@ class CollectivesSummary:
 class RunStep:
     """One step of one rank from ``gpudiag run``'s always-on telemetry.
 
-    Every step, not only the profiled ones. Waits are ``None`` where not measured.
+    Every step, not only the profiled ones. Waits are ``None`` where not measured;
+    ``cpu_ns`` is the training thread's CPU time in the step (``None``: not measured).
     """
 
     rank: int
@@ -357,6 +363,7 @@ class RunStep:
     comm_wait_ns: int | None
     backward_ns: int | None
     profiled: bool
+    cpu_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -463,6 +470,8 @@ class Diagnosis:
     kernels: KernelBreakdown | None = None
     # the live alerts `gpudiag run` raised and cleared while the job ran (alerts.jsonl)
     alerts: list[LiveAlert] = field(default_factory=list)
+    # every rank's compute efficiency together (analysis/efficiency/measure.py)
+    efficiency: ComputeEfficiency | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -475,11 +484,12 @@ class Diagnosis:
         d["collectives"] = self.collectives.to_json() if self.collectives else {}
         d["verdict"] = without_omitted(self.verdict) if self.verdict else {}
         d["kernels"] = d["kernels"] or {}
+        d["efficiency"] = d["efficiency"] or {}
         for fd, f in zip(d["findings"], self.findings, strict=True):
             fd["metrics"] = f.metrics.to_json()
         order = ["schema_version", "gpudiag_version", "inputs", "verdict", "run", "ranks",
                  "steps", "findings", "recommendations", "spread", "what_if", "collectives",
-                 "kernels", "whole_run", "thresholds", "notes"]  # fmt: skip
+                 "kernels", "efficiency", "whole_run", "thresholds", "notes"]  # fmt: skip
         if self.alerts:  # only runs watched live have them
             order.append("alerts")
         return {k: d[k] for k in order}

@@ -19,6 +19,7 @@ import numpy as np
 
 from gpudiag._support import nputil
 from gpudiag._support.records import dataclass
+from gpudiag.analysis.efficiency.measure import rank_efficiency
 from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
@@ -193,6 +194,10 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
     if mode == Mode.GPU:
         evidence |= host_evidence(tl, win, keep, sets)
     top = kernel_breakdown(tl, (win.start[keep], win.end[keep]), gpu=mode == Mode.GPU)
+    if mode == Mode.GPU:
+        eff = rank_efficiency(tl, (win.start[keep], win.end[keep]))
+        if eff is not None:
+            evidence["efficiency"] = eff
     if top is not None:
         evidence["kernels"] = top
     if colls.type:

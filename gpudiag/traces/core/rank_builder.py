@@ -180,4 +180,5 @@ def build_rank(
         name=cols.name, lanes=cols.lanes, names=cols.names, step=step_col,
         launch_ns=cols.launch_ns, nbytes=cols.nbytes, coll_id=cols.coll_id,
         coll_name=cols.coll_name, coll_dtype=cols.coll_dtype, meta=meta, steps=steps,
+        shape=cols.shape, shapes=cols.shapes,
     )  # fmt: skip

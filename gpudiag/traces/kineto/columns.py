@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpudiag._support.nputil import unique, unique_index
+from gpudiag.config import SHAPED_OP_RE
 from gpudiag.traces.core.common import TIME_MAX_NS, TIME_MIN_NS, NamePatterns, refine_kinds
 from gpudiag.traces.kineto.events import SKIPPED_PHASES, Args
 from gpudiag.traces.schema import Kind
@@ -30,6 +31,7 @@ I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 I8 = npt.NDArray[np.int8]
 Mask = npt.NDArray[np.bool_]
+SHAPED_OP = re.compile(SHAPED_OP_RE)
 
 # Category (lower-cased) → kind. Legacy (2021) capitalised names lower-case to the same keys.
 # ``None`` means "known, dropped". Anything else is counted in meta.skipped_events.
@@ -119,6 +121,7 @@ class EventColumns(NamedTuple):
     coll_id: I64  # an id equal on every rank for one collective, -1 when none
     coll_name: I32  # id in Columns.names of args."Collective name", -1 when none
     coll_dtype: I32  # id in Columns.names of a collective's args."dtype", -1 when none
+    shape: I32  # id in Columns.shapes of a modelled operator's inputs, -1 when none
 
     def where(self, ok: Mask) -> EventColumns:
         """The events where ``ok``."""
@@ -140,6 +143,7 @@ class EventColumns(NamedTuple):
             coll_id=np.empty(n, np.int64),
             coll_name=np.empty(n, np.int32),
             coll_dtype=np.empty(n, np.int32),
+            shape=np.empty(n, np.int32),
         )
 
 
@@ -156,6 +160,7 @@ class TimedColumns(NamedTuple):
     coll_id: I64
     coll_name: I32
     coll_dtype: I32
+    shape: I32
     launch_ns: I64  # start of the runtime call that launched GPU work, -1 otherwise
 
     def take(self, idx: Any) -> TimedColumns:
@@ -189,6 +194,8 @@ class Columns:
         self.gpu_cat = np.zeros(0, bool)
         self.names = Interner()
         self.name_flags = np.zeros((0, 4), bool)  # comm kernel, comm host, data, step
+        self.name_shaped = np.zeros(0, bool)  # an operator whose inputs are kept (SHAPED_OP)
+        self.shapes = Interner()  # "Input Dims\nInput type" (raw JSON) → id
         self.ids = Interner()  # str(pid) / str(tid) → id
         self.raw_ids = Interner()  # raw pid/tid value (int or str) → raw id
         self.raw_to_id = np.zeros(0, np.int64)
@@ -215,8 +222,11 @@ class Columns:
             self.gpu_cat = np.append(self.gpu_cat, str(c).lower() in GPU_CATEGORIES)
         new = list(self.names)[len(self.name_flags) :]
         if new:
-            flags = self.patterns.flags([name_str(s) for s in new])
+            texts = [name_str(s) for s in new]
+            flags = self.patterns.flags(texts)
             self.name_flags = np.concatenate([self.name_flags, flags])
+            shaped = np.fromiter((bool(SHAPED_OP.match(t)) for t in texts), bool, len(texts))
+            self.name_shaped = np.concatenate([self.name_shaped, shaped])
         raw_new = list(self.raw_ids)[len(self.raw_to_id) :]
         if raw_new:
             ext = np.fromiter((self.ids[str(v)] for v in raw_new), np.int64, len(raw_new))
@@ -288,6 +298,7 @@ class Columns:
         nbytes, coll_id, coll_name, coll_dtype = self._sizes(args, kind)
         _host_collective_sizes(events, args, kind, is_gpu, nbytes)
         self._host_ids(args, kind, is_gpu)
+        shape = self._shapes(args, name, is_gpu)
         corr = np.fromiter(map(_GET_CORR, args), np.int64, len(args))
         self._parts.append(
             EventColumns(
@@ -302,6 +313,7 @@ class Columns:
                 coll_id=coll_id,
                 coll_name=coll_name,
                 coll_dtype=coll_dtype,
+                shape=shape,
             )
         )
 
@@ -337,6 +349,22 @@ class Columns:
                     self.lane_rank[k] = a.rank
                 if a.pid_raw not in (-1, ""):
                     self.lane_pid_raw[k] = str(a.pid_raw)
+
+    def _shapes(self, args: list[Args], name: I64, is_gpu: Mask) -> I32:
+        """The id of each modelled host operator's recorded inputs, -1 for every other event."""
+        shape = np.full(len(args), -1, dtype=np.int32)
+        for i in np.flatnonzero(self.name_shaped[name] & ~is_gpu).tolist():
+            a = args[i]
+            if len(a.input_dims):
+                text = bytes(a.input_dims).decode("utf-8", "replace")
+                types = (
+                    bytes(a.input_type).decode("utf-8", "replace") if len(a.input_type) else "[]"
+                )
+                conc = bytes(a.concrete).decode("utf-8", "replace") if len(a.concrete) else ""
+                # one line each: the loader keeps the JSON as written, newlines removed
+                text, types, conc = (t.replace("\n", " ") for t in (text, types, conc))
+                shape[i] = self.shapes[f"{text}\n{types}\n{conc}"]
+        return shape
 
     def _sizes(self, args: list[Args], kind: I8) -> tuple[I64, I64, I32, I32]:
         """``nbytes``, ``coll_id``, ``coll_name`` and ``coll_dtype`` (-1: none) of a slice.

@@ -160,7 +160,8 @@ def _one_rank(
         lane=lane.astype(np.int64), name=timed.name.astype(np.int64), lanes=lanes,
         names=[name_str(x) for x in cols.names], launch_ns=timed.launch_ns,
         nbytes=timed.nbytes, coll_id=timed.coll_id, coll_name=timed.coll_name.astype(np.int64),
-        coll_dtype=timed.coll_dtype.astype(np.int64),
+        coll_dtype=timed.coll_dtype.astype(np.int64), shape=timed.shape.astype(np.int64),
+        shapes=list(cols.shapes),
     )  # fmt: skip
     return build_rank(rank, raw, meta, cols.patterns, path, kinds_final=True,
                       range_label="record_function range")  # fmt: skip
