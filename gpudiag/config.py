@@ -56,6 +56,8 @@ DEFAULT_COMM_HOST_RE = (
 # Host communication calls that block the calling thread while the data moves (no GPU
 # kernel stands for them): on GPU traces, when the training thread is inside one, that time
 # is communication (MPI, gloo, UCC). NCCL's host ranges only enqueue kernels and do not count.
+# Runtime and driver calls that launch a kernel or a graph: each has GPU work linked to it.
+LAUNCH_CALL_RE = r"^(cu|cuda|hip|hipExt|hipModule)\w*Launch\w*$"
 HOST_COMM_CALL_RE = r"^(gloo:|mpi:|ucc:|MPI$|P?MPI_[A-Z])"
 DEFAULT_DATA_RE = r"^enumerate\((DataLoader|DataPipe)\)#|^## data_load ##$|^gpudiag\.data$"
 # Step ranges recognised without --step-marker: PyTorch's ProfilerStep#N and gpudiag's own
@@ -98,11 +100,15 @@ class StragglerRules:
     clock_deficit_ratio: float = 0.10  # a GPU clocked this much below the others: hardware
     slowdown_ratio: float = 0.10  # share of NVML samples with a driver slowdown: hardware
     sync_wait_share: float = 0.5  # comm-wait mostly waiting for other ranks above this
+    # who is to blame on a busy host: the job's own straggler when its excess persists ...
+    own_steps_ratio: float = 0.8  # ... slow in at least this share of the compared steps,
+    own_moved_ratio: float = 0.1  # ... another rank slow in at most this share (else: moves)
+    own_spread_ratio: float = 0.5  # ... and its excess's robust spread / median at most this
 
 
 @dataclass(frozen=True)
 class SteadyRules:
-    """Which steps count as the job's steady state (analysis/steady.py)."""
+    """Which steps count as the job's steady state (analysis/reading/steady.py)."""
 
     warmup_factor: float = 3.0  # leading steps slower than this × the rest's median: warm-up
     warmup_steps: int = 1  # the telemetry's first steps of each rank always left out ...
@@ -110,6 +116,9 @@ class SteadyRules:
     include_warmup: bool = False  # --include-warmup: keep everything
     mode_gap_factor: float = 1.5  # sorted steps this far apart: two kinds of step (modes.py)
     mode_min_share: float = 0.2  # ... each kind at least this share of the steps
+    # a rank's pre-forward floor (this quantile of its steady steps' pre-forward phases):
+    # the phase's growth above it is input wait (analysis/run/phases.py)
+    input_floor_quantile: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,8 @@ class AdviceRules:
     # a blocking sync/copy call with the GPU still running work this share of its time acts
     # as a synchronisation: no gain from it, told as a device-to-host read
     gpu_busy_share: float = 0.5
+    per_element_calls: int = 256  # blocking copies a step, at least this many …
+    per_element_bytes: int = 64  # … of a median size at most this: a per-element loop
     many_allreduce_calls: int = 100  # all-reduces a step from which … (DDP: larger buckets)
     small_allreduce_bytes: int = 1 << 20  # … of a median size below this: raise bucket_cap_mb
     # gradient collectives' time in a float type of ≤ 16 bits from this share: no 16-bit hook
@@ -204,6 +215,8 @@ class EvidenceRules:
     sampled_min_ids: int = 50  # ... among at least this many ids
     few_gpu_ops: int = 100  # one step (or none) with fewer GPU ops: too little to generalise
     few_host_ops: int = 100  # CPU-only: one step (or none) with fewer host operators: likewise
+    filtered_launch_ratio: float = 0.05  # launch calls without their GPU op: a filtered trace
+    filtered_min_launches: int = 20  # ... among at least this many launch calls
 
 
 @dataclass(frozen=True)
@@ -215,8 +228,20 @@ class LoaderRules:
     phase_max_share: float = 0.9  # a one-off phase range bounds the analysis up to this share
     launch_linked_min_ratio: float = 0.5  # fewer GPU ops with a launch call: steps by time
     clock_tolerance_ns: int = 100_000  # GPU/host clock bounds violated by more: an offset
-    clock_late_ns: int = 50_000_000  # every GPU op this late after its launch: said, not fixed
+    clock_late_ns: int = 50_000_000  # every GPU op this late, nothing to tell an offset: withheld
     clock_residue_ratio: float = 0.01  # after a shift, more ops before their launch: unreliable
+    comm_stream_ratio: float = 0.9  # a stream with this share of comm kernels is the comm stream
+    comm_stream_min: int = 4  # ... and at least this many of them
+
+
+@dataclass(frozen=True)
+class ReadingRules:
+    """How gpudiag reads a trace before the rules judge it: phases, edges (analysis/reading)."""
+
+    startup_call_min_ns: int = 50_000_000  # a runtime call before the first kernel this long …
+    startup_repeat_ratio: float = 0.25  # … that no later call of its name lasts this share of
+    startup_dominant_ratio: float = 0.5  # start-up this share of the window: the verdict says so
+    step_gpu_coverage_ratio: float = 0.5  # found ranges hold less GPU time: one window instead
 
 
 @dataclass(frozen=True)
@@ -264,6 +289,7 @@ _GROUPS: dict[str, type] = {
     "hang": HangRules,
     "evidence": EvidenceRules,
     "loader": LoaderRules,
+    "reading": ReadingRules,
 }
 
 
@@ -295,6 +321,7 @@ class Thresholds:
     hang: HangRules = field(default_factory=HangRules)
     evidence: EvidenceRules = field(default_factory=EvidenceRules)
     loader: LoaderRules = field(default_factory=LoaderRules)
+    reading: ReadingRules = field(default_factory=ReadingRules)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

@@ -60,6 +60,7 @@ from gpudiag.analysis.rank.evidence import (
 )
 from gpudiag.analysis.rank.kernels import combine as combine_kernels
 from gpudiag.analysis.rank.timeline import Timeline
+from gpudiag.analysis.reading.summary import run_reading, with_reading
 from gpudiag.analysis.remedies.advice import recommend
 from gpudiag.analysis.run.collectives import (
     Collectives,
@@ -346,7 +347,7 @@ PASSES: tuple[Pass, ...] = (
          _without_stage_waits),
     Pass("busy host", "rewrites straggler: severity, message and host_contention when the "
          "recorded host contention likely explains it",
-         lambda x, fs: on_busy_host(fs, x.busy, _gpu_job(x.run, x.whole_run))),
+         lambda x, fs: on_busy_host(fs, x.busy, _gpu_job(x.run, x.whole_run), x.th.stragglers)),
     Pass("waiting for stragglers", "rewrites comm_bound: sync_wait_share, and message and "
          "severity (info) when its ranks mostly wait for a straggler",
          lambda x, fs: comm_wait_for_stragglers(fs, x.steps, x.sync_by_step, x.th)),
@@ -404,6 +405,7 @@ def _build(
     # support, nor from one short step (too little to forecast from)
     wi = what_if(steps, findings, run.shares.comm_measured) if gains_supported(lims) else None
     eff = run_efficiency([e for r in ranks if (e := r.evidence.efficiency)])
+    reading = run_reading(ranks, steps, th.reading)
     return Diagnosis(
         run=run,
         ranks=ranks,
@@ -420,7 +422,10 @@ def _build(
         notes=list(notes),
         gpudiag_version=__version__,
         whole_run=whole_run,
-        verdict=with_efficiency(verdict(run, findings, lims, th.verdict), eff),
+        verdict=with_reading(
+            with_efficiency(verdict(run, findings, lims, th.verdict), eff), reading
+        ),
         kernels=kernels,
         efficiency=eff,
+        reading=reading,
     )

@@ -45,9 +45,9 @@ def diagnosis_from_json(d: Any) -> Diagnosis:
     kw = {k: d[k] for k in ("run", "ranks", "steps", "findings", "recommendations",
                             "inputs", "thresholds", "notes", "gpudiag_version",
                             "schema_version", "spread", "whole_run", "verdict", "kernels",
-                            "alerts")
+                            "alerts", "reading")
           if k in d}  # fmt: skip
-    for k in ("what_if", "collectives", "whole_run", "verdict", "kernels"):
+    for k in ("what_if", "collectives", "whole_run", "verdict", "kernels", "reading"):
         if not d.get(k):
             kw.pop(k, None)
         else:

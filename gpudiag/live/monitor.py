@@ -267,4 +267,12 @@ def _run_step(rank: int, r: dict[str, Any]) -> RunStep:
         r.get("backward_ns"),
         bool(r.get("profiled", False)),
         r.get("cpu_ns"),
+        _opt(r.get("pre_forward_ns")),
+        _opt(r.get("forward_ns")),
+        _opt(r.get("optimizer_ns")),
     )
+
+
+def _opt(v: Any) -> int | None:
+    """A phase as written (a non-negative integer), else not seen."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None

@@ -177,6 +177,8 @@ def _summary(con: Console, d: Diagnosis) -> None:
         head.append(f" of {r.world_size}")
     head.append(f" · {mode_label(r.mode)}")
     con.print(head)
+    if d.reading is not None and d.reading.line:
+        _print_wrapped(con, Text("reading: "), d.reading.line)
     label = f"{window_label(r.mode)}: "
     _print_wrapped(con, Text(label), f"{words.plural(r.steps, 'step')} · step time "
                    f"median {duration(r.step_time_ns_median)}, p90 "

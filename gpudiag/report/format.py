@@ -133,34 +133,40 @@ def _rate(v: float, unit: str) -> str:
 
 
 def efficiency_lines(e: ComputeEfficiency) -> list[tuple[str, str]]:
-    """The run's compute efficiency in two lines: its two largest families, then MFU.
+    """The run's compute efficiency in two lines of at most 80 columns: families, then MFU.
 
-    Each line is (label, text). A share of peak is printed only when the device's peak is
-    known and the figure is within it; a figure above it says so instead.
+    Each line is (label, text): the two families with the most kernel time (a stray family
+    under 5% of it is left out), then the model-level figure. A share of peak is printed
+    only when the device's peak is known and the figure is within it.
     """
     parts = []
     total = sum(f.kernel_ns for f in e.families)
     shown = [f for f in e.families if f.kernel_ns >= 0.05 * total]  # not a stray scalar op
     for f in sorted(shown, key=lambda f: -f.kernel_ns)[:2]:
         if f.tflops is not None:
-            rate = f"{f.family} {f.path or 'unknown type'} {_rate(f.tflops, 'TFLOP/s')}"
-            of = "of peak"
+            rate = f"{f.family} {f.path or '?'} {_rate(f.tflops, 'TFLOP/s')}"
         elif f.gbps is not None:
-            rate, of = f"{f.family} {_rate(f.gbps, 'GB/s')}", "of memory bandwidth"
+            rate = f"{f.family} {_rate(f.gbps, 'GB/s')}"
         else:
             continue
         if f.peak_share is not None:
-            rate += f" = {f.peak_share:.0%} {of}"
+            rate += f" = {f.peak_share:.0%}"
         elif f.above_peak:
-            rate += " (above the peak table: shapes or device misread)"
+            rate += " (above the peak table)"
         parts.append(rate)
-    where = e.peak_model or f"{e.device}, not in the peak table"
-    lines = [(f"efficiency ({where}): ", " · ".join(parts))] if parts else []
+    lines = [("efficiency: ", " · ".join(parts) + " of peak")] if parts else []
+    where = e.peak_model or f"{e.device}: no peak known"
     if e.model_tflops is not None:
-        text = f"model {_rate(e.model_tflops, 'TFLOP/s')} a median step"
-        if e.mfu is not None:
-            text = f"MFU {e.mfu:.1%} of the {e.mfu_path} peak ({text})"
-        lines.append(("  ", f"{text} · modelled ops launched {e.coverage:.0%} of kernel time"))
+        mfu = f"MFU {e.mfu:.1%} ({where}, {e.mfu_path})" if e.mfu is not None else where
+        lines.append(
+            (
+                "  ",
+                f"{mfu} · model {_rate(e.model_tflops, 'TFLOP/s')} · "
+                f"{e.coverage:.0%} of kernel time modelled",
+            )
+        )
+    elif lines:
+        lines.append(("  ", where))
     return lines
 
 

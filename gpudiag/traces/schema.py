@@ -16,7 +16,7 @@ kind          int8      a :class:`Kind`
 lane          int32     index into ``lanes``: ``cpu:<tid>`` or ``gpu:<device>:<stream>``
 name          int32     index into ``names``
 step          int32     step ranges: their step number; other intervals -1 (the analysis
-                        assigns work to steps, :mod:`gpudiag.analysis.rank.steps`)
+                        assigns work to steps, :mod:`gpudiag.analysis.reading.steps`)
 launch_ns     int64     for GPU work: host time of the launching runtime call, else -1
 nbytes        int64     bytes moved by a copy or collective when known, else -1
 coll_id       int64     collectives: an id equal on every rank for the same collective

@@ -22,10 +22,14 @@ import pytest
 
 import gpudiag
 
-GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear",
-        "aten::matmul"}
-SETS_WITH_GEMMS = ["a100x8_r3", "v100x2_r1", "b200x8_r0_infer", "edge_h100_infer_1step",
-                   "edge_mi300x_infer_1step"]
+GEMM = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul"}
+SETS_WITH_GEMMS = [
+    "a100x8_r3",
+    "v100x2_r1",
+    "b200x8_r0_infer",
+    "edge_h100_infer_1step",
+    "edge_mi300x_infer_1step",
+]
 
 
 def _gemm_flops(name: str, dims: list) -> float | None:
@@ -47,15 +51,22 @@ def _reference_gemm_rate(path: Path) -> float | None:
     with gzip.open(path, "rt") as f:
         events = json.load(f)["traceEvents"]
     xs = [e for e in events if e.get("ph") == "X" and "ts" in e and "dur" in e]
-    runtime = {e["args"]["correlation"]: e for e in xs
-               if e.get("cat") in ("cuda_runtime", "cuda_driver")
-               and "correlation" in e.get("args", {})}
+    runtime = {
+        e["args"]["correlation"]: e
+        for e in xs
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
     # kernels of the ProfilerStep ranges when there are any (the steps gpudiag analyses)
-    steps = [(e["ts"], e["ts"] + e["dur"]) for e in xs
-             if str(e.get("name", "")).startswith("ProfilerStep#")]
+    steps = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in xs
+        if str(e.get("name", "")).startswith("ProfilerStep#")
+    ]
     ops_by_tid: dict[object, list[tuple[float, float, float]]] = {}
-    raw = sorted((e for e in xs if e.get("cat") == "cpu_op" and e["name"] in GEMM),
-                 key=lambda e: (e["tid"], e["ts"], -e["dur"]))
+    raw = sorted(
+        (e for e in xs if e.get("cat") == "cpu_op" and e["name"] in GEMM),
+        key=lambda e: (e["tid"], e["ts"], -e["dur"]),
+    )
     last_end: dict[object, float] = {}
     for e in raw:  # outermost only: not inside the previous GEMM op of its thread
         end = e["ts"] + e["dur"]
@@ -113,6 +124,6 @@ def test_no_share_of_peak_above_100_percent_on_any_shared_set(kineto_sets: Path)
                     assert f.tflops <= f.peak * 1.02, (s.name, f)
             for share in (e.mfu, e.path_share):
                 assert share is None or 0 <= share <= 1.0, (s.name, e)
-        for row in (d.collectives.by_type if d.collectives else []):
+        for row in d.collectives.by_type if d.collectives else []:
             assert row.efficiency is None or row.efficiency <= 1.0, (s.name, row)
     assert seen > 10

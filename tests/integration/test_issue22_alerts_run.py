@@ -29,13 +29,14 @@ STEPS = 34
 STEP_MS = 100  # the job's step: --work-ms of work (a sleep, so the host's load does not set it)
 
 
-def run_job(out: Path, *job_args: str, steps: int = STEPS, profile: str = "5:10") -> dict[str, Any]:
+def run_job(out: Path, *job_args: str, steps: int = STEPS, profile: str = "5:10",
+            timeout: float = 120) -> dict[str, Any]:  # fmt: skip
     """Run the job under ``gpudiag run``; its alerts, telemetry, stderr and the monitor's costs."""
     r = run_cli("run", "--no-analyze", "--quiet", "--out", str(out), "--profile-steps", profile,
                 "--",
                 sys.executable, "-m", "torch.distributed.run", "--standalone",
                 "--nproc-per-node", "2", JOB, "--steps", str(steps), "--onset", str(ONSET),
-                "--work-ms", str(STEP_MS), *job_args, timeout=120)  # fmt: skip
+                "--work-ms", str(STEP_MS), *job_args, timeout=timeout)  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
     alerts = [json.loads(x) for x in (out / "alerts.jsonl").read_text().splitlines()]
     ends: dict[int, list[int]] = {}

@@ -75,16 +75,18 @@ def test_the_findings_median_is_the_job_steps_and_says_so() -> None:
 MS = 1_000_000
 
 
-def _ddp(excess_ms: float, steps: int = 24) -> WholeRun:
+def _ddp(excess_ms: float, steps: int = 24, swing: float = 0.0) -> WholeRun:
     """A DDP job's step telemetry: rank 0 works ``excess_ms`` longer outside backward every
     step and rank 1 waits that long inside backward (its all-reduce), so both ranks' steps
     take the same 110 ms. Truth by construction: at rank 1's speed a step takes
-    110 − excess ms."""
+    110 − excess ms. ``swing``: the excess alternates excess ± swing (it varies as a busy
+    host's load does; issue 30: a steady one-sided excess is the job's own)."""
     out = []
     for s in range(steps):
+        ex = excess_ms + (swing if s % 2 else -swing)
         for r in range(2):
-            fwd = 40 + (excess_ms if r == 0 else 0)
-            bwd = 70 - (excess_ms if r == 0 else 0)  # 55 ms compute + the wait
+            fwd = 40 + (ex if r == 0 else 0)
+            bwd = 70 - (ex if r == 0 else 0)  # 55 ms compute + the wait
             out.append(RunStep(r, s, s * 110 * MS, 110 * MS, 0, None, round(bwd * MS), False))
             assert fwd + bwd == 110
     return WholeRun(ranks=[], steps=out)
@@ -124,7 +126,9 @@ BUSY = {"other_cpu_ratio": 0.62}
 
 
 def test_busy_host_qualifies_the_straggler_everywhere() -> None:
-    d = _diagnosis(_ddp(15), BUSY)
+    # an excess that swings 5–25 ms a step, as contention does (a steady one is the job's:
+    # tests/unit/test_straggler_blame.py)
+    d = _diagnosis(_ddp(15, swing=10), BUSY)
     (f,) = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
     assert f.severity == Severity.WARNING  # not a confident (error) straggler
     assert f.metrics_as(StragglerMetrics).host_contention == BUSY

@@ -14,7 +14,7 @@ from typing import Any
 from gpudiag._support import nputil
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model.diagnosis import Diagnosis, FindingKind, Mode, RunStep
-from gpudiag.analysis.rank.steady import steady_steps
+from gpudiag.analysis.reading.steady import steady_steps
 from gpudiag.config import GateConfig, Thresholds
 from gpudiag.rundir.conditions import RunConditions
 
@@ -32,7 +32,7 @@ def step_samples(
 
     Uses the run directory's telemetry (every step) when the Diagnosis has it and it holds
     more steady steps than the profiled window, else the profiled steps; either way only
-    the steady steps (:func:`gpudiag.analysis.rank.steady.steady_steps`) count.
+    the steady steps (:func:`gpudiag.analysis.reading.steady.steady_steps`) count.
     """
     return step_samples_and_basis(d, warmup_steps, th)[0]
 

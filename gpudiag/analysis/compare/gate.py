@@ -15,7 +15,7 @@ Pure: no I/O, no globals. The rules (docs/gate.md states them for users):
   steady median job step time (:func:`gpudiag.analysis.compare.baseline.step_time_stats`, which
   ``diff`` uses too): per step number the slowest rank's duration (a synchronous step
   ends when its slowest rank does), over the steady steps only
-  (:mod:`gpudiag.analysis.rank.steady`; ``warmup_steps`` overrides the leading steps left out).
+  (:mod:`gpudiag.analysis.reading.steady`; ``warmup_steps`` overrides the leading steps left out).
   A run with fewer than ``min_samples`` (8) steady
   steps makes the check *inconclusive*. Steps of one run share that run's host conditions,
   so they are not independent samples of the code's speed: the comparison is between

@@ -171,6 +171,10 @@ def _data_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
         return "waiting for data in " + (
             pretty_range(names[0]) if len(names) == 1 else "the data loader"
         )
+    if all(r.mode == Mode.TELEMETRY for r in ranks if r.rank in flagged):
+        # the step telemetry's input wait: the DataLoader's, or the growth of the time before
+        # the forward pass (analysis/run/phases.py), whatever makes the batch
+        return "waiting for data before the forward pass (the DataLoader or the job's own code)"
     between = [b for r in ranks
                if r.rank in flagged and (b := r.evidence.between_steps) is not None]  # fmt: skip
     if not between:

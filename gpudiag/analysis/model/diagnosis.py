@@ -176,6 +176,8 @@ class RankEvidence:
     comm_dtypes: dict[str, dict[str, float]] | None = None
     # achieved FLOP/s and bandwidth of the modelled operators against the device's peak
     efficiency: ComputeEfficiency | None = None
+    # what the trace was taken to be: start-up, edges, iterations (analysis/reading)
+    reading: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, parts: dict[str, Any]) -> RankEvidence:
@@ -290,6 +292,10 @@ class WhatIf:
     if_no_data_wait_ns: int
     if_straggler_at_median_speed_ns: int | None = None
     if_all_ns: int | None = None  # the three changes together
+    # the statistic over the steps: the mean, that of the verdict's shares and costs
+    statistic: str = "mean"
+    critical_path_ns: int | None = None  # the slowest non-straggler rank's own work
+    critical_rank: int | None = None
 
 
 @dataclass(frozen=True)
@@ -351,7 +357,12 @@ class CollectivesSummary:
 class RunStep:
     """One step of one rank from ``gpudiag run``'s always-on telemetry.
 
-    Every step, not only the profiled ones. Waits are ``None`` where not measured;
+    Every step, not only the profiled ones. Waits are ``None`` where not measured. The
+    phases (``pre_forward_ns``: the step's start to its first module call, input and host
+    work; ``forward_ns``; ``optimizer_ns``) are ``None`` where the step did not show them;
+    ``data_wait_ns`` is the input wait, the DataLoader's own (``loader_wait_ns``) or the
+    pre-forward phase's growth over the rank's floor when larger
+    (:func:`gpudiag.analysis.run.phases.with_input_wait`).
     ``cpu_ns`` is the training thread's CPU time in the step (``None``: not measured).
     """
 
@@ -364,6 +375,10 @@ class RunStep:
     backward_ns: int | None
     profiled: bool
     cpu_ns: int | None = None
+    pre_forward_ns: int | None = None
+    forward_ns: int | None = None
+    optimizer_ns: int | None = None
+    loader_wait_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -420,6 +435,17 @@ class GpuStats:
 
 
 @dataclass(frozen=True)
+class PhaseFrontier:
+    """The rank and step phase that hold the others back most often (analysis/run/phases.py)."""
+
+    rank: int
+    phase: str  # "pre_forward" (input and host work) or "forward"
+    steps: int  # steady steps in which it did
+    steps_compared: int
+    excess_ns_median: int  # its excess in that phase over the other ranks' median, then
+
+
+@dataclass(frozen=True)
 class WholeRun:
     """What a run directory adds to the profiled window: every step, and the GPUs' samples."""
 
@@ -427,6 +453,7 @@ class WholeRun:
     steps: list[RunStep]
     gpus: list[GpuStats] = field(default_factory=list)
     job_exit_code: int | None = None
+    frontier: PhaseFrontier | None = None  # None: the telemetry has no step phases
 
 
 @dataclass(frozen=True)
@@ -444,6 +471,29 @@ class Verdict:
     finding: int | None = None  # the index in Diagnosis.findings of the finding it quotes
     # the run was interrupted (Ctrl-C): the rest is the bottleneck of the steps it finished
     interrupted: bool | None = field(default=None, metadata=OMIT_IF_NONE)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What gpudiag took the trace to be (analysis/reading): phases, edges, iterations.
+
+    Of the rank the line describes (the one with the largest start-up share, else the
+    first): its window, start-up (one-off calls before the first kernel, by name), the idle
+    head and tail left out, and the iterations found and analysed.
+    """
+
+    line: str
+    rank: int
+    window_ns: int
+    startup_ns: int
+    startup_calls: dict[str, int]
+    idle_head_ns: int
+    idle_tail_ns: int
+    steps_found: int
+    steps_analysed: int
+    source: str
+    holds: dict[str, int]
+    startup_dominant: bool = False
 
 
 @dataclass(frozen=True)
@@ -472,6 +522,8 @@ class Diagnosis:
     alerts: list[LiveAlert] = field(default_factory=list)
     # every rank's compute efficiency together (analysis/efficiency/measure.py)
     efficiency: ComputeEfficiency | None = None
+    # what gpudiag took the trace to be before judging it (analysis/reading)
+    reading: Reading | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -485,11 +537,13 @@ class Diagnosis:
         d["verdict"] = without_omitted(self.verdict) if self.verdict else {}
         d["kernels"] = d["kernels"] or {}
         d["efficiency"] = d["efficiency"] or {}
+        d["reading"] = d["reading"] or {}
         for fd, f in zip(d["findings"], self.findings, strict=True):
             fd["metrics"] = f.metrics.to_json()
         order = ["schema_version", "gpudiag_version", "inputs", "verdict", "run", "ranks",
                  "steps", "findings", "recommendations", "spread", "what_if", "collectives",
-                 "kernels", "efficiency", "whole_run", "thresholds", "notes"]  # fmt: skip
+                 "kernels", "efficiency", "reading", "whole_run", "thresholds",
+                 "notes"]  # fmt: skip
         if self.alerts:  # only runs watched live have them
             order.append("alerts")
         return {k: d[k] for k in order}

@@ -99,7 +99,8 @@ TimeUnit = Literal["kernel", "operator"]
 # what a hang finding was read from
 HangEvidence = Literal["flight recorder", "stacks"]
 # what a trace cannot support (analysis/rank/evidence.py) and what that does to the verdict
-LimitKind = Literal["sampled", "no_gpu_activity", "comm_only", "clock", "short", "unlinked"]
+LimitKind = Literal["sampled", "filtered", "no_gpu_activity", "no_kernels", "comm_only",
+                    "clock", "short", "unlinked"]  # fmt: skip
 LimitEffect = Literal["withhold", "qualify"]
 # what the verdict names as the run's bottleneck (analysis/verdict.py, docs/definitions.md)
 Bottleneck = Literal["data", "communication", "straggler", "pipeline", "host", "copy",

@@ -195,6 +195,11 @@ class StragglerMetrics(FindingMetrics):
     # the run's recorded host CPU contention that likely explains it (other_cpu_ratio,
     # steal_ratio over the gate's limits): absent on a quiet or unrecorded host
     host_contention: dict[str, float] | None = field(default=None, metadata=OMIT_IF_NONE)
+    # a persistent straggler's blame evidence (docs/definitions.md, "Who is to blame"): the
+    # share of compared steps in which another rank was slow (the excess moving between
+    # ranks), and the robust spread (MAD × 1.4826) of its excess over the compared steps ÷ median
+    moved_steps_ratio: float | None = field(default=None, metadata=OMIT_IF_NONE)
+    excess_spread_ratio: float | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def share(self) -> float:  # noqa: D102
         return self.median_excess_ratio

@@ -19,6 +19,8 @@ no_gpu_activity     withhold  no kernel, copy or memset, yet the job used GPUs (
                               ``deviceProperties``, the NCCL backend, ``nccl:*`` ops, CUDA
                               runtime calls; ``aten::_local_scalar_dense`` is named beside
                               them, never alone: ``.item()`` on a CPU tensor calls it too)
+no_kernels          withhold  copies or memsets but no kernel at all: the program stopped
+                              before its first kernel (tracing was on)
 comm_only           withhold  GPU activity is only communication (and copies): no compute
 clock               withhold  GPU and host clocks disagree beyond correction
                               (:func:`gpudiag.traces.core.rank_builder.check_clocks`)
@@ -46,13 +48,22 @@ from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, Recommendation, Severity
 from gpudiag.analysis.model.kinds import LimitEffect, LimitKind
 from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
-from gpudiag.config import EvidenceRules
+from gpudiag.config import LAUNCH_CALL_RE, EvidenceRules
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline
 
 WITHHOLD: Final = "withhold"
 NO_GAIN = "No gain is given"  # how a remedy's detail says why it gives none
 QUALIFY: Final = "qualify"
 _GPU_SIGNS = re.compile(r"^(nccl:|ncclKernel|ncclDevKernel)|_local_scalar_dense$|^cuda[A-Z]")
+# Operators that exist only on a GPU backend: cuDNN/MIOpen operators and their backward
+# nodes, the flash / memory-efficient attention kernels' operators, Inductor's Triton
+# kernels (its CPU code is C++, ``cpp_fused_*``), and torch.cuda's lazy initialisation
+# (run at the first CUDA use, never by a CPU job).
+_GPU_ONLY_OPS = re.compile(
+    r"^aten::_?(cudnn|miopen)_|^aten::_(flash|efficient)_attention_|"
+    r"^aten::_scaled_dot_product_(flash|efficient|cudnn)_attention$|^(Cudnn|Miopen)\w*Backward|"
+    r"^triton_(poi|red|per|tem)_|^torch/cuda/__init__\.py\(\d+\): _lazy_init$"
+)
 
 
 @dataclass(frozen=True)
@@ -96,16 +107,37 @@ def rank_facts(
         "comm_kernels": int(kinds[Kind.COMM]) if kinds is not None else 0,
         "gpu_ops_linked": int(np.count_nonzero(busy & (tl.launch_ns >= 0))),
     }
+    facts.update(_launch_facts(tl, gpu, busy))
     facts.update({k: int(v) for k, v in meta.coverage.items()})
     if meta.clock_unreliable:
         facts["clock_unreliable"] = True
     if meta.clock_shift_ns:
         facts["clock_shift_ns"] = {str(d): int(v) for d, v in meta.clock_shift_ns.items()}
+    if facts["gpu_ops"] and not facts["compute_kernels"] and not facts["comm_kernels"]:
+        facts["copies"] = int(kinds[Kind.MEMCPY]) if kinds is not None else 0
+        facts["memsets"] = int(kinds[Kind.MEMSET]) if kinds is not None else 0
     if not facts["gpu_ops"]:
         facts["gpu_signs"] = _gpu_signs(tl)
         facts["host_ops_in_steps"] = int(host_ops_in_steps)
         facts["step_thread_ops_in_steps"] = int(step_thread_ops)
     return facts
+
+
+def _launch_facts(tl: RankTimeline, gpu: Any, busy: Any) -> dict[str, int]:
+    """How many kernel-launch calls the trace holds, and how many have no GPU op linked."""
+    if not len(tl) or not busy.any():
+        return {}
+    rx = re.compile(LAUNCH_CALL_RE)
+    is_launch = np.array([bool(rx.search(n)) for n in tl.names], bool)[tl.name]
+    calls = tl.start_ns[is_launch & ~gpu & (tl.kind == Kind.RUNTIME)]
+    if not calls.size:
+        return {}
+    linked = np.unique(tl.launch_ns[busy & (tl.launch_ns >= 0)])
+    empty = int(np.count_nonzero(~np.isin(calls, linked)))
+    kernels = gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM])
+    unlinked = int(np.count_nonzero(kernels & (tl.launch_ns < 0)))
+    return {"launch_calls": int(calls.size), "launch_calls_empty": empty,
+            "kernels_unlinked": unlinked}  # fmt: skip
 
 
 def _gpu_signs(tl: RankTimeline) -> list[str]:
@@ -119,6 +151,11 @@ def _gpu_signs(tl: RankTimeline) -> list[str]:
         signs.append("the NCCL backend")
     used = np.unique(tl.name).tolist() if len(tl) else []
     hits = sorted({_sign_word(tl.names[i]) for i in used if _GPU_SIGNS.search(tl.names[i])})
+    only = [i for i in used if _GPU_ONLY_OPS.search(tl.names[i])]
+    if only:
+        n = int(np.count_nonzero(np.isin(tl.name, only)))
+        first = tl.names[max(only, key=lambda i: int(np.count_nonzero(tl.name == i)))]
+        hits.append(f"{n:,} operator{'s' if n != 1 else ''} that run only on a GPU ({first}, …)")
     strong = signs + [h for h in hits if not h.startswith("aten::")]
     # .item() on a CPU tensor calls _local_scalar_dense too: alone it says nothing
     return signs + hits if strong else []
@@ -155,7 +192,8 @@ def limits(
             each = "; ".join(f"rank {r}: {d}" for r, _, d in hits)
             message = lead.format(each)
         out.append(Limit(kind, effect, message, ranks))
-    order = {"clock": 0, "no_gpu_activity": 1, "comm_only": 2, "sampled": 3, "short": 4}
+    order = {"clock": 0, "no_gpu_activity": 1, "no_kernels": 1, "comm_only": 2, "sampled": 3,
+             "filtered": 4, "short": 5}  # fmt: skip
     return sorted(out, key=lambda lim: (lim.effect != WITHHOLD, order.get(lim.kind, 9)))
 
 
@@ -182,6 +220,11 @@ def _rank_limits(
             out.append(("no_gpu_activity", WITHHOLD,
                         "cannot split compute from host time: the trace holds no GPU activity, "
                         "though the job used GPUs ({})", ", ".join(signs)))  # fmt: skip
+    elif not f["compute_kernels"] and not f["comm_kernels"]:
+        out.append(("no_kernels", WITHHOLD,
+                    "the trace holds {} but no kernel: tracing was on and the program stopped "
+                    "before its first kernel ran, so there is no GPU compute to split",
+                    f"{f.get('copies', 0)} copies and {f.get('memsets', 0)} memsets"))  # fmt: skip
     elif not f["compute_kernels"] and f["comm_kernels"]:
         out.append(("comm_only", WITHHOLD,
                     "the trace holds only communication on the GPU (no compute kernel){}: a "
@@ -193,6 +236,15 @@ def _rank_limits(
                     "the trace is sampled or filtered ({}), so the gaps between kept events are "
                     "unseen time, not idle time",
                     f"{ids / span:.1%} of the host operators' ids present"))  # fmt: skip
+    # launch calls whose kernels are not in the trace — beyond what kernels without a link
+    # could be (a trace whose links are broken holds its kernels: that is "unlinked")
+    calls, empty = f.get("launch_calls", 0), f.get("launch_calls_empty", 0)
+    missing = empty - f.get("kernels_unlinked", 0)
+    if calls >= rules.filtered_min_launches and missing >= rules.filtered_launch_ratio * calls:
+        out.append(("filtered", WITHHOLD,
+                    "the trace is filtered ({}): the GPU work it left out is unseen time, not "
+                    "idle time",
+                    f"{empty:,} of {calls:,} kernel launch calls have no GPU op"))  # fmt: skip
     if f["gpu_ops"] and f["steps"] <= 1 and f["gpu_ops_in_steps"] < rules.few_gpu_ops:
         out.append(("short", QUALIFY, "only {}: too little to generalise",
                     f"{f['gpu_ops_in_steps']} GPU ops in {f['steps']} step of "

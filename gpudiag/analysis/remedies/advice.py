@@ -79,6 +79,7 @@ from gpudiag.analysis.remedies.comm import COMM
 from gpudiag.analysis.remedies.compute import COMPUTE
 from gpudiag.analysis.remedies.copies import MOVE_LESS as COPY_LESS
 from gpudiag.analysis.remedies.copies import OVERLAP as COPY_OVERLAP
+from gpudiag.analysis.remedies.ended import FAILURE as FAILURE_REMEDY
 from gpudiag.analysis.remedies.ended import HANG as HANG_REMEDY
 from gpudiag.analysis.remedies.ended import MISMATCH as MISMATCH_REMEDY
 from gpudiag.analysis.remedies.host import HOST
@@ -110,8 +111,8 @@ def _data_detail(f: Finding, c: Context) -> str:
 
 
 def _data_gain(f: Finding, c: Context) -> int | None:
-    # the what-if's "no data wait" (the mean step: a loader that runs dry every few steps
-    # costs its stalls on average, while its typical step waits for nothing)
+    # the what-if's "no data wait" (its mean step: one story with the what-if); without a
+    # what-if, the worst flagged rank's mean data-wait per step
     gain = c.what_if_gain("if_no_data_wait_ns")
     return (gain or None) if gain is not None else c.median_part(f.ranks, "data_wait_ns", "mean")
 
@@ -254,6 +255,21 @@ PIPELINE = Remedy(
 )
 
 
+def _straggler_wait(findings: Sequence[Finding]) -> int:
+    """The others' wait per step for the persistent stragglers: their cost, summed."""
+    total = 0
+    for f in findings:
+        m = f.metrics
+        if f.kind != FindingKind.STRAGGLER or not f.persistent:
+            continue
+        if isinstance(m, StragglerMetrics):
+            cost = m.step_time_ns_mean and m.step_time_ns_mean - m.step_time_ns_if_median_speed
+            total += cost or m.median_excess_ns
+        elif isinstance(m, LateArrivalMetrics):
+            total += m.waited_ns_per_step
+    return max(0, total)
+
+
 RULES: dict[FindingKind, tuple[Remedy, ...]] = {
     FindingKind.DATA_BOUND: (DATA,),
     FindingKind.COMM_BOUND: COMM,
@@ -267,7 +283,7 @@ RULES: dict[FindingKind, tuple[Remedy, ...]] = {
     # a hang or a collective mismatch: fix it first (no step time estimated)
     FindingKind.HANG: (HANG_REMEDY,),
     FindingKind.COLLECTIVE_MISMATCH: (MISMATCH_REMEDY,),
-    FindingKind.JOB_FAILED: (MISMATCH_REMEDY,),
+    FindingKind.JOB_FAILED: (MISMATCH_REMEDY, FAILURE_REMEDY),
 }
 _ENDED = (FindingKind.HANG, FindingKind.COLLECTIVE_MISMATCH, FindingKind.JOB_FAILED)
 
@@ -287,9 +303,8 @@ def recommend(
     of a rank's communication wait spent waiting for a slower rank, which no communication
     remedy can recover (see :mod:`gpudiag.analysis.run.collectives`).
     """
-    ctx = Context(
-        run, {r.rank: r for r in ranks}, steps, sync_by_step or {}, rules or AdviceRules(), wi
-    )
+    ctx = Context(run, {r.rank: r for r in ranks}, steps, sync_by_step or {},
+                  rules or AdviceRules(), wi, _straggler_wait(findings))  # fmt: skip
     out: list[Recommendation] = []
     groups: list[list[int]] = []  # remedies acting on the same time, by index into out
     data_stragglers: list[int] = []

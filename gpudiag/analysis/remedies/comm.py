@@ -27,23 +27,33 @@ def _comm_wait(f: Finding, c: Context) -> int:
 
 
 def _transfer(f: Finding, c: Context) -> int:
-    """The exposed transfer per step: comm-wait less the wait for slower ranks."""
-    return c.exposed_transfer(f.ranks) if c.sync else _comm_wait(f, c)
+    """The exposed transfer per step: comm-wait less the wait for slower ranks.
+
+    The matched collectives' synchronisation wait where there are some, else the
+    persistent stragglers' cost (``Context.straggler_wait_ns``): waiting for a straggler is
+    recovered by fixing it, not by hiding or shrinking communication. Never more than the
+    step's least wait of any rank (``Context.least_wait_ns``): the last rank to arrive
+    waits for the transfer alone (the what-if's step model).
+    """
+    t = c.exposed_transfer(f.ranks) if c.sync else max(0, _comm_wait(f, c) - c.straggler_wait_ns)
+    least = c.least_wait_ns
+    return t if least is None else min(t, least)
 
 
 def _overlap_gain(f: Finding, c: Context) -> int | None:
     """What hiding the exposed transfer saves a step.
 
     The what-if's "comm fully overlapped" (one step model for the what-if and every
-    communication remedy), else the transfer.
+    communication remedy: its saving is the step's least wait, the transfer), else the
+    transfer (:func:`_transfer`, the part of the wait the remedy can act on).
     """
     gain = c.what_if_gain("if_comm_overlapped_ns")
-    return (gain or None) if gain is not None else _transfer(f, c)
+    return (gain or None) if gain is not None else _transfer(f, c) or None
 
 
 def _is_transfer(f: Finding, c: Context) -> bool:
     """Enough of the wait is transfer for a communication remedy to help."""
-    return not c.sync or _transfer(f, c) >= c.rules.min_transfer_share * _comm_wait(f, c)
+    return _transfer(f, c) >= c.rules.min_transfer_share * _comm_wait(f, c)
 
 
 def _comm_evidence(f: Finding, c: Context) -> dict[str, Any]:

@@ -1,9 +1,11 @@
-"""The remedies for a run that hung or disagreed on a collective (the ended rows of advice).
+"""The remedies for a run that hung, disagreed on a collective, failed or was interrupted.
 
 They recover no step time (no gain is estimated) but come first: until the culprit is
 fixed the job does not run. A hang root names the ranks that never entered the collective
 and where their own code was; a mismatch names the collective and what differs, from the
-flight recorder or from the ranks' error lines (``analysis/failure.py``).
+flight recorder or from the ranks' error lines (``analysis/failure.py``); any other failure
+names the rank, step and error line that ended the run; an interrupted run says that its
+speed-ups are those of the steps it finished.
 """
 
 from __future__ import annotations
@@ -85,3 +87,56 @@ MISMATCH = Remedy(
     evidence=lambda f, c: {"ranks": f.ranks, "mismatch": _mismatch_text(f)},
     applies=lambda f, c: f.severity == Severity.ERROR and bool(_mismatch_text(f)),
 )  # fmt: skip
+
+
+def _failed(f: Finding) -> JobFailedMetrics | None:
+    m = f.metrics
+    return m if isinstance(m, JobFailedMetrics) else None
+
+
+def _failure_title(f: Finding, _c: Context) -> str:
+    m = f.metrics_as(JobFailedMetrics)
+    if m.interrupted:
+        return "Let the run finish before acting on its speed-ups"
+    who = f"rank {m.first_rank}" if m.first_rank is not None else "the job"
+    at = f" in step {m.step}" if m.step is not None else ""
+    return f"Fix the error that ended {who}{at}"
+
+
+def _failure_detail(f: Finding, _c: Context) -> str:
+    m = f.metrics_as(JobFailedMetrics)
+    if m.interrupted:
+        return ("The run was interrupted: the figures and gains below are those of the steps "
+                "it finished, before any later phase of the job (evaluation, checkpoints, a "
+                "changed learning rate) ran.")  # fmt: skip
+    line = f" ({m.error})" if m.error else ""
+    where = f" at {m.where}" if m.where else ""
+    return (f"{f.message}{line}{where}. A run that fails is not sped up by any remedy below: "
+            "fix the failure, re-run, and act on the new diagnosis.")  # fmt: skip
+
+
+def _failure_evidence(f: Finding, _c: Context) -> dict[str, Any]:
+    m = f.metrics_as(JobFailedMetrics)
+    return {"ranks": f.ranks, "exit_code": m.exit_code, "step": m.step, "error": m.error}
+
+
+def _failure_applies(f: Finding, _c: Context) -> bool:
+    """A failure a rank recorded, or an interrupt; a mismatch has its own remedy.
+
+    Ranks that were killed (after a hang, by the watchdog or the launcher) failed of
+    something else: the hang's remedy, if any, is the fix.
+    """
+    m = _failed(f)
+    if m is None or m.mismatch or (m.how or "").startswith("killed"):
+        return False
+    return bool(m.interrupted) or m.first_rank is not None
+
+
+FAILURE = Remedy(
+    id=lambda f, c: "interrupted" if f.metrics_as(JobFailedMetrics).interrupted else "job-failed",
+    title=_failure_title,
+    detail=_failure_detail,
+    gain=lambda f, c: None,
+    evidence=_failure_evidence,
+    applies=_failure_applies,
+)

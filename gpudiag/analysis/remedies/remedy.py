@@ -92,10 +92,14 @@ class Context:
     sync: Mapping[tuple[int, int], int]
     rules: AdviceRules
     what_if: WhatIf | None = None
+    # the others' wait per step for the persistent stragglers (their cost): the part of a
+    # communication wait that only fixing the straggler recovers, where no matched
+    # collectives split it (``sync``)
+    straggler_wait_ns: int = 0
 
     @property
     def step_ns(self) -> int:
-        """The base of every gain ratio (≥ 1 ns): the what-if's mean step, else the median."""
+        """The base of every gain ratio (≥ 1 ns): the what-if's mean step, else the run's median."""
         if self.what_if is not None:
             return max(self.what_if.step_time_ns, 1)
         return max(self.run.step_time_ns_median, 1)
@@ -119,6 +123,19 @@ class Context:
     def median_part(self, ranks: Sequence[int], part: str, stat: str = "median") -> int:
         """The largest per-rank median (or mean) of one part over the given ranks' steps."""
         return self.per_rank.largest(ranks, part, stat)
+
+    @functools.cached_property
+    def least_wait_ns(self) -> int | None:
+        """The median over steps of the least comm-wait of any rank (None: one rank a step).
+
+        The last rank to reach a collective waits only for the transfer: no rank's transfer
+        in that step is longer.
+        """
+        by_step: dict[int, list[int]] = {}
+        for s in self.steps:
+            by_step.setdefault(s.step, []).append(s.comm_wait_ns)
+        least = [min(v) for v in by_step.values() if len(v) >= 2]
+        return round(float(np.median(least))) if least else None
 
     def exposed_transfer(self, ranks: Sequence[int]) -> int:
         """The largest per-rank median of comm-wait minus synchronisation wait per step."""

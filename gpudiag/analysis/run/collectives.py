@@ -148,7 +148,7 @@ class Collectives:
 def extract(tl: RankTimeline, mode: str, step_of: I32, comm_op_re: str) -> Collectives:
     """The rank's collective operations: comm kernels (GPU) or comm-thread ranges (CPU).
 
-    ``step_of`` is each interval's step (:func:`gpudiag.analysis.rank.steps.find_steps`); on CPU
+    ``step_of`` is each interval's step (:func:`gpudiag.analysis.reading.steps.find_steps`); on CPU
     traces only ranges matching ``comm_op_re`` count (c10d ops and record_param_comms
     merely wrap them on the calling thread).
     """

@@ -17,9 +17,14 @@ thresholds**:
 * **data_bound**, **comm_bound**, **idle_ratio**:
   :func:`gpudiag.analysis.findings.idle.idle_findings`
   on the window's steps (data-wait and comm-wait as measured, busy as compute: the
-  offline telemetry-only diagnosis), so a rank is named only when its time-weighted share
-  crosses ``data_bound_ratio`` / ``comm_bound_ratio`` / ``idle_ratio_max`` *and* it does
-  so in most of the window's steps or without the single worst one. Idle is 1 − NVML's
+  offline telemetry-only diagnosis; the data-wait is the input wait of
+  :mod:`gpudiag.analysis.run.phases`, the DataLoader's or the growth of the pre-forward
+  phase over the least one of the rank's steps judged so far, whatever makes the batch;
+  a rank a raised straggler alert names gets no data-bound or telemetry-idle alert: its
+  longer pre-forward phase is the straggler's own work, which the others wait for),
+  so a rank is named only when its time-weighted share crosses ``data_bound_ratio`` /
+  ``comm_bound_ratio`` / ``idle_ratio_max`` *and* it does so in most of the window's
+  steps or without the single worst one. Idle is 1 − NVML's
   utilisation (:func:`~gpudiag.analysis.rank.analyse.nvml_idle_findings`) where a GPU is
   sampled, else 1 − busy / step time from the telemetry; that telemetry idle is the sum
   of data- and comm-wait, so it is not raised for ranks a data or comm alert already names.
@@ -39,6 +44,7 @@ when a step finishes again. Pure: no I/O, the time is passed in.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from collections import deque
@@ -52,7 +58,8 @@ from gpudiag.analysis.findings.idle import RULES, idle_findings
 from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, LiveAlert, RunStep, StepBreakdown
 from gpudiag.analysis.rank.analyse import nvml_idle_findings, telemetry_rank_results
-from gpudiag.analysis.rank.steady import disturbed_steps
+from gpudiag.analysis.reading.steady import disturbed_steps
+from gpudiag.analysis.run.phases import input_wait
 from gpudiag.analysis.run.summary import summarize_rank
 from gpudiag.analysis.stragglers.stepmatrix import jitter_ns, slow_steps, steps_matrix
 from gpudiag.config import Thresholds
@@ -151,12 +158,20 @@ class LiveRules:
         self.last_raised: dict[tuple[str, tuple[int, ...]], int] = {}
         self.history: list[Alert] = []
         self.judged = 0  # steps every rank finished, seen by evaluate()
+        self.floor: dict[int, int] = {}  # rank → least pre-forward phase of its steady steps
 
     # ---- input ----
 
     def add_steps(self, steps: Iterable[RunStep]) -> None:
-        """New telemetry steps (any rank, any order)."""
+        """New telemetry steps (any rank, any order); data-wait is their input wait."""
         for s in steps:
+            if s.pre_forward_ns is not None:
+                floor = self.floor.get(s.rank)
+                if s.step >= self.rules.warmup_steps and not s.profiled:
+                    floor = s.pre_forward_ns if floor is None else min(floor, s.pre_forward_ns)
+                    self.floor[s.rank] = floor
+                s = dataclasses.replace(s, loader_wait_ns=s.data_wait_ns,
+                                        data_wait_ns=input_wait(s, floor))  # fmt: skip
             self.steps.setdefault(s.rank, {})[s.step] = s
             if s.profiled:
                 self.profiled.add(s.step)
@@ -168,6 +183,7 @@ class LiveRules:
         raised until the new steps clear it.
         """
         self.steps, self.done, self.profiled = {}, -1, set()
+        self.floor = {}
         self.window.clear()
         self.util.clear()
         self.last_raised = {}
@@ -417,17 +433,13 @@ class LiveRules:
         per_step = self._per_step(rows, util)
         out: list[Alert] = []
         named: set[int] = set()
+        # a straggler's own input or host work (its longer pre-forward phase) is its alert's
+        stragglers = {a.alert.ranks[0] for k, a in self.active.items() if k[0] == STRAGGLER}
         for kind in SHARE_KINDS:
-            out += self._share(
-                kind,
-                by_kind.get(kind),
-                per_step[kind],
-                win,
-                c,
-                s,
-                now_ns,
-                named if kind == FindingKind.IDLE_RATIO and not util else set(),
-            )
+            skip = named | stragglers if kind == FindingKind.IDLE_RATIO and not util else set()
+            if kind == FindingKind.DATA_BOUND:
+                skip = stragglers
+            out += self._share(kind, by_kind.get(kind), per_step[kind], win, c, s, now_ns, skip)
             if kind != FindingKind.IDLE_RATIO:
                 named |= {
                     r for k, a in self.active.items() if k[0] == str(kind) for r in a.alert.ranks

@@ -3,13 +3,23 @@
 The what-if figures (``Diagnosis.what_if``) model each profiled step as synchronous:
 ``step ≈ max_r busy_r + min_r wait_r`` — the last rank's own work (busy = step − comm
 wait), then the transfer, taken as the least wait of any rank (the last arrival waits only
-for the transfer). "Communication fully overlapped" drops the transfer:
-``mean_s max_r busy``; "no data wait" subtracts each rank's data wait from its busy
-time; "straggler at median speed" gives each persistent straggler the median busy time of
-the other ranks; "all" applies the three together. The current step time is the **mean**
-of the longest rank's step (the run's time over its steps, the base the shares use: a
-loader that runs dry in one step of five costs a fifth of its stall per step, which a
-median step would not show); every figure is clamped between 0 and it.
+for the transfer). "Communication fully overlapped" drops the transfer: ``max_r busy``;
+"no data wait" subtracts each rank's data wait from its busy time; "straggler at median
+speed" gives each persistent straggler the median busy time of the other ranks; "all"
+applies the three together. Every figure is the **mean** over the steps
+(``WhatIf.statistic``), the statistic of the verdict's shares and costs ("costs 71% of
+each step", "wait for input 54% of each step" are over the run's time: a loader that runs
+dry in one step of five costs a fifth of its stall per step, which a median step would not
+show), and the current step is the mean of each step's longest rank; every figure is
+clamped between 0 and it.
+
+**The critical path.** No change makes a step shorter than the work that remains on the
+rank that is then slowest: "straggler at median speed" is never below the other ranks'
+slowest busy time plus the transfer, and "all" never below the slowest other rank's busy
+time less its data wait (``WhatIf.critical_path_ns``, the mean over steps; the rank is
+``critical_rank``; not known when the comm-wait is not measured, as in the step telemetry,
+where the others' busy time holds their waiting). A straggler of the step telemetry whose
+cost is subtracted (below) cannot take a step under it either.
 
 This is the one step model: the remedies' gains for the same changes (no data wait: the
 loader remedy; comm fully overlapped: the communication remedies; a straggler at median
@@ -18,7 +28,8 @@ speed: its remedy) are these differences, and their ratios are over this mean st
 A persistent straggler of the step telemetry (``metrics.source`` ``telemetry``) is found on
 the run's steady steps, not the window's: its cost is the same model on those steps, with
 the time in backward as the wait (:func:`gpudiag.analysis.stragglers.stepmatrix.at_median_speed`),
-and that cost (ns per step) is what "straggler at median speed" and "all" subtract here.
+and that cost (ns per step) is what "straggler at median speed" and "all" subtract here,
+down to the critical path.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ def what_if(
             and f.metrics.source == "telemetry" and f.metrics.step_time_ns_mean]  # fmt: skip
     cost = sum((m.step_time_ns_mean or 0) - m.step_time_ns_if_median_speed for m in tele)
     stragglers = {f.ranks[0] for f in persistent if f.metrics not in tele}
+    slow = {f.ranks[0] for f in persistent}  # every straggler: the rest is the critical path
 
     def model(busy: dict[int, float], wait: dict[int, float]) -> float:
         # a synchronous step: the last rank's own work, then the transfer (the least wait)
@@ -66,6 +78,7 @@ def what_if(
         return {r: (med if r in stragglers else b) for r, b in busy.items()}
 
     cur, no_comm, no_data, no_strag, everything = [], [], [], [], []
+    floor_strag, floor_all, critical = [], [], []
     for v in by_step.values():
         busy = {x.rank: float(x.duration_ns - x.comm_wait_ns) for x in v}
         wait = {x.rank: float(x.comm_wait_ns) for x in v}
@@ -73,6 +86,15 @@ def what_if(
         cur.append(max(x.duration_ns for x in v))
         no_comm.append(max(busy.values()))
         no_data.append(model(fed, wait))
+        # the critical path: the work left on the slowest rank that is no straggler
+        rest = [r for r in busy if r not in slow] or list(busy)
+        last = max(rest, key=lambda r: fed[r])
+        critical.append((fed[last], last))
+        # without a measured wait the others' busy time holds their waiting: no floor here
+        # (a telemetry straggler's cost is its own model's, bounded by its critical path)
+        floor_all.append(fed[last] if comm_measured else 0.0)
+        floor_strag.append(max(busy[r] for r in rest) + min(wait.values()) if comm_measured
+                           else 0.0)  # fmt: skip
         if stragglers:
             no_strag.append(model(at_median(busy), wait))
         everything.append(max(at_median(fed).values()))
@@ -83,12 +105,15 @@ def what_if(
         return round(min(now, max(0.0, float(np.mean(values)))))
 
     if tele:
-        no_strag = [(v - cost) for v in (no_strag or cur)]
-        everything = [v - cost for v in everything]
+        no_strag = [max(v - cost, lo) for v, lo in zip(no_strag or cur, floor_strag, strict=True)]
+        everything = [max(v - cost, lo) for v, lo in zip(everything, floor_all, strict=True)]
+    ranks = [r for _, r in critical]
     return WhatIf(
         step_time_ns=round(now),
         if_comm_overlapped_ns=clamped(no_comm) if comm_measured else None,
         if_no_data_wait_ns=clamped(no_data),
         if_straggler_at_median_speed_ns=clamped(no_strag) if no_strag else None,
         if_all_ns=clamped(everything),
+        critical_path_ns=clamped([c for c, _ in critical]) if comm_measured else None,
+        critical_rank=max(set(ranks), key=ranks.count) if comm_measured else None,
     )

@@ -3,7 +3,7 @@
 The profiled window gives kernel-level detail for a few steps; the telemetry gives every
 step of every rank (start, end, time blocked fetching data and in Python-level collective
 waits). Statistics over the whole run count only the steady steps
-(:mod:`gpudiag.analysis.rank.steady`: not the steps the profiler slowed down, not warm-up).
+(:mod:`gpudiag.analysis.reading.steady`: not the steps the profiler slowed down, not warm-up).
 
 NVML samples are joined by GPU UUID (reported by each rank) over the span of that rank's
 steps: mean GPU and memory utilisation, mean power and SM clock, the hottest temperature,
@@ -30,7 +30,8 @@ from gpudiag.analysis.model.diagnosis import (
     WholeRunRank,
 )
 from gpudiag.analysis.model.metrics import JobFailedMetrics, SourceMissingMetrics
-from gpudiag.analysis.rank.steady import steady_steps
+from gpudiag.analysis.reading.steady import steady_steps
+from gpudiag.analysis.run.phases import phase_frontier, with_input_wait
 from gpudiag.config import SteadyRules
 from gpudiag.rundir.conditions import (
     CLOCK_SLOWDOWN_MASK,
@@ -78,10 +79,17 @@ def whole_run(
             duration_ns=int(r["duration_ns"]), data_wait_ns=_opt_int(r["data_wait_ns"]),
             comm_wait_ns=_opt_int(r["comm_wait_ns"]), backward_ns=_opt_int(r["backward_ns"]),
             profiled=bool(r["profiled"]), cpu_ns=_opt_int(r.get("cpu_ns")),
+            pre_forward_ns=_opt_int(r.get("pre_forward_ns")),
+            forward_ns=_opt_int(r.get("forward_ns")),
+            optimizer_ns=_opt_int(r.get("optimizer_ns")),
         )
         for r in records
     ]  # fmt: skip
-    keep = steady_steps(steps, steady_rules or SteadyRules())
+    rules = steady_rules or SteadyRules()
+    keep = steady_steps(steps, rules)
+    # the input wait: the DataLoader's, or the pre-forward phase's growth (phases.py)
+    steps = with_input_wait(steps, keep, rules)
+    inputs = {(s.rank, s.step): s.data_wait_ns for s in steps}
     pairs = list(zip(telemetry["rank"].tolist(), telemetry["step"].tolist(), strict=True))
     st = telemetry[[p in keep for p in pairs]]
     ranks = []
@@ -89,7 +97,7 @@ def whole_run(
         rank = int(g["rank"].iloc[0])
         d = g["duration_ns"].to_numpy(np.int64)
         total = float(d.sum())
-        data = g["data_wait_ns"]
+        data = [v for n in g["step"].tolist() if (v := inputs[(rank, int(n))]) is not None]
         comm = g["comm_wait_ns"]
         ranks.append(
             WholeRunRank(
@@ -98,7 +106,7 @@ def whole_run(
                 step_time_ns_median=round(float(nputil.median(d))),
                 step_time_ns_p90=round(nputil.percentile(d, 90)),
                 step_time_ns_max=int(d.max()),
-                data_wait_ratio=float(data.sum()) / total if total and data.notna().any() else None,
+                data_wait_ratio=float(sum(data)) / total if total and data else None,
                 # telemetry sees no DDP reducer: no collective wait at all is "not measured"
                 comm_wait_ratio=float(comm.sum()) / total
                 if total and comm.fillna(0).gt(0).any()
@@ -108,7 +116,8 @@ def whole_run(
         )
     gpus = _gpu_stats(telemetry, samples, manifest)
     exit_code = getattr(manifest, "exit_code", None)
-    return WholeRun(ranks=ranks, steps=steps, gpus=gpus, job_exit_code=exit_code), findings
+    return WholeRun(ranks=ranks, steps=steps, gpus=gpus, job_exit_code=exit_code,
+                    frontier=phase_frontier(steps, keep)), findings  # fmt: skip
 
 
 def _gpu_stats(

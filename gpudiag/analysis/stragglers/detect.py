@@ -62,7 +62,7 @@ time leaves out all of backward (DDP's all-reduce wait cannot be told from backw
 compute there), so persistent stragglers of the profiled steps that it misses are added
 when the telemetry shows the same rank ahead in ≥ ``lean_steps_ratio`` (80%) of its
 steps by a median ≥ ``lean_excess_ratio`` (3%) of a step. Only steady steps count
-(:mod:`gpudiag.analysis.rank.steady`).
+(:mod:`gpudiag.analysis.reading.steady`).
 """
 
 from __future__ import annotations
@@ -194,8 +194,25 @@ def _detect(m: StepMatrix, ctx: StragglerContext, persistent_only: bool = False)
             if not flagged.size or not enough:
                 continue
         extra = [] if persistent else _confirmed_in_window(m, ctx.trace, i, flagged, rules)
-        findings.append(_finding(m, ctx, i, flagged, persistent, ex, extra))
+        f = _finding(m, ctx, i, flagged, persistent, ex, extra)
+        findings.append(_with_blame(f, ex[i], slow, i) if persistent else f)
     return findings
+
+
+def _with_blame(f: Finding, own: F64, slow: npt.NDArray[np.bool_], i: int) -> Finding:
+    """A persistent straggler with its blame evidence: does the excess move, is it steady?
+
+    ``moved_steps_ratio``: the share of compared steps in which another rank was slow;
+    ``excess_spread_ratio``: the robust spread of its excess over the compared steps ÷
+    its median (:func:`gpudiag.analysis.stragglers.busy_host.own_straggler` reads both).
+    """
+    others = np.delete(slow, i, axis=0)
+    moved = float(others.any(axis=0).mean()) if others.size else 0.0
+    med = float(nputil.median(own)) if own.size else 0.0
+    spread = jitter_ns(own) / med if med > 0 else float("inf")
+    m = dataclasses.replace(f.metrics_as(StragglerMetrics), moved_steps_ratio=round(moved, 4),
+                            excess_spread_ratio=round(min(spread, 99.0), 4))  # fmt: skip
+    return dataclasses.replace(f, metrics=m)
 
 
 def _costly(m: StepMatrix, i: int, rules: StragglerRules) -> bool:

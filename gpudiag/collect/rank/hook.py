@@ -24,6 +24,13 @@ What it measures, per step, always on:
   work, which a busy host stretches far less than the wall clock (the gate's
   ``cpu_time_regression``). ``null`` for the first step after an ``exec`` (a new image,
   a new thread clock) and when a step ends on another thread than the one before.
+- **phases** (``pre_forward_ns``, ``forward_ns``, ``optimizer_ns``; null when the step did
+  not show the mark): from the step's start to its first module call (a global module
+  forward pre-hook that removes itself when it fires and is registered again at the end
+  of the step, so modules run on PyTorch's fast path for the rest of the step) — the
+  input and host work before the forward pass, whatever produces the batch; from there to
+  the first ``torch.autograd.backward``; and from the lead optimizer's ``step()`` (a global
+  optimizer step pre-hook) to the end of the step.
 
 Outside the profiled window a step costs three clock reads, a dict and one ``write``.
 
@@ -130,6 +137,10 @@ class RankHook:
         self.comm_depth = 0
         self.backward_ns = 0
         self.backward_depth = 0
+        self.forward_at: int | None = None  # the step's first module call (time.time_ns)
+        self.backward_at: int | None = None  # its first backward
+        self.optimizer_at: int | None = None  # the lead optimizer's step() began
+        self.arm_forward: Callable[[], None] | None = None  # registers the pre-hook again
         self.lead_opt: int | None = None
         self.torch: Any = None
         self.nvtx: Any = None
@@ -231,6 +242,30 @@ class RankHook:
         except Exception as e:
             self.disable(e)
 
+    def on_forward_pre(self, _module: Any, _args: Any) -> None:
+        """The global module forward pre-hook: the step's first module call (then removed)."""
+        if self.forward_at is None and self.enabled and os.getpid() == self.pid:
+            self.forward_at = time.time_ns()
+
+    def on_optimizer_pre(self, opt: Any, _args: Any, _kwargs: Any) -> None:
+        """``register_optimizer_step_pre_hook`` callback: the lead optimizer's step begins."""
+        if not self.enabled or self.optimizer_at is not None:
+            return
+        if self.lead_opt is None or id(opt) == self.lead_opt:
+            self.optimizer_at = time.time_ns()
+
+    def _phases(self, start: int, end: int) -> dict[str, int | None]:
+        """The step's phases (ns): before the forward pass, forward, optimizer; None: unseen."""
+        fwd, bwd, opt = self.forward_at, self.backward_at, self.optimizer_at
+        fwd = fwd if fwd is not None and start <= fwd <= end else None
+        bwd = bwd if bwd is not None and fwd is not None and fwd <= bwd <= end else None
+        opt = opt if opt is not None and start <= opt <= end else None
+        return {
+            "pre_forward_ns": fwd - start if fwd is not None else None,
+            "forward_ns": bwd - fwd if bwd is not None and fwd is not None else None,
+            "optimizer_ns": end - opt if opt is not None else None,
+        }
+
     def end_step(self) -> None:
         """Close the current step: write its record, advance the profiler, poll control."""
         if self.faults:
@@ -255,6 +290,7 @@ class RankHook:
                 "data_fetches": self.data_fetches,
                 "backward_ns": self.backward_ns,
                 "cpu_ns": cpu_now - cpu_start if cpu_start is not None and same else None,
+                **self._phases(start, now),
                 "profiled": prof.recording(self.step),
                 "job_profiler": prof.job_in_step or bool(prof.job_sessions),
             }
@@ -266,6 +302,9 @@ class RankHook:
         self.step += 1
         self.step_start_ns = now
         self.data_wait_ns = self.comm_wait_ns = self.data_fetches = self.backward_ns = 0
+        if self.forward_at is not None and self.arm_forward is not None:
+            self.arm_forward()  # it removed itself when it fired
+        self.forward_at = self.backward_at = self.optimizer_at = None
         prof.job_in_step = False
         self._poll_control()
         prof.tick()

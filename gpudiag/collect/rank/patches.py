@@ -109,6 +109,8 @@ def _wrap_backward(hook: RankHook, orig: Callable[..., Any]) -> Callable[..., An
         if not hook.enabled or hook.backward_depth:
             return orig(*args, **kwargs)
         hook.backward_depth += 1
+        if hook.backward_at is None:
+            hook.backward_at = time.time_ns()
         t0 = time.perf_counter_ns()
         try:
             return orig(*args, **kwargs)
@@ -316,6 +318,11 @@ def install_all(torch: ModuleType, hook: RankHook) -> None:
 
     topt.register_optimizer_step_post_hook(hook.on_optimizer_step)
     try:
+        topt.register_optimizer_step_pre_hook(hook.on_optimizer_pre)
+        _install_forward_mark(torch, hook)
+    except Exception as e:
+        hook.record_error("gpudiag", f"step phases not instrumented: {e}")
+    try:
         from torch.utils.data import dataloader
 
         it_cls = dataloader._BaseDataLoaderIter
@@ -338,6 +345,32 @@ def install_all(torch: ModuleType, hook: RankHook) -> None:
     os.register_at_fork(after_in_child=hook.after_fork_in_child)
     atexit.register(hook.at_exit)
     _chain_excepthook(hook)
+
+
+def _install_forward_mark(torch: ModuleType, hook: RankHook) -> None:
+    """A global module forward pre-hook that marks the step's first module call.
+
+    It removes itself when it fires (every later module call of the step takes PyTorch's
+    fast path, which any global hook would turn off); the step's end registers it again.
+    """
+    from torch.nn.modules import module as nn_module
+
+    handle: list[Any] = []
+
+    def mark(module: Any, args: Any) -> None:
+        try:
+            hook.on_forward_pre(module, args)
+            if handle:
+                handle.pop().remove()
+        except Exception as e:
+            hook.disable(e)
+
+    def arm() -> None:
+        if not handle:
+            handle.append(nn_module.register_module_forward_pre_hook(mark))
+
+    hook.arm_forward = arm
+    arm()
 
 
 def _install_comm(torch: ModuleType, hook: RankHook) -> None:

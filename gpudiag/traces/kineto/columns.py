@@ -56,6 +56,7 @@ CATEGORY_KINDS: dict[str, Kind | None] = {
     "cpu_instant_event": None,
 }
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset"}
+PYTHON_CATEGORIES = {"python_function", "python"}  # kept only as --step-marker's steps
 
 _STREAM_NUM = re.compile(r"(\d+)")
 _NBYTES_MAX = 2**62
@@ -192,6 +193,7 @@ class Columns:
         self.cats = Interner()
         self.kind_of_cat = np.zeros(0, np.int8)  # per cat id; -1 unknown, -2 known & dropped
         self.gpu_cat = np.zeros(0, bool)
+        self.python_cat = np.zeros(0, bool)
         self.names = Interner()
         self.name_flags = np.zeros((0, 4), bool)  # comm kernel, comm host, data, step
         self.name_shaped = np.zeros(0, bool)  # an operator whose inputs are kept (SHAPED_OP)
@@ -220,6 +222,7 @@ class Columns:
             kk = -2 if k is None else int(k)
             self.kind_of_cat = np.append(self.kind_of_cat, np.int8(kk))
             self.gpu_cat = np.append(self.gpu_cat, str(c).lower() in GPU_CATEGORIES)
+            self.python_cat = np.append(self.python_cat, str(c).lower() in PYTHON_CATEGORIES)
         new = list(self.names)[len(self.name_flags) :]
         if new:
             texts = [name_str(s) for s in new]
@@ -241,6 +244,8 @@ class Columns:
         cat = np.fromiter(map(self.cats.__getitem__, map(_GET_CAT, events)), np.int64, n)
         self._grow()
         kind = self.kind_of_cat[cat]
+        if self.patterns.explicit_step:
+            kind = self._python_steps(events, kind, cat)
         self.skipped += int(np.count_nonzero(kind == -1))
         known = np.flatnonzero(kind >= 0)
         if len(known) != n:
@@ -250,6 +255,24 @@ class Columns:
         if self.first_cat is None:
             self.first_cat = events[0].cat
         self._add_known(events, kind, self.gpu_cat[cat])
+
+    def _python_steps(self, events: list[Any], kind: I8, cat: I64) -> I8:
+        """Python-function events an explicit ``--step-marker`` matches, kept as ranges.
+
+        They are dropped otherwise (one per Python call); the step marker makes them steps.
+        """
+        py = np.flatnonzero((kind == -2) & self.python_cat[cat])
+        if not py.size:
+            return kind
+        ids = np.fromiter(map(self.names.__getitem__, map(_GET_NAME, _take(events, py))),
+                          np.int64, py.size)  # fmt: skip
+        self._grow()
+        hit = self.name_flags[ids, NamePatterns.STEP]
+        if not hit.any():
+            return kind
+        kind = kind.copy()
+        kind[py[hit]] = Kind.ANNOTATION
+        return kind
 
     def _complete_events(self, events: list[Any], phs: Iterable[str]) -> list[Any]:
         """The slice's ``X`` events; names read from its ``M`` events, odd phases counted."""

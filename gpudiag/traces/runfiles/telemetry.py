@@ -43,11 +43,15 @@ COLUMNS = [
     "comm_wait_ns",
     "backward_ns",
     "cpu_ns",
+    "pre_forward_ns",
+    "forward_ns",
+    "optimizer_ns",
     "profiled",
     "host",
 ]
 _INT_COLS = ("step", "start_ns", "end_ns", "duration_ns")
-_NULLABLE = ("data_wait_ns", "comm_wait_ns", "backward_ns", "cpu_ns")
+_PHASES = ("pre_forward_ns", "forward_ns", "optimizer_ns")  # null: not seen in the step
+_NULLABLE = ("data_wait_ns", "comm_wait_ns", "backward_ns", "cpu_ns", *_PHASES)
 _HINT = "the file is not gpudiag step telemetry; re-run with `gpudiag run`, or remove it"
 
 
@@ -91,7 +95,7 @@ def read_steps_file(
     return header, steps, other
 
 
-_WAITS = ("data_wait_ns", "comm_wait_ns", "backward_ns", "cpu_ns")
+_WAITS = ("data_wait_ns", "comm_wait_ns", "backward_ns", "cpu_ns", *_PHASES)
 _NO_STEP = "step records without a valid step, start_ns or end_ns (or of no duration) ignored"
 
 
@@ -162,8 +166,9 @@ def load_steps(run_dir: Path, notes: list[str] | None = None) -> pd.DataFrame:
 
     Columns: rank, step, start_ns, end_ns, duration_ns (int64, epoch ns of
     ``time.time_ns``), data_wait_ns, comm_wait_ns, backward_ns, cpu_ns (the training
-    thread's CPU time in the step; nullable Int64: <NA> where not measured or written by
-    an older gpudiag), profiled (bool), host (str). Records that were dropped or read
+    thread's CPU time in the step) and the phases pre_forward_ns, forward_ns,
+    optimizer_ns (nullable Int64: <NA> where not measured, not seen or written by an
+    older gpudiag), profiled (bool), host (str). Records that were dropped or read
     in part are counted in ``notes`` (one line per file and reason).
     """
     files = steps_files(Path(run_dir))

@@ -8,7 +8,12 @@ and steps the optimizer. From step ``--onset`` on:
 * ``--straggle-rank R --straggle-s S``: rank R sleeps S seconds more before its forward
   (a persistent straggler: the others wait for it in DDP's all-reduce);
 * ``--slow-data-s S``: every rank's dataset takes S seconds more per batch (the input
-  pipeline slows: the time is spent in ``DataLoader.__next__``).
+  pipeline slows: the time is spent in ``DataLoader.__next__``);
+* ``--straggle-compute``: the straggler's extra time is matrix products, not a sleep (a
+  compute straggler);
+* ``--own-batches``: the batches come from the job's own generator function, not a
+  DataLoader (a hand-written loader), which from step ``--onset`` takes ``--slow-batch-s``
+  seconds more per batch.
 
 Step numbers are gpudiag's (the loop index). No gpudiag import: an ordinary user script.
 """
@@ -44,6 +49,14 @@ class Batches(Dataset[Any]):
         return self.x[i], self.y[i]
 
 
+def own_batches(data: Batches, onset: int, slow_s: float) -> Any:
+    """The job's own batch function (no DataLoader): from batch ``onset`` on, slower."""
+    for i in range(len(data)):
+        if slow_s and i >= onset:
+            time.sleep(slow_s)
+        yield data.x[i], data.y[i]
+
+
 def work(ms: float, compute: bool, a: torch.Tensor) -> None:
     """About ``ms`` of work: matrix products (``compute``) or a sleep."""
     if not compute:
@@ -63,6 +76,9 @@ def main() -> None:
     p.add_argument("--straggle-rank", type=int, default=-1)
     p.add_argument("--straggle-s", type=float, default=0.0)
     p.add_argument("--slow-data-s", type=float, default=0.0)
+    p.add_argument("--straggle-compute", action="store_true", help="extra matmul, not a sleep")
+    p.add_argument("--own-batches", action="store_true", help="a generator, not a DataLoader")
+    p.add_argument("--slow-batch-s", type=float, default=0.0)
     a = p.parse_args()
 
     dist.init_process_group("gloo")
@@ -72,12 +88,14 @@ def main() -> None:
         nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 1))
     )
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    loader = DataLoader(Batches(a.steps, 32, a.onset, a.slow_data_s), batch_size=None)
+    data = Batches(a.steps, 32, a.onset, a.slow_data_s)
+    loader = own_batches(data, a.onset, a.slow_batch_s) if a.own_batches else DataLoader(
+        data, batch_size=None)  # fmt: skip
     mat = torch.randn(128, 128)
     for step, (x, y) in enumerate(loader):
         work(a.work_ms, a.compute, mat)
         if rank == a.straggle_rank and step >= a.onset:
-            time.sleep(a.straggle_s)
+            work(a.straggle_s * 1000.0, a.straggle_compute, mat)
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -29,30 +29,63 @@ class _Trace:
         self.rank, self.device, self.world = rank, device, world
 
     def op(self, name: str, ts: float, dur: float, cat: str = "cpu_op", **args: Any) -> None:
-        self.ev.append({"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": ts,
-                        "dur": dur, "args": args})
+        self.ev.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": PID,
+                "tid": TID,
+                "ts": ts,
+                "dur": dur,
+                "args": args,
+            }
+        )
 
-    def launch(self, kernel: str, ts: float, at: float, dur: float, stream: int = 7,
-               **args: Any) -> None:
+    def launch(
+        self, kernel: str, ts: float, at: float, dur: float, stream: int = 7, **args: Any
+    ) -> None:
         self.corr += 1
         self.op("cudaLaunchKernel", ts, 0.01, cat="cuda_runtime", correlation=self.corr)
-        self.ev.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": stream,
-                        "ts": at, "dur": dur, "args": {"device": 0, "stream": stream,
-                                                       "correlation": self.corr, **args}})
+        self.ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": kernel,
+                "pid": 0,
+                "tid": stream,
+                "ts": at,
+                "dur": dur,
+                "args": {"device": 0, "stream": stream, "correlation": self.corr, **args},
+            }
+        )
 
     def doc(self) -> dict[str, Any]:
         gpus = [{"id": i, "name": self.device} for i in range(self.world)]
-        return {"schemaVersion": 1, "deviceProperties": gpus,
-                "distributedInfo": {"backend": "nccl", "rank": self.rank,
-                                    "world_size": self.world},
-                "traceEvents": self.ev}
+        return {
+            "schemaVersion": 1,
+            "deviceProperties": gpus,
+            "distributedInfo": {"backend": "nccl", "rank": self.rank, "world_size": self.world},
+            "traceEvents": self.ev,
+        }
 
 
 MM = {"Input Dims": [[4096, 4096], [4096, 4096]], "Input type": ["float", "float"]}
-CONV = {"Input Dims": [[32, 64, 56, 56], [128, 64, 3, 3], [], [], [], [], [], [], []],
-        "Input type": ["c10::BFloat16", "c10::BFloat16", "", "ScalarList", "ScalarList",
-                       "ScalarList", "Scalar", "ScalarList", "Scalar"],
-        "Concrete Inputs": ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"]}
+CONV = {
+    "Input Dims": [[32, 64, 56, 56], [128, 64, 3, 3], [], [], [], [], [], [], []],
+    "Input type": [
+        "c10::BFloat16",
+        "c10::BFloat16",
+        "",
+        "ScalarList",
+        "ScalarList",
+        "ScalarList",
+        "Scalar",
+        "ScalarList",
+        "Scalar",
+    ],
+    "Concrete Inputs": ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"],
+}
 ADD = {"Input Dims": [[4096, 4096], [4096, 4096], []], "Input type": ["float", "float", "Scalar"]}
 MM_FLOPS = 2 * 4096**3  # 2·M·K·N
 CONV_FLOPS = 2 * 32 * 128 * (28 * 28) * 64 * 9  # stride 2, pad 1: 56 → 28
@@ -117,14 +150,23 @@ def test_the_compute_held_verdict_says_its_share_of_peak(compute: Any) -> None:
 
 
 def test_an_operator_inside_another_counts_once() -> None:
-    lin = {"Input Dims": [[8, 512, 1024], [4096, 1024], [4096]],
-           "Input type": ["c10::BFloat16"] * 3}
-    w = op_work("aten::linear", "\n".join([json.dumps(lin["Input Dims"]),
-                                           json.dumps(lin["Input type"]), ""]))
+    lin = {
+        "Input Dims": [[8, 512, 1024], [4096, 1024], [4096]],
+        "Input type": ["c10::BFloat16"] * 3,
+    }
+    w = op_work(
+        "aten::linear",
+        "\n".join([json.dumps(lin["Input Dims"]), json.dumps(lin["Input type"]), ""]),
+    )
     assert w is not None and w.flops == 2 * 8 * 512 * 1024 * 4096 and w.path == "bf16"
     # a convolution without concrete inputs is not modelled (its stride is unknown)
-    assert op_work("aten::convolution", json.dumps(CONV["Input Dims"]) + "\n"
-                   + json.dumps(CONV["Input type"]) + "\n") is None
+    assert (
+        op_work(
+            "aten::convolution",
+            json.dumps(CONV["Input Dims"]) + "\n" + json.dumps(CONV["Input type"]) + "\n",
+        )
+        is None
+    )
 
 
 def _comm_trace(rank: int) -> dict[str, Any]:
@@ -133,14 +175,26 @@ def _comm_trace(rank: int) -> dict[str, Any]:
     for s in range(5):
         t0 = 1_000.0 + s * STEP_US
         t.op(f"ProfilerStep#{s}", t0, STEP_US - 100, cat="user_annotation")
-        t.op("c10d::reduce_scatter_tensor", t0 + 10, 80.0,
-             **{"Input Dims": [[2048, 8, 1024], [4096, 8, 1024]],
-                "Input type": ["float", "float"]})
-        t.op("record_param_comms", t0 + 20, 50.0,
-             **{"Collective name": "reduce_scatter", "Comms Id": 1000 + s, "Group size": 2})
-        t.launch("ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", t0 + 30, t0 + 100, 13_700.0,
-                 stream=13, **{"Collective name": "reduce_scatter", "Comms Id": 1000 + s,
-                               "Group size": 2})
+        t.op(
+            "c10d::reduce_scatter_tensor",
+            t0 + 10,
+            80.0,
+            **{"Input Dims": [[2048, 8, 1024], [4096, 8, 1024]], "Input type": ["float", "float"]},
+        )
+        t.op(
+            "record_param_comms",
+            t0 + 20,
+            50.0,
+            **{"Collective name": "reduce_scatter", "Comms Id": 1000 + s, "Group size": 2},
+        )
+        t.launch(
+            "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL",
+            t0 + 30,
+            t0 + 100,
+            13_700.0,
+            stream=13,
+            **{"Collective name": "reduce_scatter", "Comms Id": 1000 + s, "Group size": 2},
+        )
     return t.doc()
 
 
@@ -164,10 +218,15 @@ def test_collective_sizes_come_from_the_operators_inputs(tmp_path: Path) -> None
 
 
 def test_the_peak_table_knows_the_parts_traces_name() -> None:
-    for name, model in [("NVIDIA A100-PG509-200", "A100 SXM4"), ("Tesla V100-SXM2-16GB", "V100 SXM2"),
-                        ("NVIDIA H100 80GB HBM3", "H100 SXM5"), ("NVIDIA B200", "B200"),
-                        ("AMD Instinct MI300X", "MI300X"), ("AMD Instinct MI300X VF", "MI300X"),
-                        ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090")]:
+    for name, model in [
+        ("NVIDIA A100-PG509-200", "A100 SXM4"),
+        ("Tesla V100-SXM2-16GB", "V100 SXM2"),
+        ("NVIDIA H100 80GB HBM3", "H100 SXM5"),
+        ("NVIDIA B200", "B200"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("AMD Instinct MI300X VF", "MI300X"),
+        ("NVIDIA GeForce RTX 4090", "GeForce RTX 4090"),
+    ]:
         p = peak_of(name)
         assert p is not None and p.model == model, name
     assert peak_of("AMD Radeon Graphics") is None
