@@ -159,15 +159,23 @@ def shipped_per_rank(path: Path) -> tuple[int, int, Any]:
     from gpudiag.config import Thresholds
     from gpudiag.traces.load import load_run
 
+    fn: Any
     try:
-        from gpudiag.analysis.rank.analyse import source_results
-    except ImportError:  # a tree from before issue 19's split (timed with PYTHONPATH)
-        from gpudiag.analysis.diagnose import (  # type: ignore[attr-defined,no-redef]
-            analyze_source as source_results,
-        )
+        from gpudiag.fanout.work import RankWork
+
+        fn = RankWork(Thresholds())
+    except ImportError:  # a tree from before issue 28's work item (timed with PYTHONPATH)
+        try:
+            from gpudiag.analysis.rank.analyse import (  # type: ignore[attr-defined]
+                source_results,
+            )
+        except ImportError:  # a tree from before issue 19's split
+            from gpudiag.analysis.diagnose import (  # type: ignore[attr-defined,no-redef]
+                analyze_source as source_results,
+            )
+        fn = functools.partial(source_results, thresholds=Thresholds())
 
     source = load_run(path).sources[0]
-    fn = functools.partial(source_results, thresholds=Thresholds())
     task = len(pickle.dumps((fn, source), protocol=5))
     results = fn(source)
     return task, len(pickle.dumps(results, protocol=5)), results[0]

@@ -5,11 +5,11 @@ For one Kineto trace file, in this process (best of ``--repeat`` each, CPU time)
 * **floor**: read + gunzip the file and decode it with msgspec into gpudiag's typed event
   structs in one call (``kineto.read_bytes`` + ``kineto.decode``): what any reader of the
   format pays before it knows anything;
-* **per rank**: ``source_results`` (``analyze_source`` before issue 19) — the whole
-  per-file unit of work of an analysis (the streamed load into columns, steps,
-  classification, collectives, evidence);
+* **per rank**: ``RankWork`` (``source_results`` before issue 28, ``analyze_source``
+  before 19) — the whole per-file unit of work of an analysis (the streamed load into
+  columns, steps, classification, collectives, evidence);
 
-then a cProfile of ``source_results``, its own time grouped by gpudiag module (and
+then a cProfile of ``RankWork``, its own time grouped by gpudiag module (and
 "gunzip", "msgspec decode", "numpy" for the libraries), and the top functions.
 
 Usage::
@@ -66,9 +66,19 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
 
     try:
-        from gpudiag.analysis.rank.analyse import source_results as analyze_source
-    except ImportError:  # a tree from before issue 19's split
-        from gpudiag.analysis.diagnose import analyze_source  # type: ignore[attr-defined,no-redef]
+        from gpudiag.fanout.work import RankWork
+
+        def analyze_source(source: Any, thresholds: Any) -> Any:
+            return RankWork(thresholds)(source)
+    except ImportError:  # a tree from before issue 28's work item
+        try:
+            from gpudiag.analysis.rank.analyse import (  # type: ignore[attr-defined,no-redef]
+                source_results as analyze_source,
+            )
+        except ImportError:  # a tree from before issue 19's split
+            from gpudiag.analysis.diagnose import (  # type: ignore[attr-defined,no-redef]
+                analyze_source,
+            )
     from gpudiag.config import Thresholds
     from gpudiag.traces import kineto
     from gpudiag.traces.load import load_run

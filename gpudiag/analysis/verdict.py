@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Final
 
 from gpudiag.analysis.efficiency.peaks import peak_of
-from gpudiag.analysis.findings.causes import CAPTURE_HINT, LABEL, mx
+from gpudiag.analysis.findings.causes import CAPTURE_HINT, LABEL, cause_of
 from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import (
     Finding,
@@ -31,17 +31,24 @@ from gpudiag.analysis.model.diagnosis import (
     Verdict,
 )
 from gpudiag.analysis.model.efficiency import ComputeEfficiency
-from gpudiag.analysis.model.metrics import JobFailedMetrics, LateArrivalMetrics, StragglerMetrics
+from gpudiag.analysis.model.kinds import Bottleneck, VerdictBasis
+from gpudiag.analysis.model.metrics import (
+    CommBoundMetrics,
+    JobFailedMetrics,
+    LateArrivalMetrics,
+    StragglerMetrics,
+    VariabilityMetrics,
+)
 from gpudiag.analysis.rank.evidence import WITHHOLD, Limit
 from gpudiag.analysis.stragglers.busy_host import BUSY_HOST, busy_host_words
 from gpudiag.config import VerdictRules
 
 BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "copy", "variability",
                "none", "unknown", "hang", "mismatch", "failure", "interrupted")  # fmt: skip
-PROFILED = "profiled window"
-WHOLE_RUN = "whole run"
+PROFILED: Final = "profiled window"
+WHOLE_RUN: Final = "whole run"
 
-_KIND = {
+_KIND: dict[FindingKind, Bottleneck] = {
     FindingKind.DATA_BOUND: "data",
     FindingKind.COMM_BOUND: "communication",
     FindingKind.STRAGGLER: "straggler",
@@ -114,8 +121,9 @@ def _bottleneck(
     if run.mode == Mode.TELEMETRY:  # no trace: every number is the step telemetry's
         return _telemetry_basis(_verdict(run, named, index, rules))
     uneven = [f for f in findings if f.kind == FindingKind.STEP_VARIABILITY
-              and f.severity != Severity.INFO and mx(f, "pattern") != "jitter"
-              and float(mx(f, "excess_share", 0.0)) >= rules.uneven_excess_share]  # fmt: skip
+              and isinstance(f.metrics, VariabilityMetrics) and f.severity != Severity.INFO
+              and f.metrics.pattern != "jitter"
+              and float(f.metrics.excess_share) >= rules.uneven_excess_share]  # fmt: skip
     return _limited(_verdict(run, named, index, rules, uneven, within[:1]), run, lims)
 
 
@@ -176,11 +184,13 @@ def _root_cause(
             and not set(s.ranks) & set(f.ranks)]  # fmt: skip
     if not late:
         return f
-    cause = mx(f, "cause") if isinstance(mx(f, "cause"), dict) else {}
-    waits = (cause or {}).get("waits_for") or {}
+    cause = cause_of(f)
+    waits = cause.get("waits_for") or {}
     share = rules.straggler_wait_share
-    waiting = float(mx(f, "sync_wait_share") or 0.0) > share or (
-        (cause or {}).get("kind") == "sync" and float(waits.get("communication", 0.0)) >= share
+    m = f.metrics
+    synced = m.sync_wait_share if isinstance(m, CommBoundMetrics) else None
+    waiting = float(synced or 0.0) > share or (
+        cause.get("kind") == "sync" and float(waits.get("communication", 0.0)) >= share
     )
     top = min(late, key=lambda s: (Severity(s.severity).order, -float(s.wait_caused_ns or 0)))
     # or the straggler's caused waiting is at least half of these ranks' lost time
@@ -226,20 +236,21 @@ def _verdict(
     if not named and uneven:
         # no steady bottleneck, but a few steps hold the time: name them
         u = uneven[0]
+        excess = float(u.metrics_as(VariabilityMetrics).excess_share)
         return Verdict(headline=f"uneven steps: {u.message}", bottleneck="variability",
-                       share=float(mx(u, "excess_share", 0.0)), ranks=list(u.ranks),
-                       basis=PROFILED, finding=index.get(id(u)))  # fmt: skip
+                       share=excess, ranks=list(u.ranks), basis=PROFILED,
+                       finding=index.get(id(u)))  # fmt: skip
     if not named:
         return _no_bottleneck(run, within, index)
     f = min(named, key=lambda f: (Severity(f.severity).order, -_share(f)))
     f = _root_cause(run, f, named, rules)
-    kind = _KIND[f.kind]
-    cause = mx(f, "cause") if f.kind == FindingKind.HOST_BOUND else None
-    if isinstance(cause, dict) and cause.get("kind") == "copies":
+    kind: Bottleneck = _KIND[f.kind]
+    cause = cause_of(f) if f.kind == FindingKind.HOST_BOUND else {}
+    if cause.get("kind") == "copies":
         kind = "copy"
     share = _share(f)
     who = words.ranks(f.ranks) if f.ranks else "the run"
-    basis = PROFILED
+    basis: VerdictBasis = PROFILED
     if kind == "straggler":
         m = f.metrics
         basis = (
@@ -266,7 +277,7 @@ def _verdict(
 
 def _traffic(f: Finding, rules: VerdictRules) -> str:
     """What a communication-bound rank waits for: mostly point-to-point, some, or none."""
-    p2p = mx(f, "p2p_share")
+    p2p = f.metrics.p2p_share if isinstance(f.metrics, CommBoundMetrics) else None
     if p2p is None or float(p2p) <= 0:
         return "collectives"
     return "point-to-point communication" if float(p2p) > rules.p2p_share else "communication"

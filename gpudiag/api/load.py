@@ -18,9 +18,12 @@ from typing import Any
 from gpudiag._support.fileio import read_input
 from gpudiag.analysis import diagnose as pipeline
 from gpudiag.analysis.model.diagnosis import Diagnosis
-from gpudiag.config import Thresholds
+from gpudiag.analysis.rank.analyse import RankResult
+from gpudiag.analysis.rank.timeline import Timeline
+from gpudiag.config import GateConfig, Thresholds, gate_config
 from gpudiag.errors import InputError, UsageError
 from gpudiag.fanout.pool import Mapper, Progress, dask_map, local_map
+from gpudiag.fanout.work import RankWork, TimelineMode
 from gpudiag.traces.core.common import LoadOptions
 from gpudiag.traces.load import load_run
 from gpudiag.traces.schema import RunTimeline
@@ -86,7 +89,35 @@ def diagnose(
     run: RunTimeline, thresholds: Thresholds | None = None, map: Mapper | None = None
 ) -> Diagnosis:
     """Diagnose a loaded run, its sources analysed in local worker processes unless ``map``."""
-    return pipeline.diagnose(run, thresholds, map=map or local_map())
+    th = thresholds or Thresholds()
+    return pipeline.diagnose(run, rank_results(run, th, map or local_map()), th, _limits(th))
+
+
+def diagnose_with_timeline(
+    run: RunTimeline,
+    thresholds: Thresholds | None = None,
+    map: Mapper | None = None,
+    full: bool = False,
+) -> tuple[Diagnosis, Timeline]:
+    """:func:`diagnose`, and the classified timeline of every rank (the Perfetto view).
+
+    ``full`` keeps the raw kernels (operators on CPU traces) as well.
+    """
+    th = thresholds or Thresholds()
+    results = rank_results(run, th, map or local_map(), "full" if full else "parts")
+    return pipeline.diagnose_with_timeline(run, results, th, _limits(th))
+
+
+def rank_results(
+    run: RunTimeline, th: Thresholds, map: Mapper, timeline: TimelineMode | None = None
+) -> list[RankResult]:
+    """Every rank of the run read and analysed: :class:`RankWork` on each source, by ``map``."""
+    return [r for rs in map(RankWork(th, timeline), run.sources) for r in rs]
+
+
+def _limits(th: Thresholds) -> GateConfig:
+    """The gate's settings (``[tool.gpudiag.gate]``, kept in ``th.extra``), typed once."""
+    return gate_config(th.extra.get("gate"))
 
 
 def analyze(
@@ -141,13 +172,13 @@ def analyze(
 
         if rank_cache.enabled():
             own = None if cache is True else Path(cache)
-            mapper = rank_cache.cached_map(mapper, th, user_dir=own)
+            mapper = rank_cache.cached_map(mapper, user_dir=own)
     run = load_run(*paths, options=LoadOptions.from_thresholds(th, nsys))
     if timeline is None:
-        return pipeline.diagnose(run, th, map=mapper)
+        return diagnose(run, th, map=mapper)
     from gpudiag.report.timeline import write
 
-    d, tl = pipeline.diagnose_with_timeline(run, th, map=mapper, full=timeline_full)
+    d, tl = diagnose_with_timeline(run, th, map=mapper, full=timeline_full)
     write(d, tl, Path(timeline))
     return d
 

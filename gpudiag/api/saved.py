@@ -235,6 +235,10 @@ def _value(v: Any, tp: Any, path: str) -> Any:
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any:
         return v
+    if origin is typing.Literal:  # a closed set of words: read back as the string it is
+        if not isinstance(v, str):
+            raise ValueError(f"{path}: expected a string, got {_json_words(v)}")
+        return v
     if origin in (typing.Union, types.UnionType):
         if v is None and type(None) in args:
             return None

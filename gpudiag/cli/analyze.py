@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -71,9 +70,6 @@ def analyze(
     no_cache: NoCache = False,
 ) -> None:
     """Diagnose PyTorch Profiler traces, Nsight Systems reports or a gpudiag run directory."""
-    from gpudiag.report import pick_format
-
-    form = pick_format("diagnosis", fmt, output)
     if timeline_full and timeline is None:
         raise GpudiagError("--timeline-full adds to --timeline", "give --timeline FILE too",
                            EXIT_USAGE)  # fmt: skip
@@ -81,8 +77,7 @@ def analyze(
     if include_warmup:
         th = th.replace(steady=dataclasses.replace(th.steady, include_warmup=True))
     d = _diagnose_paths(paths, th, jobs, nsys, scheduler, timeline, timeline_full)
-    _warn_steps(d)
-    emit(d, form, output, **({"show_steps": steps} if form == "table" else {}))
+    emit(d, fmt, output, show_steps=steps)
 
 
 def _quiet_dask() -> None:
@@ -130,14 +125,3 @@ def _diagnose_paths(
     finally:
         if bar is not None:
             bar.stop()
-
-
-def _warn_steps(d: Any) -> None:
-    """Say on stderr when steps were not found from markers: every number depends on them."""
-    from gpudiag.analysis.model.metrics import SourceMissingMetrics
-
-    for f in d.findings:
-        m = f.metrics
-        if isinstance(m, SourceMissingMetrics) and m.missing == "steps":
-            who = ", ".join(map(str, f.ranks))
-            print(f"gpudiag: warning: rank {who}: {f.message}", file=sys.stderr)

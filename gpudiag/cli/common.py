@@ -84,21 +84,26 @@ def thresholds(**overrides: Any) -> Thresholds:
     return thresholds_from_config(load_project_config()).replace(**overrides)
 
 
-def emit(result: Any, fmt: str, output: Path | None, **options: Any) -> None:
+def emit(result: Any, fmt: str | None, output: Path | None, **options: Any) -> None:
     """Render ``result`` on stdout, or into ``output`` (:mod:`gpudiag._support.fileio` rules).
 
-    ``-`` is stdout; a regular file (or a new one) is replaced atomically; a device, FIFO
-    or symbolic link is written through; anything else is refused with one line.
+    The renderer picks the format for the result (``fmt``, else ``output``'s extension, else
+    its default) and says what to warn about on stderr. ``-`` is stdout; a regular file (or
+    a new one) is replaced atomically; a device, FIFO or symbolic link is written through;
+    anything else is refused with one line.
     """
-    from gpudiag.report import render
+    from gpudiag.report import notices, renderer_for
 
+    write = renderer_for(result, fmt, output, **options)
+    for line in notices(result):
+        print(line, file=sys.stderr)
     if output is None or str(output) == "-":
-        render(result, fmt, sys.stdout, **options)
+        write(sys.stdout)
         return
     from gpudiag._support.fileio import write_output
 
     with write_output(output) as f:
-        render(result, fmt, f, **options)
+        write(f)
     print(f"wrote {output}", file=sys.stderr)
 
 

@@ -105,9 +105,8 @@ def gate(
 ) -> None:
     """CI performance gate: idle/wait limits, stragglers, regression against baseline runs."""
     from gpudiag.config import gate_config
-    from gpudiag.report import pick_format
 
-    form = pick_format("gate", fmt, None)
+    form = fmt  # the renderer picks the format once the result exists
     th = thresholds()
     effect = min_effect if min_effect is not None else max_regression
     cfg = gate_config(
@@ -205,15 +204,9 @@ def diff(
 ) -> None:
     """What changed between two runs: step time, shares, idle ratio, per rank."""
     from gpudiag.analysis.compare.diff import diff as run_diff
-    from gpudiag.report import pick_format
 
-    form = pick_format("diff", fmt, output)
     th = thresholds()
-    emit(
-        run_diff(diagnosis(a, th), diagnosis(b, th), str(a), str(b), th.diff, th),
-        form,
-        output,
-    )
+    emit(run_diff(diagnosis(a, th), diagnosis(b, th), str(a), str(b), th.diff, th), fmt, output)
 
 
 @app.command(cls=clihelp.Command)

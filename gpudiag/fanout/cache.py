@@ -57,6 +57,7 @@ import numpy as np
 
 from gpudiag import __version__
 from gpudiag._support.records import dataclass
+from gpudiag.fanout.work import RankWork
 
 MAGIC = b"GPUDIAG-RANK-CACHE\n"
 FORMAT = 1
@@ -110,25 +111,26 @@ def user_cache_dir() -> Path:
 
 def cached_map(
     inner: Mapper,
-    thresholds: Any,
     user_dir: Path | None = None,
     max_bytes: int = MAX_BYTES,
     stats: CacheStats | None = None,
 ) -> Mapper:
     """A mapper that answers per-rank work on trace files from the cache, ``inner`` else.
 
-    Only the per-file analysis (``source_results`` with these ``thresholds``) of trace
-    files (items with ``path`` and ``fmt``) is cached; with a timeline it is only stored.
-    Anything else goes to ``inner`` as it is.
+    Only the per-rank work (:class:`~gpudiag.fanout.work.RankWork`, keyed on its thresholds)
+    on trace files (items with ``path`` and ``fmt``) is cached; with a timeline it is only
+    stored. Any other work goes to ``inner`` as it is.
     """
     st = stats if stats is not None else CacheStats()
     home = user_dir if user_dir is not None else user_cache_dir()
 
     def run(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
-        mode = _rank_work(fn, thresholds)
-        if mode is None:
+        if not isinstance(fn, RankWork):
             return inner(fn, items)
-        th = _rank_thresholds(thresholds)
+        # the timeline's lanes are not kept (they are large): an analysis that draws the
+        # timeline reads every file, and stores its results (without lanes) for the next one
+        lookup = fn.timeline is None
+        th = _rank_thresholds(fn.thresholds)
         code = _code_fingerprint()
         out: list[Any] = [None] * len(items)
         todo: list[int] = []
@@ -142,7 +144,7 @@ def cached_map(
                 continue
             digest = hashlib.sha256(_canonical(key)).hexdigest()
             where[i] = (d, key, digest)
-            found = _read(d / f"{digest}{SUFFIX}", key) if mode == "lookup" else None
+            found = _read(d / f"{digest}{SUFFIX}", key) if lookup else None
             if found is None:
                 st.misses += 1
                 todo.append(i)
@@ -168,26 +170,6 @@ def cached_map(
 
 
 # ---- the key ---------------------------------------------------------------------------
-
-
-def _rank_work(fn: Any, thresholds: Any) -> str | None:
-    """``lookup`` for ``source_results`` with these thresholds; ``store`` with a timeline too.
-
-    The timeline's lanes are not kept (they are large): an analysis that draws the
-    timeline reads every file, and stores its results (without lanes) for the next one.
-    None for any other work.
-    """
-    from gpudiag.analysis.rank.analyse import source_results
-
-    if not (
-        isinstance(fn, functools.partial)
-        and fn.func is source_results
-        and not fn.args
-        and set(fn.keywords) <= {"thresholds", "timeline"}
-        and fn.keywords.get("thresholds") is thresholds
-    ):
-        return None
-    return "lookup" if fn.keywords.get("timeline") is None else "store"
 
 
 def _without_lanes(results: Any) -> Any:

@@ -1,8 +1,10 @@
 """Renderer registry: every result type (Diagnosis, gate, diff, doctor) by format.
 
-The format comes from ``--format`` or from the output file's extension (``.html``,
-``.json``, ``.csv``, ``.md``, ``.xml``, ``.txt``). Renderers only format what they are
-given; they compute nothing new.
+The format is picked here, once the result exists (:func:`renderer_for`): ``--format``, or
+the output file's extension (``.html``, ``.json``, ``.csv``, ``.md``, ``.xml``, ``.txt``),
+checked against what the result's kind offers. Renderers only format what they are given;
+they compute nothing new. :func:`notices` are the lines a command writes on stderr about
+its result.
 """
 
 from __future__ import annotations
@@ -101,3 +103,37 @@ def render(result: Any, fmt: str, out: TextIO, **options: Any) -> None:
         fn(result, out, **options)
     else:
         fn(result, out)
+
+
+def renderer_for(
+    result: Any, fmt: str | None, output: Path | None, **options: Any
+) -> Callable[[TextIO], None]:
+    """The report of ``result`` in the format picked for its kind (:func:`pick_format`).
+
+    Raised here, before anything is written: a format the result's kind does not offer.
+    ``options`` reach the table renderer only.
+    """
+    form = pick_format(kind_of(result), fmt, output)
+
+    def write(out: TextIO) -> None:
+        render(result, form, out, **options)
+
+    return write
+
+
+def notices(result: Any) -> list[str]:
+    """Lines for stderr about a result, one per finding a user must not miss.
+
+    A Diagnosis whose steps were not found from markers: every number depends on them.
+    """
+    if not isinstance(result, Diagnosis):
+        return []
+    from gpudiag.analysis.model.metrics import SourceMissingMetrics
+
+    out = []
+    for f in result.findings:
+        m = f.metrics
+        if isinstance(m, SourceMissingMetrics) and m.missing == "steps":
+            who = ", ".join(map(str, f.ranks))
+            out.append(f"gpudiag: warning: rank {who}: {f.message}")
+    return out

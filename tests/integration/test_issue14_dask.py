@@ -29,8 +29,8 @@ distributed = pytest.importorskip("distributed", reason="pip install -e '.[test]
 import dask  # noqa: E402
 
 import gpudiag  # noqa: E402
-from gpudiag.analysis.rank.analyse import source_results  # noqa: E402
 from gpudiag.config import Thresholds, scheduler_address  # noqa: E402
+from gpudiag.fanout.work import RankWork  # noqa: E402
 from gpudiag.traces.load import load_run  # noqa: E402
 
 DATA = ROOT / "tests" / "data"
@@ -178,7 +178,7 @@ def test_rank_results_are_bounded_by_steps_and_collectives(tmp_path):
     )  # fmt: skip
     th = Thresholds()
     for path in (src, tmp_path / "rank-0.json.gz"):
-        (res,) = source_results(load_run(path).sources[0], th)
+        (res,) = RankWork(th)(load_run(path).sources[0])
         size = len(pickle.dumps(res, protocol=5))
         colls = len(res.collectives.type) if res.collectives else 0
         # THEN what crosses back costs a constant (meta + the evidence summaries: device,

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from builders import MS, TimelineBuilder, gpu_run
 
-from gpudiag.analysis.diagnose import diagnose
 from gpudiag.analysis.rank.classify import classify_steps
 from gpudiag.analysis.reading.steps import find_steps
+from gpudiag.api.load import diagnose
 from gpudiag.config import Thresholds
 
 

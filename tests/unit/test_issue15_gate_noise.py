@@ -26,8 +26,8 @@ from gpudiag.analysis.compare.baseline import (
 from gpudiag.analysis.compare.diff import diff
 from gpudiag.analysis.compare.gate import evaluate, runs_needed
 from gpudiag.analysis.compare.stats import t_ppf, t_sf
-from gpudiag.analysis.diagnose import diagnose
 from gpudiag.analysis.model.diagnosis import Diagnosis
+from gpudiag.api.load import diagnose
 from gpudiag.api.saved import diagnosis_from_json
 from gpudiag.config import GateConfig
 from gpudiag.rundir import layout as rundir

@@ -322,7 +322,8 @@ def test_the_diagnosis_lists_the_alerts_and_the_timeline_shows_them(tmp_path):
 
     from builders import gpu_run
 
-    from gpudiag.analysis.diagnose import diagnose_with_timeline, live_alerts
+    from gpudiag.analysis.diagnose import live_alerts
+    from gpudiag.api.load import diagnose_with_timeline
     from gpudiag.api.saved import diagnosis_from_json, schema_problem
     from gpudiag.report import timeline
 

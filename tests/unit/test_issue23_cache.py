@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 import gpudiag
-from gpudiag.analysis.diagnose import diagnose
-from gpudiag.analysis.rank.analyse import source_results
+from gpudiag.api.load import diagnose
 from gpudiag.config import LoaderRules, Thresholds
 from gpudiag.fanout import cache
 from gpudiag.fanout.pool import serial_map
+from gpudiag.fanout.work import RankWork
 from gpudiag.rundir import layout as rundir
 from gpudiag.traces.core.common import LoadOptions
 from gpudiag.traces.load import load_run
@@ -51,7 +51,7 @@ def _analyse(
 ) -> tuple[str, Counting, cache.CacheStats]:
     th = th or Thresholds()
     inner, stats = Counting(), cache.CacheStats()
-    mapper = cache.cached_map(inner, th, user_dir=home, stats=stats, **kw)
+    mapper = cache.cached_map(inner, user_dir=home, stats=stats, **kw)
     run = load_run(*paths, options=LoadOptions.from_thresholds(th))
     d = diagnose(run, th, map=mapper)
     return json.dumps(d.to_json(), sort_keys=True), inner, stats
@@ -169,7 +169,7 @@ def test_per_rank_work_reads_only_the_keyed_thresholds(shared_traces, name):
     # If the per-rank analysis starts reading another threshold, add it to RANK_THRESHOLDS
     seen: set[str] = set()
     for source in load_run(shared_traces / name).sources:
-        source_results(source, Recorder(Thresholds(), seen))  # type: ignore[arg-type]
+        RankWork(Recorder(Thresholds(), seen))(source)  # type: ignore[arg-type]
     assert seen and seen <= set(cache.RANK_THRESHOLDS)
 
 
@@ -371,13 +371,13 @@ _WORKER = r"""
 import json, sys
 from pathlib import Path
 from gpudiag.fanout import cache
-from gpudiag.analysis.diagnose import diagnose
+from gpudiag.api.load import diagnose
 from gpudiag.config import Thresholds
 from gpudiag.fanout.pool import serial_map
 from gpudiag.traces.load import load_run
 th = Thresholds()
 for _ in range(3):
-    d = diagnose(load_run(sys.argv[1]), th, map=cache.cached_map(serial_map, th, Path(sys.argv[2]),
+    d = diagnose(load_run(sys.argv[1]), th, map=cache.cached_map(serial_map, Path(sys.argv[2]),
                                                                    max_bytes=int(sys.argv[3])))
     print(json.dumps(d.to_json(), sort_keys=True))
 """

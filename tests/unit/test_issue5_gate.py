@@ -16,8 +16,8 @@ from gpudiag.analysis.compare.baseline import step_samples
 from gpudiag.analysis.compare.diff import diff
 from gpudiag.analysis.compare.gate import evaluate
 from gpudiag.analysis.compare.stats import mann_whitney_u
-from gpudiag.analysis.diagnose import diagnose
 from gpudiag.analysis.model.diagnosis import Diagnosis, Finding
+from gpudiag.api.load import diagnose
 from gpudiag.api.saved import diagnosis_from_json
 from gpudiag.config import GateConfig, gate_config
 from gpudiag.errors import UsageError

@@ -14,8 +14,8 @@ import pytest
 from builders import gpu_run
 from cli_runner import run_cli
 
-from gpudiag.analysis.diagnose import diagnose
 from gpudiag.analysis.model.diagnosis import Finding, RankEvidence
+from gpudiag.api.load import diagnose
 from gpudiag.report.html_report import render
 
 EVIL = '</script><script>alert("x")</script><img src=x onerror=alert(1)>'

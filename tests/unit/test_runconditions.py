@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from builders import gpu_run
 
-from gpudiag.analysis.diagnose import diagnose
+from gpudiag.api.load import diagnose
 from gpudiag.config import GateConfig, Thresholds
 from gpudiag.rundir import layout as rundir
 from gpudiag.rundir.conditions import (

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from gpudiag.analysis.diagnose import build_diagnosis
-from gpudiag.analysis.rank.analyse import source_results
 from gpudiag.config import Thresholds
+from gpudiag.fanout.work import RankWork
 from gpudiag.traces.load import load_run
 
 SOURCE = Path(__file__).resolve().parents[1] / "data" / "straggler_comms_id" / "rank-0.json.gz"
@@ -59,6 +59,6 @@ def _lines(results: list[Any]) -> int:
 
 
 def test_sixteen_times_the_ranks_costs_at_most_24_times_the_lines() -> None:
-    (base,) = source_results(load_run(SOURCE).sources[0], Thresholds())
+    (base,) = RankWork(Thresholds())(load_run(SOURCE).sources[0])
     small, large = _lines(_ranks(base, 32)), _lines(_ranks(base, 512))
     assert large <= 24 * small, (small, large, large / small)

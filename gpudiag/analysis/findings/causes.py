@@ -52,7 +52,7 @@ from gpudiag.analysis.model.diagnosis import (
     Severity,
     StepBreakdown,
 )
-from gpudiag.analysis.model.metrics import ExposedCopiesMetrics
+from gpudiag.analysis.model.metrics import ExposedCopiesMetrics, HostMetrics, VariabilityMetrics
 from gpudiag.config import AdviceRules, Thresholds
 
 CAUSES = ("copies", "sync", "allocator", "copy", "jit", "launch", "eager", "python", "unknown")
@@ -79,21 +79,10 @@ _WHO = {"compute": "its own kernels", "communication": "a collective (other rank
         "copy": "a copy", "nothing": "nothing on the GPU"}  # fmt: skip
 
 
-def ev(r: RankSummary, key: str) -> Any:
-    """One evidence value of a rank, ``None`` when not seen."""
-    e: Any = r.evidence
-    return e.get(key) if isinstance(e, Mapping) else getattr(e, key, None)
-
-
-def mx(f: Finding, key: str, default: Any = None) -> Any:
-    """One metric of a finding, ``default`` when it has none by that name."""
-    m: Any = f.metrics
-    return m.get(key, default) if isinstance(m, Mapping) else getattr(m, key, default)
-
-
 def cause_of(f: Finding) -> dict[str, Any]:
     """The host cause named on a finding (:func:`host_cause`), ``{}`` when none."""
-    cause = mx(f, "cause")
+    m = f.metrics
+    cause = m.cause if isinstance(m, (HostMetrics, VariabilityMetrics)) else None
     return cause if isinstance(cause, dict) else {}
 
 
@@ -157,7 +146,7 @@ def cpu_host_cause(ranks: Sequence[RankSummary], flagged: Sequence[int]) -> dict
     steps, nothing the trace holds says where the step's time goes.
     """
     which = set(flagged)
-    cov = [ev(r, "coverage") or {} for r in ranks if r.rank in which]
+    cov = [r.evidence.coverage or {} for r in ranks if r.rank in which]
     if not cov or any(c.get("step_thread_ops_in_steps", 1) for c in cov):
         return {}
     host = sum(int(c.get("host_ops_in_steps", 0)) for c in cov)
@@ -168,7 +157,7 @@ def cpu_host_cause(ranks: Sequence[RankSummary], flagged: Sequence[int]) -> dict
 
 
 def _copies_cause(sc: _Scope) -> dict[str, Any]:
-    copies = sum(_series(r, ev(r, "copies_alone") or {}, sc.kept)[0] for r in sc.mine)
+    copies = sum(_series(r, r.evidence.copies_alone or {}, sc.kept)[0] for r in sc.mine)
     if copies < sc.rules.launch_bound_share * sc.other:
         return {}
     mem = _memory(sc.mine, sc.rules)
@@ -218,10 +207,10 @@ def _api_cause(sc: _Scope) -> dict[str, Any]:
 
 
 def _launch_cause(sc: _Scope) -> dict[str, Any]:
-    kps = [float(ev(r, "kernels_per_step") or 0) for r in sc.mine]
-    med = [int(ev(r, "kernel_ns_median") or 0) for r in sc.mine]
-    short_gaps = sum(int(getattr(ev(r, "gpu_idle_in_steps"), "short_gaps_ns", 0) or 0)
-                     for r in sc.mine)  # fmt: skip
+    kps = [float(r.evidence.kernels_per_step or 0) for r in sc.mine]
+    med = [int(r.evidence.kernel_ns_median or 0) for r in sc.mine]
+    short_gaps = sum(int(g.short_gaps_ns or 0) for r in sc.mine
+                     if (g := r.evidence.gpu_idle_in_steps) is not None)  # fmt: skip
     top = max(kps, default=0.0)
     apart = (sc.total / sc.n_steps) / top if top else 0.0
     many_short = (
@@ -248,13 +237,13 @@ def _op_cause(sc: _Scope) -> dict[str, Any]:
     """Eager operator overhead or Python between operators (module docstring, 4 and 5)."""
     keys = ("in_ops_idle", "between_idle", "training", "other_threads", "launch")
     ops = {k: sum(_series(r, _host_ops(r, k), sc.kept)[0] for r in sc.mine) for k in keys}
-    if not any(ev(r, "host_ops") for r in sc.mine):
+    if not any(r.evidence.host_ops for r in sc.mine):
         return _python_old(sc)  # evidence recorded before host_ops
     inside, between = ops["in_ops_idle"], ops["between_idle"]
     if inside >= sc.rules.eager_op_share * sc.other and inside >= between:
-        threads = max(int((ev(r, "host_ops") or {}).get("threads") or 1) for r in sc.mine)
-        kps = max((float(ev(r, "kernels_per_step") or 0) for r in sc.mine), default=0.0)
-        med = max((int(ev(r, "kernel_ns_median") or 0) for r in sc.mine), default=0)
+        threads = max(int((r.evidence.host_ops or {}).get("threads") or 1) for r in sc.mine)
+        kps = max((float(r.evidence.kernels_per_step or 0) for r in sc.mine), default=0.0)
+        med = max((int(r.evidence.kernel_ns_median or 0) for r in sc.mine), default=0)
         who = (f"training thread {fmt_ns(ops['training'] / sc.n_steps)} and "
                + ("autograd thread" if threads == 2 else "autograd threads")
                + f" {fmt_ns(ops['other_threads'] / sc.n_steps)} inside operators a step"
@@ -271,7 +260,7 @@ def _op_cause(sc: _Scope) -> dict[str, Any]:
 
 def _python_old(sc: _Scope) -> dict[str, Any]:
     """Python overhead from the training thread's operator share alone (older evidence)."""
-    op_share = [ev(r, "host_op_share") for r in sc.mine]
+    op_share = [r.evidence.host_op_share for r in sc.mine]
     outside = [1.0 - float(x) for x in op_share if x is not None]
     if not outside or min(outside) < sc.rules.host_cause_share:
         return {}
@@ -290,7 +279,7 @@ def _share_text(sc: _Scope, ns: float, more: str = "") -> str:
 
 def _host_ops(r: RankSummary, key: str) -> dict[str, Any]:
     """One per-step series of the rank's ``host_ops`` as ``{steps, ns_per_step}``."""
-    e = ev(r, "host_ops") or {}
+    e = r.evidence.host_ops or {}
     return {"steps": e.get("steps", []), "ns_per_step": e.get(f"{key}_ns_per_step", [])}
 
 
@@ -305,8 +294,8 @@ def _own(sc: _Scope, ns: float) -> dict[str, Any]:
 
 def _memory(ranks: Sequence[RankSummary], rules: AdviceRules) -> str:
     """``pageable`` when pageable copies hold ``pageable_copy_share`` of the GPU copy time."""
-    pageable = sum(int(ev(r, "pageable_copy_ns") or 0) for r in ranks)
-    gpu_copy = sum(int(ev(r, "copy_ns") or 0) for r in ranks)
+    pageable = sum(int(r.evidence.pageable_copy_ns or 0) for r in ranks)
+    gpu_copy = sum(int(r.evidence.copy_ns or 0) for r in ranks)
     if gpu_copy and pageable >= rules.pageable_copy_share * gpu_copy:
         return "pageable"
     return "pinned or device"
@@ -317,7 +306,7 @@ def _done(kind: str, text: str) -> dict[str, Any]:
 
 
 def _entry(r: RankSummary, cls: str) -> Mapping[str, Any]:
-    return (ev(r, "host_api") or {}).get(cls) or {}
+    return (r.evidence.host_api or {}).get(cls) or {}
 
 
 def _api(r: RankSummary, cls: str, kept: set[tuple[int, int]]) -> tuple[int, list[int]]:
@@ -373,7 +362,7 @@ def exposed_copies(
     Ranks whose host-bound finding already names copies as its cause are left out.
     """
     named = {r for f in findings if f.kind == FindingKind.HOST_BOUND
-             and (mx(f, "cause") or {}).get("kind") == "copies"
+             and cause_of(f).get("kind") == "copies"
              for r in f.ranks}  # fmt: skip
     kept = {(s.rank, s.step) for s in steps}
     totals: dict[int, int] = {}
@@ -382,7 +371,7 @@ def exposed_copies(
     per: dict[int, float] = {}
     for r in ranks:
         total = totals.get(r.rank, 0)
-        copies = _series(r, ev(r, "copies_alone") or {}, kept)[0]
+        copies = _series(r, r.evidence.copies_alone or {}, kept)[0]
         if r.rank not in named and total and copies / total >= th.advice.exposed_copy_share:
             per[r.rank] = copies / total
     if not per:
@@ -391,7 +380,7 @@ def exposed_copies(
     span = words.percent(lo) if round(lo, 2) == round(hi, 2) else (
         f"{words.percent(lo)}–{words.percent(hi)}")  # fmt: skip
     mine = [r for r in ranks if r.rank in per]
-    names = sorted({str(e.name) for r in mine for e in getattr(ev(r, "kernels"), "top", [])
+    names = sorted({str(e.name) for r in mine for e in r.evidence.top_kernels()
                     if e.family == "memcpy"})  # fmt: skip
     mem = _memory(mine, th.advice)
     what = f" ({', '.join(names[:2])}; {mem} memory)" if names else f" ({mem} memory)"

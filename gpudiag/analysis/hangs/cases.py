@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.hangs.stack_frames import collective_of, user_frames, where_text
 from gpudiag.analysis.hangs.stuck import GroupStall, HangAnalysis, Mismatch
+from gpudiag.analysis.model.kinds import HangEvidence
 from gpudiag.traces.runfiles.flightrec import Frame, RankStacks
 
 
@@ -33,7 +34,7 @@ class HangCase:
     explained_by: str | None
     incomplete: bool
     message: str
-    evidence: str  # "flight recorder" / "stacks"
+    evidence: HangEvidence
     mismatch: tuple[Mismatch, ...] = ()
     # the stalls this root explains: (label, the ranks waiting in it)
     effects: tuple[tuple[str, tuple[int, ...]], ...] = ()

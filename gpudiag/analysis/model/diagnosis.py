@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model.efficiency import ComputeEfficiency
+from gpudiag.analysis.model.kinds import Bottleneck, MatchMethod, TimeUnit, VerdictBasis
 from gpudiag.analysis.model.kinds import Cause as Cause
 from gpudiag.analysis.model.kinds import FindingKind as FindingKind
 from gpudiag.analysis.model.kinds import Mode as Mode
@@ -103,7 +104,7 @@ class TopEntry:
 class KernelBreakdown:
     """The kernels (GPU) or operators (CPU) behind compute, by name and by family."""
 
-    unit: str  # "kernel" or "operator"
+    unit: TimeUnit
     total_ns: int
     top: list[TopEntry]
     families: dict[str, float]  # family → share of total_ns, largest first
@@ -187,6 +188,10 @@ class RankEvidence:
         if kw.get("gpu_idle_in_steps") is not None:
             kw["gpu_idle_in_steps"] = GpuIdleInSteps(**kw["gpu_idle_in_steps"])
         return cls(**kw)
+
+    def top_kernels(self) -> list[TopEntry]:
+        """The kernels (operators) of :attr:`kernels` that took the most time; [] if unseen."""
+        return self.kernels.top if self.kernels is not None else []
 
     def to_json(self) -> dict[str, Any]:
         """The ``evidence`` object of a JSON rank: only what was seen (no nulls)."""
@@ -332,7 +337,7 @@ class LateArrival:
 class CollectivesSummary:
     """Collectives matched across ranks: transfer vs synchronisation, bandwidth per bucket."""
 
-    method: str  # "comms_id", "order", "none"
+    method: MatchMethod
     matched: int
     bandwidth_is_lower_bound: bool
     by_type: list[CollectiveRow]
@@ -456,11 +461,10 @@ class Verdict:
     """The one line every renderer shows first (analysis/verdict.py, docs/definitions.md)."""
 
     headline: str
-    bottleneck: str  # "data", "communication", "straggler", "pipeline", "host", "copy",
-    # "variability", "none", "unknown", "hang", "mismatch", "failure", "interrupted"
+    bottleneck: Bottleneck
     share: float  # of step time; for "none" the compute share
     ranks: list[int]
-    basis: str  # "profiled window" or "whole run"
+    basis: VerdictBasis
     # what the traces cannot support (analysis/evidence.py): each sentence withholds the
     # verdict ("unknown") or qualifies it; absent from the JSON when there is none
     limits: list[str] | None = field(default=None, metadata=OMIT_IF_NONE)

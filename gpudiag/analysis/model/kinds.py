@@ -7,6 +7,7 @@ They compare equal to, and serialise as, the plain strings of the JSON
 from __future__ import annotations
 
 import enum
+from typing import Literal
 
 
 class StrEnum(str, enum.Enum):
@@ -85,3 +86,27 @@ class StepSource(StrEnum):
         """Steps the job itself marked (no note needed on how they were found)."""
         return self in (StepSource.PROFILER_STEP, StepSource.MARKER, StepSource.USER_RANGE,
                         StepSource.TELEMETRY)  # fmt: skip
+
+
+# The closed sets of words some fields take (typing.Literal: checked by mypy where they are
+# made; a saved diagnosis is read back with any string there, as before).
+VariabilityPattern = Literal["jitter", "outlier", "stalls", "regime_change", "two_kinds"]
+# where a straggler's step times came from: the profiled window or gpudiag run's telemetry
+StragglerSource = Literal["trace", "telemetry"]
+PipelineSchedule = Literal["gpipe", "1f1b", "unknown"]
+# what the compute breakdown times: GPU kernels, or operators on a CPU trace
+TimeUnit = Literal["kernel", "operator"]
+# what a hang finding was read from
+HangEvidence = Literal["flight recorder", "stacks"]
+# what a trace cannot support (analysis/rank/evidence.py) and what that does to the verdict
+LimitKind = Literal["sampled", "filtered", "no_gpu_activity", "no_kernels", "comm_only",
+                    "clock", "short", "unlinked"]  # fmt: skip
+LimitEffect = Literal["withhold", "qualify"]
+# what the verdict names as the run's bottleneck (analysis/verdict.py, docs/definitions.md)
+Bottleneck = Literal["data", "communication", "straggler", "pipeline", "host", "copy",
+                     "variability", "none", "unknown", "hang", "mismatch", "failure",
+                     "interrupted"]  # fmt: skip
+# what the verdict's numbers are over: the profiled window, or gpudiag run's telemetry
+VerdictBasis = Literal["profiled window", "whole run"]
+# how collectives were matched across ranks
+MatchMethod = Literal["comms_id", "order", "none"]

@@ -15,7 +15,16 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from gpudiag._support.records import dataclass
-from gpudiag.analysis.model.kinds import FindingKind
+from gpudiag.analysis.model.kinds import (
+    FindingKind,
+    HangEvidence,
+    LimitEffect,
+    LimitKind,
+    PipelineSchedule,
+    StragglerSource,
+    TimeUnit,
+    VariabilityPattern,
+)
 
 _OMIT = "omit_if_none"
 # field metadata: the field is left out of the JSON while it is ``None`` (absent, not null)
@@ -135,7 +144,7 @@ class VariabilityMetrics(FindingMetrics):
 
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.STEP_VARIABILITY,)
 
-    pattern: str  # "jitter", "outlier", "stalls", "regime_change", "two_kinds"
+    pattern: VariabilityPattern
     median_ns: int
     p90_ns: int
     min_ns: int
@@ -168,7 +177,7 @@ class StragglerMetrics(FindingMetrics):
 
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.STRAGGLER,)
 
-    source: str  # "trace" or "telemetry"
+    source: StragglerSource
     wait_attribution: str
     score: float
     median_excess_ns: int
@@ -253,7 +262,7 @@ class PipelineSummary(FindingMetrics):
     bubble_ratio_at_target: float
     target_micro_batches: int
     stage_compute_ratio: dict[str, float]
-    schedule: str = "unknown"  # "gpipe", "1f1b", "unknown"
+    schedule: PipelineSchedule = "unknown"
     stage_bubble_ratio: dict[str, float] = field(default_factory=dict)
 
     def share(self) -> float:
@@ -269,7 +278,7 @@ class ComputeMetrics(FindingMetrics):
 
     compute_share: float
     threshold: float
-    unit: str  # "kernel" or "operator"
+    unit: TimeUnit
     families: dict[str, float]
     fusable_share: float
     gemm_share: float
@@ -351,7 +360,7 @@ class HangMetrics(FindingMetrics):
     step: int | None
     explained_by: str | None
     incomplete: bool
-    evidence: str  # "flight recorder" or "stacks"
+    evidence: HangEvidence
     # the stalls this root explains: [{"op": label, "waiting_ranks": [...]}], earliest first
     effects: list[dict[str, Any]] = field(default_factory=list)
 
@@ -371,9 +380,8 @@ class LimitedEvidenceMetrics(FindingMetrics):
 
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.LIMITED_EVIDENCE,)
 
-    # "sampled", "filtered", "no_gpu_activity", "comm_only", "clock", "short", "unlinked"
-    limit: str
-    effect: str  # "withhold" or "qualify"
+    limit: LimitKind
+    effect: LimitEffect
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """One rank's analysis: RankTimeline → RankResult (steps, their classification, evidence).
 
-:func:`source_results` is the unit of work :func:`gpudiag.analysis.diagnose.diagnose` maps
-over the run's sources (worker processes or a Dask cluster), so only compact per-rank
-results cross processes. Without a trace, :func:`telemetry_results` makes the same results
-from ``gpudiag run``'s step telemetry.
+:func:`rank_result` is the analysis the fan-out's unit of work
+(:class:`gpudiag.fanout.work.RankWork`) runs on each rank the API's loading reads, in
+worker processes or on a Dask cluster, so only compact per-rank results cross processes.
+Without a trace, :func:`telemetry_results` makes the same results from ``gpudiag run``'s
+step telemetry.
 """
 
 from __future__ import annotations
@@ -66,7 +67,6 @@ from gpudiag.config import Thresholds
 from gpudiag.traces.schema import (
     Kind,
     RankMeta,
-    RankSource,
     RankTimeline,
 )
 
@@ -156,19 +156,6 @@ def nvml_idle_findings(
         metrics=IdleMetrics({str(r): v for r, v in sorted(flagged.items())},
                             th.idle_ratio_max, source="nvml"),
     )]  # fmt: skip
-
-
-def source_results(
-    source: RankSource, thresholds: Thresholds, timeline: str | None = None
-) -> list[RankResult]:
-    """Load one source and analyse each of its ranks (the per-rank unit of work).
-
-    ``timeline`` (``parts`` or ``full``) also keeps each rank's classified timeline.
-    """
-    return [
-        dataclasses.replace(rank_result(tl, thresholds, timeline), source=source.label)
-        for tl in source.load()
-    ]
 
 
 def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -> RankResult:

@@ -39,20 +39,21 @@ import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import field
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, Recommendation, Severity
+from gpudiag.analysis.model.kinds import LimitEffect, LimitKind
 from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
 from gpudiag.config import LAUNCH_CALL_RE, EvidenceRules
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline
 
-WITHHOLD = "withhold"
+WITHHOLD: Final = "withhold"
 NO_GAIN = "No gain is given"  # how a remedy's detail says why it gives none
-QUALIFY = "qualify"
+QUALIFY: Final = "qualify"
 _GPU_SIGNS = re.compile(r"^(nccl:|ncclKernel|ncclDevKernel)|_local_scalar_dense$|^cuda[A-Z]")
 # Operators that exist only on a GPU backend: cuDNN/MIOpen operators and their backward
 # nodes, the flash / memory-efficient attention kernels' operators, Inductor's Triton
@@ -69,8 +70,8 @@ _GPU_ONLY_OPS = re.compile(
 class Limit:
     """One thing the trace cannot support, for which ranks, and what it does to the verdict."""
 
-    kind: str  # "sampled", "filtered", "no_gpu_activity", "no_kernels", "comm_only", "clock", …
-    effect: str  # WITHHOLD or QUALIFY
+    kind: LimitKind
+    effect: LimitEffect  # WITHHOLD or QUALIFY
     message: str
     ranks: list[int] = field(default_factory=list)
 
@@ -172,7 +173,7 @@ def limits(
     facts: Mapping[int, Mapping[str, Any]], rules: EvidenceRules, linked_min_ratio: float = 0.5
 ) -> list[Limit]:
     """The limits of the traces of every rank: one per kind, naming the ranks it applies to."""
-    found: dict[tuple[str, str], list[tuple[int, str, str]]] = {}
+    found: dict[tuple[LimitKind, LimitEffect], list[tuple[int, str, str]]] = {}
     for rank in sorted(facts):
         for kind, effect, lead, detail in _rank_limits(facts[rank], rules, linked_min_ratio):
             found.setdefault((kind, effect), []).append((rank, lead, detail))
@@ -207,9 +208,9 @@ def _short_range(fs: Sequence[Mapping[str, Any]]) -> str:
 
 def _rank_limits(
     f: Mapping[str, Any], rules: EvidenceRules, linked_min_ratio: float
-) -> list[tuple[str, str, str, str]]:
+) -> list[tuple[LimitKind, LimitEffect, str, str]]:
     """(kind, effect, sentence with ``{}`` for the rank's numbers, the numbers)."""
-    out = []
+    out: list[tuple[LimitKind, LimitEffect, str, str]] = []
     if f.get("clock_unreliable"):
         out.append(("clock", WITHHOLD, "GPU and host clocks disagree beyond correction{}: "
                     "compute and host time cannot be split", ""))  # fmt: skip
@@ -348,6 +349,16 @@ def judge_evidence(
     ``linked_min_ratio``: ``Thresholds.loader.launch_linked_min_ratio``, below which the
     loader assigned steps by time.
     """
-    lims = limits(facts, rules, linked_min_ratio)
-    notes = dropped_event_notes(dropped) + [lim.message for lim in lims]
+    lims, notes = evidence_limits(facts, dropped, rules, linked_min_ratio)
     return apply_limits(findings, lims), lims, notes
+
+
+def evidence_limits(
+    facts: Mapping[int, Mapping[str, Any]],
+    dropped: Mapping[int, Mapping[str, int]],
+    rules: EvidenceRules,
+    linked_min_ratio: float = 0.5,
+) -> tuple[list[Limit], list[str]]:
+    """What the traces cannot support (:func:`limits`), and the notes: dropped events, limits."""
+    lims = limits(facts, rules, linked_min_ratio)
+    return lims, dropped_event_notes(dropped) + [lim.message for lim in lims]

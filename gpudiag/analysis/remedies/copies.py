@@ -20,8 +20,9 @@ from __future__ import annotations
 from typing import Any
 
 from gpudiag.analysis.findings.causes import cause_of as _cause
-from gpudiag.analysis.findings.causes import ev, fmt_ns
+from gpudiag.analysis.findings.causes import fmt_ns
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, Mode
+from gpudiag.analysis.model.metrics import ExposedCopiesMetrics
 from gpudiag.analysis.remedies.remedy import Context, Remedy, const
 from gpudiag.analysis.remedies.remedy import native as _native
 
@@ -42,14 +43,14 @@ def compute_ns(f: Finding, c: Context) -> int:
 def pageable(f: Finding) -> bool:
     """The copies are from (or to) pageable host memory."""
     if f.kind == FindingKind.EXPOSED_COPIES:
-        return bool(getattr(f.metrics, "pageable", False))
+        return isinstance(f.metrics, ExposedCopiesMetrics) and f.metrics.pageable
     return bool(_cause(f).get("pageable"))
 
 
 def pinned_seen(f: Finding, c: Context) -> bool:
     """A top copy of the flagged ranks names pinned host memory (``… (Pinned -> Device)``)."""
     return any("Pinned" in str(e.name) for r in f.ranks if r in c.ranks
-               for e in getattr(ev(c.ranks[r], "kernels"), "top", []) or []
+               for e in c.ranks[r].evidence.top_kernels()
                if e.family == "memcpy")  # fmt: skip
 
 

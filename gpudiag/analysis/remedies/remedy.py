@@ -15,7 +15,6 @@ import numpy as np
 
 from gpudiag._support.nputil import group_medians, unique_inverse
 from gpudiag._support.records import dataclass
-from gpudiag.analysis.findings.causes import ev
 from gpudiag.analysis.model.diagnosis import (
     Finding,
     RankEvidence,
@@ -183,7 +182,7 @@ def native(c: Context) -> bool:
     Only ranks whose names were read count (evidence ``workload``); without any, nothing
     says the program is not PyTorch.
     """
-    read = any(ev(r, "workload") is not None for r in c.ranks.values())
+    read = any(r.evidence.workload is not None for r in c.ranks.values())
     return read and workload.native_program(c.workload())
 
 

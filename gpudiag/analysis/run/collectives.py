@@ -53,6 +53,7 @@ from gpudiag.analysis.model.diagnosis import (
     RankSync,
     Severity,
 )
+from gpudiag.analysis.model.kinds import MatchMethod
 from gpudiag.analysis.model.metrics import BandwidthMetrics
 from gpudiag.config import CollectiveRules
 from gpudiag.traces.schema import I32, I64, Kind, RankTimeline
@@ -282,7 +283,7 @@ def _bucket(nbytes: float) -> str:
 POINT_TO_POINT = ("send", "recv")
 
 
-def match(colls: Sequence[Collectives]) -> tuple[str, list[dict[int, int]]]:
+def match(colls: Sequence[Collectives]) -> tuple[MatchMethod, list[dict[int, int]]]:
     """Matched collectives as {rank: index in that rank's Collectives}; and the method used.
 
     Explicit point-to-point operations (``send``, ``recv``) are not collectives: a send on

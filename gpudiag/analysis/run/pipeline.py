@@ -49,6 +49,7 @@ from gpudiag.analysis.model.diagnosis import (
     StepBreakdown,
     by_rank,
 )
+from gpudiag.analysis.model.kinds import PipelineSchedule
 from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.run.collectives import Collectives
 from gpudiag.config import PipelineRules
@@ -66,17 +67,20 @@ def _p2p_share(c: Collectives) -> float:
     return sum(t in P2P for t in c.type) / len(c.type)
 
 
-def schedule_of(first: Collectives, p: int, m: int) -> str:
+def schedule_of(first: Collectives, p: int, m: int) -> PipelineSchedule:
     """``gpipe``, ``1f1b`` or ``unknown`` from the first stage's sends and receives."""
     w = min(p - 1, m)
-    expected = {"gpipe": "s" * m + "r" * m, "1f1b": "s" * w + "sr" * (m - w) + "r" * w}
-    votes: dict[str, int] = {}
+    expected: dict[PipelineSchedule, str] = {
+        "gpipe": "s" * m + "r" * m,
+        "1f1b": "s" * w + "sr" * (m - w) + "r" * w,
+    }
+    votes: dict[PipelineSchedule, int] = {}
     for s in sorted(set(first.step.tolist()) - {-1}):
         idx = np.flatnonzero(first.step == s)
         idx = idx[np.argsort(first.start[idx], kind="stable")]
         seq = "".join("s" if first.type[i] == "send" else "r" for i in idx.tolist()
                       if first.type[i] in P2P)  # fmt: skip
-        name = next((k for k, v in expected.items() if v == seq), "unknown")
+        name: PipelineSchedule = next((k for k, v in expected.items() if v == seq), "unknown")
         votes[name] = votes.get(name, 0) + 1
     return max(votes, key=lambda k: votes[k]) if votes else "unknown"
 

@@ -19,6 +19,7 @@ from gpudiag._support import nputil
 from gpudiag._support.nputil import median_without_each
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model.diagnosis import RunStep, StepBreakdown, WholeRun, by_rank
+from gpudiag.analysis.model.kinds import StragglerSource
 from gpudiag.analysis.reading.steady import steady_steps
 from gpudiag.config import SteadyRules, StragglerRules
 
@@ -39,11 +40,11 @@ class StepMatrix:
     wait: F64  # time the rank waited for the others (nan when unknown)
     compute: F64  # nan when unknown (telemetry)
     data: F64
-    source: str  # "trace" or "telemetry"
+    source: StragglerSource
 
 
 def _matrix(ranks: list[int], steps: list[int], rows: Mapping[tuple[int, int], tuple[float, ...]],
-            source: str) -> StepMatrix:  # fmt: skip
+            source: StragglerSource) -> StepMatrix:  # fmt: skip
     arr = np.full((6, len(ranks), len(steps)), np.nan)
     for i, r in enumerate(ranks):
         for j, s in enumerate(steps):
