@@ -47,8 +47,7 @@ def diagnosis_from_json(d: Any) -> Diagnosis:
                             "schema_version", "spread", "whole_run", "verdict", "kernels",
                             "alerts", "reading", "efficiency")
           if k in d}  # fmt: skip
-    for k in ("what_if", "collectives", "whole_run", "verdict", "kernels", "reading",
-              "efficiency"):
+    for k in ("what_if", "collectives", "whole_run", "verdict", "kernels", "reading", "efficiency"):
         if not d.get(k):
             kw.pop(k, None)
         else:
