@@ -468,7 +468,7 @@ class GateConfig:
     accepted as the older ``--max-regression``); ``run_alpha`` the one-sided level of the
     run-level t test, whose critical value also sets the noise floor (the minimum detectable
     effect) — 0.01, so that an unchanged run fails at most 1% of the time (measured: 1 of
-    264 recorded unchanged candidates, tests/unit/test_issue24_gate_false_alarms.py);
+    264 recorded unchanged candidates, tests/unit/analysis/compare/test_gate_false_alarms.py);
     ``single_run_min_effect_ratio`` the slowdown that fails against a single
     baseline run (no between-run spread to measure), together with the within-run
     Mann-Whitney test at ``alpha``; ``max_runs_advice`` caps the "need ≥ N runs" advice.

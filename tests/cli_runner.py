@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from testpaths import ROOT
 
 
 def job_env(extra: dict[str, str] | None = None) -> dict[str, str]:

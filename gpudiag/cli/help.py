@@ -6,7 +6,7 @@ width. :class:`Command` and :class:`Group` replace only the formatting: an argum
 upper-case name (``COMMAND...``), an option its flag and a metavar from its click type
 (``PATH``, ``N``, ``X``, ``TEXT``, or ``a|b`` for a choice), each command's examples
 (:data:`EXAMPLES`) close its help, and the command list shows each first sentence whole,
-wrapped. docs/cli.md lists the same options and defaults (tests/unit/test_issue24_cli_help.py
+wrapped. docs/cli.md lists the same options and defaults (tests/unit/cli/test_cli_help.py
 compares them).
 """
 

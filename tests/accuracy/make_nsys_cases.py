@@ -32,7 +32,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces" / "nsys"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from testpaths import SHARED_TRACES
+
+SHARED = SHARED_TRACES / "nsys"
 TEMPLATE = SHARED / "ai-profiler" / "baseline_nvtx.sqlite"
 TABLES = ("StringIds", "META_DATA_EXPORT", "TARGET_INFO_GPU", "CUPTI_ACTIVITY_KIND_KERNEL",
           "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",

@@ -1,7 +1,7 @@
 """No gain from time the trace did not see (issue 20, items 3, 5–8), judged from raw events.
 
 Each truth is read from the trace's own rows or events with plain loops, or built into a
-hand-made trace: the copy-bound H100 slice is in test_issue20_host_causes.py.
+hand-made trace: the copy-bound H100 slice is in test_host_causes.py.
 """
 
 from __future__ import annotations

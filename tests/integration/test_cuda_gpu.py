@@ -4,7 +4,7 @@ One rank on one GPU (``torchrun --nproc-per-node 1``), each job run directly and
 `gpudiag run`: the same exit code and output; the job's own CUDA traces hold kernels;
 gpudiag's cut window keeps its kernels; the run conditions read the real GPU, and the
 job's own process on it is not counted as another process. Skipped without CUDA/NVML.
-Run it where a GPU is: ``python -m pytest -q -m gpu tests/integration/test_issue12_gpu.py``.
+Run it where a GPU is: ``python -m pytest -q -m gpu tests/integration/test_cuda_gpu.py``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import ROOT, job_env, run_cli
+from testpaths import SHARED_TRACES
 
 distributed = pytest.importorskip("distributed", reason="pip install -e '.[test]' brings it")
 
@@ -98,9 +99,9 @@ def _one_error(stderr: str) -> str:
 @pytest.fixture(scope="module")
 def replicated(tmp_path_factory) -> Path:
     """Eight ranks replicated from a real V100 trace (more tasks than workers)."""
-    src = ROOT.parent / "shared" / "traces" / "kineto" / "v100x2_r1" / "rank-1.json.gz"
+    src = SHARED_TRACES / "kineto" / "v100x2_r1" / "rank-1.json.gz"
     if not src.is_file():
-        pytest.skip(f"real traces not found at {src.parent} (CI provides ../shared)")
+        pytest.skip(f"real traces not found at {src.parent} (CI provides ../shared; or run python tests/fetch_shared.py)")
     out = tmp_path_factory.mktemp("replicated8")
     subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "make_big_trace.py"), str(out),

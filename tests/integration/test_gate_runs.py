@@ -2,7 +2,7 @@
 
 These tests check exit codes, files, JUnit XML and Markdown, never a borderline number: the
 gate's statistics are tested on synthetic runs with known answers
-(tests/unit/test_issue15_gate_noise.py). Every injected effect here is many times larger
+(tests/unit/analysis/compare/test_gate_noise.py). Every injected effect here is many times larger
 than what other processes on a shared 2-core host do to the job (they stretch a CPU step by
 up to ±30%, measured while writing issue 15):
 

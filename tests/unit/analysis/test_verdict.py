@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from testpaths import TESTS
 
 import gpudiag
 from gpudiag.analysis.findings.compute import compute_bound
@@ -25,8 +25,6 @@ from gpudiag.analysis.remedies.advice import recommend
 from gpudiag.analysis.verdict import verdict
 from gpudiag.api.saved import diagnosis_from_json
 from gpudiag.config import AdviceRules
-
-TESTS = Path(__file__).resolve().parents[1]
 
 
 def _run(compute: float, comm: float = 0.0, data: float = 0.0) -> RunSummary:

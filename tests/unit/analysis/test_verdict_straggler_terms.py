@@ -10,7 +10,8 @@ stalled). Each kind now speaks for itself, and the verdict names the finding it 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
+
+from testpaths import DATA, TESTS
 
 from gpudiag.analysis.model.diagnosis import (
     Cause,
@@ -25,7 +26,7 @@ from gpudiag.analysis.model.diagnosis import (
 from gpudiag.analysis.model.metrics import LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.verdict import verdict
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(TESTS))
 from consistency import problems
 
 RUN = RunSummary(2, 2, 6, 1_000_000_000, 1_200_000_000, Shares(0.9, 0.1, 0.0, 0.0), 0.0, 0.1,
@@ -100,7 +101,7 @@ def test_recorded_busy_host_demo_run_no_longer_reads_zero_percent_slower():
 
     from gpudiag.api.load import load_diagnosis
 
-    d = load_diagnosis(Path(__file__).resolve().parents[1] / "data" / "issue15_gate"
+    d = load_diagnosis(DATA / "issue15_gate"
                        / "cpu_same9.diagnosis.json")  # fmt: skip
     v = verdict(d.run, d.findings)
     assert v.headline == ("straggler: rank 0 arrives last at 4 of 4 collectives (slower compute); "

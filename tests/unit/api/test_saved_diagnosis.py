@@ -14,11 +14,11 @@ from typing import Any
 import jsonschema
 import pytest
 from cli_runner import run_cli
+from testpaths import GOLDEN
 
 from gpudiag.api.saved import diagnosis_from_json, diagnosis_schema, schema_problem
 from gpudiag.report import html_report
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 SCRIPT = "<script>alert(1)</script>"
 
 

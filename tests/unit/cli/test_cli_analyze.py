@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 from cli_runner import run_cli
-
-SCHEMA = Path(__file__).resolve().parents[2] / "gpudiag" / "schema" / "diagnosis.schema.json"
+from testpaths import SCHEMA
 
 
 def test_json_output_is_valid_against_the_schema(kineto_sets):

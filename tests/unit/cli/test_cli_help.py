@@ -10,14 +10,14 @@ the same metavar and the same numeric defaults. An unknown option before the com
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from cli_runner import run_cli
+from testpaths import ROOT
 
 from gpudiag.cli.help import EXAMPLES
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+DOCS = ROOT / "docs" / "cli.md"
 COMMANDS = ["analyze", "run", "attach", "doctor", "gate", "diff", "report"]
 TABLED = ["analyze", "run", "attach", "gate"]  # commands with an option table in the docs
 

@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from testpaths import ROOT
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 
 TINY = {
     "distributedInfo": {"rank": 0, "world_size": 2, "backend": "nccl"},

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import io
 import re
-from pathlib import Path
 
 import pandas as pd
+from testpaths import ROOT
 
 import gpudiag
 from gpudiag.analysis.compare.diff import diff
@@ -25,7 +25,6 @@ from gpudiag.report import pick_format, render
 from gpudiag.report.console import render as render_console
 from gpudiag.report.gate_console import render_diff
 
-ROOT = Path(__file__).resolve().parents[2]
 MS = 1_000_000
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from testpaths import ROOT
 
 import gpudiag
 from gpudiag.analysis.diagnose import diagnose
@@ -30,7 +31,7 @@ from gpudiag.rundir import layout as rundir
 from gpudiag.traces.core.common import LoadOptions
 from gpudiag.traces.load import load_run
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 A100 = "kineto/a100x8_r3/rank-3.json.gz"
 SMALL = "kineto/sampled_2rank_a2a"
 

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from testpaths import ROOT
 
 
 def _lint_as(path: str, source: str) -> subprocess.CompletedProcess[str]:

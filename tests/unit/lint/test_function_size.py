@@ -2,7 +2,7 @@
 
 A function a reader takes in at once; a module of one purpose.
 
-Run as a script to list the longest: ``python tests/unit/test_function_size.py [N]``.
+Run as a script to list the longest: ``python tests/unit/lint/test_function_size.py [N]``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import ast
 import sys
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "gpudiag"
+from testpaths import PACKAGE
+
 LIMIT = 80
 MODULE_LIMIT = 700
 

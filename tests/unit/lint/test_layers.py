@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from testpaths import ROOT
 
 
 def lint(path: str, source: str) -> subprocess.CompletedProcess[str]:

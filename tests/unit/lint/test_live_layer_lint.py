@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from testpaths import ROOT
 
 
 def _tid251(source: str) -> list[str]:

@@ -14,15 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from testpaths import TESTS
 
 import gpudiag
 from gpudiag.report.console import render
 
-TESTS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(TESTS))
 sys.path.insert(0, str(TESTS / "accuracy"))
 
-from consistency import problems  # noqa: E402
+from consistency import problems
 
 SHARED_KINETO = [
     "a100x2_r0_pgcfg", "a100x8_r3", "b200x8_r0_infer", "edge_amd_mi250", "edge_cpu_only",

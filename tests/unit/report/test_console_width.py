@@ -2,22 +2,21 @@
 
 A verdict first; no line wider than the terminal; no header cut ("comm-wa…"); no number
 torn from its unit; wrapped findings and recommendations hang under their first word.
-Refresh with ``pytest tests/unit/test_console_width.py --update-golden`` and review.
+Refresh with ``pytest tests/unit/report/test_console_width.py --update-golden`` and review.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from pathlib import Path
 
 import pytest
+from testpaths import TESTS
 
 import gpudiag
 from gpudiag.analysis.model.diagnosis import Diagnosis
 from gpudiag.report.console import render, wrap
 
-TESTS = Path(__file__).resolve().parents[1]
 SNAPSHOTS = TESTS / "golden" / "widths"
 SHARED = ["sampled_2rank_a2a", "a100x8_r3", "edge_cpu_only", "mi300x_ddp8_r0_rccl"]
 LOCAL = ["straggler_comms_id", "pipeline_4stage"]

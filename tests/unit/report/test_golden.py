@@ -1,6 +1,6 @@
 """Golden outputs for every shared Kineto set and the hand-built fixtures.
 
-Refresh after an intended change with ``pytest tests/unit/test_golden.py --update-golden``
+Refresh after an intended change with ``pytest tests/unit/report/test_golden.py --update-golden``
 and review the diff: these files are what users see.
 """
 
@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
+from testpaths import TESTS
 
 import gpudiag
 from gpudiag.report.console import render
 
-TESTS = Path(__file__).resolve().parents[1]
 GOLDEN = TESTS / "golden"
 SHARED_SETS = [
     "a100x2_r0_pgcfg", "a100x8_r3", "b200x8_r0_infer", "edge_amd_mi250", "edge_cpu_only",

@@ -1,20 +1,19 @@
 """Golden outputs for the shared Nsight Systems exports (tests/golden/nsys_*).
 
-Refresh after an intended change with ``pytest tests/unit/test_nsys_golden.py --update-golden``
+Refresh after an intended change with ``pytest tests/unit/report/test_nsys_golden.py --update-golden``
 and review the diff: these files are what users see.
 """
 
 import io
 import json
-from pathlib import Path
 
 import pytest
+from testpaths import GOLDEN
 
 import gpudiag
 from gpudiag.config import Thresholds
 from gpudiag.report.console import render
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 # golden name → (input under ../shared/traces/nsys, step marker or None)
 SETS = {
     "nsys_baseline": ("ai-profiler/baseline.sqlite", None),

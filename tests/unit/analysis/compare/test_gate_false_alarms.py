@@ -18,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from pathlib import Path
 
 import numpy as np
+import testpaths
 from cli_runner import run_cli
 
 from gpudiag.analysis.compare.baseline import RunStat, baseline_from_json, run_stat
@@ -28,7 +28,7 @@ from gpudiag.analysis.compare.gate import evaluate, regression_check
 from gpudiag.api.load import load_diagnosis
 from gpudiag.config import GateConfig, Thresholds
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "issue15_gate"
+DATA = testpaths.DATA / "issue15_gate"
 
 
 def _job(baseline: str, reruns: list[str]) -> list[RunStat]:

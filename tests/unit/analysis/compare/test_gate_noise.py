@@ -8,12 +8,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 from builders import gpu_run
 from cli_runner import run_cli
+from testpaths import DATA
 
 from gpudiag.analysis.compare.baseline import (
     RunStat,
@@ -305,7 +305,7 @@ def test_cli_save_baseline_of_several_runs_then_gate(tmp_path):
 
 # ---- recorded runs (tests/data/issue15_gate/README.md) ----
 
-REC = Path(__file__).resolve().parents[1] / "data" / "issue15_gate"
+REC = DATA / "issue15_gate"
 
 
 def recorded(name: str) -> tuple[Diagnosis, RunConditions]:

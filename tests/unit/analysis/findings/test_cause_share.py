@@ -5,7 +5,7 @@ Truth from the raw Kineto events: on a100x2_r0_pgcfg some host thread of the pro
 training thread or its autograd thread) is inside a ``cpu_op`` with no kernel running for a
 share of the steps read here directly; the verdict used to say 77% "to Python overhead" (the
 whole host-bound share) and the remedy promised the whole "other" time (~170.7 ms). Since
-session 27 the cause is eager operator overhead (tests/accuracy/test_s27_host_threads.py).
+session 27 the cause is eager operator overhead (tests/accuracy/test_host_threads.py).
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ import json
 import re
 import statistics
 import sys
-from pathlib import Path
+
+from testpaths import ACCURACY
 
 import gpudiag
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))
+sys.path.insert(0, str(ACCURACY))
 import reference
 
 

@@ -6,7 +6,7 @@ Truth from outside gpudiag: the lines torch and gloo printed for a known injecte
 
 from __future__ import annotations
 
-from pathlib import Path
+import testpaths
 
 from gpudiag.analysis.hangs.failure import classify, mismatch_words
 from gpudiag.analysis.hangs.runend import run_end_findings
@@ -15,7 +15,7 @@ from gpudiag.analysis.model.kinds import FindingKind
 from gpudiag.analysis.verdict import verdict
 from gpudiag.traces.runfiles.runend import RankEnd, RunEnd, parse_fault_log
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "mismatch"
+DATA = testpaths.DATA / "mismatch"
 PGW = (DATA / "pgwrapper_rank0_error.txt").read_text().strip()
 GLOO = (DATA / "gloo_sz1_stderr.txt").read_text().strip()
 RESET = "RuntimeError: [pair.cc:537] Read error [127.0.0.1]:51638: Connection reset by peer."

@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import testpaths
 
 from gpudiag.analysis.hangs.stuck import analyze_dumps
 from gpudiag.errors import InputError
@@ -26,7 +27,7 @@ from gpudiag.traces.runfiles.flightrec import (
     read_dumps,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "flightrec"
+DATA = testpaths.DATA / "flightrec"
 DUMP_AT = 1_796_000_000_000_000_000 + 120 * 10**9  # make_dumps.py's dump time
 
 

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from testpaths import DATA, GOLDEN
 
 import gpudiag
 from gpudiag.analysis.model.diagnosis import (
@@ -26,9 +27,6 @@ from gpudiag.analysis.model.metrics import (
     StragglerMetrics,
 )
 from gpudiag.api.saved import diagnosis_from_json
-
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
-DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 @pytest.mark.parametrize("name", sorted(p.parent.name for p in GOLDEN.glob("*/diagnosis.json")))

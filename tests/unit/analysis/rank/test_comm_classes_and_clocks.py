@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from testpaths import ACCURACY
 
 from gpudiag.analysis.rank.evidence import QUALIFY, WITHHOLD, limits
 from gpudiag.analysis.rank.kernels import family
@@ -16,7 +16,7 @@ from gpudiag.traces.core.common import RawColumns
 from gpudiag.traces.core.rank_builder import check_clocks
 from gpudiag.traces.schema import Kind, RankMeta
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))
+sys.path.insert(0, str(ACCURACY))
 import reference
 
 COMM = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from testpaths import SHARED_TRACES
 
 from gpudiag.analysis.findings.variability import variability
 from gpudiag.analysis.model.diagnosis import (
@@ -351,12 +352,11 @@ def test_many_tiny_allreduces_get_larger_buckets_not_smaller() -> None:
 
 def test_an_mpi_program_gets_no_pytorch_communication_advice() -> None:
     """The Jacobi solver (C + MPI, no PyTorch name): its MPI waits get native advice only."""
-    from pathlib import Path
 
     import gpudiag
 
     path = (
-        Path(__file__).resolve().parents[2].parent / "shared/traces/nsys/jacobi-mpi/report1.sqlite"
+        SHARED_TRACES / "nsys/jacobi-mpi/report1.sqlite"
     )
     if not path.exists():
         import pytest

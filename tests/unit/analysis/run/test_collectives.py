@@ -1,9 +1,9 @@
 """Cross-rank matching of collectives, transfer/sync split, bandwidth, pipeline bubbles."""
 
-from pathlib import Path
 
 import numpy as np
 import pytest
+from testpaths import DATA
 
 import gpudiag
 from gpudiag.analysis.model.diagnosis import RankSync
@@ -15,7 +15,6 @@ from gpudiag.analysis.run.collectives import (
 )
 from gpudiag.analysis.run.pipeline import ideal_bubble
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 MS = 1_000_000
 
 

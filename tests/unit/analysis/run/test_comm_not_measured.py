@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from testpaths import SCHEMA
 
 from gpudiag.analysis.diagnose import build_diagnosis
 from gpudiag.analysis.rank.analyse import telemetry_results
@@ -68,7 +68,7 @@ def test_no_collective_wait_seen_is_not_measured_not_zero():
     render_markdown(d, md)
     assert "comm-wait not measured" in md.getvalue()
     jsonschema = pytest.importorskip("jsonschema")
-    schema = Path(__file__).resolve().parents[2] / "gpudiag/schema/diagnosis.schema.json"
+    schema = SCHEMA
     jsonschema.validate(doc, json.loads(schema.read_text()))
     back = diagnosis_from_json(doc)
     assert not back.run.shares.comm_measured and back.run.shares.comm_wait_shown is None

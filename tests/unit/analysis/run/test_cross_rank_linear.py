@@ -12,17 +12,17 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
+from testpaths import DATA
 
 from gpudiag.analysis.diagnose import build_diagnosis
 from gpudiag.analysis.rank.analyse import source_results
 from gpudiag.config import Thresholds
 from gpudiag.traces.load import load_run
 
-SOURCE = Path(__file__).resolve().parents[1] / "data" / "straggler_comms_id" / "rank-0.json.gz"
+SOURCE = DATA / "straggler_comms_id" / "rank-0.json.gz"
 
 
 def _ranks(base: Any, n: int) -> list[Any]:

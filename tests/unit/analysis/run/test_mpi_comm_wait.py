@@ -13,13 +13,13 @@ from __future__ import annotations
 import re
 import sqlite3
 import sys
-from pathlib import Path
 
 import pytest
+from testpaths import ACCURACY
 
 import gpudiag
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "accuracy"))
+sys.path.insert(0, str(ACCURACY))
 import reference
 
 

@@ -2,6 +2,7 @@
 
 import pandas as pd
 import pytest
+from testpaths import SCHEMA
 
 from gpudiag.analysis.run.wholerun import whole_run
 from gpudiag.api.saved import diagnosis_from_json
@@ -101,7 +102,6 @@ def test_no_telemetry_gives_no_whole_run():
 
 def test_diagnosis_with_whole_run_round_trips_and_matches_the_schema():
     import json
-    from pathlib import Path
 
     jsonschema = pytest.importorskip("jsonschema")
     from builders import gpu_run
@@ -116,6 +116,6 @@ def test_diagnosis_with_whole_run_round_trips_and_matches_the_schema():
     d = build_diagnosis([rank_result(t, th) for t in gpu_run().ranks], th, whole_run=w,
                         extra_findings=extra)  # fmt: skip
     doc = json.loads(json.dumps(d.to_json()))
-    schema = Path(__file__).resolve().parents[2] / "gpudiag/schema/diagnosis.schema.json"
+    schema = SCHEMA
     jsonschema.validate(doc, json.loads(schema.read_text()))
     assert diagnosis_from_json(doc) == d

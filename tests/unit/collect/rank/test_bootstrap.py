@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from testpaths import ROOT
 
 from gpudiag.collect.rank import bootstrap
 from gpudiag.collect.rank.hook import parse_window
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(run_dir: Path, **extra: str) -> dict[str, str]:

@@ -9,10 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from testpaths import ROOT
 
 from gpudiag.collect.rank import bootstrap
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_control_file_triggers_a_window_and_keeps_one_trace(tmp_path: Path) -> None:

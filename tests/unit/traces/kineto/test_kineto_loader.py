@@ -4,13 +4,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from testpaths import DATA
 
 from gpudiag.errors import InputError
 from gpudiag.traces.kineto import load_kineto, rank_from_filename
 from gpudiag.traces.load import load_run
 from gpudiag.traces.schema import Kind
-
-DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _count(tl, kind: Kind, gpu: bool | None = None) -> int:
