@@ -101,7 +101,9 @@ def replicated(tmp_path_factory) -> Path:
     """Eight ranks replicated from a real V100 trace (more tasks than workers)."""
     src = SHARED_TRACES / "kineto" / "v100x2_r1" / "rank-1.json.gz"
     if not src.is_file():
-        pytest.skip(f"real traces not found at {src.parent} (CI provides ../shared; or run python tests/fetch_shared.py)")
+        pytest.skip(
+            f"real traces not found at {src.parent} (CI provides ../shared; or run python tests/fetch_shared.py)"
+        )
     out = tmp_path_factory.mktemp("replicated8")
     subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "make_big_trace.py"), str(out),

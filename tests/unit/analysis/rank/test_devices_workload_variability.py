@@ -355,9 +355,7 @@ def test_an_mpi_program_gets_no_pytorch_communication_advice() -> None:
 
     import gpudiag
 
-    path = (
-        SHARED_TRACES / "nsys/jacobi-mpi/report1.sqlite"
-    )
+    path = SHARED_TRACES / "nsys/jacobi-mpi/report1.sqlite"
     if not path.exists():
         import pytest
 

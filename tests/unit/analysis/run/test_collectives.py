@@ -1,6 +1,5 @@
 """Cross-rank matching of collectives, transfer/sync split, bandwidth, pipeline bubbles."""
 
-
 import numpy as np
 import pytest
 from testpaths import DATA
