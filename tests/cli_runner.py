@@ -36,6 +36,11 @@ def run_cli(
         list(args),
         lambda: subprocess.run(
             [sys.executable, "-m", "gpudiag", *args],
-            capture_output=True, text=True, cwd=cwd, env=e, timeout=timeout, check=False,
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=e,
+            timeout=timeout,
+            check=False,
         ),
-    )  # fmt: skip
+    )

@@ -147,8 +147,15 @@ def _diagnose(
     if not results and ended:
         e = evidence_only(run, ended, th, notes + alert_notes)
         return (dataclasses.replace(e, alerts=alerts) if alerts else e), results
-    d = build_diagnosis(results, th, run.inputs, notes + alert_notes, whole_run=whole,
-                        extra_findings=extra, host_contention=busy)  # fmt: skip
+    d = build_diagnosis(
+        results,
+        th,
+        run.inputs,
+        notes + alert_notes,
+        whole_run=whole,
+        extra_findings=extra,
+        host_contention=busy,
+    )
     return (dataclasses.replace(d, alerts=alerts) if alerts else d), results
 
 
@@ -157,14 +164,30 @@ def live_alerts(records: Sequence[Mapping[str, Any]]) -> tuple[list[LiveAlert], 
 
     One note per alert raised: when, at which step, what, and when it cleared.
     """
-    alerts = [LiveAlert(r["time_ns"], r["step"], r["kind"], list(r["ranks"]), r["message"],
-                        dict(r.get("metrics") or {}), r["state"]) for r in records]  # fmt: skip
+    alerts = [
+        LiveAlert(
+            r["time_ns"],
+            r["step"],
+            r["kind"],
+            list(r["ranks"]),
+            r["message"],
+            dict(r.get("metrics") or {}),
+            r["state"],
+        )
+        for r in records
+    ]
     notes = []
     for i, a in enumerate(alerts):
         if a.state != "raised":
             continue
-        end = next((b for b in alerts[i + 1 :] if b.state == "cleared" and b.kind == a.kind
-                    and b.ranks == a.ranks), None)  # fmt: skip
+        end = next(
+            (
+                b
+                for b in alerts[i + 1 :]
+                if b.state == "cleared" and b.kind == a.kind and b.ranks == a.ranks
+            ),
+            None,
+        )
         when = time.strftime("%H:%M:%S", time.gmtime(a.time_ns // 1_000_000_000))
         until = f"cleared at step {end.step}" if end else "still raised when the job ended"
         notes.append(f"live alert at {when} UTC, step {a.step}: {a.message}; {until}")
@@ -217,8 +240,7 @@ def build_diagnosis(
     explain (:func:`gpudiag.analysis.stragglers.busy_host.on_busy_host`).
     """
     with _collector_skips_inputs():
-        return _build(results, th, inputs, notes, whole_run, extra_findings,
-                      host_contention or {})  # fmt: skip
+        return _build(results, th, inputs, notes, whole_run, extra_findings, host_contention or {})
 
 
 @contextlib.contextmanager
@@ -253,8 +275,7 @@ def _without_stage_waits(findings: list[Finding], stage: set[int]) -> list[Findi
     A stage's receive waits are the bubble, and stages are not stragglers of each other.
     """
     findings = drop_ranks(findings, stage, FindingKind.COMM_BOUND)
-    return [f for f in findings
-            if not (f.kind == FindingKind.STRAGGLER and set(f.ranks) <= stage)]  # fmt: skip
+    return [f for f in findings if not (f.kind == FindingKind.STRAGGLER and set(f.ranks) <= stage)]
 
 
 def _build(
@@ -298,18 +319,21 @@ def _build(
     findings = on_busy_host(findings, busy, _gpu_job(run, whole_run))
     findings = comm_wait_for_stragglers(findings, steps, sync_by_step, th)
     host_stragglers = {
-        f.ranks[0] for f in findings
+        f.ranks[0]
+        for f in findings
         if f.kind == FindingKind.STRAGGLER and f.cause == Cause.HOST and f.ranks
-    }  # fmt: skip
+    }
     findings = drop_host_bound(findings, host_stragglers)
     findings = with_host_cause(findings, ranks, steps, th)
     findings += exposed_copies(ranks, steps, findings, th)
     findings, lims, limit_notes = judge_evidence(
         # only ranks with a trace have facts to judge (telemetry-only ranks have none)
         {r.rank: r.evidence.coverage for r in ranks if r.evidence.coverage},
-        {r.rank: r.meta.dropped for r in results}, findings, th.evidence,
+        {r.rank: r.meta.dropped for r in results},
+        findings,
+        th.evidence,
         th.loader.launch_linked_min_ratio,
-    )  # fmt: skip
+    )
     notes += limit_notes
     findings.sort(key=_finding_order)
     # one step model for the what-if and the gains; none from a split the trace cannot

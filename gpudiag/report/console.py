@@ -65,8 +65,10 @@ def make_console(out: TextIO, width: int | None = None, color: bool | None = Non
 
 
 # A number and its unit ("368.1 ms", "12 %", "r0 1.2 ms") never break across lines.
-_KEEP = re.compile(r"(?<=\d) (?=(?:ns|µs|ms|s|GB/s|MHz|W|°C|MiB|GiB|%)(?![\w/]))|(?<=\br\d) "
-                   r"|(?<=\br\d\d) |(?<=\br\d\d\d) ")  # fmt: skip
+_KEEP = re.compile(
+    r"(?<=\d) (?=(?:ns|µs|ms|s|GB/s|MHz|W|°C|MiB|GiB|%)(?![\w/]))|(?<=\br\d) "
+    r"|(?<=\br\d\d) |(?<=\br\d\d\d) "
+)
 _NBSP = "\u00a0"
 
 
@@ -77,14 +79,20 @@ def wrap(text: str, width: int, first: str = "", indent: str | None = None) -> l
     """
     indent = " " * len(first) if indent is None else indent
     kept = _KEEP.sub(_NBSP, text).replace(" · ", _NBSP + "· ")  # "·" ends a line, never starts one
-    lines = textwrap.wrap(kept, width=max(20, width), initial_indent=first,
-                          subsequent_indent=indent, break_long_words=False,
-                          break_on_hyphens=False) or [first]  # fmt: skip
+    lines = textwrap.wrap(
+        kept,
+        width=max(20, width),
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [first]
     return [line.replace(_NBSP, " ") for line in lines]
 
 
-def _print_wrapped(con: Console, first: Text, text: str, indent: str | None = None,
-                   style: str = "") -> None:  # fmt: skip
+def _print_wrapped(
+    con: Console, first: Text, text: str, indent: str | None = None, style: str = ""
+) -> None:
     """``first`` (styled) then ``text`` wrapped with a hanging indent."""
     lines = wrap(text, con.width, " " * len(first.plain), indent)
     head = first.copy()
@@ -151,8 +159,7 @@ def _summary(con: Console, d: Diagnosis) -> None:
     if v:
         style = "bold green" if v.bottleneck == "none" else "bold"
         basis = "" if v.bottleneck in ENDED else f" ({_basis(v)})"
-        _print_wrapped(con, Text("verdict: ", style="bold"),
-                       f"{v.headline}{basis}", style=style)  # fmt: skip
+        _print_wrapped(con, Text("verdict: ", style="bold"), f"{v.headline}{basis}", style=style)
     if not r.steps:
         con.print(
             Text(f"gpudiag · {words.plural(r.ranks, 'rank')} · no step measured", style="bold")
@@ -166,17 +173,25 @@ def _summary(con: Console, d: Diagnosis) -> None:
     head.append(f" · {mode_label(r.mode)}")
     con.print(head)
     label = f"{window_label(r.mode)}: "
-    _print_wrapped(con, Text(label), f"{words.plural(r.steps, 'step')} · step time "
-                   f"median {duration(r.step_time_ns_median)}, p90 "
-                   f"{duration(r.step_time_ns_p90)}{step_time_scope(d)}")  # fmt: skip
+    _print_wrapped(
+        con,
+        Text(label),
+        f"{words.plural(r.steps, 'step')} · step time "
+        f"median {duration(r.step_time_ns_median)}, p90 "
+        f"{duration(r.step_time_ns_p90)}{step_time_scope(d)}",
+    )
     kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
     if kinds:  # a median that describes neither kind of step: say both
         _print_wrapped(con, Text("  "), kinds)
     whole = whole_run_steps(d)
     if whole is not None:
         n, med = whole
-        con.print(Text(f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · "
-                       f"step time median {duration(med)}"))  # fmt: skip
+        con.print(
+            Text(
+                f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · "
+                f"step time median {duration(med)}"
+            )
+        )
     con.print(_shares_line(d))
 
 
@@ -185,15 +200,17 @@ def _shares_line(d: Diagnosis) -> Text:
     r = d.run
     idle_flag = (None, "idle") in flagged(d)
     if split_withheld(d):
-        return Text(f"shares: {NOT_MEASURED}: the split of step time is withheld (see the "
-                    "verdict)")  # fmt: skip
+        return Text(f"shares: {NOT_MEASURED}: the split of step time is withheld (see the verdict)")
     line = Text("shares: ")
     comm = _pct(r.shares.comm_wait) if r.shares.comm_measured else "not measured"
-    line.append(f"compute {_pct(r.shares.compute)} · comm-wait {comm} · "
-                f"data-wait {_pct(r.shares.data_wait)} · "
-                f"other {_pct(r.shares.other)}\n        ")  # fmt: skip
-    line.append(f"non-compute idle {_pct(r.idle_ratio)}",
-                style="bold red" if idle_flag else "green")  # fmt: skip
+    line.append(
+        f"compute {_pct(r.shares.compute)} · comm-wait {comm} · "
+        f"data-wait {_pct(r.shares.data_wait)} · "
+        f"other {_pct(r.shares.other)}\n        "
+    )
+    line.append(
+        f"non-compute idle {_pct(r.idle_ratio)}", style="bold red" if idle_flag else "green"
+    )
     thr = idle_threshold(d)
     if idle_flag and thr is not None:
         line.append(f" (above {thr:.0%})", style="red")
@@ -221,8 +238,12 @@ def _detail_tables(con: Console, d: Diagnosis, show_steps: bool) -> None:
         _collective_block(con, d)
     if d.whole_run is not None:
         con.print()
-        _print_wrapped(con, Text(""), "whole run (telemetry): steady steps, neither profiled nor "
-                       "warm-up", style="bold")  # fmt: skip
+        _print_wrapped(
+            con,
+            Text(""),
+            "whole run (telemetry): steady steps, neither profiled nor warm-up",
+            style="bold",
+        )
         con.print(_fit(con, lambda pad: _whole_run_table(d, pad)))
         if d.whole_run.gpus:
             con.print(Text("GPUs (NVML, over the steps)", style="bold"))
@@ -233,8 +254,10 @@ def _findings(con: Console, d: Diagnosis) -> None:
     if d.findings:
         con.print(Text("Findings", style="bold"))
         for f in d.findings:
-            mark = Text(f" {_SEVERITY_MARK.get(f.severity, '-')} ",
-                        style=_SEVERITY_STYLE.get(f.severity, ""))  # fmt: skip
+            mark = Text(
+                f" {_SEVERITY_MARK.get(f.severity, '-')} ",
+                style=_SEVERITY_STYLE.get(f.severity, ""),
+            )
             _print_wrapped(con, mark, f.message)
     else:
         con.print(Text("No findings: compute dominates every rank's step time.", style="green"))
@@ -297,8 +320,18 @@ def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad, gpu_idle: bool = True) -
     """Per rank: steps, step times, the shares, overlap, non-compute idle and GPU idle."""
     t = Table(title=None, box=None, header_style="bold", pad_edge=False, padding=pad)
     gpu_idle = gpu_idle and d.run.gpu_idle_ratio is not None
-    cols = ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
-            "overlap", "nc-idle"] + (["gpu-idle"] if gpu_idle else [])  # fmt: skip
+    cols = [
+        "rank",
+        "steps",
+        "median",
+        "p90",
+        "compute",
+        "comm-wait",
+        "data-wait",
+        "other",
+        "overlap",
+        "nc-idle",
+    ] + (["gpu-idle"] if gpu_idle else [])
     for col in cols:
         t.add_column(col, justify="right", no_wrap=True)
     flags = flagged(d)
@@ -315,17 +348,27 @@ def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad, gpu_idle: bool = True) -
             return Text(_pct(value), style=_FLAG_STYLE[sev] if sev is not None else "")
 
         row: list[Text | str] = [
-            str(rs.rank), str(rs.steps), duration(rs.step_time_ns_median),
-            duration(rs.step_time_ns_p90), _pct(s.compute), cell(s.comm_wait_shown, "comm_wait"),
-            cell(s.data_wait, "data_wait"), cell(s.other, "other"),
-            _pct(rs.comm_overlapped_ratio), cell(rs.idle_ratio, "idle")]  # fmt: skip
+            str(rs.rank),
+            str(rs.steps),
+            duration(rs.step_time_ns_median),
+            duration(rs.step_time_ns_p90),
+            _pct(s.compute),
+            cell(s.comm_wait_shown, "comm_wait"),
+            cell(s.data_wait, "data_wait"),
+            cell(s.other, "other"),
+            _pct(rs.comm_overlapped_ratio),
+            cell(rs.idle_ratio, "idle"),
+        ]
         if gpu_idle:
             row.append(_pct(rs.gpu_idle_ratio) if rs.gpu_idle_ratio is not None else "-")
         if rs.rank in gone:  # the split is withheld: only the step times were measured
             row[4:] = ["-"] * (len(row) - 4)
         t.add_row(*row)
-    notes = [f"{len(ranks) - max_ranks} more ranks not shown (the {max_ranks} idlest are)"
-             ] if len(ranks) > max_ranks else []  # fmt: skip
+    notes = (
+        [f"{len(ranks) - max_ranks} more ranks not shown (the {max_ranks} idlest are)"]
+        if len(ranks) > max_ranks
+        else []
+    )
     if gone & {rs.rank for rs in shown}:
         notes.append(f"-: {NOT_MEASURED}, the split of step time is withheld")
     if notes:
@@ -354,10 +397,18 @@ def _step_table(d: Diagnosis, pad: Pad) -> Table:
         if s.rank in gone:  # the split is withheld: the step's duration alone was measured
             t.add_row(str(s.rank), str(s.step), duration(s.duration_ns), *["-"] * 7)
             continue
-        t.add_row(str(s.rank), str(s.step), duration(s.duration_ns), duration(s.compute_ns),
-                  duration(s.comm_wait_ns), duration(s.data_wait_ns), duration(s.other_ns),
-                  duration(s.comm_overlapped_ns), _pct(1 - s.compute_ns / dur),
-                  _pct(s.gpu_idle_ns / dur) if s.gpu_idle_ns is not None else "-")  # fmt: skip
+        t.add_row(
+            str(s.rank),
+            str(s.step),
+            duration(s.duration_ns),
+            duration(s.compute_ns),
+            duration(s.comm_wait_ns),
+            duration(s.data_wait_ns),
+            duration(s.other_ns),
+            duration(s.comm_overlapped_ns),
+            _pct(1 - s.compute_ns / dur),
+            _pct(s.gpu_idle_ns / dur) if s.gpu_idle_ns is not None else "-",
+        )
     if gone:
         t.caption = f"-: {NOT_MEASURED}, the split of step time is withheld"
     return t
@@ -370,9 +421,14 @@ def _whole_run_table(d: Diagnosis, pad: Pad) -> Table:
     for col in ("rank", "steps", "median", "p90", "max", "data-wait"):
         t.add_column(col, justify="right", no_wrap=True)
     for r in w.ranks:
-        t.add_row(str(r.rank), str(r.steps), duration(r.step_time_ns_median),
-                  duration(r.step_time_ns_p90), duration(r.step_time_ns_max),
-                  _pct(r.data_wait_ratio))  # fmt: skip
+        t.add_row(
+            str(r.rank),
+            str(r.steps),
+            duration(r.step_time_ns_median),
+            duration(r.step_time_ns_p90),
+            duration(r.step_time_ns_max),
+            _pct(r.data_wait_ratio),
+        )
     return t
 
 
@@ -390,9 +446,16 @@ def _gpu_table(d: Diagnosis, pad: Pad) -> Table:
         slow = _pct(g.slowdown_ratio)
         if g.slowdown_reasons:
             slow += " " + ", ".join(g.slowdown_reasons)
-        t.add_row("-" if g.rank is None else str(g.rank), g.gpu_uuid[:12], _pct(g.util_ratio),
-                  _pct(g.mem_util_ratio), num(g.power_w, "W"), num(g.sm_clock_mhz, "MHz"),
-                  num(g.temp_c_max, "°C"), slow)  # fmt: skip
+        t.add_row(
+            "-" if g.rank is None else str(g.rank),
+            g.gpu_uuid[:12],
+            _pct(g.util_ratio),
+            _pct(g.mem_util_ratio),
+            num(g.power_w, "W"),
+            num(g.sm_clock_mhz, "MHz"),
+            num(g.temp_c_max, "°C"),
+            slow,
+        )
     return t
 
 
@@ -403,11 +466,15 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
     if sp:
         parts = []
         # a withheld split's shares are not measured: only the step times spread
-        shares = () if withheld_ranks(d) else (
-            ("compute_ratio", "compute", _pct),
-            ("comm_wait_ratio", "comm-wait", _pct),
-            ("data_wait_ratio", "data-wait", _pct),
-        )  # fmt: skip
+        shares = (
+            ()
+            if withheld_ranks(d)
+            else (
+                ("compute_ratio", "compute", _pct),
+                ("comm_wait_ratio", "comm-wait", _pct),
+                ("data_wait_ratio", "data-wait", _pct),
+            )
+        )
         for key, label, fmt in (("step_time_ns_median", "step", duration), *shares):
             v = sp.get(key)
             if not v:
@@ -441,12 +508,20 @@ def _spread_and_what_if(d: Diagnosis) -> list[str]:
             return f"{duration(v)} ({'no change' if change in ('+0%', '-0%') else change})"
 
         # a pipeline's communication wait is its bubble, which no overlap removes
-        pipe = " (its waits are the pipeline's bubble)" if (
-            d.collectives is not None and d.collectives.pipeline is not None) else ""  # fmt: skip
-        text = "what if: " + (
-            f"comm fully overlapped{pipe} → {delta(w.if_comm_overlapped_ns)} · "
-            if w.if_comm_overlapped_ns is not None else ""  # comm-wait not measured
-        ) + f"no data wait → {delta(w.if_no_data_wait_ns)}"  # fmt: skip
+        pipe = (
+            " (its waits are the pipeline's bubble)"
+            if (d.collectives is not None and d.collectives.pipeline is not None)
+            else ""
+        )
+        text = (
+            "what if: "
+            + (
+                f"comm fully overlapped{pipe} → {delta(w.if_comm_overlapped_ns)} · "
+                if w.if_comm_overlapped_ns is not None
+                else ""  # comm-wait not measured
+            )
+            + f"no data wait → {delta(w.if_no_data_wait_ns)}"
+        )
         if w.if_straggler_at_median_speed_ns is not None:
             text += f" · straggler at median speed → {delta(w.if_straggler_at_median_speed_ns)}"
         alone = [v for v in (w.if_comm_overlapped_ns, w.if_no_data_wait_ns) if v is not None]
@@ -461,9 +536,12 @@ def _collective_block(con: Console, d: Diagnosis) -> None:
     assert c is not None
     lower = c.bandwidth_is_lower_bound
     how = {"comms_id": "by collective id", "order": "in issue order"}.get(c.method, c.method)
-    title = (f"collectives: {c.matched} matched across ranks {how}"
-             if not lower else "collectives: not matched across ranks, so durations include "
-             "waiting and bandwidths are lower bounds")  # fmt: skip
+    title = (
+        f"collectives: {c.matched} matched across ranks {how}"
+        if not lower
+        else "collectives: not matched across ranks, so durations include "
+        "waiting and bandwidths are lower bounds"
+    )
     _print_wrapped(con, Text(""), title, style="bold")
     con.print(_fit(con, lambda pad: _collective_table(d, pad)))
     gone = withheld_ranks(d)  # their waits rest on time the trace did not see
@@ -494,8 +572,15 @@ def _collective_table(d: Diagnosis, pad: Pad) -> Table:
 
     for row in c.by_type:
         eff = row.efficiency
-        t.add_row(row.type, row.size_bucket, str(row.count),
-                  duration(row.transfer_ns_median), bw(row.algbw_gbps), bw(row.busbw_gbps),
-                  "n/a" if eff is None or (lower and round(eff, 2) <= 0)
-                  else f"{ge}{eff:.0%} of {row.peak_gbps or 0:.0f}")  # fmt: skip
+        t.add_row(
+            row.type,
+            row.size_bucket,
+            str(row.count),
+            duration(row.transfer_ns_median),
+            bw(row.algbw_gbps),
+            bw(row.busbw_gbps),
+            "n/a"
+            if eff is None or (lower and round(eff, 2) <= 0)
+            else f"{ge}{eff:.0%} of {row.peak_gbps or 0:.0f}",
+        )
     return t

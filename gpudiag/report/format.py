@@ -30,8 +30,12 @@ def withheld_ranks(d: Diagnosis) -> frozenset[int]:
     did not see: every renderer shows them as not measured, or leaves them out. The JSON
     keeps its numbers (its contract); ``verdict.limits`` and the findings say why.
     """
-    return frozenset(r for f in d.findings if isinstance(f.metrics, LimitedEvidenceMetrics)
-                     and f.metrics.effect == WITHHOLD for r in f.ranks)  # fmt: skip
+    return frozenset(
+        r
+        for f in d.findings
+        if isinstance(f.metrics, LimitedEvidenceMetrics) and f.metrics.effect == WITHHOLD
+        for r in f.ranks
+    )
 
 
 def split_withheld(d: Diagnosis) -> bool:
@@ -104,8 +108,12 @@ def idle_threshold(d: Diagnosis) -> float | None:
 
 def mode_label(mode: str) -> str:
     """What the classification was made from, for a report's first line."""
-    return {"gpu": "GPU trace", "cpu": "CPU trace", "mixed": "GPU and CPU traces",
-            "telemetry": "step telemetry (no trace)"}.get(str(mode), str(mode))  # fmt: skip
+    return {
+        "gpu": "GPU trace",
+        "cpu": "CPU trace",
+        "mixed": "GPU and CPU traces",
+        "telemetry": "step telemetry (no trace)",
+    }.get(str(mode), str(mode))
 
 
 def window_label(mode: str) -> str:

@@ -116,8 +116,12 @@ def test_the_shared_exports_have_no_clock_offset(shared_traces):
             assert not tl.meta.clock_shift_ns and not tl.meta.clock_unreliable, path
 
 
-COMM_SETS = ["b200x8_r0_infer/rank-0.json.gz", "a100x8_r3/rank-3.json.gz",
-             "mi300x_ddp8_r0_rccl/rank-0.json.gz", "sampled_2rank_a2a/rank-0.json.gz"]  # fmt: skip
+COMM_SETS = [
+    "b200x8_r0_infer/rank-0.json.gz",
+    "a100x8_r3/rank-3.json.gz",
+    "mi300x_ddp8_r0_rccl/rank-0.json.gz",
+    "sampled_2rank_a2a/rank-0.json.gz",
+]
 
 
 @pytest.mark.parametrize("rel", COMM_SETS)

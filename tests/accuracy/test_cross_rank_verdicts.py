@@ -31,11 +31,19 @@ MS = 1_000_000
 
 def torchrun(tmp: Path, nproc: int, *args: str) -> Path:
     """Run a job under torchrun (gloo, CPU); its own traces land in ``tmp``."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-           str(nproc), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        *args,
+    ]
     for _ in range(2):
-        r = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=300,
-                           check=False, cwd=tmp)  # fmt: skip
+        r = subprocess.run(
+            cmd, env=job_env(), capture_output=True, text=True, timeout=300, check=False, cwd=tmp
+        )
         traces = list(tmp.rglob("*.json.gz"))
         # a rare gloo/Kineto abort at interpreter exit, after every trace was written
         if r.returncode == 0 or (TEARDOWN_CRASH in r.stderr and len(traces) == nproc):
@@ -48,10 +56,29 @@ def torchrun(tmp: Path, nproc: int, *args: str) -> Path:
 @pytest.mark.slow
 def test_periodic_stall_in_a_six_step_window_is_named_not_called_persistent(tmp_path):
     # rank 1 sleeps 0.5 s in every 4th step (3, 7, 11); the profiler records steps 3-8
-    torchrun(tmp_path, 2, "-m", "gpudiag.demo.train", "--steps", "12", "--batch", "1024",
-             "--pin", "--profile-dir", str(tmp_path), "--profile-wait", "2",
-             "--profile-active", "6", "--sleep-rank", "1", "--sleep-s", "0.5",
-             "--sleep-every", "4")  # fmt: skip
+    torchrun(
+        tmp_path,
+        2,
+        "-m",
+        "gpudiag.demo.train",
+        "--steps",
+        "12",
+        "--batch",
+        "1024",
+        "--pin",
+        "--profile-dir",
+        str(tmp_path),
+        "--profile-wait",
+        "2",
+        "--profile-active",
+        "6",
+        "--sleep-rank",
+        "1",
+        "--sleep-s",
+        "0.5",
+        "--sleep-every",
+        "4",
+    )
     d = gpudiag.analyze(tmp_path, jobs=1)
     assert sorted({s.step for s in d.steps}) == [3, 4, 5, 6, 7, 8]
     (f,) = [f for f in d.findings if f.kind == "straggler"]
@@ -84,8 +111,7 @@ def test_late_rank_is_named_from_one_profiled_step(tmp_path):
 @pytest.mark.slow
 def test_balanced_run_names_no_late_rank(tmp_path):
     # the same job with no injected delay: nothing above the noise
-    torchrun(tmp_path, 4, str(SCRIPTS / "late_rank.py"), "--out", str(tmp_path),
-             "--late-s", "0")  # fmt: skip
+    torchrun(tmp_path, 4, str(SCRIPTS / "late_rank.py"), "--out", str(tmp_path), "--late-s", "0")
     d = gpudiag.analyze(tmp_path, jobs=1)
     assert d.run.ranks == 4
     # 4 ranks on 2 cores: a rank the scheduler descheduled for tens of ms really is late,
@@ -97,8 +123,9 @@ def test_balanced_run_names_no_late_rank(tmp_path):
 @pytest.fixture(scope="module", params=[2, 8])
 def gpipe(request, tmp_path_factory) -> tuple[int, Path]:
     tmp = tmp_path_factory.mktemp(f"gpipe_m{request.param}")
-    torchrun(tmp, 2, str(SCRIPTS / "pipeline_gpipe.py"), "--out", str(tmp),
-             "--micro", str(request.param))  # fmt: skip
+    torchrun(
+        tmp, 2, str(SCRIPTS / "pipeline_gpipe.py"), "--out", str(tmp), "--micro", str(request.param)
+    )
     return request.param, tmp
 
 
@@ -157,8 +184,7 @@ def test_overlapping_remedies_say_so(kineto_sets):
     d = gpudiag.analyze(kineto_sets / "mi300x_ddp8_r0_rccl", jobs=1)
     grad = {r.id: r for r in d.recommendations}
     assert "grad-accumulation" in grad["comm-overlap"].overlaps_with
-    assert d.what_if.if_all_ns <= min(d.what_if.if_comm_overlapped_ns,
-                                      d.what_if.if_no_data_wait_ns)  # fmt: skip
+    assert d.what_if.if_all_ns <= min(d.what_if.if_comm_overlapped_ns, d.what_if.if_no_data_wait_ns)
 
 
 def test_what_ifs_stay_between_zero_and_the_current_step():
@@ -176,8 +202,12 @@ def test_what_ifs_stay_between_zero_and_the_current_step():
                 steps.append(StepBreakdown(r, s, s * 10**10, c + w + d + o, c, w, d, o, 0))
         found = find_stragglers(steps)
         wi = what_if(steps, found)
-        for v in (wi.if_comm_overlapped_ns, wi.if_no_data_wait_ns,
-                  wi.if_straggler_at_median_speed_ns, wi.if_all_ns):  # fmt: skip
+        for v in (
+            wi.if_comm_overlapped_ns,
+            wi.if_no_data_wait_ns,
+            wi.if_straggler_at_median_speed_ns,
+            wi.if_all_ns,
+        ):
             assert v is None or 0 <= v <= wi.step_time_ns, (seed, wi)
         for f in found:
             m = f.metrics

@@ -169,9 +169,11 @@ def test_jacobi_solve_bounds_the_phase(shared_traces: Path) -> None:
     d = _analyze(path)
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     solves = sorted(
-        (s, e) for s, e in con.execute(
-            "SELECT start, \"end\" FROM NVTX_EVENTS WHERE text = 'Jacobi solve'")
-    )  # fmt: skip
+        (s, e)
+        for s, e in con.execute(
+            "SELECT start, \"end\" FROM NVTX_EVENTS WHERE text = 'Jacobi solve'"
+        )
+    )
     assert len(solves) == 2
     assert len(d.steps) == 2
     for step, (a, b) in zip(sorted(d.steps, key=lambda s: s.start_ns), solves, strict=True):

@@ -41,8 +41,11 @@ def _host(d: Diagnosis) -> Any:
 
 
 def _raw(path: Path) -> list[dict[str, Any]]:
-    return [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-            if e.get("ph") == "X"]  # fmt: skip
+    return [
+        e
+        for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+        if e.get("ph") == "X"
+    ]
 
 
 def _ns(e: dict[str, Any]) -> tuple[int, int]:
@@ -111,16 +114,18 @@ def _threads(events: list[dict[str, Any]], main: tuple[Any, Any]) -> dict[str, l
 def test_a100x2_host_is_inside_operators_not_between_them(kineto_sets: Path) -> None:
     path = kineto_sets / "a100x2_r0_pgcfg" / "rank-0.json.gz"
     events = _raw(path)
-    steps = sorted((*_ns(e), e["pid"], e["tid"]) for e in events
-                   if re.match(r"ProfilerStep#\d+$", e["name"]))  # fmt: skip
+    steps = sorted(
+        (*_ns(e), e["pid"], e["tid"]) for e in events if re.match(r"ProfilerStep#\d+$", e["name"])
+    )
     ops = _threads(events, steps[0][2:])
     kernels = reference.merge([_ns(e) for e in events if e.get("cat") == "kernel"])
     total = sum(b - a for a, b, *_ in steps)
     main = sum(reference.inside(ops["main"], a, b) for a, b, *_ in steps)
     rest = sum(reference.inside(ops["rest"], a, b) for a, b, *_ in steps)
     anyt = sum(reference.inside(ops["any"], a, b) for a, b, *_ in steps)
-    idle_in = sum(reference.inside(reference.minus(ops["any"], kernels), a, b)
-                  for a, b, *_ in steps)  # fmt: skip
+    idle_in = sum(
+        reference.inside(reference.minus(ops["any"], kernels), a, b) for a, b, *_ in steps
+    )
     # the raw events: the training thread alone is outside operators over half of each step,
     # yet some host thread is inside one 86% of it: the autograd thread runs backward
     assert 1 - main / total > 0.5 and anyt / total > 0.85 and rest > 0.35 * total
@@ -144,8 +149,11 @@ def test_a100x2_host_is_inside_operators_not_between_them(kineto_sets: Path) -> 
 def test_v100_slow_steps_are_named_by_their_compute_not_the_copy(kineto_sets: Path) -> None:
     path = kineto_sets / "v100x2_r1" / "rank-1.json.gz"
     events = _raw(path)
-    steps = {int(e["name"].split("#")[1]): _ns(e) for e in events
-             if re.match(r"ProfilerStep#\d+$", e["name"])}  # fmt: skip
+    steps = {
+        int(e["name"].split("#")[1]): _ns(e)
+        for e in events
+        if re.match(r"ProfilerStep#\d+$", e["name"])
+    }
     slow, usual = [1010, 1011, 1014], [1009, 1012, 1013]
     per: dict[str, dict[int, int]] = {}
     count = dict.fromkeys(steps, 0)
@@ -159,8 +167,10 @@ def test_v100_slow_steps_are_named_by_their_compute_not_the_copy(kineto_sets: Pa
         count[n] += 1
         if not reference.is_comm_kernel(e["name"]):
             per.setdefault(e["name"], dict.fromkeys(steps, 0))[n] += b - a
-    grew = {k: sum(v[n] - statistics.median(v[m] for m in usual) for n in slow) / 3
-            for k, v in per.items()}  # fmt: skip
+    grew = {
+        k: sum(v[n] - statistics.median(v[m] for m in usual) for n in slow) / 3
+        for k, v in per.items()
+    }
     top = max(grew, key=lambda k: grew[k])
     d = gpudiag.analyze(path, jobs=1)
     var = next(f for f in d.findings if f.kind == FindingKind.STEP_VARIABILITY)

@@ -151,8 +151,14 @@ def test_dropped_events_are_counted_with_their_reason(built):
 
 
 def test_complete_shared_sets_carry_no_limit(kineto_sets):
-    for name in ("a100x8_r3", "v100x2_r1", "a100x2_r0_pgcfg", "mi300x_ddp8_r0_rccl",
-                 "b200x8_r0_infer", "rtx2080ti_dataloader_nostep"):  # fmt: skip
+    for name in (
+        "a100x8_r3",
+        "v100x2_r1",
+        "a100x2_r0_pgcfg",
+        "mi300x_ddp8_r0_rccl",
+        "b200x8_r0_infer",
+        "rtx2080ti_dataloader_nostep",
+    ):
         d = gpudiag.analyze(kineto_sets / name, jobs=1)
         assert d.verdict.limits is None, name
         assert not [f for f in d.findings if f.kind == "limited_evidence"], name

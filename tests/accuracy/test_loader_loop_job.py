@@ -30,11 +30,23 @@ SCRIPT = Path(__file__).resolve().parent / "scripts" / "loader_loop.py"
 @pytest.fixture(scope="module")
 def job(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("loader_loop")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-           "2", str(SCRIPT), "--out", str(out), "--slow-first", "2.0"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(SCRIPT),
+        "--out",
+        str(out),
+        "--slow-first",
+        "2.0",
+    ]
     for _ in range(2):  # a rare gloo/Kineto teardown abort after the files are written
-        r = subprocess.run(cmd, env=job_env(), capture_output=True, text=True, timeout=300,
-                           check=False)  # fmt: skip
+        r = subprocess.run(
+            cmd, env=job_env(), capture_output=True, text=True, timeout=300, check=False
+        )
         if r.returncode == 0 or TEARDOWN_CRASH not in r.stderr:
             break
         shutil.rmtree(out)

@@ -77,8 +77,15 @@ def test_a_cpu_only_step_with_few_events_is_qualified(shared_traces: Path) -> No
         ev = json.load(fh)["traceEvents"]
     step = next(e for e in ev if str(e.get("name", "")).startswith("ProfilerStep#"))
     a, b = step["ts"], step["ts"] + step["dur"]
-    on_main = [e for e in ev if e.get("ph") == "X" and e.get("tid") == step["tid"]
-               and e is not step and e["ts"] < b and e["ts"] + e.get("dur", 0) > a]  # fmt: skip
+    on_main = [
+        e
+        for e in ev
+        if e.get("ph") == "X"
+        and e.get("tid") == step["tid"]
+        and e is not step
+        and e["ts"] < b
+        and e["ts"] + e.get("dur", 0) > a
+    ]
     assert not on_main  # the step's thread holds no event inside the step
     d = gpudiag.analyze(path, jobs=1)
     assert d.verdict.limits and "too little to generalise" in d.verdict.limits[0]
@@ -99,17 +106,48 @@ def _cpu_trace(out: Path) -> Path:
     ext = 1
     for i in range(4):
         t = T0 + i * 10_000
-        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i + 1}",
-                   "pid": PID, "tid": MAIN, "ts": t, "dur": 10_000})  # fmt: skip
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{i + 1}",
+                "pid": PID,
+                "tid": MAIN,
+                "ts": t,
+                "dur": 10_000,
+            }
+        )
         for s, e in ((500, 3_000), (4_000, 6_000)):
-            ev.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": PID, "tid": MAIN,
-                       "ts": t + s, "dur": e - s, "args": {"External id": ext}})  # fmt: skip
+            ev.append(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": "aten::mm",
+                    "pid": PID,
+                    "tid": MAIN,
+                    "ts": t + s,
+                    "dur": e - s,
+                    "args": {"External id": ext},
+                }
+            )
             ext += 1
-        ev.append({"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": PID,
-                   "tid": BG, "ts": t + 3_000, "dur": 6_000})  # fmt: skip
-    doc = {"schemaVersion": 1, "deviceProperties": [],
-           "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2},
-           "traceEvents": ev}  # fmt: skip
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "gloo:all_reduce",
+                "pid": PID,
+                "tid": BG,
+                "ts": t + 3_000,
+                "dur": 6_000,
+            }
+        )
+    doc = {
+        "schemaVersion": 1,
+        "deviceProperties": [],
+        "distributedInfo": {"backend": "gloo", "rank": 0, "world_size": 2},
+        "traceEvents": ev,
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / "rank-0.json").write_text(json.dumps(doc))
     return out

@@ -65,15 +65,19 @@ def test_warmup_step_is_named_and_left_out(nsys_cases):
     assert "step 0: 208.0 ms, warm-up" in w.message
     total = (N - 2) * 25 + 10
     assert d.run.shares.data_wait == pytest.approx((N - 2) * 15 / total, abs=1e-6)
-    keep = gpudiag.analyze(nsys_cases / "user_steps_warmup.sqlite", jobs=1,
-                           thresholds=gpudiag.Thresholds(steady=SteadyRules(include_warmup=True)))  # fmt: skip
+    keep = gpudiag.analyze(
+        nsys_cases / "user_steps_warmup.sqlite",
+        jobs=1,
+        thresholds=gpudiag.Thresholds(steady=SteadyRules(include_warmup=True)),
+    )
     assert [s.step for s in keep.steps] == list(range(N))
     assert not [f for f in keep.findings if f.kind == "warmup"]
 
 
 def test_include_warmup_flag(nsys_cases):
-    r = run_cli("analyze", str(nsys_cases / "user_steps_warmup.sqlite"), "-f", "json",
-                "--include-warmup")  # fmt: skip
+    r = run_cli(
+        "analyze", str(nsys_cases / "user_steps_warmup.sqlite"), "-f", "json", "--include-warmup"
+    )
     assert r.returncode == 0, r.stderr
     assert '"step": 0,' in r.stdout
 

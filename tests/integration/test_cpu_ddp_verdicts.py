@@ -27,9 +27,22 @@ VARIANTS = {
 def run_variant(tmp_path_factory, name: str) -> Path:
     env = job_env()
     d = tmp_path_factory.mktemp(name)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "gpudiag.demo.train", "--steps", "9", "--pin", "--profile-dir", str(d),
-           *VARIANTS[name]]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "gpudiag.demo.train",
+        "--steps",
+        "9",
+        "--pin",
+        "--profile-dir",
+        str(d),
+        *VARIANTS[name],
+    ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
     if r.returncode != 0 and TEARDOWN_CRASH in r.stderr:  # see tests/noisy_host.py
         shutil.rmtree(d)

@@ -19,8 +19,20 @@ from run_helpers import DEMO, run_direct, run_gpudiag
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
-JOB = ["torchrun", "--standalone", "--nproc-per-node", "1", str(DEMO), "--steps", "12",
-       "--print-loss", "--batch", "4096", "--hidden", "1024"]  # fmt: skip
+JOB = [
+    "torchrun",
+    "--standalone",
+    "--nproc-per-node",
+    "1",
+    str(DEMO),
+    "--steps",
+    "12",
+    "--print-loss",
+    "--batch",
+    "4096",
+    "--hidden",
+    "1024",
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,8 +68,9 @@ def _both(tmp_path: Path, args: list[str]) -> tuple[Path, Path, dict[str, Any]]:
         if kind == "direct":
             outs[kind] = run_direct(cmd, timeout=300)
         else:
-            outs[kind] = run_gpudiag(["run", "--out", str(d / "run"), "--no-analyze", "--", *cmd],
-                                     timeout=300)  # fmt: skip
+            outs[kind] = run_gpudiag(
+                ["run", "--out", str(d / "run"), "--no-analyze", "--", *cmd], timeout=300
+            )
         dirs[kind] = d
     assert outs["direct"].returncode == 0, outs["direct"].stderr[-3000:]
     assert outs["gpudiag"].returncode == 0, outs["gpudiag"].stderr[-3000:]

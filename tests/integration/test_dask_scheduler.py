@@ -106,10 +106,21 @@ def replicated(tmp_path_factory) -> Path:
         )
     out = tmp_path_factory.mktemp("replicated8")
     subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "make_big_trace.py"), str(out),
-         "--ranks", "8", "--copies", "1", "--source", str(src)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "make_big_trace.py"),
+            str(out),
+            "--ranks",
+            "8",
+            "--copies",
+            "1",
+            "--source",
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     return out
 
 
@@ -128,9 +139,15 @@ def _inputs(name: str, request: pytest.FixtureRequest) -> Path:
 
 @pytest.mark.parametrize(
     "name",
-    ["pipeline_4stage", "straggler_comms_id", "nccl219_data", "sampled_2rank_a2a",
-     "mfu_2gpu_before.sqlite", "replicated8"],
-)  # fmt: skip
+    [
+        "pipeline_4stage",
+        "straggler_comms_id",
+        "nccl219_data",
+        "sampled_2rank_a2a",
+        "mfu_2gpu_before.sqlite",
+        "replicated8",
+    ],
+)
 def test_cluster_gives_the_local_diagnosis(cluster, name, request):
     path = _inputs(name, request).absolute()
     local = gpudiag.analyze(path)
@@ -149,8 +166,15 @@ def test_a_connected_client_is_used_and_left_open(cluster):
 
 def test_cli_scheduler_matches_the_local_report_and_names_files_absolutely(cluster):
     # GIVEN a relative path, as a user types it in the directory that holds the traces
-    res, _ = _cli("analyze", "pipeline_4stage", "-f", "json",
-                  "--scheduler", cluster.scheduler_address, cwd=DATA)  # fmt: skip
+    res, _ = _cli(
+        "analyze",
+        "pipeline_4stage",
+        "-f",
+        "json",
+        "--scheduler",
+        cluster.scheduler_address,
+        cwd=DATA,
+    )
     local, _ = _cli("analyze", str(DATA / "pipeline_4stage"), "-f", "json")
     assert res.returncode == 0, res.stderr
     # THEN the report is the local one: the workers were given the absolute path
@@ -175,10 +199,21 @@ def test_rank_results_are_bounded_by_steps_and_collectives(tmp_path):
     # GIVEN one real rank, and the same rank with four times its events (4 copies)
     src = DATA / "straggler_comms_id" / "rank-0.json.gz"
     subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "make_big_trace.py"), str(tmp_path),
-         "--ranks", "1", "--copies", "4", "--source", str(src)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "make_big_trace.py"),
+            str(tmp_path),
+            "--ranks",
+            "1",
+            "--copies",
+            "4",
+            "--source",
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     th = Thresholds()
     for path in (src, tmp_path / "rank-0.json.gz"):
         (res,) = source_results(load_run(path).sources[0], th)
@@ -211,12 +246,19 @@ def test_environment_and_config_reach_the_cli(cluster, tmp_path):
     res, _ = _cli("analyze", trace, cwd=tmp_path)
     assert res.returncode == 2 and "'bogus://x'" in _one_error(res.stderr)
     # the environment wins over the config
-    res, _ = _cli("analyze", trace, cwd=tmp_path,
-                  env={"DASK_SCHEDULER_ADDRESS": cluster.scheduler_address})  # fmt: skip
+    res, _ = _cli(
+        "analyze", trace, cwd=tmp_path, env={"DASK_SCHEDULER_ADDRESS": cluster.scheduler_address}
+    )
     assert res.returncode == 0, res.stderr
     # and --scheduler local over both
-    res, _ = _cli("analyze", trace, "--scheduler", "local", cwd=tmp_path,
-                  env={"DASK_SCHEDULER_ADDRESS": "bogus://y"})  # fmt: skip
+    res, _ = _cli(
+        "analyze",
+        trace,
+        "--scheduler",
+        "local",
+        cwd=tmp_path,
+        env={"DASK_SCHEDULER_ADDRESS": "bogus://y"},
+    )
     assert res.returncode == 0, res.stderr
     # --jobs means local processes: it does not go with a cluster
     res, _ = _cli("analyze", trace, "-j", "2", "--scheduler", cluster.scheduler_address)
@@ -247,8 +289,14 @@ def test_without_distributed_the_option_says_how_to_install_it():
         "from gpudiag.cli.main import main\n"
         f"main(['analyze', {str(DATA / 'straggler_comms_id')!r}, '--scheduler', 'tcp://127.0.0.1:1'])"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=job_env(NO_SCHEDULER), timeout=300, check=False)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=job_env(NO_SCHEDULER),
+        timeout=300,
+        check=False,
+    )
     assert res.returncode == 3
     _one_error(res.stderr)
     assert "pip install 'gpudiag[dask]'" in res.stderr
@@ -291,10 +339,22 @@ def _reader_of(path: Path, deadline: float, killed: set[int] | None = None) -> i
 
 def _analyze_in_background(address: str, *paths: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "gpudiag", "analyze", *map(str, paths), "-f", "json",
-         "--scheduler", address],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=job_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gpudiag",
+            "analyze",
+            *map(str, paths),
+            "-f",
+            "json",
+            "--scheduler",
+            address,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=job_env(),
+    )
 
 
 def test_a_worker_killed_mid_analysis_is_retried(fresh_cluster, tmp_path, shared_traces):
@@ -335,14 +395,28 @@ def test_a_rank_whose_workers_keep_dying_is_named(fresh_cluster, tmp_path, share
     assert time.monotonic() - t0 < 2 * START_S
 
 
-def _worker(address: str, local_dir: Path, env: dict[str, str] | None = None,
-            prefix: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:  # fmt: skip
+def _worker(
+    address: str, local_dir: Path, env: dict[str, str] | None = None, prefix: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [*prefix, sys.executable, "-m", "distributed.cli.dask_worker", address,
-         "--nthreads", "1", "--no-nanny", "--no-dashboard", "--local-directory", str(local_dir)],
-        env=env or job_env(), cwd=str(local_dir),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            *prefix,
+            sys.executable,
+            "-m",
+            "distributed.cli.dask_worker",
+            address,
+            "--nthreads",
+            "1",
+            "--no-nanny",
+            "--no-dashboard",
+            "--local-directory",
+            str(local_dir),
+        ],
+        env=env or job_env(),
+        cwd=str(local_dir),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def _wait_for_worker(address: str) -> None:
@@ -382,15 +456,22 @@ def test_another_gpudiag_on_the_workers_is_refused(bare_scheduler, tmp_path):
     other = tmp_path / "other"
     shutil.copytree(ROOT / "gpudiag", other / "gpudiag")
     init = other / "gpudiag" / "__init__.py"
-    init.write_text(init.read_text().replace(
-        f'__version__ = "{gpudiag.__version__}"', '__version__ = "0.0.1+skew"'))  # fmt: skip
+    init.write_text(
+        init.read_text().replace(
+            f'__version__ = "{gpudiag.__version__}"', '__version__ = "0.0.1+skew"'
+        )
+    )
     env = job_env()
     env["PYTHONPATH"] = str(other)
     worker = _worker(bare_scheduler.scheduler_address, tmp_path, env=env)
     try:
         _wait_for_worker(bare_scheduler.scheduler_address)
-        res, took = _cli("analyze", str(DATA / "straggler_comms_id"),
-                         "--scheduler", bare_scheduler.scheduler_address)  # fmt: skip
+        res, took = _cli(
+            "analyze",
+            str(DATA / "straggler_comms_id"),
+            "--scheduler",
+            bare_scheduler.scheduler_address,
+        )
     finally:
         worker.kill()
         worker.wait()
@@ -408,9 +489,17 @@ def test_another_gpudiag_on_the_workers_is_refused(bare_scheduler, tmp_path):
 def test_progress_bar_on_a_terminal_only(cluster, where):
     import pty
 
-    args = [sys.executable, "-m", "gpudiag", "analyze", str(DATA / "pipeline_4stage"),
-            "-f", "json", "--scheduler",
-            cluster.scheduler_address if where == "cluster" else "local"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "gpudiag",
+        "analyze",
+        str(DATA / "pipeline_4stage"),
+        "-f",
+        "json",
+        "--scheduler",
+        cluster.scheduler_address if where == "cluster" else "local",
+    ]
     leader, follower = pty.openpty()
     seen: list[bytes] = []
 
@@ -427,8 +516,13 @@ def test_progress_bar_on_a_terminal_only(cluster, where):
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=follower, text=True,
-                                env=job_env({"COLUMNS": "120"}))  # fmt: skip
+        proc = subprocess.Popen(
+            args,
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            text=True,
+            env=job_env({"COLUMNS": "120"}),
+        )
         os.close(follower)
         out, _ = proc.communicate(timeout=300)
         reader.join(timeout=60)

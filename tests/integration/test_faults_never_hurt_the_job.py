@@ -31,8 +31,19 @@ from gpudiag.traces.runfiles.telemetry import load_steps
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_required")]
 
 STEPS = 8
-JOB = [*TORCHRUN, str(DEMO), "--steps", str(STEPS), "--hidden", "64", "--layers", "2",
-       "--batch", "16", "--print-loss"]  # fmt: skip
+JOB = [
+    *TORCHRUN,
+    str(DEMO),
+    "--steps",
+    str(STEPS),
+    "--hidden",
+    "64",
+    "--layers",
+    "2",
+    "--batch",
+    "16",
+    "--print-loss",
+]
 WINDOW = "2:5"
 
 
@@ -54,8 +65,19 @@ def _gpudiag(out: Path, cmd: list[str], fault: str = "", window: str = WINDOW) -
     env = {"GPUDIAG_FAULT": fault} if fault else None
     from cli_runner import run_cli
 
-    return run_cli("run", "--out", str(out), "--no-analyze", "--profile-steps", window, "--",
-                   *cmd, env=env, cwd=ROOT, timeout=180)  # fmt: skip
+    return run_cli(
+        "run",
+        "--out",
+        str(out),
+        "--no-analyze",
+        "--profile-steps",
+        window,
+        "--",
+        *cmd,
+        env=env,
+        cwd=ROOT,
+        timeout=180,
+    )
 
 
 def _same_as_direct(r: Any, direct: subprocess.CompletedProcess[str]) -> None:
@@ -259,9 +281,12 @@ def _launch_in_process(
     os.environ.update(env)
     try:
         opts = RunOptions(
-            list(JOB), out=tmp_path / "run", profile_steps=WINDOW, nvml_backend=nvml,
+            list(JOB),
+            out=tmp_path / "run",
+            profile_steps=WINDOW,
+            nvml_backend=nvml,
             nvml_interval_s=0.05,
-        )  # fmt: skip
+        )
         t0 = time.monotonic()
         res = launcher.run(opts)
         took = time.monotonic() - t0
@@ -345,8 +370,13 @@ def test_gpudiag_killed_the_job_runs_on(tmp_path: Path, direct_runs: Any) -> Non
     out, job_out = tmp_path / "run", tmp_path / "job.out"
     r = subprocess.run(
         [sys.executable, str(driver), str(out), str(job_out), *cmd],
-        capture_output=True, text=True, env=job_env(), timeout=180, cwd=ROOT, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=job_env(),
+        timeout=180,
+        cwd=ROOT,
+        check=False,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout)
     # THEN gpudiag died by SIGKILL, the job ran to the end as it does alone
@@ -383,8 +413,9 @@ def test_job_with_worker_processes(tmp_path: Path, direct_runs: Any, extra: list
     m = _manifest(out)
     assert [x.rank for x in m.ranks] == [0, 1]  # workers and pool children are not ranks
     assert sorted(p.name for p in (out / "ranks").glob("*.steps.jsonl")) == [
-        "rank-0.steps.jsonl", "rank-1.steps.jsonl"
-    ]  # fmt: skip
+        "rank-0.steps.jsonl",
+        "rank-1.steps.jsonl",
+    ]
     assert m.diagnosis_incomplete == []
     assert "rank_errors" not in m.extra
     df = load_steps(out)

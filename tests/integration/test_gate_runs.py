@@ -31,20 +31,32 @@ from run_helpers import DEMO, run_gpudiag
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_required")]
 
 TORCHRUN = ["torchrun", "--standalone", "--nproc-per-node", "2", str(DEMO), "--pin"]
-WAITING = ["--steps", "20", "--batch", "16", "--hidden", "64", "--layers", "2",
-           "--sleep-rank", "0"]  # fmt: skip
+WAITING = ["--steps", "20", "--batch", "16", "--hidden", "64", "--layers", "2", "--sleep-rank", "0"]
 # Rank 0's deliberate wait makes it idle and a straggler; these runs test the regression check.
 REGRESSION_ONLY = ["--max-idle-ratio", "1", "--stragglers", "off"]
 JOBS = {
     "balanced": (["--steps", "8"], "2:8"),
-    "starved": (["--steps", "6", "--slow-data", "0.005", "--batch", "64", "--hidden", "64",
-                 "--layers", "2"], "2:6"),
+    "starved": (
+        [
+            "--steps",
+            "6",
+            "--slow-data",
+            "0.005",
+            "--batch",
+            "64",
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+        ],
+        "2:6",
+    ),
     "base1": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
     "base2": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
     "base3": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
     "same": ([*WAITING, "--sleep-s", "0.1"], "2:20"),
     "slow": ([*WAITING, "--sleep-s", "0.3"], "2:20"),
-}  # fmt: skip
+}
 # The gate's contention limits switched off: for the test that needs the 3× slowdown to fail.
 NO_CONTENTION = """[tool.gpudiag.gate]
 max_other_cpu_ratio = 1.0
@@ -60,8 +72,21 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for name, (args, window) in JOBS.items():
         d = root / name
-        r = run_gpudiag(["run", "--out", str(d), "-q", "--no-analyze", "--profile-steps", window,
-                         "--", *TORCHRUN, *args], timeout=180)  # fmt: skip
+        r = run_gpudiag(
+            [
+                "run",
+                "--out",
+                str(d),
+                "-q",
+                "--no-analyze",
+                "--profile-steps",
+                window,
+                "--",
+                *TORCHRUN,
+                *args,
+            ],
+            timeout=180,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         out[name] = d
     return out
@@ -74,19 +99,32 @@ def gate(*args: str, cwd: Path) -> tuple[int, str, str]:
 
 def test_balanced_run_passes(runs: dict[str, Path], tmp_path: Path) -> None:
     # A limit far above any idle ratio a balanced job shows, even on a busy host.
-    code, out, err = gate(str(runs["balanced"]), "--max-idle-ratio", "0.95",
-                          "--stragglers", "warn", cwd=tmp_path)  # fmt: skip
+    code, out, err = gate(
+        str(runs["balanced"]), "--max-idle-ratio", "0.95", "--stragglers", "warn", cwd=tmp_path
+    )
     assert code == 0, out + err
     assert "gate passed (exit 0)" in out and "idle_ratio" in out
 
 
-def test_data_starved_run_fails_on_idle_ratio_with_junit(runs: dict[str, Path],
-                                                         tmp_path: Path) -> None:  # fmt: skip
+def test_data_starved_run_fails_on_idle_ratio_with_junit(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
     junit, md = tmp_path / "gate.xml", tmp_path / "gate.md"
     # a CPU-only run has no idle limit unless one is set (issue 24): set the analysis's 0.3
-    code, out, err = gate(str(runs["starved"]), "--junit", str(junit), "--max-data-wait", "0.2",
-                          "--max-idle-ratio", "0.3", "--markdown", str(md), "-f", "json",
-                          cwd=tmp_path)  # fmt: skip
+    code, out, err = gate(
+        str(runs["starved"]),
+        "--junit",
+        str(junit),
+        "--max-data-wait",
+        "0.2",
+        "--max-idle-ratio",
+        "0.3",
+        "--markdown",
+        str(md),
+        "-f",
+        "json",
+        cwd=tmp_path,
+    )
     unset = gate(str(runs["starved"]), "-f", "json", "--stragglers", "off", cwd=tmp_path)[1]
     assert "idle_ratio" not in {c["name"] for c in json.loads(unset)["checks"]}
     assert code == 1, out + err
@@ -103,8 +141,13 @@ def test_data_starved_run_fails_on_idle_ratio_with_junit(runs: dict[str, Path],
 
 def save_baseline(runs: dict[str, Path], tmp_path: Path) -> Path:
     base = tmp_path / "baseline.json"
-    code, _, err = gate("--save-baseline", str(base), *(str(runs[f"base{i}"]) for i in (1, 2, 3)),
-                        *REGRESSION_ONLY, cwd=tmp_path)  # fmt: skip
+    code, _, err = gate(
+        "--save-baseline",
+        str(base),
+        *(str(runs[f"base{i}"]) for i in (1, 2, 3)),
+        *REGRESSION_ONLY,
+        cwd=tmp_path,
+    )
     assert code == 0, err
     assert "baseline of 3 runs" in err
     return base
@@ -112,16 +155,18 @@ def save_baseline(runs: dict[str, Path], tmp_path: Path) -> Path:
 
 def regression(runs: dict[str, Path], name: str, tmp_path: Path) -> tuple[int, dict]:
     base = save_baseline(runs, tmp_path)
-    code, out, _ = gate(str(runs[name]), "--baseline", str(base), *REGRESSION_ONLY,
-                          "--format", "json", cwd=tmp_path)  # fmt: skip
+    code, out, _ = gate(
+        str(runs[name]), "--baseline", str(base), *REGRESSION_ONLY, "--format", "json", cwd=tmp_path
+    )
     res = json.loads(out)
     check = next(c for c in res["checks"] if c["name"] == "step_time_regression")
     print(f"{name}: exit {code}, {check['message']}; conditions {res['conditions']}")
     return code, check
 
 
-def test_unchanged_rerun_never_fails_against_three_baseline_runs(runs: dict[str, Path],
-                                                                 tmp_path: Path) -> None:  # fmt: skip
+def test_unchanged_rerun_never_fails_against_three_baseline_runs(
+    runs: dict[str, Path], tmp_path: Path
+) -> None:
     code, check = regression(runs, "same", tmp_path)
     assert code in (0, 5), check
     assert check["status"] in ("pass", "inconclusive")

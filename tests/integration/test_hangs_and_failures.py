@@ -36,10 +36,22 @@ def _run(
 ) -> tuple:
     out = tmp_path / "run"
     r = run_gpudiag(
-        ["run", "--out", str(out), *extra, "--", *TORCHRUN, str(JOB), "--cause", cause,
-         "--gloo-timeout", str(gloo_timeout), *job],
+        [
+            "run",
+            "--out",
+            str(out),
+            *extra,
+            "--",
+            *TORCHRUN,
+            str(JOB),
+            "--cause",
+            cause,
+            "--gloo-timeout",
+            str(gloo_timeout),
+            *job,
+        ],
         timeout=150,
-    )  # fmt: skip
+    )
     return out, r
 
 
@@ -123,8 +135,15 @@ def test_size_mismatch_names_the_first_failing_rank_and_step(tmp_path: Path) -> 
 def test_report_mode_leaves_the_job_to_its_timeout(tmp_path: Path) -> None:
     # the stall at step 7 lies in the default profiler window 5:10; the job dies by its
     # own gloo timeout and the trace saved at exit holds the partial step 7 (20 s)
-    out, r = _run(tmp_path, "loader", "--hang-timeout", "8", "--no-nvml", gloo_timeout=20,
-                  job=("--at-step", "7"))  # fmt: skip
+    out, r = _run(
+        tmp_path,
+        "loader",
+        "--hang-timeout",
+        "8",
+        "--no-nvml",
+        gloo_timeout=20,
+        job=("--at-step", "7"),
+    )
     assert r.returncode not in (0, 124), r.stderr[-3000:]
     assert "STUCK: rank 1 never entered all_reduce" in r.stderr
     d = _diagnosis(out)
@@ -142,10 +161,30 @@ def test_report_mode_leaves_the_job_to_its_timeout(tmp_path: Path) -> None:
 def test_ctrl_c_stops_the_job_diagnoses_and_exits_130(tmp_path: Path) -> None:
     out = tmp_path / "run"
     p = subprocess.Popen(
-        [sys.executable, "-m", "gpudiag", "run", "--out", str(out), "--profile-steps", "off",
-         "--no-nvml", "--", *TORCHRUN, str(JOB), "--cause", "loader", "--gloo-timeout", "100"],
-        env=job_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gpudiag",
+            "run",
+            "--out",
+            str(out),
+            "--profile-steps",
+            "off",
+            "--no-nvml",
+            "--",
+            *TORCHRUN,
+            str(JOB),
+            "--cause",
+            "loader",
+            "--gloo-timeout",
+            "100",
+        ],
+        env=job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     try:
         wait_for(lambda: len(step_lines(rundir.steps_path(out, 0))) >= 5, timeout=90)
         time.sleep(1.0)
@@ -166,11 +205,26 @@ def test_nested_groups_root_stall_explains_the_other(tmp_path: Path) -> None:
     # all_reduce, rank 2 in the default group's all_reduce that ranks 0 and 1 never reach
     out = tmp_path / "run"
     r = run_gpudiag(
-        ["run", "--out", str(out), "--profile-steps", "off", *HANG_SOON, "--",
-         "torchrun", "--standalone", "--nproc-per-node", "3", str(JOB), "--cause", "nested",
-         "--gloo-timeout", "100"],
+        [
+            "run",
+            "--out",
+            str(out),
+            "--profile-steps",
+            "off",
+            *HANG_SOON,
+            "--",
+            "torchrun",
+            "--standalone",
+            "--nproc-per-node",
+            "3",
+            str(JOB),
+            "--cause",
+            "nested",
+            "--gloo-timeout",
+            "100",
+        ],
         timeout=150,
-    )  # fmt: skip
+    )
     assert r.returncode == 124, r.stderr[-3000:]
     d = _diagnosis(out)
     hangs = [f for f in d["findings"] if f["kind"] == "hang"]

@@ -22,17 +22,42 @@ JOBS = {
     "balanced": [],
     "sleepy_rank": ["--batch", "2048", "--sleep-rank", "1", "--sleep-s", "0.1"],
     "slow_data_rank": ["--batch", "2048", "--slow-data", "0.00005", "--slow-data-rank", "1"],
-    "stall_every_4th": ["--batch", "2048", "--sleep-rank", "1", "--sleep-s", "0.25",
-                        "--sleep-every", "4"],
-}  # fmt: skip
+    "stall_every_4th": [
+        "--batch",
+        "2048",
+        "--sleep-rank",
+        "1",
+        "--sleep-s",
+        "0.25",
+        "--sleep-every",
+        "4",
+    ],
+}
 
 
 def diagnose_job(tmp_path_factory, name: str) -> dict:
     d = tmp_path_factory.mktemp(name) / "run"
-    r = run_cli("run", "--no-analyze", "--quiet", "--out", str(d), "--",
-                sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", "2", "-m", "gpudiag.demo.train", "--steps", "16", "--pin",
-                *JOBS[name], timeout=240)  # fmt: skip
+    r = run_cli(
+        "run",
+        "--no-analyze",
+        "--quiet",
+        "--out",
+        str(d),
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "gpudiag.demo.train",
+        "--steps",
+        "16",
+        "--pin",
+        *JOBS[name],
+        timeout=240,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     a = run_cli("analyze", str(d), "--format", "json")
     assert a.returncode == 0, a.stderr

@@ -31,11 +31,31 @@ STEP_MS = 100  # the job's step: --work-ms of work (a sleep, so the host's load 
 
 def run_job(out: Path, *job_args: str, steps: int = STEPS, profile: str = "5:10") -> dict[str, Any]:
     """Run the job under ``gpudiag run``; its alerts, telemetry, stderr and the monitor's costs."""
-    r = run_cli("run", "--no-analyze", "--quiet", "--out", str(out), "--profile-steps", profile,
-                "--",
-                sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", "2", JOB, "--steps", str(steps), "--onset", str(ONSET),
-                "--work-ms", str(STEP_MS), *job_args, timeout=120)  # fmt: skip
+    r = run_cli(
+        "run",
+        "--no-analyze",
+        "--quiet",
+        "--out",
+        str(out),
+        "--profile-steps",
+        profile,
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        JOB,
+        "--steps",
+        str(steps),
+        "--onset",
+        str(ONSET),
+        "--work-ms",
+        str(STEP_MS),
+        *job_args,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     alerts = [json.loads(x) for x in (out / "alerts.jsonl").read_text().splitlines()]
     ends: dict[int, list[int]] = {}
@@ -45,8 +65,12 @@ def run_job(out: Path, *job_args: str, steps: int = STEPS, profile: str = "5:10"
             if rec["type"] == "step":
                 ends.setdefault(rec["step"], []).append(rec["end_ns"])
     manifest = json.loads((out / "manifest.json").read_text())
-    return {"alerts": alerts, "ends": ends, "stderr": r.stderr,
-            "monitor": manifest["extra"]["alerts"]}  # fmt: skip
+    return {
+        "alerts": alerts,
+        "ends": ends,
+        "stderr": r.stderr,
+        "monitor": manifest["extra"]["alerts"],
+    }
 
 
 def job_step_at(ends: dict[int, list[int]], time_ns: int) -> int:
@@ -62,10 +86,11 @@ def first_alert_figures(res: dict[str, Any]) -> dict[str, Any]:
         "before_onset": sum(1 for a in raised if a["step"] < ONSET),
         "delay_steps": first["step"] - ONSET if first else None,
         "job_steps_past_onset": job_step_at(res["ends"], first["time_ns"]) - ONSET
-        if first else None,
+        if first
+        else None,
         "cpu_us_per_step": res["monitor"]["cpu_ns_per_step"] / 1000,
         "rules_us_per_step": res["monitor"]["rules_cpu_ns_per_step"] / 1000,
-    }  # fmt: skip
+    }
 
 
 def check_first_alert(res: dict[str, Any], kind: str, ranks: list[int]) -> dict[str, Any]:
@@ -124,10 +149,32 @@ def test_an_unchanged_job_beside_a_cpu_hog_raises_none(tmp_path):
 
 def test_alerts_off_writes_no_file_and_says_nothing(tmp_path):
     out = tmp_path / "run"
-    r = run_cli("run", "--no-analyze", "--quiet", "--alerts", "off", "--out", str(out), "--",
-                sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc-per-node", "2", JOB, "--steps", "26", "--onset", "16",
-                "--straggle-rank", "1", "--straggle-s", "0.3", timeout=120)  # fmt: skip
+    r = run_cli(
+        "run",
+        "--no-analyze",
+        "--quiet",
+        "--alerts",
+        "off",
+        "--out",
+        str(out),
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        JOB,
+        "--steps",
+        "26",
+        "--onset",
+        "16",
+        "--straggle-rank",
+        "1",
+        "--straggle-s",
+        "0.3",
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert not (out / "alerts.jsonl").exists()
     assert "gpudiag: alert" not in r.stderr

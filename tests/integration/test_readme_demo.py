@@ -27,8 +27,14 @@ HOG = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\
 
 
 def test_readme_demo_beside_a_cpu_hog_tells_one_story(tmp_path: Path) -> None:
-    assert README_DEMO == ["torchrun", "--standalone", "--nproc-per-node", "2", "-m",
-                           "gpudiag.demo.train"]  # fmt: skip
+    assert README_DEMO == [
+        "torchrun",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "gpudiag.demo.train",
+    ]
     assert "gpudiag run -- " + " ".join(README_DEMO) in (ROOT / "README.md").read_text()
     hog = subprocess.Popen([sys.executable, "-c", HOG])
     try:

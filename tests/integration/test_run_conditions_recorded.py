@@ -47,9 +47,16 @@ def test_cpu_hog_beside_the_job_is_other_cpu(tmp_path: Path) -> None:
         h0, t0 = _own_jiffies(hog.pid), _total_jiffies()
         out = tmp_path / "run"
         r = run_cli(
-            "run", "--out", str(out), "--no-analyze", "--no-nvml", "--",
-            sys.executable, "-c", SPIN.format(s=4),
-        )  # fmt: skip
+            "run",
+            "--out",
+            str(out),
+            "--no-analyze",
+            "--no-nvml",
+            "--",
+            sys.executable,
+            "-c",
+            SPIN.format(s=4),
+        )
         h1, t1 = _own_jiffies(hog.pid), _total_jiffies()
     finally:
         hog.kill()
@@ -83,15 +90,22 @@ JOB = "import sys, time\ntime.sleep(2.5)\nprint('job output')\nsys.exit(7)\n"
 def test_conditions_faults_never_reach_the_job(tmp_path: Path) -> None:
     # GIVEN a failing second sample, then (another run) a conditions/ that cannot be written
     failing = run_cli(
-        "run", "--out", str(tmp_path / "a"), "--no-analyze", "--", sys.executable, "-c", JOB,
+        "run",
+        "--out",
+        str(tmp_path / "a"),
+        "--no-analyze",
+        "--",
+        sys.executable,
+        "-c",
+        JOB,
         env={"GPUDIAG_FAULT": "conditions:sample@1"},
-    )  # fmt: skip
+    )
     blocked = tmp_path / "b"
     blocked.mkdir()
     (blocked / "conditions").write_text("in the way")
     unwritable = run_cli(
         "run", "--out", str(blocked), "--no-analyze", "--", sys.executable, "-c", JOB
-    )  # fmt: skip
+    )
     # THEN the job's exit code and output are its own, and each loss is said once
     for r in (failing, unwritable):
         assert r.returncode == 7, r.stderr

@@ -15,8 +15,17 @@ from gpudiag.rundir import layout as rundir
 def test_nsys_missing_fails_before_the_job_starts(tmp_path):
     marker = tmp_path / "ran"
     out = tmp_path / "run"
-    r = run_cli("run", "--nsys", "--out", str(out), "--", sys.executable, "-c",
-                f"open({str(marker)!r}, 'w')", env={"GPUDIAG_NSYS": str(tmp_path / "no-nsys")})  # fmt: skip
+    r = run_cli(
+        "run",
+        "--nsys",
+        "--out",
+        str(out),
+        "--",
+        sys.executable,
+        "-c",
+        f"open({str(marker)!r}, 'w')",
+        env={"GPUDIAG_NSYS": str(tmp_path / "no-nsys")},
+    )
     assert r.returncode == 3
     assert "--nsys" in r.stderr and "Traceback" not in r.stderr
     assert not marker.exists() and not out.exists()
@@ -32,8 +41,21 @@ def test_run_under_real_nsys_records_the_outcome(tmp_path):
     if path is None:
         pytest.skip(f"no nsys here: {why}")
     out = tmp_path / "run"
-    r = run_cli("run", "--nsys", "--nsys-range", "all", "--no-analyze", "--quiet", "--out",
-                str(out), "--", sys.executable, "-c", "print('job output')", timeout=300)  # fmt: skip
+    r = run_cli(
+        "run",
+        "--nsys",
+        "--nsys-range",
+        "all",
+        "--no-analyze",
+        "--quiet",
+        "--out",
+        str(out),
+        "--",
+        sys.executable,
+        "-c",
+        "print('job output')",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "job output" in r.stdout
     m = json.loads((out / "manifest.json").read_text())
@@ -53,8 +75,10 @@ def _run_dir(tmp_path, shared_traces, with_kineto: bool):
     shutil.copy(shared_traces / "nsys/nsys-ai/healthy_1pct.sqlite", d / "nsys" / "node-0.sqlite")
     if with_kineto:
         (d / "ranks").mkdir()
-        shutil.copy(shared_traces / "kineto/edge_h100_infer_1step/h100.json.gz",
-                    d / "ranks" / "rank-0.pt.trace.json.gz")  # fmt: skip
+        shutil.copy(
+            shared_traces / "kineto/edge_h100_infer_1step/h100.json.gz",
+            d / "ranks" / "rank-0.pt.trace.json.gz",
+        )
     return d
 
 

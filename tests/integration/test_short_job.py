@@ -24,9 +24,19 @@ SMALL = ["--hidden", "64", "--layers", "2", "--batch", "16"]
 def test_job_shorter_than_the_window(tmp_path: Path, steps: int, fit: str) -> None:
     out = tmp_path / "run"
     r = run_gpudiag(
-        ["run", "--out", str(out), "--no-analyze", "--", *TORCHRUN, str(DEMO),
-         "--steps", str(steps), *SMALL]
-    )  # fmt: skip
+        [
+            "run",
+            "--out",
+            str(out),
+            "--no-analyze",
+            "--",
+            *TORCHRUN,
+            str(DEMO),
+            "--steps",
+            str(steps),
+            *SMALL,
+        ]
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     want = f"profile window 5:10 not reached: ranks ran {steps} steps; rerun with --profile-steps {fit}"
     # THEN stderr says so once, the manifest says exactly why, telemetry covers every step
@@ -43,9 +53,19 @@ def test_job_shorter_than_the_window(tmp_path: Path, steps: int, fit: str) -> No
 def test_job_ending_inside_the_window_keeps_its_complete_steps(tmp_path: Path) -> None:
     out = tmp_path / "run"
     r = run_gpudiag(
-        ["run", "--out", str(out), "--no-analyze", "--", *TORCHRUN, str(DEMO), "--steps", "7",
-         *SMALL]
-    )  # fmt: skip
+        [
+            "run",
+            "--out",
+            str(out),
+            "--no-analyze",
+            "--",
+            *TORCHRUN,
+            str(DEMO),
+            "--steps",
+            "7",
+            *SMALL,
+        ]
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     m = rundir.read_manifest(out / "manifest.json")
     k = m.sources["kineto"]

@@ -17,8 +17,22 @@ import gpudiag
 
 pytest.importorskip("torch")
 
-DEMO = ["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "gpudiag.demo.train",
-        "--steps", "12", "--hidden", "64", "--layers", "2", "--batch", "16"]  # fmt: skip
+DEMO = [
+    "torchrun",
+    "--standalone",
+    "--nproc-per-node",
+    "2",
+    "-m",
+    "gpudiag.demo.train",
+    "--steps",
+    "12",
+    "--hidden",
+    "64",
+    "--layers",
+    "2",
+    "--batch",
+    "16",
+]
 
 
 @pytest.mark.slow
@@ -26,8 +40,23 @@ def test_profiling_off_ends_with_a_telemetry_diagnosis(tmp_path):
     out = tmp_path / "run"
     # every sample takes 10 ms to load (0.16 s a batch) on both ranks; rank 1 also sleeps
     # 0.5 s a step
-    r = run_gpudiag(["run", "--out", str(out), "--profile-steps", "off", "--", *DEMO,
-                     "--slow-data", "0.01", "--sleep-rank", "1", "--sleep-s", "0.5"])  # fmt: skip
+    r = run_gpudiag(
+        [
+            "run",
+            "--out",
+            str(out),
+            "--profile-steps",
+            "off",
+            "--",
+            *DEMO,
+            "--slow-data",
+            "0.01",
+            "--sleep-rank",
+            "1",
+            "--sleep-s",
+            "0.5",
+        ]
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "step telemetry (no trace)" in r.stdout
     d = gpudiag.analyze(out, jobs=1)

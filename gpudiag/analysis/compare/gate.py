@@ -99,8 +99,12 @@ class GateStatus(StrEnum):
         )
 
 
-PASS, FAIL, WARN, INCONCLUSIVE = (CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.WARN,
-                                  CheckStatus.INCONCLUSIVE)  # fmt: skip
+PASS, FAIL, WARN, INCONCLUSIVE = (
+    CheckStatus.PASS,
+    CheckStatus.FAIL,
+    CheckStatus.WARN,
+    CheckStatus.INCONCLUSIVE,
+)
 
 
 @dataclass(frozen=True)
@@ -188,8 +192,9 @@ def _limit_checks(d: Diagnosis, cfg: GateConfig, th: Thresholds, note: str = "")
     return out
 
 
-def _straggler_checks(d: Diagnosis, cfg: GateConfig, base: Sequence[RunStat],
-                      contended: Sequence[str] = ()) -> list[Check]:  # fmt: skip
+def _straggler_checks(
+    d: Diagnosis, cfg: GateConfig, base: Sequence[RunStat], contended: Sequence[str] = ()
+) -> list[Check]:
     """One check per straggler finding's rank; a contended run's cannot fail (inconclusive)."""
     if cfg.stragglers == "off":
         return []
@@ -225,26 +230,46 @@ def baseline_summary(runs: Sequence[RunStat], cfg: GateConfig, name: str = "") -
         label = r.name or f"run {i + 1}"
         n, med = len(r.step_time_ns), r.step_time_ns_median
         few = n < cfg.min_samples
-        text = (f"{label}: {n} steady steps, median step time "
-                f"{'n/a' if med is None else duration(med)}")  # fmt: skip
+        text = (
+            f"{label}: {n} steady steps, median step time {'n/a' if med is None else duration(med)}"
+        )
         if few:
             text += f"; fewer than {cfg.min_samples}: comparisons with it will be inconclusive"
-        checks.append(Check("baseline_run", None, WARN if few else PASS, med, None, text,
-                            samples=[n], details={"run": label}))  # fmt: skip
+        checks.append(
+            Check(
+                "baseline_run",
+                None,
+                WARN if few else PASS,
+                med,
+                None,
+                text,
+                samples=[n],
+                details={"run": label},
+            )
+        )
     meds = [float(r.step_time_ns_median) for r in runs if r.step_time_ns_median]
     if len(meds) >= 2:
         m = float(np.mean(meds))
         cv = float(np.std(meds, ddof=1)) / m if m > 0 else 0.0
         mde = t_ppf(1.0 - cfg.run_alpha, len(meds) - 1) * cv * math.sqrt(1 + 1 / len(meds))
         floor = max(mde, cfg.min_effect_ratio)
-        checks.append(Check("baseline_spread", None, PASS, cv, None,
-                            f"{len(meds)} runs vary by ±{cv:.1%}: a later run fails on timing "
-                            f"only when slower by more than {floor:.1%} (level "
-                            f"{cfg.run_alpha:g}, min effect {cfg.min_effect_ratio:.0%})",
-                            mde_ratio=mde))  # fmt: skip
+        checks.append(
+            Check(
+                "baseline_spread",
+                None,
+                PASS,
+                cv,
+                None,
+                f"{len(meds)} runs vary by ±{cv:.1%}: a later run fails on timing "
+                f"only when slower by more than {floor:.1%} (level "
+                f"{cfg.run_alpha:g}, min effect {cfg.min_effect_ratio:.0%})",
+                mde_ratio=mde,
+            )
+        )
     fp = runs[0].fingerprint if runs else {}
-    return GateResult(GateStatus.PASSED, checks, name, None, fp, None, cfg.inconclusive_ok,
-                      asdict(cfg), None)  # fmt: skip
+    return GateResult(
+        GateStatus.PASSED, checks, name, None, fp, None, cfg.inconclusive_ok, asdict(cfg), None
+    )
 
 
 def runs_needed(cv: float, effect: float, cfg: GateConfig) -> int | None:
@@ -255,34 +280,36 @@ def runs_needed(cv: float, effect: float, cfg: GateConfig) -> int | None:
     return None
 
 
-def regression_check(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig,
-                      contended: list[str]) -> Check:  # fmt: skip
+def regression_check(
+    cand: RunStat, base: Sequence[RunStat], cfg: GateConfig, contended: list[str]
+) -> Check:
     """The timing check of one candidate run against the baseline runs (the module's rule)."""
     name, limit = "step_time_regression", cfg.min_effect_ratio
     counts = [len(cand.step_time_ns), min(len(b.step_time_ns) for b in base)]
     if min(counts) < cfg.min_samples or cand.step_time_ns_median is None:
-        return Check(name, None, INCONCLUSIVE, None, limit,
-                     f"too few steady steps to compare: {counts[0]} (subject) and {counts[1]} "
-                     f"(smallest baseline run); need {cfg.min_samples} each",
-                     samples=counts)  # fmt: skip
+        few = (
+            f"too few steady steps to compare: {counts[0]} (subject) and {counts[1]} "
+            f"(smallest baseline run); need {cfg.min_samples} each"
+        )
+        return Check(name, None, INCONCLUSIVE, None, limit, few, samples=counts)
     medians = [float(b.step_time_ns_median or 0.0) for b in base]
     n, m, c = len(medians), float(np.mean(medians)), float(cand.step_time_ns_median)
     effect = c / m - 1.0 if m > 0 else 0.0
     pooled = [v for b in base for v in b.step_time_ns]
     _, p_mw = mann_whitney_u(cand.step_time_ns, pooled, alternative="greater")
-    details: dict[str, Any] = {"baseline_runs": n, "baseline_medians_ns": medians,
-                               "baseline_mean_ns": m, "candidate_median_ns": c,
-                               "within_run_mann_whitney_p": p_mw}  # fmt: skip
+    details: dict[str, Any] = {"baseline_runs": n, "baseline_medians_ns": medians}
+    details.update(baseline_mean_ns=m, candidate_median_ns=c, within_run_mann_whitney_p=p_mw)
     head = f"median step time {duration(c, 'ms')} vs {duration(m, 'ms')} baseline ({effect:+.1%}"
     ci: list[float] = []
     if n == 1:
         floor, mde = cfg.single_run_min_effect_ratio, None
         p = p_mw
         signal = p_mw < cfg.alpha
-        desc = (f"{head}; one baseline run: no between-run spread, so timing fails only above "
-                f"+{floor:.0%}; within-run Mann-Whitney p={p_mw:.2g})")  # fmt: skip
-        advice = ("give 3 or more baseline runs (--baseline B1 B2 B3) to measure the "
-                  "runner's noise")  # fmt: skip
+        desc = (
+            f"{head}; one baseline run: no between-run spread, so timing fails only above "
+            f"+{floor:.0%}; within-run Mann-Whitney p={p_mw:.2g})"
+        )
+        advice = "give 3 or more baseline runs (--baseline B1 B2 B3) to measure the runner's noise"
     else:
         s = float(np.std(medians, ddof=1))
         cv = s / m if m > 0 else 0.0
@@ -295,35 +322,40 @@ def regression_check(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig,
         ci = [effect - mde, effect + mde]
         details.update(baseline_cv=cv, t_quantile=tq, run_level_p=p)
         conf = 1.0 - 2.0 * cfg.run_alpha
-        desc = (f"{head}, {conf:.0%} CI {ci[0]:+.1%} to {ci[1]:+.1%}); {n} baseline runs vary "
-                f"by ±{cv:.1%}, smallest detectable effect {mde:.1%}; run-level p={p:.2g}, "
-                f"within-run Mann-Whitney p={p_mw:.2g}")  # fmt: skip
+        desc = (
+            f"{head}, {conf:.0%} CI {ci[0]:+.1%} to {ci[1]:+.1%}); {n} baseline runs vary "
+            f"by ±{cv:.1%}, smallest detectable effect {mde:.1%}; run-level p={p:.2g}, "
+            f"within-run Mann-Whitney p={p_mw:.2g}"
+        )
         need = runs_needed(cv, max(effect, limit), cfg)
         target = f"{max(effect, limit):.0%}"
-        advice = (f"the baseline runs vary by ±{cv:.1%}; need ≥ {need} runs or a quieter runner "
-                  f"to detect {target}" if need is not None else
-                  f"the baseline runs vary by ±{cv:.1%}; more runs will not detect {target}: "
-                  "use a quieter runner")  # fmt: skip
+        advice = (
+            f"the baseline runs vary by ±{cv:.1%}; need ≥ {need} runs or a quieter runner "
+            f"to detect {target}"
+            if need is not None
+            else f"the baseline runs vary by ±{cv:.1%}; more runs will not detect {target}: "
+            "use a quieter runner"
+        )
     details["min_effect_ratio"] = limit
     noisy = [b.name or f"run {i + 1}" for i, b in enumerate(base) if contention(_recorded(b), cfg)]
     if noisy:
         # A contended baseline run widens the spread (a larger noise floor), never hides one.
         desc += f"; contended baseline runs: {', '.join(noisy)}"
         details["contended_baseline_runs"] = noisy
-    kw: dict[str, Any] = {"p_value": p, "effect_ratio": effect, "samples": counts, "ci": ci,
-                          "mde_ratio": mde, "details": details}  # fmt: skip
+    kw: dict[str, Any] = {"p_value": p, "effect_ratio": effect, "samples": counts, "ci": ci}
+    kw.update(mde_ratio=mde, details=details)
     if effect <= limit:
         verdict = "not slower" if effect <= 0 else f"within min effect +{limit:.0%}"
         return Check(name, None, PASS, effect, limit, f"{verdict}: {desc}", **kw)
     if signal and effect > floor:
         if contended:
-            return Check(name, None, INCONCLUSIVE, effect, limit,
-                         f"inconclusive: slower, but the run was contended "
-                         f"({'; '.join(contended)}), so timing cannot fail: {desc}",
-                         **kw)  # fmt: skip
+            why = (
+                f"inconclusive: slower, but the run was contended "
+                f"({'; '.join(contended)}), so timing cannot fail: {desc}"
+            )
+            return Check(name, None, INCONCLUSIVE, effect, limit, why, **kw)
         return Check(name, None, FAIL, effect, limit, f"slower: {desc}", **kw)
-    return Check(name, None, INCONCLUSIVE, effect, limit, f"inconclusive: {advice}: {desc}",
-                 **kw)  # fmt: skip
+    return Check(name, None, INCONCLUSIVE, effect, limit, f"inconclusive: {advice}: {desc}", **kw)
 
 
 def _recorded(b: RunStat) -> RunConditions | None:
@@ -331,13 +363,17 @@ def _recorded(b: RunStat) -> RunConditions | None:
     return RunConditions(b.conditions) if b.conditions is not None else None
 
 
-def _as_runs(baseline: Diagnosis | RunStat | Sequence[Diagnosis | RunStat] | None,
-             cfg: GateConfig, th: Thresholds) -> list[RunStat]:  # fmt: skip
+def _as_runs(
+    baseline: Diagnosis | RunStat | Sequence[Diagnosis | RunStat] | None,
+    cfg: GateConfig,
+    th: Thresholds,
+) -> list[RunStat]:
     if baseline is None:
         return []
     items = [baseline] if isinstance(baseline, (Diagnosis, RunStat)) else list(baseline)
-    return [b if isinstance(b, RunStat) else run_stat(b, "", None, cfg.warmup_steps, th)
-            for b in items]  # fmt: skip
+    return [
+        b if isinstance(b, RunStat) else run_stat(b, "", None, cfg.warmup_steps, th) for b in items
+    ]
 
 
 def evaluate(
@@ -363,19 +399,37 @@ def evaluate(
     note = f" (run contended: {describe_run_conditions(conditions)})" if contended else ""
     checks = _limit_checks(d, cfg, th, note) + _straggler_checks(d, cfg, base, contended)
     if recorded:
-        checks.append(Check("run_conditions", None, WARN if contended else PASS, None, None,
-                            ("contended: " + "; ".join(contended)) if contended else
-                            f"quiet: {describe_run_conditions(conditions)}",
-                            details=recorded))  # fmt: skip
+        checks.append(
+            Check(
+                "run_conditions",
+                None,
+                WARN if contended else PASS,
+                None,
+                None,
+                ("contended: " + "; ".join(contended))
+                if contended
+                else f"quiet: {describe_run_conditions(conditions)}",
+                details=recorded,
+            )
+        )
     mismatch = False
     if base:
         odd = next((b for b in base if b.fingerprint != fp), None)
         if odd is not None:
             mismatch = True
             diffs = describe_fingerprint_difference(fp, odd.fingerprint)
-            checks.insert(0, Check("fingerprint", None, INCONCLUSIVE, None, None,
-                                   f"baseline {odd.name or 'run'} is from a different setup "
-                                   f"({diffs}): not compared"))  # fmt: skip
+            checks.insert(
+                0,
+                Check(
+                    "fingerprint",
+                    None,
+                    INCONCLUSIVE,
+                    None,
+                    None,
+                    f"baseline {odd.name or 'run'} is from a different setup "
+                    f"({diffs}): not compared",
+                ),
+            )
         else:
             cand = run_stat(d, subject, conditions, cfg.warmup_steps, th)
             checks.append(regression_check(cand, base, cfg, contended))
@@ -388,5 +442,14 @@ def evaluate(
         status = GateStatus.INCONCLUSIVE
     else:
         status = GateStatus.PASSED
-    return GateResult(status, checks, subject, baseline_name, fp, base_fp, cfg.inconclusive_ok,
-                      asdict(cfg), recorded)  # fmt: skip
+    return GateResult(
+        status,
+        checks,
+        subject,
+        baseline_name,
+        fp,
+        base_fp,
+        cfg.inconclusive_ok,
+        asdict(cfg),
+        recorded,
+    )

@@ -83,5 +83,9 @@ class StepSource(StrEnum):
     @property
     def is_marked(self) -> bool:
         """Steps the job itself marked (no note needed on how they were found)."""
-        return self in (StepSource.PROFILER_STEP, StepSource.MARKER, StepSource.USER_RANGE,
-                        StepSource.TELEMETRY)  # fmt: skip
+        return self in (
+            StepSource.PROFILER_STEP,
+            StepSource.MARKER,
+            StepSource.USER_RANGE,
+            StepSource.TELEMETRY,
+        )

@@ -45,12 +45,18 @@ def what_if(
     by_step: dict[int, list[StepBreakdown]] = {}
     for s in steps:
         by_step.setdefault(s.step, []).append(s)
-    persistent = [f for f in findings
-                  if f.kind == FindingKind.STRAGGLER and f.persistent and f.ranks]  # fmt: skip
+    persistent = [
+        f for f in findings if f.kind == FindingKind.STRAGGLER and f.persistent and f.ranks
+    ]
     # a straggler of the step telemetry: its cost on its own steps (the same model, on every
     # steady step with backward as the wait), which a window may not show (one rank's)
-    tele = [f.metrics for f in persistent if isinstance(f.metrics, StragglerMetrics)
-            and f.metrics.source == "telemetry" and f.metrics.step_time_ns_mean]  # fmt: skip
+    tele = [
+        f.metrics
+        for f in persistent
+        if isinstance(f.metrics, StragglerMetrics)
+        and f.metrics.source == "telemetry"
+        and f.metrics.step_time_ns_mean
+    ]
     cost = sum((m.step_time_ns_mean or 0) - m.step_time_ns_if_median_speed for m in tele)
     stragglers = {f.ranks[0] for f in persistent if f.metrics not in tele}
 

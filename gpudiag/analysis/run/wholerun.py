@@ -73,13 +73,17 @@ def whole_run(
     records: list[dict[str, Any]] = telemetry.to_dict("records")  # type: ignore[assignment]
     steps = [
         RunStep(
-            rank=int(r["rank"]), step=int(r["step"]), start_ns=int(r["start_ns"]),
-            duration_ns=int(r["duration_ns"]), data_wait_ns=_opt_int(r["data_wait_ns"]),
-            comm_wait_ns=_opt_int(r["comm_wait_ns"]), backward_ns=_opt_int(r["backward_ns"]),
+            rank=int(r["rank"]),
+            step=int(r["step"]),
+            start_ns=int(r["start_ns"]),
+            duration_ns=int(r["duration_ns"]),
+            data_wait_ns=_opt_int(r["data_wait_ns"]),
+            comm_wait_ns=_opt_int(r["comm_wait_ns"]),
+            backward_ns=_opt_int(r["backward_ns"]),
             profiled=bool(r["profiled"]),
         )
         for r in records
-    ]  # fmt: skip
+    ]
     keep = steady_steps(steps, steady_rules or SteadyRules())
     pairs = list(zip(telemetry["rank"].tolist(), telemetry["step"].tolist(), strict=True))
     st = telemetry[[p in keep for p in pairs]]
@@ -156,25 +160,39 @@ def _source_findings(manifest: Any) -> list[Finding]:
     if manifest is None:
         return []
     out = []
-    labels = {"nvml": "GPU samples (NVML)", "kineto": "profiler traces",
-              "telemetry": "step telemetry"}  # fmt: skip
+    labels = {
+        "nvml": "GPU samples (NVML)",
+        "kineto": "profiler traces",
+        "telemetry": "step telemetry",
+    }
     out += [
         Finding(
-            kind=FindingKind.SOURCE_MISSING, severity=Severity.INFO,
+            kind=FindingKind.SOURCE_MISSING,
+            severity=Severity.INFO,
             message=f"{labels[name]} not captured: {src.reason}",
             metrics=SourceMissingMetrics(name, reason=src.reason),
         )
         for name, src in sorted(getattr(manifest, "sources", {}).items())
         if name in labels and not src.captured and src.reason != "not requested"
-    ]  # fmt: skip
+    ]
     for problem in getattr(manifest, "diagnosis_incomplete", []):
-        out.append(Finding(kind=FindingKind.SOURCE_MISSING, severity=Severity.WARNING,
-                           message=f"capture incomplete: {problem}",
-                           metrics=SourceMissingMetrics("capture")))  # fmt: skip
+        out.append(
+            Finding(
+                kind=FindingKind.SOURCE_MISSING,
+                severity=Severity.WARNING,
+                message=f"capture incomplete: {problem}",
+                metrics=SourceMissingMetrics("capture"),
+            )
+        )
     code = getattr(manifest, "exit_code", None)
     if code not in (None, 0):
-        out.append(Finding(kind=FindingKind.JOB_FAILED, severity=Severity.WARNING,
-                           message=f"the training job exited with code {code}; "
-                                   "the diagnosis covers the steps it completed",
-                           metrics=JobFailedMetrics(code)))  # fmt: skip
+        out.append(
+            Finding(
+                kind=FindingKind.JOB_FAILED,
+                severity=Severity.WARNING,
+                message=f"the training job exited with code {code}; "
+                "the diagnosis covers the steps it completed",
+                metrics=JobFailedMetrics(code),
+            )
+        )
     return out

@@ -25,8 +25,9 @@ def busy_host_words(busy: Mapping[str, float]) -> str:
     return " and ".join(parts) + " during the run"
 
 
-def on_busy_host(findings: Sequence[Finding], busy: Mapping[str, float],
-                 gpu: bool) -> list[Finding]:  # fmt: skip
+def on_busy_host(
+    findings: Sequence[Finding], busy: Mapping[str, float], gpu: bool
+) -> list[Finding]:
     """Stragglers that the run's recorded host contention likely explains, qualified.
 
     ``busy``: the host's CPU figures over the gate's limits
@@ -52,16 +53,26 @@ def on_busy_host(findings: Sequence[Finding], busy: Mapping[str, float],
         ):
             out.append(f)
         elif f.cause in (Cause.HOST, Cause.DATA) and (not gpu or f.cause == Cause.HOST):
-            why = ("a starved launch thread could explain it" if gpu else
-                   "contention stretches a job's CPU compute, not its time outside it")  # fmt: skip
-            out.append(dataclasses.replace(f, message=f"{f.message} (the host was busy too: "
-                                           f"{busy_host_words(busy)}; {why})"))  # fmt: skip
+            why = (
+                "a starved launch thread could explain it"
+                if gpu
+                else "contention stretches a job's CPU compute, not its time outside it"
+            )
+            out.append(
+                dataclasses.replace(
+                    f,
+                    message=f"{f.message} (the host was busy too: {busy_host_words(busy)}; {why})",
+                )
+            )
         elif gpu:
             out.append(f)
         else:
-            out.append(dataclasses.replace(
-                f, severity=Severity.WARNING,
-                message=f"{f.message} — {busy_host_words(busy)}: {BUSY_HOST}",
-                metrics=dataclasses.replace(m, host_contention=dict(busy)),
-            ))  # fmt: skip
+            out.append(
+                dataclasses.replace(
+                    f,
+                    severity=Severity.WARNING,
+                    message=f"{f.message} — {busy_host_words(busy)}: {BUSY_HOST}",
+                    metrics=dataclasses.replace(m, host_contention=dict(busy)),
+                )
+            )
     return out

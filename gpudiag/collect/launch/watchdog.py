@@ -245,8 +245,11 @@ def kill_job(
     import signal
 
     last = ""
-    for sig, grace in ((signal.SIGINT, interrupt_grace_s), (signal.SIGTERM, kill_grace_s),
-                       (signal.SIGKILL, None)):  # fmt: skip
+    for sig, grace in (
+        (signal.SIGINT, interrupt_grace_s),
+        (signal.SIGTERM, kill_grace_s),
+        (signal.SIGKILL, None),
+    ):
         try:
             os.killpg(pid, sig)
         except (ProcessLookupError, PermissionError):
@@ -339,8 +342,10 @@ def ended_words(m: rundir.RunManifest, code: int) -> str:
     """How the job ended, for the log line after it: its code, or why gpudiag's differs."""
     hang = m.extra.get("hang") or {}
     if hang.get("killed"):
-        return (f"the hang watchdog ended the job (--on-hang kill; the job's code "
-                f"{m.exit_code}); exit {code}")  # fmt: skip
+        return (
+            f"the hang watchdog ended the job (--on-hang kill; the job's code "
+            f"{m.exit_code}); exit {code}"
+        )
     if m.extra.get("interrupted"):
         return f"interrupted (Ctrl-C): the job stopped with {m.exit_code}; exit {code}"
     return f"job exited with {code}"

@@ -109,8 +109,9 @@ def check_clocks(
         if upper < -tol:
             evidence.append(f"GPU ops start up to {-upper / 1e6:.3f} ms before their launch calls")
         if lower is not None and lower > tol:
-            evidence.append(f"blocking copies end up to {lower / 1e6:.3f} ms after their calls "
-                            "returned")  # fmt: skip
+            evidence.append(
+                f"blocking copies end up to {lower / 1e6:.3f} ms after their calls returned"
+            )
         what = " and ".join(evidence)
         if shift is None:
             meta.clock_unreliable = True
@@ -169,15 +170,39 @@ def build_rank(
     linked = int(np.count_nonzero(is_gpu & (cols.launch_ns >= 0)))
     meta.has_gpu = meta.has_gpu or n_gpu > 0
     if n_gpu and linked < patterns.rules.launch_linked_min_ratio * n_gpu:
-        meta.notes.append(f"only {linked} of {n_gpu} GPU ops have a launching runtime call in "
-                          "the trace; steps are assigned by time instead")  # fmt: skip
+        meta.notes.append(
+            f"only {linked} of {n_gpu} GPU ops have a launching runtime call in "
+            "the trace; steps are assigned by time instead"
+        )
     steps, step_col, meta.main_lane = resolve_steps(
-        cols.start_ns, cols.end_ns, kind, cols.lane, cols.name, cols.names, cols.lanes,
-        meta.main_lane, patterns, path, range_label=range_label, no_ranges_hint=no_ranges_hint,
-    )  # fmt: skip
+        cols.start_ns,
+        cols.end_ns,
+        kind,
+        cols.lane,
+        cols.name,
+        cols.names,
+        cols.lanes,
+        meta.main_lane,
+        patterns,
+        path,
+        range_label=range_label,
+        no_ranges_hint=no_ranges_hint,
+    )
     return RankTimeline.from_columns(
-        rank, start_ns=cols.start_ns, end_ns=cols.end_ns, kind=kind, lane=cols.lane,
-        name=cols.name, lanes=cols.lanes, names=cols.names, step=step_col,
-        launch_ns=cols.launch_ns, nbytes=cols.nbytes, coll_id=cols.coll_id,
-        coll_name=cols.coll_name, coll_dtype=cols.coll_dtype, meta=meta, steps=steps,
-    )  # fmt: skip
+        rank,
+        start_ns=cols.start_ns,
+        end_ns=cols.end_ns,
+        kind=kind,
+        lane=cols.lane,
+        name=cols.name,
+        lanes=cols.lanes,
+        names=cols.names,
+        step=step_col,
+        launch_ns=cols.launch_ns,
+        nbytes=cols.nbytes,
+        coll_id=cols.coll_id,
+        coll_name=cols.coll_name,
+        coll_dtype=cols.coll_dtype,
+        meta=meta,
+        steps=steps,
+    )

@@ -8,8 +8,11 @@ from gpudiag._support import lazyre
 
 
 def test_same_answers_as_re():
-    for pattern, flags, text in [(r"rank[-_]?(\d+)", re.IGNORECASE, "x RANK_12 y"),
-                                 (r"^a|b$", 0, "cab"), (r"(?P<n>\d+)", 0, "no digits")]:  # fmt: skip
+    for pattern, flags, text in [
+        (r"rank[-_]?(\d+)", re.IGNORECASE, "x RANK_12 y"),
+        (r"^a|b$", 0, "cab"),
+        (r"(?P<n>\d+)", 0, "no digits"),
+    ]:
         lazy, real = lazyre.compile(pattern, flags), re.compile(pattern, flags)
         assert "search" not in vars(lazy)  # nothing compiled yet
         for name in ("search", "match", "fullmatch"):

@@ -29,20 +29,35 @@ from gpudiag.config import AdviceRules
 
 def _run(compute: float, comm: float = 0.0, data: float = 0.0) -> RunSummary:
     other = 1.0 - compute - comm - data
-    return RunSummary(2, 2, 4, 10_000_000, 11_000_000, Shares(compute, comm, data, other), 0.0,
-                      1.0 - compute, Mode.GPU)  # fmt: skip
+    return RunSummary(
+        2,
+        2,
+        4,
+        10_000_000,
+        11_000_000,
+        Shares(compute, comm, data, other),
+        0.0,
+        1.0 - compute,
+        Mode.GPU,
+    )
 
 
 def _share_finding(kind: FindingKind, sev: Severity, per_rank: dict[str, float]) -> Finding:
-    return Finding(kind, sev, "m", ranks=sorted(int(r) for r in per_rank),
-                   metrics=ShareMetrics(per_rank, 0.1))  # fmt: skip
+    return Finding(
+        kind, sev, "m", ranks=sorted(int(r) for r in per_rank), metrics=ShareMetrics(per_rank, 0.1)
+    )
 
 
 @pytest.mark.parametrize(
     ("xs", "text"),
-    [([3], "3"), ([0, 1], "0–1"), ([0, 1, 2, 3, 4, 5, 7], "0–5, 7"), ([0, 1, 5], "0, 1, 5"),
-     ([2, 9, 10, 11], "2, 9–11")],
-)  # fmt: skip
+    [
+        ([3], "3"),
+        ([0, 1], "0–1"),
+        ([0, 1, 2, 3, 4, 5, 7], "0–5, 7"),
+        ([0, 1, 5], "0, 1, 5"),
+        ([2, 9, 10, 11], "2, 9–11"),
+    ],
+)
 def test_rank_lists_fold(xs, text):
     assert words.fold(xs) == text
 
@@ -50,7 +65,16 @@ def test_rank_lists_fold(xs, text):
 def test_words():
     assert words.ranks([4]) == "rank 4" and words.ranks([0, 1, 2]) == "ranks 0–2"
     assert [words.ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 22, 101)] == [
-        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "22nd", "101st"]  # fmt: skip
+        "1st",
+        "2nd",
+        "3rd",
+        "4th",
+        "11th",
+        "12th",
+        "13th",
+        "22nd",
+        "101st",
+    ]
     assert words.plural(1, "step") == "1 step" and words.plural(2, "step") == "2 steps"
     assert words.percent(-0.001) == "0%"
 
@@ -94,10 +118,14 @@ def _kernels(families: dict[str, float], fp32: float = 0.0) -> KernelBreakdown:
 def test_compute_bound_remedies_follow_the_kernels():
     rules = AdviceRules()
     run = _run(0.9)
-    assert compute_bound(_run(rules.compute_bound_share - 0.01), _kernels({"GEMM": 1.0}),
-                         rules) == []  # fmt: skip
-    fused = compute_bound(run, _kernels({"elementwise": 0.4, "normalisation": 0.2,
-                                         "GEMM": 0.3, "communication": 0.1}), rules)  # fmt: skip
+    assert (
+        compute_bound(_run(rules.compute_bound_share - 0.01), _kernels({"GEMM": 1.0}), rules) == []
+    )
+    fused = compute_bound(
+        run,
+        _kernels({"elementwise": 0.4, "normalisation": 0.2, "GEMM": 0.3, "communication": 0.1}),
+        rules,
+    )
     assert fused[0].kind == FindingKind.COMPUTE_BOUND and fused[0].severity == Severity.INFO
     assert fused[0].metrics.fusable_share == pytest.approx(0.6 / 0.9)
     ids = [r.id for r in recommend(run, [], [], fused, None, rules)]

@@ -29,34 +29,72 @@ from gpudiag.analysis.verdict import verdict
 sys.path.insert(0, str(TESTS))
 from consistency import problems
 
-RUN = RunSummary(2, 2, 6, 1_000_000_000, 1_200_000_000, Shares(0.9, 0.1, 0.0, 0.0), 0.0, 0.1,
-                 Mode.CPU)  # fmt: skip
+RUN = RunSummary(
+    2, 2, 6, 1_000_000_000, 1_200_000_000, Shares(0.9, 0.1, 0.0, 0.0), 0.0, 0.1, Mode.CPU
+)
 
 
 def _stalls(persistent: bool, excess_ns: int, slow: int, compared: int) -> Finding:
-    m = StragglerMetrics(source="trace", wait_attribution="busy-time gap", score=0.9,
-                         median_excess_ns=excess_ns, median_excess_ratio=excess_ns / 1e9,
-                         slow_steps=slow, steps_compared=compared, excess_by_part_ns={},
-                         also=[], step_time_ns_median=1_000_000_000,
-                         step_time_ns_if_median_speed=1_000_000_000, short_window=True)  # fmt: skip
-    return Finding(FindingKind.STRAGGLER, Severity.ERROR if persistent else Severity.WARNING,
-                   "m", ranks=[1], steps=[] if persistent else [3, 7], metrics=m,
-                   cause=Cause.COMPUTE, persistent=persistent)  # fmt: skip
+    m = StragglerMetrics(
+        source="trace",
+        wait_attribution="busy-time gap",
+        score=0.9,
+        median_excess_ns=excess_ns,
+        median_excess_ratio=excess_ns / 1e9,
+        slow_steps=slow,
+        steps_compared=compared,
+        excess_by_part_ns={},
+        also=[],
+        step_time_ns_median=1_000_000_000,
+        step_time_ns_if_median_speed=1_000_000_000,
+        short_window=True,
+    )
+    return Finding(
+        FindingKind.STRAGGLER,
+        Severity.ERROR if persistent else Severity.WARNING,
+        "m",
+        ranks=[1],
+        steps=[] if persistent else [3, 7],
+        metrics=m,
+        cause=Cause.COMPUTE,
+        persistent=persistent,
+    )
 
 
 def _late() -> Finding:
-    m = LateArrivalMetrics(source="late_arrival", last_at=9, collectives_matched=10,
-                           next_rank_last_at=1, wait_share=0.9, waited_ns_per_step=150_000_000,
-                           median_excess_ns=150_000_000, excess_by_part_ns={},
-                           steps_compared=5, step_time_ns_median=1_000_000_000)  # fmt: skip
-    return Finding(FindingKind.STRAGGLER, Severity.WARNING, "m", ranks=[1], steps=[5, 6],
-                   metrics=m, cause=Cause.COMPUTE)  # fmt: skip
+    m = LateArrivalMetrics(
+        source="late_arrival",
+        last_at=9,
+        collectives_matched=10,
+        next_rank_last_at=1,
+        wait_share=0.9,
+        waited_ns_per_step=150_000_000,
+        median_excess_ns=150_000_000,
+        excess_by_part_ns={},
+        steps_compared=5,
+        step_time_ns_median=1_000_000_000,
+    )
+    return Finding(
+        FindingKind.STRAGGLER,
+        Severity.WARNING,
+        "m",
+        ranks=[1],
+        steps=[5, 6],
+        metrics=m,
+        cause=Cause.COMPUTE,
+    )
 
 
 def _doc(f: Finding) -> dict:
     v = verdict(RUN, [f])
-    d = Diagnosis(run=RUN, ranks=[], steps=[], findings=[f], verdict=v,
-                  thresholds={"stragglers": {"excess_ratio": 0.1}})  # fmt: skip
+    d = Diagnosis(
+        run=RUN,
+        ranks=[],
+        steps=[],
+        findings=[f],
+        verdict=v,
+        thresholds={"stragglers": {"excess_ratio": 0.1}},
+    )
     return d.to_json()
 
 
@@ -101,10 +139,11 @@ def test_recorded_busy_host_demo_run_no_longer_reads_zero_percent_slower():
 
     from gpudiag.api.load import load_diagnosis
 
-    d = load_diagnosis(DATA / "issue15_gate"
-                       / "cpu_same9.diagnosis.json")  # fmt: skip
+    d = load_diagnosis(DATA / "issue15_gate" / "cpu_same9.diagnosis.json")
     v = verdict(d.run, d.findings)
-    assert v.headline == ("straggler: rank 0 arrives last at 4 of 4 collectives (slower compute); "
-                          "the others wait 36 ms a step for it (12% of each step)")  # fmt: skip
+    assert v.headline == (
+        "straggler: rank 0 arrives last at 4 of 4 collectives (slower compute); "
+        "the others wait 36 ms a step for it (12% of each step)"
+    )
     doc = dataclasses.replace(d, verdict=v, what_if=None, recommendations=[]).to_json()
     assert problems(doc) == []

@@ -109,9 +109,12 @@ def test_report_of_a_saved_diagnosis_with_script_is_refused(tmp_path: Path) -> N
     doc["steps"][2]["step"] = SCRIPT
     saved = tmp_path / "saved.json"
     saved.write_text(json.dumps(doc))
-    for args in (["report", str(saved), "-o", str(tmp_path / "x.html")],
-                 ["gate", str(saved)], ["diff", str(saved), str(saved)],
-                 ["analyze", str(saved)]):  # fmt: skip
+    for args in (
+        ["report", str(saved), "-o", str(tmp_path / "x.html")],
+        ["gate", str(saved)],
+        ["diff", str(saved), str(saved)],
+        ["analyze", str(saved)],
+    ):
         r = run_cli(*args)
         assert r.returncode == 4, (args, r.stderr)
         errors = [ln for ln in r.stderr.splitlines() if ln.startswith("gpudiag: error:")]
@@ -124,11 +127,12 @@ def test_html_escapes_numbers_that_are_not_numbers() -> None:
     """A Diagnosis built in code (not checked on load) with markup in numeric fields."""
     d = diagnosis_from_json(_golden())
     steps = [dataclasses.replace(s, rank=SCRIPT, step=SCRIPT) for s in d.steps]  # type: ignore[arg-type]
-    ranks = [dataclasses.replace(r, rank=SCRIPT, steps=SCRIPT, devices=[SCRIPT])  # type: ignore[arg-type]
-             for r in d.ranks]  # fmt: skip
+    ranks = [
+        dataclasses.replace(r, rank=SCRIPT, steps=SCRIPT, devices=[SCRIPT])  # type: ignore[arg-type]
+        for r in d.ranks
+    ]
     run = dataclasses.replace(d.run, world_size=SCRIPT, steps=SCRIPT)  # type: ignore[arg-type]
-    bad = dataclasses.replace(d, steps=steps, ranks=ranks, run=run, notes=[SCRIPT],
-                              inputs=[SCRIPT])  # fmt: skip
+    bad = dataclasses.replace(d, steps=steps, ranks=ranks, run=run, notes=[SCRIPT], inputs=[SCRIPT])
     out = io.StringIO()
     html_report.render(bad, out)
     page = out.getvalue()

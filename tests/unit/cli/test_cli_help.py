@@ -107,6 +107,16 @@ def test_unknown_option_before_the_command_is_a_usage_error(tmp_path):
     assert "no such option: --no-such-option" in r.stderr
     assert not (tmp_path / "runs").exists() and not list(tmp_path.iterdir())
     # options after the command are the command's own
-    ok = run_cli("run", "-q", "--no-analyze", "--out", str(tmp_path / "r"), "python", "-c",
-                 "import sys; assert sys.argv[1:] == ['--foo']", "--foo", cwd=tmp_path)  # fmt: skip
+    ok = run_cli(
+        "run",
+        "-q",
+        "--no-analyze",
+        "--out",
+        str(tmp_path / "r"),
+        "python",
+        "-c",
+        "import sys; assert sys.argv[1:] == ['--foo']",
+        "--foo",
+        cwd=tmp_path,
+    )
     assert ok.returncode == 0, ok.stderr

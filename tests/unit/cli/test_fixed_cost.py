@@ -21,12 +21,26 @@ REPO = ROOT
 TINY = {
     "distributedInfo": {"rank": 0, "world_size": 2, "backend": "nccl"},
     "traceEvents": [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
-         "ts": 1000, "dur": 1000},
-        {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7,
-         "ts": 1200, "dur": 600},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000,
+            "dur": 1000,
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 1200,
+            "dur": 600,
+        },
     ],
-}  # fmt: skip
+}
 
 _PROBE = r"""
 import json, sys
@@ -48,8 +62,14 @@ def _tiny_dir(tmp_path: Path, ranks: int = 1) -> Path:
 def _modules(body: str, tmp_path: Path, full: bool = False) -> set[str]:
     """The top-level packages (every module with ``full``) imported by ``body``."""
     env = dict(os.environ, PYTHONPATH=str(REPO), GPUDIAG_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-c", _PROBE.format(body=body)], env=env,
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _PROBE.format(body=body)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     mods = json.loads(out.stdout.strip().splitlines()[-1])
     return set(mods) if full else {m.split(".")[0] for m in mods}
@@ -91,15 +111,28 @@ def test_cli_analyze_tiny_imports_no_unused_modules(tmp_path):
     assert json.loads((tmp_path / "o.json").read_text())["steps"]
     unused = {
         "numpy.ma",  # numpy's median of floats / percentile import it: gpudiag._support.nputil's don't
-        "concurrent.futures", "multiprocessing", "pandas", "rich",
+        "concurrent.futures",
+        "multiprocessing",
+        "pandas",
+        "rich",
         # run directories and flight-recorder dumps only
-        "gpudiag.traces.runfiles.flightrec", "gpudiag.analysis.hangs.stuck", "gpudiag.analysis.hangs.failure",
-        "gpudiag.traces.runfiles.runend", "gpudiag.traces.runfiles.alerts", "gpudiag.traces.runfiles.jsonl",
-        "gpudiag.traces.runfiles.telemetry", "gpudiag.api.saved", "gpudiag.fanout.cache",
+        "gpudiag.traces.runfiles.flightrec",
+        "gpudiag.analysis.hangs.stuck",
+        "gpudiag.analysis.hangs.failure",
+        "gpudiag.traces.runfiles.runend",
+        "gpudiag.traces.runfiles.alerts",
+        "gpudiag.traces.runfiles.jsonl",
+        "gpudiag.traces.runfiles.telemetry",
+        "gpudiag.api.saved",
+        "gpudiag.fanout.cache",
         # other commands' and formats' modules
-        "gpudiag.analysis.compare.gate", "gpudiag.analysis.compare.diff", "gpudiag.analysis.run.online",
-        "gpudiag.report.console", "gpudiag.report.html_report", "gpudiag.report.frames",
-    }  # fmt: skip
+        "gpudiag.analysis.compare.gate",
+        "gpudiag.analysis.compare.diff",
+        "gpudiag.analysis.run.online",
+        "gpudiag.report.console",
+        "gpudiag.report.html_report",
+        "gpudiag.report.frames",
+    }
     assert not mods & unused, sorted(mods & unused)
 
 
@@ -130,8 +163,13 @@ def test_version_and_help_import_no_analysis(tmp_path):
 )
 def test_bad_option_values_are_one_usage_error(tmp_path, args, message):
     env = dict(os.environ, PYTHONPATH=str(REPO), GPUDIAG_CACHE_DIR=str(tmp_path / "cache"))
-    out = subprocess.run([sys.executable, "-m", "gpudiag", "analyze", str(tmp_path), *args],
-                         env=env, cwd=tmp_path, capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "gpudiag", "analyze", str(tmp_path), *args],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2
     assert message in out.stderr
     assert "Traceback" not in out.stderr
@@ -174,9 +212,15 @@ def _pid(_: object) -> int:
 
 @pytest.mark.parametrize(
     "argv",
-    [["analyze", "--help"], ["--debug", "gate", "--help"], ["report"], ["diff", "--bogus"],
-     ["--no-color", "doctor", "--help"], ["run", "--help"]],
-)  # fmt: skip
+    [
+        ["analyze", "--help"],
+        ["--debug", "gate", "--help"],
+        ["report"],
+        ["diff", "--bogus"],
+        ["--no-color", "doctor", "--help"],
+        ["run", "--help"],
+    ],
+)
 def test_one_command_app_says_what_the_whole_app_says(argv, capsys, monkeypatch):
     """main() builds only the command it runs; its help and usage errors are the same."""
     from gpudiag.cli import main as cli

@@ -125,8 +125,11 @@ def test_cli_outputs(shared_traces: Path, tmp_path: Path) -> None:
     assert r.returncode == 0 and json.loads(r.stdout)["schema_version"] == 1
     # a directory, a missing parent: one line, exit 2; /proc: exit 3
     (tmp_path / "d").mkdir()
-    for target, code in ((tmp_path / "d", 2), (tmp_path / "no" / "x.json", 2),
-                         (Path("/proc/x.json"), 3)):  # fmt: skip
+    for target, code in (
+        (tmp_path / "d", 2),
+        (tmp_path / "no" / "x.json", 2),
+        (Path("/proc/x.json"), 3),
+    ):
         r = run_cli("analyze", trace, "-f", "json", "-o", str(target))
         assert r.returncode == code, r.stderr
         assert str(target) in _one_error_line(r.stderr)
@@ -136,8 +139,12 @@ def test_cli_outputs(shared_traces: Path, tmp_path: Path) -> None:
     with log.open("a") as f:
         proc = subprocess.run(
             [sys.executable, "-m", "gpudiag", "analyze", trace, "-f", "json", "-o", "/dev/stdout"],
-            stdout=f, stderr=subprocess.PIPE, env=job_env(), check=False, timeout=300,
-        )  # fmt: skip
+            stdout=f,
+            stderr=subprocess.PIPE,
+            env=job_env(),
+            check=False,
+            timeout=300,
+        )
     assert proc.returncode == 0, proc.stderr
     text = log.read_text()
     assert text.startswith("first line\n") and '"schema_version": 1' in text
@@ -149,8 +156,17 @@ def test_gate_files_follow_the_rules(shared_traces: Path, tmp_path: Path) -> Non
     r = run_cli("gate", trace, "--junit", str(tmp_path / "j"))
     assert r.returncode == 2 and "it is a directory" in _one_error_line(r.stderr)
     base = tmp_path / "base.json"
-    r = run_cli("gate", trace, "--save-baseline", str(base), "--junit", str(tmp_path / "g.xml"),
-                "--markdown", str(tmp_path / "g.md"), "--inconclusive-ok")  # fmt: skip
+    r = run_cli(
+        "gate",
+        trace,
+        "--save-baseline",
+        str(base),
+        "--junit",
+        str(tmp_path / "g.xml"),
+        "--markdown",
+        str(tmp_path / "g.md"),
+        "--inconclusive-ok",
+    )
     assert r.returncode in (0, 1), r.stderr
     for name in ("base.json", "g.xml", "g.md"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644 & ~_umask()

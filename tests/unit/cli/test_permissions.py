@@ -24,10 +24,18 @@ EXPORT = "nsys/nsys-ai/healthy_1pct.sqlite"
 
 def _gpudiag(*args: str) -> subprocess.CompletedProcess[str]:
     """gpudiag as a process that cannot bypass file permissions."""
-    cmd = [str(SETPRIV), f"--bounding-set={DROP}", f"--inh-caps={DROP}",
-           sys.executable, "-m", "gpudiag", *args]  # fmt: skip
-    return subprocess.run(cmd, capture_output=True, text=True, env=job_env(), timeout=300,
-                          check=False)  # fmt: skip
+    cmd = [
+        str(SETPRIV),
+        f"--bounding-set={DROP}",
+        f"--inh-caps={DROP}",
+        sys.executable,
+        "-m",
+        "gpudiag",
+        *args,
+    ]
+    return subprocess.run(
+        cmd, capture_output=True, text=True, env=job_env(), timeout=300, check=False
+    )
 
 
 def _error(r: subprocess.CompletedProcess[str]) -> str:

@@ -18,8 +18,10 @@ def test_unknown_option_is_one_line_with_a_hint_and_no_far_suggestion(capsys):
     code, err = _run(capsys, "analyze", "--bogus", "x")
     assert code == 2
     lines = err.splitlines()
-    assert lines == ["gpudiag: error: gpudiag analyze: no such option: --bogus",
-                     "  hint: see 'gpudiag analyze --help'"]  # fmt: skip
+    assert lines == [
+        "gpudiag: error: gpudiag analyze: no such option: --bogus",
+        "  hint: see 'gpudiag analyze --help'",
+    ]
     code, err = _run(capsys, "run", "--bogus", "--", "python", "-c", "pass")
     assert code == 2 and err.startswith("gpudiag: error: gpudiag run: no such option: --bogus")
     assert "Usage:" not in err and "--out" not in err

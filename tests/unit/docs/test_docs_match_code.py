@@ -67,9 +67,20 @@ def _telemetry_run(step_ms: float, note: str, kind: FindingKind = FindingKind.WA
         t = 1_000 * MS
         for i in range(12):
             d = int(step_ms * MS)
-            rows.append({"rank": rank, "step": i, "start_ns": t, "end_ns": t + d, "duration_ns": d,
-                         "data_wait_ns": 0, "comm_wait_ns": 0, "backward_ns": None,
-                         "profiled": False, "host": "n0"})  # fmt: skip
+            rows.append(
+                {
+                    "rank": rank,
+                    "step": i,
+                    "start_ns": t,
+                    "end_ns": t + d,
+                    "duration_ns": d,
+                    "data_wait_ns": 0,
+                    "comm_wait_ns": 0,
+                    "backward_ns": None,
+                    "profiled": False,
+                    "host": "n0",
+                }
+            )
             t += d
     df = pd.DataFrame(rows)
     for c in ("data_wait_ns", "comm_wait_ns", "backward_ns"):

@@ -86,10 +86,16 @@ def test_second_analysis_is_answered_by_the_cache(traces, tmp_path):
 
 @pytest.mark.parametrize(
     "name",
-    ["kineto/a100x8_r3", "kineto/mi300x_ddp8_r0_rccl", "kineto/edge_cpu_only",
-     "kineto/edge_mi300x_triton_tiny", "kineto/rtx2080ti_dataloader_nostep",
-     "nsys/nsys-ai/mock.sqlite", "nsys/jacobi-mpi/report1.sqlite"],
-)  # fmt: skip
+    [
+        "kineto/a100x8_r3",
+        "kineto/mi300x_ddp8_r0_rccl",
+        "kineto/edge_cpu_only",
+        "kineto/edge_mi300x_triton_tiny",
+        "kineto/rtx2080ti_dataloader_nostep",
+        "nsys/nsys-ai/mock.sqlite",
+        "nsys/jacobi-mpi/report1.sqlite",
+    ],
+)
 def test_cached_results_give_the_same_diagnosis(shared_traces, tmp_path, name):
     path = shared_traces / name
     first, _, s1 = _analyse([path], tmp_path / "home")
@@ -119,11 +125,18 @@ def test_a_changed_file_misses(traces, tmp_path):
 
 @pytest.mark.parametrize(
     "change",
-    [{"comm_op_re": r"^(nccl|gloo):"}, {"truncated_step_ratio": 0.4}, {"step_re": r"^ProfilerStep#(\d+)$"},
-     {"data_re": r"^never$"}, {"comm_kernel_re": r"^nccl"}, {"comm_host_re": r"^never$"},
-     {"loader": LoaderRules(user_step_min_ranges=4)}, {"loader": LoaderRules(clock_late_ns=1)},
-     {"loader": LoaderRules(launch_linked_min_ratio=0.9)}],
-)  # fmt: skip
+    [
+        {"comm_op_re": r"^(nccl|gloo):"},
+        {"truncated_step_ratio": 0.4},
+        {"step_re": r"^ProfilerStep#(\d+)$"},
+        {"data_re": r"^never$"},
+        {"comm_kernel_re": r"^nccl"},
+        {"comm_host_re": r"^never$"},
+        {"loader": LoaderRules(user_step_min_ranges=4)},
+        {"loader": LoaderRules(clock_late_ns=1)},
+        {"loader": LoaderRules(launch_linked_min_ratio=0.9)},
+    ],
+)
 def test_a_threshold_of_the_per_rank_work_misses(traces, tmp_path, change):
     home = tmp_path / "home"
     _analyse([traces], home)
@@ -220,11 +233,15 @@ def test_entries_decode_into_known_classes_only(traces, tmp_path):
 
     blob = entry.read_bytes()
     key, _ = msgspec.msgpack.decode(blob[len(cache.MAGIC) + 36 :])
-    for data in (["L", ["C", "subprocess", "Popen", "args", ["L", "sh"]]],
-                 ["L", ["C", "gpudiag.analysis.diagnose", "np", "x", 1]],
-                 ["L", ["C", "gpudiag.analysis.rank.analyse", "source_results"]],
-                 ["L", ["E", "gpudiag.analysis.rank.analyse", "RankResult", 1]],
-                 ["X"], "just a string", ["L", ["A", "|O", [1], b"\0" * 8]]):  # fmt: skip
+    for data in (
+        ["L", ["C", "subprocess", "Popen", "args", ["L", "sh"]]],
+        ["L", ["C", "gpudiag.analysis.diagnose", "np", "x", 1]],
+        ["L", ["C", "gpudiag.analysis.rank.analyse", "source_results"]],
+        ["L", ["E", "gpudiag.analysis.rank.analyse", "RankResult", 1]],
+        ["X"],
+        "just a string",
+        ["L", ["A", "|O", [1], b"\0" * 8]],
+    ):
         entry.write_bytes(_forged(key, data))  # a valid checksum over a forged payload
         out, inner, _ = _analyse([traces], home)
         assert inner.items == 1 and out == expected
@@ -235,9 +252,14 @@ def test_encode_round_trip_keeps_types():
 
     from gpudiag.analysis.model.diagnosis import Mode, StepBreakdown
 
-    value = {"t": (1, "a"), 3: [1.5, None, True], "a": np.arange(4, dtype=np.int32),
-             "s": np.float64(0.25), "m": Mode.GPU,
-             "b": StepBreakdown(0, 1, 2, 3, 1, 1, 1, 0, 0, None)}  # fmt: skip
+    value = {
+        "t": (1, "a"),
+        3: [1.5, None, True],
+        "a": np.arange(4, dtype=np.int32),
+        "s": np.float64(0.25),
+        "m": Mode.GPU,
+        "b": StepBreakdown(0, 1, 2, 3, 1, 1, 1, 0, 0, None),
+    }
     back = cache.decode(cache.encode(value))
     assert back.keys() == value.keys() and back["t"] == (1, "a") and back[3] == [1.5, None, True]
     assert back["a"].dtype == np.int32 and back["a"].tolist() == [0, 1, 2, 3]
@@ -250,8 +272,10 @@ def _run_dir(tmp_path: Path, shared_traces: Path) -> Path:
     run = tmp_path / "run"
     (run / rundir.RANKS_DIR).mkdir(parents=True)
     for r in range(2):
-        shutil.copyfile(shared_traces / SMALL / f"rank-{r}.json.gz",
-                        run / rundir.RANKS_DIR / f"rank-{r}.json.gz")  # fmt: skip
+        shutil.copyfile(
+            shared_traces / SMALL / f"rank-{r}.json.gz",
+            run / rundir.RANKS_DIR / f"rank-{r}.json.gz",
+        )
     rundir.write_manifest(run, rundir.RunManifest(gpudiag_version=gpudiag.__version__))
     return run
 
@@ -327,8 +351,9 @@ def test_lru_eviction_bounds_the_directory(traces, tmp_path):
     assert used.stat().st_mtime > 1_000_000
     # new entries as large as the old (the same results, a key as long): room for 3 of 4
     room = a.stat().st_size + b.stat().st_size + used.stat().st_size
-    _, inner, s = _analyse([traces], home, Thresholds().replace(truncated_step_ratio=0.45),
-                           max_bytes=room)  # fmt: skip
+    _, inner, s = _analyse(
+        [traces], home, Thresholds().replace(truncated_step_ratio=0.45), max_bytes=room
+    )
     assert s.stored == 2  # two new entries, and room for only one of the two old ones
     assert used in _entries(home) and len(_entries(home)) == 3
 
@@ -347,8 +372,14 @@ def _cli(args: list[str], home: Path, **env: str) -> subprocess.CompletedProcess
     e = dict(os.environ, PYTHONPATH=str(REPO), GPUDIAG_CACHE_DIR=str(home), **env)
     if cache.NO_CACHE_ENV not in env:
         e.pop(cache.NO_CACHE_ENV, None)
-    return subprocess.run([sys.executable, "-m", "gpudiag", *args], env=e, cwd=home.parent,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "gpudiag", *args],
+        env=e,
+        cwd=home.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_cli_commands_share_the_cache_and_no_cache_turns_it_off(traces, tmp_path):
@@ -393,9 +424,16 @@ def test_concurrent_runs_share_one_directory_safely(traces, tmp_path):
     one = max(p.stat().st_size for p in _entries(tmp_path / "probe"))
     env = dict(os.environ, PYTHONPATH=str(REPO))
     env.pop(cache.NO_CACHE_ENV, None)
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(traces), str(home),
-                               str(one + one // 2)], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(4)]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, str(traces), str(home), str(one + one // 2)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     for p in procs:
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err

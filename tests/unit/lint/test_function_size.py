@@ -70,9 +70,14 @@ def test_the_lister_finds_methods_and_nested_functions(tmp_path: Path) -> None:
     def body(indent: str) -> str:
         return "".join(f"{indent}x{i} = {i}\n" for i in range(LIMIT))
 
-    source = ("class A:\n    def long(self):\n" + body(" " * 8)
-              + "def outer():\n    def inner():\n" + body(" " * 8)
-              + "def short():\n" + body(" " * 4)[: -len(f"    x{LIMIT - 1} = {LIMIT - 1}\n")])  # fmt: skip
+    source = (
+        "class A:\n    def long(self):\n"
+        + body(" " * 8)
+        + "def outer():\n    def inner():\n"
+        + body(" " * 8)
+        + "def short():\n"
+        + body(" " * 4)[: -len(f"    x{LIMIT - 1} = {LIMIT - 1}\n")]
+    )
     (tmp_path / "m.py").write_text(source)
     names = [n for _, _, n in long_functions(tmp_path, LIMIT)]
     assert sorted(names) == ["A.long", "outer", "outer.inner"]

@@ -25,16 +25,32 @@ sys.path.insert(0, str(TESTS / "accuracy"))
 from consistency import problems
 
 SHARED_KINETO = [
-    "a100x2_r0_pgcfg", "a100x8_r3", "b200x8_r0_infer", "edge_amd_mi250", "edge_cpu_only",
-    "edge_distinfo_no_rank", "edge_h100_infer_1step", "edge_mi210_gpu_only",
-    "edge_mi300x_infer_1step", "edge_mi300x_triton_tiny", "edge_no_distinfo",
-    "mi300x_ddp8_r0_rccl", "rtx2080ti_dataloader_nostep", "sampled_2rank_a2a", "v100x2_r1",
-]  # fmt: skip
+    "a100x2_r0_pgcfg",
+    "a100x8_r3",
+    "b200x8_r0_infer",
+    "edge_amd_mi250",
+    "edge_cpu_only",
+    "edge_distinfo_no_rank",
+    "edge_h100_infer_1step",
+    "edge_mi210_gpu_only",
+    "edge_mi300x_infer_1step",
+    "edge_mi300x_triton_tiny",
+    "edge_no_distinfo",
+    "mi300x_ddp8_r0_rccl",
+    "rtx2080ti_dataloader_nostep",
+    "sampled_2rank_a2a",
+    "v100x2_r1",
+]
 SHARED_NSYS = [
-    "ai-profiler/baseline.sqlite", "ai-profiler/baseline_nvtx.sqlite", "jacobi-mpi",
-    "nsys-ai/mfu_2gpu_before.sqlite", "nsys-ai/mfu_2gpu_after.sqlite",
-    "nsys-ai/h100_2gpu_1s.sqlite", "nsys-ai/healthy_1pct.sqlite", "nsys-ai/mock.sqlite",
-]  # fmt: skip
+    "ai-profiler/baseline.sqlite",
+    "ai-profiler/baseline_nvtx.sqlite",
+    "jacobi-mpi",
+    "nsys-ai/mfu_2gpu_before.sqlite",
+    "nsys-ai/mfu_2gpu_after.sqlite",
+    "nsys-ai/h100_2gpu_1s.sqlite",
+    "nsys-ai/healthy_1pct.sqlite",
+    "nsys-ai/mock.sqlite",
+]
 # trace fixtures (saved diagnoses are read back as they were written, by older versions)
 LOCAL = ["legacy_2021", "nccl219_data", "straggler_comms_id", "pipeline_4stage"]
 

@@ -124,8 +124,13 @@ def test_colour_follows_no_color_force_color_and_term(monkeypatch):
 def test_no_color_option_and_stdout_only_the_report(tmp_path):
     from cli_runner import run_cli
 
-    r = run_cli("analyze", "--no-color", str(TESTS / "data" / "straggler_comms_id"),
-                cwd=tmp_path, env={"FORCE_COLOR": "1"})  # fmt: skip
+    r = run_cli(
+        "analyze",
+        "--no-color",
+        str(TESTS / "data" / "straggler_comms_id"),
+        cwd=tmp_path,
+        env={"FORCE_COLOR": "1"},
+    )
     assert r.returncode == 0, r.stderr
     assert "\x1b[3" not in r.stdout and ";3" not in r.stdout
     assert r.stdout.startswith("verdict: ")
@@ -135,8 +140,13 @@ def test_doctor_does_not_wrap_when_piped():
     from gpudiag.report.doctor import render_table
 
     reason = "torch sees no CUDA device (CPU build or no GPU) " * 4
-    caps = {"nvml": False, "nvml_reason": reason, "torch_version": "2.13.0",
-            "cuda_available": False, "torch_reason": reason}  # fmt: skip
+    caps = {
+        "nvml": False,
+        "nvml_reason": reason,
+        "torch_version": "2.13.0",
+        "cuda_available": False,
+        "torch_reason": reason,
+    }
     out = io.StringIO()
     render_table(caps, out)
     nvml = next(x for x in out.getvalue().splitlines() if "NVML" in x)

@@ -16,11 +16,22 @@ from gpudiag.report.console import render
 
 GOLDEN = TESTS / "golden"
 SHARED_SETS = [
-    "a100x2_r0_pgcfg", "a100x8_r3", "b200x8_r0_infer", "edge_amd_mi250", "edge_cpu_only",
-    "edge_distinfo_no_rank", "edge_h100_infer_1step", "edge_mi210_gpu_only",
-    "edge_mi300x_infer_1step", "edge_mi300x_triton_tiny", "edge_no_distinfo",
-    "mi300x_ddp8_r0_rccl", "rtx2080ti_dataloader_nostep", "sampled_2rank_a2a", "v100x2_r1",
-]  # fmt: skip
+    "a100x2_r0_pgcfg",
+    "a100x8_r3",
+    "b200x8_r0_infer",
+    "edge_amd_mi250",
+    "edge_cpu_only",
+    "edge_distinfo_no_rank",
+    "edge_h100_infer_1step",
+    "edge_mi210_gpu_only",
+    "edge_mi300x_infer_1step",
+    "edge_mi300x_triton_tiny",
+    "edge_no_distinfo",
+    "mi300x_ddp8_r0_rccl",
+    "rtx2080ti_dataloader_nostep",
+    "sampled_2rank_a2a",
+    "v100x2_r1",
+]
 LOCAL_SETS = ["legacy_2021", "nccl219_data", "straggler_comms_id", "pipeline_4stage"]
 
 

@@ -19,10 +19,18 @@ from gpudiag.analysis.model.diagnosis import Finding, RankEvidence
 from gpudiag.report.html_report import render
 
 EVIL = '</script><script>alert("x")</script><img src=x onerror=alert(1)>'
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync",
-                  "--enable-logging=stderr", "--v=0"]  # fmt: skip
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-logging=stderr",
+    "--v=0",
+]
 
 
 def chromium() -> str:
@@ -37,8 +45,10 @@ def chromium() -> str:
 def evil_diagnosis():
     d = diagnose(gpu_run(steps=4))
     f = Finding("straggler", "warning", f"rank 1 slow in {EVIL}", ranks=[1], steps=[0, 1])
-    ranks = [dataclasses.replace(r, evidence=RankEvidence(comm_names=[EVIL], comm_top=EVIL))
-             for r in d.ranks]  # fmt: skip
+    ranks = [
+        dataclasses.replace(r, evidence=RankEvidence(comm_names=[EVIL], comm_top=EVIL))
+        for r in d.ranks
+    ]
     return dataclasses.replace(d, findings=[f], ranks=ranks, notes=[EVIL])
 
 
@@ -56,14 +66,22 @@ def test_every_trace_string_is_escaped_and_json_embedded_safely():
 
 
 def run_chromium(html: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    args = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", *extra,
-            html.resolve().as_uri()]  # fmt: skip
+    args = [
+        chromium(),
+        *CHROMIUM_FLAGS,
+        f"--user-data-dir={tmp_path / 'profile'}",
+        *extra,
+        html.resolve().as_uri(),
+    ]
     return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
 
 
 def console_errors(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines()
-            if "Uncaught" in line or re.search(r"CONSOLE\(\d+\)|console\.error", line)]  # fmt: skip
+    return [
+        line
+        for line in stderr.splitlines()
+        if "Uncaught" in line or re.search(r"CONSOLE\(\d+\)|console\.error", line)
+    ]
 
 
 def test_html_report_renders_in_chromium(shared_traces, tmp_path):

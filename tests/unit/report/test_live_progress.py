@@ -24,8 +24,14 @@ def test_the_live_panel_lists_gpus_then_ranks_in_order() -> None:
     buf = io.StringIO()
     Console(file=buf, width=80, color_system=None).print(progress_table(_snapshot()))
     lines = [" ".join(line.split()) for line in buf.getvalue().splitlines() if line.strip()]
-    assert lines == ["gpudiag · runs/x · 42s", "GPU / rank util / steps", "gpu 0 93%",
-                     "gpu 1 n/a", "rank 0 12 (2.50/s)", "rank 1 7"]  # fmt: skip
+    assert lines == [
+        "gpudiag · runs/x · 42s",
+        "GPU / rank util / steps",
+        "gpu 0 93%",
+        "gpu 1 n/a",
+        "rank 0 12 (2.50/s)",
+        "rank 1 7",
+    ]
 
 
 def test_the_plain_line_says_the_same() -> None:

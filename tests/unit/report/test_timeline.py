@@ -55,18 +55,23 @@ def test_one_process_per_rank_with_the_tracks(two_ranks):
 def test_part_slices_add_up_to_the_diagnosis(two_ranks):
     d, doc = two_ranks
     res = doc["otherData"]["resolution_ns"]
-    tids = {(e["pid"], e["tid"]): e["args"]["name"] for e in doc["traceEvents"]
-            if e.get("name") == "thread_name"}  # fmt: skip
+    tids = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in doc["traceEvents"]
+        if e.get("name") == "thread_name"
+    }
     total: Counter[tuple[int, str]] = Counter()
     for e in doc["traceEvents"]:
         if e["ph"] == "X" and e.get("cat") == "part":
             total[(e["pid"], tids[(e["pid"], e["tid"])])] += e["dur"] * 1000
     for r in d.ranks:
         steps = [s for s in d.steps if s.rank == r.rank]
-        want = {"compute": sum(s.compute_ns for s in steps),
-                "comm-wait": sum(s.comm_wait_ns for s in steps),
-                "data-wait": sum(s.data_wait_ns for s in steps),
-                "other": sum(s.other_ns for s in steps)}  # fmt: skip
+        want = {
+            "compute": sum(s.compute_ns for s in steps),
+            "comm-wait": sum(s.comm_wait_ns for s in steps),
+            "data-wait": sum(s.data_wait_ns for s in steps),
+            "other": sum(s.other_ns for s in steps),
+        }
         for part, ns in want.items():
             if res[str(r.rank)][part] == 0:  # exact when not coalesced
                 assert total[(r.rank, part)] == pytest.approx(ns, abs=2_000), (r.rank, part)

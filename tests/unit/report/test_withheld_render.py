@@ -29,8 +29,13 @@ def test_the_trace_is_sampled(kineto_sets: Path) -> None:
     for f in sorted((kineto_sets / "sampled_2rank_a2a").glob("*.json.gz")):
         with gzip.open(f) as fh:
             ev = json.load(fh)["traceEvents"]
-        ids = sorted({e["args"]["External id"] for e in ev
-                      if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})})  # fmt: skip
+        ids = sorted(
+            {
+                e["args"]["External id"]
+                for e in ev
+                if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})
+            }
+        )
         holes = sum(1 for a, b in itertools.pairwise(ids) if b - a > 1)
         assert len(ids) >= 50 and holes / len(ids) > 0.2
 
@@ -51,8 +56,12 @@ def _texts(d: gpudiag.Diagnosis) -> dict[str, str]:
 def test_renderers_show_no_split_figures(sampled: gpudiag.Diagnosis) -> None:
     assert sampled.verdict is not None and sampled.verdict.bottleneck == "unknown"
     pc = lambda x: f"{x * 100:.1f}%"  # noqa: E731
-    figures = {pc(sampled.run.gpu_idle_ratio or 0), pc(sampled.run.idle_ratio),
-               pc(sampled.run.shares.other), pc(sampled.run.shares.comm_wait)}  # fmt: skip
+    figures = {
+        pc(sampled.run.gpu_idle_ratio or 0),
+        pc(sampled.run.idle_ratio),
+        pc(sampled.run.shares.other),
+        pc(sampled.run.shares.comm_wait),
+    }
     for r in sampled.ranks:
         figures |= {pc(r.shares.compute), pc(r.shares.other), pc(r.idle_ratio)}
     for name, text in _texts(sampled).items():

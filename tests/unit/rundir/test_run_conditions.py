@@ -56,23 +56,35 @@ def test_the_two_masks_differ_by_the_software_power_cap_only() -> None:
 
 
 def test_merge_takes_the_worst_node_and_every_gpu() -> None:
-    a = RunConditions({"other_cpu_ratio_mean": 0.1, "steal_ratio_mean": None,
-                       "gpus": {"GPU-a": {"samples": 4, "slowdown_samples": 2}}})  # fmt: skip
-    b = RunConditions({"other_cpu_ratio_mean": 0.3, "top_other": [{"pid": 7}],
-                       "gpus": {"GPU-b": {"samples": 2}}})  # fmt: skip
+    a = RunConditions(
+        {
+            "other_cpu_ratio_mean": 0.1,
+            "steal_ratio_mean": None,
+            "gpus": {"GPU-a": {"samples": 4, "slowdown_samples": 2}},
+        }
+    )
+    b = RunConditions(
+        {"other_cpu_ratio_mean": 0.3, "top_other": [{"pid": 7}], "gpus": {"GPU-b": {"samples": 2}}}
+    )
     m = merge([a, None, b])
     assert m is not None and merge([None, RunConditions({})]) is None
     assert m.to_json() == {
         "gpus": {"GPU-a": {"samples": 4, "slowdown_samples": 2}, "GPU-b": {"samples": 2}},
-        "other_cpu_ratio_mean": 0.3, "steal_ratio_mean": None, "cpu_busy_ratio_mean": None,
+        "other_cpu_ratio_mean": 0.3,
+        "steal_ratio_mean": None,
+        "cpu_busy_ratio_mean": None,
         "top_other": [{"pid": 7}],
-    }  # fmt: skip
+    }
     assert m.gpus["GPU-a"].slowdown_ratio == 0.5 and m.gpus["GPU-b"].shared_ratio == 0.0
 
 
 def test_a_manifest_keeps_its_conditions_byte_for_byte(tmp_path: Path) -> None:
-    raw = {"samples": 3, "file": "conditions/h.jsonl", "gpus": {"GPU-1": {"samples": 3}},
-           "unknown_later_key": [1, 2]}  # fmt: skip
+    raw = {
+        "samples": 3,
+        "file": "conditions/h.jsonl",
+        "gpus": {"GPU-1": {"samples": 3}},
+        "unknown_later_key": [1, 2],
+    }
     rundir.write_manifest(tmp_path, rundir.RunManifest(conditions=RunConditions(raw)))
     text = (tmp_path / rundir.MANIFEST).read_text()
     assert json.loads(text)["conditions"] == raw
@@ -82,11 +94,14 @@ def test_a_manifest_keeps_its_conditions_byte_for_byte(tmp_path: Path) -> None:
     assert (tmp_path / rundir.MANIFEST).read_text() == text
 
 
-@pytest.mark.parametrize(("conditions", "problem"), [
-    ([], "conditions: expected an object"),
-    ({"other_cpu_ratio_mean": "high"}, "conditions.other_cpu_ratio_mean: expected a number"),
-    ({"gpus": {"GPU-1": 3}}, "conditions.gpus.GPU-1: expected an object"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("conditions", "problem"),
+    [
+        ([], "conditions: expected an object"),
+        ({"other_cpu_ratio_mean": "high"}, "conditions.other_cpu_ratio_mean: expected a number"),
+        ({"gpus": {"GPU-1": 3}}, "conditions.gpus.GPU-1: expected an object"),
+    ],
+)
 def test_a_damaged_conditions_field_is_named(tmp_path: Path, conditions, problem) -> None:
     doc = rundir.RunManifest().to_json() | {"conditions": conditions}
     (tmp_path / rundir.MANIFEST).write_text(json.dumps(doc))

@@ -52,8 +52,10 @@ def test_mwu_asymptotic_with_ties_known_value():
 
 
 @pytest.mark.parametrize("alt", ["greater", "less", "two-sided"])
-@pytest.mark.parametrize(("n1", "n2", "shift", "rounding"),
-                         [(6, 7, 0.8, None), (20, 18, 0.3, None), (40, 60, 0.2, 1), (9, 9, 0, 0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n1", "n2", "shift", "rounding"),
+    [(6, 7, 0.8, None), (20, 18, 0.3, None), (40, 60, 0.2, 1), (9, 9, 0, 0)],
+)
 def test_mwu_matches_scipy(alt, n1, n2, shift, rounding):
     stats = pytest.importorskip("scipy.stats", reason="scipy is only a reference here")
     rng = np.random.default_rng(n1 * 100 + n2)
@@ -64,8 +66,12 @@ def test_mwu_matches_scipy(alt, n1, n2, shift, rounding):
         if method == "exact" and rounding is not None:
             continue  # scipy's exact ignores ties; ours refuses them in auto mode
         u, p = mann_whitney_u(x, y, alt, method=method)
-        ref = stats.mannwhitneyu(x, y, alternative=alt, method=method if method != "auto"
-                                 else ("exact" if rounding is None else "asymptotic"))  # fmt: skip
+        ref = stats.mannwhitneyu(
+            x,
+            y,
+            alternative=alt,
+            method=method if method != "auto" else ("exact" if rounding is None else "asymptotic"),
+        )
         assert u == pytest.approx(ref.statistic)
         assert p == pytest.approx(ref.pvalue, rel=1e-9, abs=1e-12)
 
@@ -79,8 +85,9 @@ def make(durations_ms: list[float] | None = None, ranks: int = 2, **rank_changes
     n = len(durations_ms) if durations_ms else 12
     d = diagnose(gpu_run(ranks=ranks, steps=n))
     if durations_ms:
-        steps = [dataclasses.replace(s, duration_ns=round(durations_ms[s.step] * 1e6))
-                 for s in d.steps]  # fmt: skip
+        steps = [
+            dataclasses.replace(s, duration_ns=round(durations_ms[s.step] * 1e6)) for s in d.steps
+        ]
         d = dataclasses.replace(d, steps=steps)
     return dataclasses.replace(d, ranks=[dataclasses.replace(r, **rank_changes) for r in d.ranks])
     return d
@@ -181,8 +188,9 @@ def test_fingerprint_mismatch_stops_even_with_inconclusive_ok():
 
 def test_samples_are_the_slowest_rank_per_step_after_warmup():
     d = make([50.0, 60.0, 10.0, 20.0, 30.0])
-    steps = [dataclasses.replace(s, duration_ns=s.duration_ns * 2) if s.rank == 1 else s
-             for s in d.steps]  # fmt: skip
+    steps = [
+        dataclasses.replace(s, duration_ns=s.duration_ns * 2) if s.rank == 1 else s for s in d.steps
+    ]
     assert step_samples(dataclasses.replace(d, steps=steps), 2) == [20e6, 40e6, 60e6]
 
 
@@ -203,8 +211,13 @@ def test_gate_config_from_pyproject_table_and_overrides():
 def failing_result():
     d = make(noisy(20, 160, 2), idle_ratio=0.25)
     base = [make(noisy(20, m, seed)) for m, seed in ((100, 1), (98, 5), (102, 6))]
-    return evaluate(d, GateConfig(max_idle_ratio=0.2), baseline=base,
-                    subject="runs/<ci>", baseline_name="base & co.json")  # fmt: skip
+    return evaluate(
+        d,
+        GateConfig(max_idle_ratio=0.2),
+        baseline=base,
+        subject="runs/<ci>",
+        baseline_name="base & co.json",
+    )
 
 
 def test_junit_is_valid_xml_with_one_case_per_check_and_failures():
@@ -224,8 +237,9 @@ def test_markdown_gate_and_step_summary(tmp_path):
     res = failing_result()
     summary = tmp_path / "summary.md"
     summary.write_text("earlier step\n")
-    ci.write_outputs(res, tmp_path / "g.xml", tmp_path / "g.md", env={"GITHUB_STEP_SUMMARY":
-                                                                    str(summary)})  # fmt: skip
+    ci.write_outputs(
+        res, tmp_path / "g.xml", tmp_path / "g.md", env={"GITHUB_STEP_SUMMARY": str(summary)}
+    )
     md = (tmp_path / "g.md").read_text()
     assert md.startswith("## gpudiag gate: ❌ failed")
     assert "base &amp; co.json" not in md and "runs/&lt;ci&gt;" in md  # escaped in tables only
@@ -276,8 +290,18 @@ def test_cli_gate_exit_codes_junit_and_summary(tmp_path):
     r = run_cli("gate", str(same), "--baseline", str(base), cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     assert "step_time_regression" in r.stdout and "gate passed (exit 0)" in r.stdout
-    r = run_cli("gate", str(slow), "--baseline", str(base), str(base2), str(base3),
-                "--junit", str(tmp_path / "j.xml"), cwd=tmp_path, env=env)  # fmt: skip
+    r = run_cli(
+        "gate",
+        str(slow),
+        "--baseline",
+        str(base),
+        str(base2),
+        str(base3),
+        "--junit",
+        str(tmp_path / "j.xml"),
+        cwd=tmp_path,
+        env=env,
+    )
     assert r.returncode == 1 and "gate failed" in r.stderr
     assert ET.parse(tmp_path / "j.xml").getroot().find("testsuite").get("failures") == "1"
     assert (tmp_path / "summary.md").read_text().count("## gpudiag gate") == 2
@@ -303,8 +327,15 @@ def test_cli_gate_reads_pyproject_gate_table(tmp_path):
 
 def test_cli_save_baseline_round_trips(tmp_path, kineto_sets):
     src = kineto_sets / "sampled_2rank_a2a"
-    r = run_cli("gate", str(src), "--save-baseline", str(tmp_path / "b.json"),
-                "--max-idle-ratio", "1", cwd=tmp_path)  # fmt: skip
+    r = run_cli(
+        "gate",
+        str(src),
+        "--save-baseline",
+        str(tmp_path / "b.json"),
+        "--max-idle-ratio",
+        "1",
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     saved = diagnosis_from_json(json.loads((tmp_path / "b.json").read_text()))
     assert saved.run.ranks == 2

@@ -36,14 +36,17 @@ def _job(baseline: str, reruns: list[str]) -> list[RunStat]:
     return runs + [run_stat(load_diagnosis(DATA / f"{r}.diagnosis.json"), r) for r in reruns]
 
 
-JOBS = [_job("cpu_baseline.json", ["cpu_same1", "cpu_same9"]),
-        _job("wait_baseline.json", ["wait_same1"])]  # fmt: skip
+JOBS = [
+    _job("cpu_baseline.json", ["cpu_same1", "cpu_same9"]),
+    _job("wait_baseline.json", ["wait_same1"]),
+]
 
 
 def _boot(r: RunStat, rng: np.random.Generator) -> RunStat:
     x = rng.choice(np.asarray(r.step_time_ns), size=len(r.step_time_ns), replace=True)
-    return dataclasses.replace(r, step_time_ns=[int(v) for v in x],
-                               step_time_ns_median=float(np.median(x)))  # fmt: skip
+    return dataclasses.replace(
+        r, step_time_ns=[int(v) for v in x], step_time_ns_median=float(np.median(x))
+    )
 
 
 def unchanged_candidates(replicates: int = 10, seed: int = 24):

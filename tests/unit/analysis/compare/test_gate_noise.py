@@ -38,21 +38,26 @@ BUSY = {"other_cpu_ratio_mean": 0.46, "steal_ratio_mean": 0.0, "gpus": {}}
 QUIET_RUN, BUSY_RUN = RunConditions(QUIET), RunConditions(BUSY)  # the subject's, typed
 
 
-def run(median_ms: float, n: int = 20, jitter: float = 0.02, seed: int = 0,
-        conditions: dict | None = None) -> RunStat:  # fmt: skip
+def run(
+    median_ms: float,
+    n: int = 20,
+    jitter: float = 0.02,
+    seed: int = 0,
+    conditions: dict | None = None,
+) -> RunStat:
     """A run whose steady steps have exactly ``median_ms`` as median (± ``jitter`` per step)."""
     rng = np.random.default_rng(seed)
     steps = median_ms * 1e6 * (1 + jitter * rng.uniform(-1, 1, size=n))
     steps = steps - np.median(steps) + median_ms * 1e6
     fp = fingerprint(diag([100.0] * 3))
-    return RunStat(f"run{seed}", median_ms * 1e6, [round(v) for v in steps], {}, 0.1, fp, [],
-                   conditions)  # fmt: skip
+    return RunStat(
+        f"run{seed}", median_ms * 1e6, [round(v) for v in steps], {}, 0.1, fp, [], conditions
+    )
 
 
 def diag(durations_ms: list[float]) -> Diagnosis:
     d = diagnose(gpu_run(ranks=2, steps=len(durations_ms)))
-    steps = [dataclasses.replace(s, duration_ns=round(durations_ms[s.step] * 1e6))
-             for s in d.steps]  # fmt: skip
+    steps = [dataclasses.replace(s, duration_ns=round(durations_ms[s.step] * 1e6)) for s in d.steps]
     ranks = [dataclasses.replace(r, idle_ratio=0.1) for r in d.ranks]
     return dataclasses.replace(d, steps=steps, ranks=ranks)
 
@@ -76,9 +81,17 @@ def spread_runs(n: int, sd_ratio: float = 0.05) -> list[RunStat]:
 # ---- Student's t ----
 
 
-@pytest.mark.parametrize(("q", "df", "value"), [(0.975, 1, 12.7062), (0.975, 2, 4.3027),
-                                                (0.975, 4, 2.7764), (0.95, 2, 2.9200),
-                                                (0.95, 9, 1.8331), (0.99, 30, 2.4573)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("q", "df", "value"),
+    [
+        (0.975, 1, 12.7062),
+        (0.975, 2, 4.3027),
+        (0.975, 4, 2.7764),
+        (0.95, 2, 2.9200),
+        (0.95, 9, 1.8331),
+        (0.99, 30, 2.4573),
+    ],
+)
 def test_t_quantiles_match_the_tables(q, df, value):
     assert t_ppf(q, df) == pytest.approx(value, abs=1e-3)
     assert 1 - t_sf(t_ppf(q, df), df) == pytest.approx(q, abs=1e-9)
@@ -124,8 +137,12 @@ def test_an_effect_inside_the_noise_floor_is_inconclusive_with_advice():
         f"the baseline runs vary by ±5.0%; need ≥ {need} runs or a quieter runner to "
         "detect 20%" in reg.message
     )
-    assert evaluate(candidate(120), GateConfig(inconclusive_ok=True),
-                    baseline=spread_runs(3, 0.05)).exit_code == 0  # fmt: skip
+    assert (
+        evaluate(
+            candidate(120), GateConfig(inconclusive_ok=True), baseline=spread_runs(3, 0.05)
+        ).exit_code
+        == 0
+    )
 
 
 def test_noise_no_number_of_runs_can_beat_says_use_a_quieter_runner():
@@ -139,8 +156,7 @@ def test_below_min_effect_passes_even_when_significant():
     base = [run(100, seed=i) for i in range(3)]
     res = evaluate(candidate(103), GateConfig(), baseline=base)
     assert regression(res).status == "pass" and res.exit_code == 0
-    assert evaluate(candidate(103), GateConfig(min_effect_ratio=0.02), baseline=base
-                    ).exit_code == 1  # fmt: skip
+    assert evaluate(candidate(103), GateConfig(min_effect_ratio=0.02), baseline=base).exit_code == 1
 
 
 def test_unchanged_runs_never_fail():
@@ -151,8 +167,9 @@ def test_unchanged_runs_never_fail():
     base = spread_runs(3)
     seen = []
     for i in range(200):
-        res = evaluate(candidate(100 * (1 + 0.05 * rng.standard_normal()), seed=i),
-                       GateConfig(), baseline=base)  # fmt: skip
+        res = evaluate(
+            candidate(100 * (1 + 0.05 * rng.standard_normal()), seed=i), GateConfig(), baseline=base
+        )
         seen.append(str(res.status))
     assert seen.count("failed") == 0
     assert seen.count("passed") > seen.count("inconclusive") > 0
@@ -200,10 +217,13 @@ def test_single_baseline_run_rule():
     assert regression(evaluate(candidate(102), GateConfig(), baseline=base)).status == "pass"
 
 
-@pytest.mark.parametrize(("key", "gpu", "reason"), [
-    ("slowdown_samples", {"samples": 10, "slowdown_samples": 5}, "throttled in 50%"),
-    ("other_process_samples", {"samples": 10, "other_process_samples": 10}, "other processes"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "gpu", "reason"),
+    [
+        ("slowdown_samples", {"samples": 10, "slowdown_samples": 5}, "throttled in 50%"),
+        ("other_process_samples", {"samples": 10, "other_process_samples": 10}, "other processes"),
+    ],
+)
 def test_contention_limits(key, gpu, reason):
     cfg = GateConfig()
     assert contention(None, cfg) == [] and contention(QUIET_RUN, cfg) == []
@@ -215,9 +235,15 @@ def test_contention_limits(key, gpu, reason):
 def test_gate_result_records_its_rules():
     res = evaluate(candidate(100), GateConfig(), baseline=spread_runs(3))
     rules = res.to_json()["rules"]
-    for key in ("min_effect_ratio", "run_alpha", "single_run_min_effect_ratio",
-                "max_other_cpu_ratio", "max_steal_ratio", "max_gpu_slowdown_ratio",
-                "max_gpu_other_process_ratio"):  # fmt: skip
+    for key in (
+        "min_effect_ratio",
+        "run_alpha",
+        "single_run_min_effect_ratio",
+        "max_other_cpu_ratio",
+        "max_steal_ratio",
+        "max_gpu_slowdown_ratio",
+        "max_gpu_other_process_ratio",
+    ):
         assert key in rules
     assert rules["min_effect_ratio"] == 0.05 and rules["max_other_cpu_ratio"] == 0.25
 
@@ -252,9 +278,18 @@ def test_conditions_merge_takes_the_worst_node(tmp_path):
     for k, other in ((0, 0.1), (1, 0.4)):
         node = tmp_path / f"node-{k}"
         node.mkdir()
-        rundir.write_manifest(node, rundir.RunManifest(conditions=RunConditions({
-            "other_cpu_ratio_mean": other, "steal_ratio_mean": 0.0,
-            "gpus": {f"GPU-{k}": {"samples": 3}}})))  # fmt: skip
+        rundir.write_manifest(
+            node,
+            rundir.RunManifest(
+                conditions=RunConditions(
+                    {
+                        "other_cpu_ratio_mean": other,
+                        "steal_ratio_mean": 0.0,
+                        "gpus": {f"GPU-{k}": {"samples": 3}},
+                    }
+                )
+            ),
+        )
     merged = run_conditions(tmp_path)
     assert merged is not None and merged.other_cpu_ratio_mean == 0.4
     assert set(merged.gpus) == {"GPU-0", "GPU-1"}
@@ -273,18 +308,19 @@ def diag_around(median_ms: float, seed: int) -> Diagnosis:
 
 
 def test_cli_save_baseline_of_several_runs_then_gate(tmp_path):
-    runs = [save(tmp_path, f"b{i}.json", diag_around(m, i))
-            for i, m in enumerate((97, 100, 103))]  # fmt: skip
-    r = run_cli("gate", "--save-baseline", str(tmp_path / "base.json"), *map(str, runs),
-                cwd=tmp_path)  # fmt: skip
+    runs = [save(tmp_path, f"b{i}.json", diag_around(m, i)) for i, m in enumerate((97, 100, 103))]
+    r = run_cli(
+        "gate", "--save-baseline", str(tmp_path / "base.json"), *map(str, runs), cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr
     assert "baseline of 3 runs" in r.stderr
     doc = json.loads((tmp_path / "base.json").read_text())
     assert doc["format"] == "gpudiag.baseline" and len(doc["runs"]) == 3
     assert all(run["step_time_ns_median"] > 0 and run["shares"] for run in doc["runs"])
     slow = save(tmp_path, "slow.json", diag_around(150, 9))
-    r = run_cli("gate", str(slow), "--baseline", str(tmp_path / "base.json"), "-f", "json",
-                cwd=tmp_path)  # fmt: skip
+    r = run_cli(
+        "gate", str(slow), "--baseline", str(tmp_path / "base.json"), "-f", "json", cwd=tmp_path
+    )
     assert r.returncode == 1, r.stdout + r.stderr
     check = next(c for c in json.loads(r.stdout)["checks"] if c["name"] == "step_time_regression")
     assert check["details"]["baseline_runs"] == 3 and check["mde_ratio"] > 0

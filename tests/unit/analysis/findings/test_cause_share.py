@@ -30,8 +30,9 @@ def _inside_ops_no_kernel(path):
         ev = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
     marks = [e for e in ev if e["name"].startswith("ProfilerStep#")]
     ops = reference.merge([(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "cpu_op"])
-    kernels = reference.merge([(e["ts"], e["ts"] + e["dur"]) for e in ev
-                               if e.get("cat") == "kernel"])  # fmt: skip
+    kernels = reference.merge(
+        [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("cat") == "kernel"]
+    )
     idle = reference.minus(ops, kernels)
     busy = sum(reference.inside(idle, m["ts"], m["ts"] + m["dur"]) for m in marks)
     total = sum(m["dur"] for m in marks)

@@ -24,8 +24,18 @@ def _trace(ops_on_step_thread: int, steps: int = 1) -> dict[str, Any]:
     ev: list[dict[str, Any]] = []
 
     def x(name: str, tid: int, ts: float, dur: float, cat: str = "cpu_op") -> None:
-        ev.append({"ph": "X", "cat": cat, "name": name, "pid": MAIN, "tid": tid, "ts": ts,
-                   "dur": dur, "args": {"External id": len(ev) + 1}})  # fmt: skip
+        ev.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": MAIN,
+                "tid": tid,
+                "ts": ts,
+                "dur": dur,
+                "args": {"External id": len(ev) + 1},
+            }
+        )
 
     for s in range(steps):
         t0 = 1_000.0 + s * 210_000.0
@@ -34,9 +44,12 @@ def _trace(ops_on_step_thread: int, steps: int = 1) -> dict[str, Any]:
             x("gloo:all_reduce", tid, t0 + lag, 170_000.0, cat="user_annotation")
         for i in range(ops_on_step_thread):  # 100 µs operators, 1 ms apart
             x("aten::add", MAIN, t0 + 500.0 + i * 1_000.0, 100.0)
-    return {"schemaVersion": 1, "deviceProperties": [],
-            "distributedInfo": {"backend": "gloo", "rank": 34, "world_size": 300},
-            "traceEvents": ev}  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "deviceProperties": [],
+        "distributedInfo": {"backend": "gloo", "rank": 34, "world_size": 300},
+        "traceEvents": ev,
+    }
 
 
 def _analyze(tmp_path: Path, name: str, trace: dict[str, Any]) -> Any:
@@ -77,8 +90,13 @@ def test_edge_cpu_only(kineto_sets: Path) -> None:
     with gzip.open(next(path.glob("*.json.gz"))) as fh:
         ev = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
     step = next(e for e in ev if e["name"].startswith("ProfilerStep#"))
-    inside = [e for e in ev if e["tid"] == step["tid"] and e.get("cat") == "cpu_op"
-              and step["ts"] <= e["ts"] < step["ts"] + step["dur"]]  # fmt: skip
+    inside = [
+        e
+        for e in ev
+        if e["tid"] == step["tid"]
+        and e.get("cat") == "cpu_op"
+        and step["ts"] <= e["ts"] < step["ts"] + step["dur"]
+    ]
     assert inside == []  # the step's thread runs no operator in its one step
     diag = gpudiag.analyze(path, jobs=1, cache=False)
     ids = [r.id for r in diag.recommendations]

@@ -27,12 +27,19 @@ def _failed(end: RunEnd):  # type: ignore[no-untyped-def]
 
 def test_timeout_names_the_rank_behind() -> None:
     # rank 1 finished 5 steps, rank 0 finished 8 and timed out in step 8; torchrun killed 1
-    end = RunEnd(ends=(RankEnd(0, 8, 9_000, False, error_ns=9_000, error=TIMEOUT),
-                       RankEnd(1, 5, 5_000, False)), exit_code=1)  # fmt: skip
+    end = RunEnd(
+        ends=(
+            RankEnd(0, 8, 9_000, False, error_ns=9_000, error=TIMEOUT),
+            RankEnd(1, 5, 5_000, False),
+        ),
+        exit_code=1,
+    )
     f = _failed(end)
     assert f.ranks == [1] and f.steps == [8]
-    assert f.message.startswith("rank 1 never reached step 8 (finished 5): rank 0's collective "
-                                "timed out waiting for it in step 8")  # fmt: skip
+    assert f.message.startswith(
+        "rank 1 never reached step 8 (finished 5): rank 0's collective "
+        "timed out waiting for it in step 8"
+    )
     assert "failed first" not in f.message
     m = f.metrics
     assert (m.first_rank, m.how, m.waited_for, m.waited_for_evidence) == (
@@ -45,13 +52,22 @@ def test_timeout_names_the_rank_behind() -> None:
 
 def test_timeout_names_the_rank_outside_the_collective() -> None:
     # both ranks finished 8 steps (as in hang2); rank 1's stack is outside any collective
-    waiting = ThreadStack("MainThread", True, (
-        Frame("all_reduce", LIB, 3245), Frame("<module>", "/job/job.py", 20)))  # fmt: skip
+    waiting = ThreadStack(
+        "MainThread", True, (Frame("all_reduce", LIB, 3245), Frame("<module>", "/job/job.py", 20))
+    )
     idle = ThreadStack("MainThread", True, (Frame("<module>", "/job/job.py", 17),))
-    stacks = (RankStacks("a", 0, 1, 8, (waiting,), {}, None, "off"),
-              RankStacks("b", 1, 1, 8, (idle,), {}, None, "off"))  # fmt: skip
-    end = RunEnd(ends=(RankEnd(0, 8, 9_000, False, error_ns=9_000, error=TIMEOUT),
-                       RankEnd(1, 8, 5_000, False)), stacks=stacks, exit_code=1)  # fmt: skip
+    stacks = (
+        RankStacks("a", 0, 1, 8, (waiting,), {}, None, "off"),
+        RankStacks("b", 1, 1, 8, (idle,), {}, None, "off"),
+    )
+    end = RunEnd(
+        ends=(
+            RankEnd(0, 8, 9_000, False, error_ns=9_000, error=TIMEOUT),
+            RankEnd(1, 8, 5_000, False),
+        ),
+        stacks=stacks,
+        exit_code=1,
+    )
     f = _failed(end)
     assert f.ranks == [1]
     assert f.message.startswith("rank 1 never entered all_reduce (stacks): rank 0's")
@@ -59,8 +75,13 @@ def test_timeout_names_the_rank_outside_the_collective() -> None:
 
 
 def test_timeout_without_evidence_says_so() -> None:
-    end = RunEnd(ends=(RankEnd(0, 8, 9_000, False, error_ns=9_000, error=TIMEOUT),
-                       RankEnd(1, 8, 5_000, False)), exit_code=1)  # fmt: skip
+    end = RunEnd(
+        ends=(
+            RankEnd(0, 8, 9_000, False, error_ns=9_000, error=TIMEOUT),
+            RankEnd(1, 8, 5_000, False),
+        ),
+        exit_code=1,
+    )
     f = _failed(end)
     assert f.ranks == [0] and f.metrics.waited_for is None
     assert "a peer never arrived; the run does not record which" in f.message
@@ -71,11 +92,14 @@ def test_hang_root_gets_the_first_remedy() -> None:
     from gpudiag.analysis.model.diagnosis import Mode, RunSummary, Shares
     from gpudiag.analysis.remedies.advice import recommend
 
-    waiting = ThreadStack("MainThread", True, (
-        Frame("all_reduce", LIB, 3245), Frame("<module>", "/job/job.py", 20)))  # fmt: skip
+    waiting = ThreadStack(
+        "MainThread", True, (Frame("all_reduce", LIB, 3245), Frame("<module>", "/job/job.py", 20))
+    )
     idle = ThreadStack("MainThread", True, (Frame("<module>", "/job/job.py", 17),))
-    stacks = (RankStacks("a", 0, 1, 8, (waiting,), {}, None, "off"),
-              RankStacks("b", 1, 1, 8, (idle,), {}, None, "off"))  # fmt: skip
+    stacks = (
+        RankStacks("a", 0, 1, 8, (waiting,), {}, None, "off"),
+        RankStacks("b", 1, 1, 8, (idle,), {}, None, "off"),
+    )
     end = RunEnd(ends=(RankEnd(0, 8, 9_000, False), RankEnd(1, 8, 5_000, False)), stacks=stacks)
     findings = run_end_findings(end)
     run = RunSummary(2, 2, 4, 80, 90, Shares(1.0, 0.0, 0.0, 0.0), 0.0, 0.0, Mode.TELEMETRY)

@@ -85,8 +85,11 @@ def test_failure_leads_the_verdict() -> None:
 
 
 def test_interrupted_run() -> None:
-    end = RunEnd(ends=(RankEnd(0, 5, 1, False, error_ns=1, error="KeyboardInterrupt: "),),
-                 exit_code=1, interrupted=True)  # fmt: skip
+    end = RunEnd(
+        ends=(RankEnd(0, 5, 1, False, error_ns=1, error="KeyboardInterrupt: "),),
+        exit_code=1,
+        interrupted=True,
+    )
     (f,) = run_end_findings(end)
     v = verdict(two_rank_run(), [f])
     assert v.interrupted and v.headline.startswith("interrupted in step 5 (Ctrl-C); until then: ")
@@ -98,14 +101,28 @@ def test_stacks_alone_name_the_rank_outside_the_collective() -> None:
     from gpudiag.traces.runfiles.flightrec import Frame, RankStacks, ThreadStack
 
     lib = "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py"
-    waiting = ThreadStack("MainThread", True, (
-        Frame("all_reduce", lib, 3245), Frame("train_step", "/job/train.py", 57),
-        Frame("main", "/job/train.py", 88)))  # fmt: skip
-    stuck = ThreadStack("MainThread", True, (
-        Frame("sleep", "/usr/lib/python3.11/time.py", 1), Frame("load_batch", "/job/data.py", 12),
-        Frame("main", "/job/train.py", 80)))  # fmt: skip
-    stacks = [RankStacks("a", 0, 1, 5, (waiting,), {}, None, "off"),
-              RankStacks("b", 1, 1, 5, (stuck,), {}, None, "off")]  # fmt: skip
+    waiting = ThreadStack(
+        "MainThread",
+        True,
+        (
+            Frame("all_reduce", lib, 3245),
+            Frame("train_step", "/job/train.py", 57),
+            Frame("main", "/job/train.py", 88),
+        ),
+    )
+    stuck = ThreadStack(
+        "MainThread",
+        True,
+        (
+            Frame("sleep", "/usr/lib/python3.11/time.py", 1),
+            Frame("load_batch", "/job/data.py", 12),
+            Frame("main", "/job/train.py", 80),
+        ),
+    )
+    stacks = [
+        RankStacks("a", 0, 1, 5, (waiting,), {}, None, "off"),
+        RankStacks("b", 1, 1, 5, (stuck,), {}, None, "off"),
+    ]
     (case,) = hang_cases(None, stacks, world=3)
     assert case.culprits == (1,) and case.waiting == (0,) and case.op == "all_reduce"
     assert case.where[1] == "load_batch (data.py:12) ← main (train.py:80)"

@@ -20,15 +20,26 @@ def _run(steps: int = 10) -> RunSummary:
 
 
 def _interrupt() -> Finding:
-    end = RunEnd(ends=(RankEnd(0, 14, 1, False, error_ns=1, error="KeyboardInterrupt: "),
-                       RankEnd(1, 14, 1, False)), exit_code=130, interrupted=True)  # fmt: skip
+    end = RunEnd(
+        ends=(
+            RankEnd(0, 14, 1, False, error_ns=1, error="KeyboardInterrupt: "),
+            RankEnd(1, 14, 1, False),
+        ),
+        exit_code=130,
+        interrupted=True,
+    )
     (f,) = run_end_findings(end)
     return f
 
 
 def test_interrupted_run_keeps_its_bottleneck() -> None:
-    data = Finding(FindingKind.DATA_BOUND, Severity.WARNING, "ranks 0–1 wait for input",
-                   ranks=[0, 1], metrics=DataBoundMetrics({"0": 0.46, "1": 0.46}, 0.3))  # fmt: skip
+    data = Finding(
+        FindingKind.DATA_BOUND,
+        Severity.WARNING,
+        "ranks 0–1 wait for input",
+        ranks=[0, 1],
+        metrics=DataBoundMetrics({"0": 0.46, "1": 0.46}, 0.3),
+    )
     v = verdict(_run(), [_interrupt(), data])
     assert v.headline == (
         "interrupted in step 14 (Ctrl-C); until then: data-bound: ranks 0–1 wait for input "

@@ -36,9 +36,13 @@ def test_gloo_size_line_gives_the_bytes() -> None:
 
 def test_mismatch_error_leads_the_verdict_as_a_mismatch() -> None:
     # rank 0 raised torch's fingerprint error in step 7; rank 1 lost its peer after
-    end = RunEnd(ends=(RankEnd(0, 7, 1_000, False, error_ns=1_000, error=PGW),
-                       RankEnd(1, 7, 2_000, False, error_ns=2_000, error=RESET)),
-                 exit_code=1)  # fmt: skip
+    end = RunEnd(
+        ends=(
+            RankEnd(0, 7, 1_000, False, error_ns=1_000, error=PGW),
+            RankEnd(1, 7, 2_000, False, error_ns=2_000, error=RESET),
+        ),
+        exit_code=1,
+    )
     assert classify(end.ends[0]).how == "mismatch"  # type: ignore[union-attr]
     (f,) = run_end_findings(end)
     assert f.kind == FindingKind.JOB_FAILED and f.metrics.mismatch is not None
@@ -60,9 +64,13 @@ def test_abort_inside_a_collective_says_what_it_may_be() -> None:
         '  File "/tmp/trial/job.py", line 30 in <module>\n'
     )
     _, threads = parse_fault_log(fault)
-    end = RunEnd(ends=(RankEnd(0, 8, 2_000, False, error_ns=2_000, error=RESET),
-                       RankEnd(1, 8, 1_000, False, fault="Aborted", fault_threads=threads)),
-                 exit_code=1)  # fmt: skip
+    end = RunEnd(
+        ends=(
+            RankEnd(0, 8, 2_000, False, error_ns=2_000, error=RESET),
+            RankEnd(1, 8, 1_000, False, fault="Aborted", fault_threads=threads),
+        ),
+        exit_code=1,
+    )
     (f,) = run_end_findings(end)
     assert f.ranks == [1] and f.metrics.how == "signal"
     assert "inside all_reduce" in f.message and "a possible collective mismatch" in f.message

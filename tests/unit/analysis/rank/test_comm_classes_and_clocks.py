@@ -65,11 +65,22 @@ def test_kernels_named_like_communication_are_compute(name):
 
 @pytest.mark.parametrize(
     ("name", "comm"),
-    [("MPI", True), ("MPI_Sendrecv", True), ("MPI_Allreduce", True), ("PMPI_Wait", True),
-     ("MPI_Comm_split", True), ("MPI_Init", False), ("MPI_Init_thread", False),
-     ("MPI_Finalize", False), ("MPI_Comm_rank", False), ("MPI Rank 3", False),
-     ("gloo:all_reduce", True), ("nccl:all_reduce", True), ("Jacobi solve", False)],
-)  # fmt: skip
+    [
+        ("MPI", True),
+        ("MPI_Sendrecv", True),
+        ("MPI_Allreduce", True),
+        ("PMPI_Wait", True),
+        ("MPI_Comm_split", True),
+        ("MPI_Init", False),
+        ("MPI_Init_thread", False),
+        ("MPI_Finalize", False),
+        ("MPI_Comm_rank", False),
+        ("MPI Rank 3", False),
+        ("gloo:all_reduce", True),
+        ("nccl:all_reduce", True),
+        ("Jacobi solve", False),
+    ],
+)
 def test_mpi_and_host_collectives(name, comm):
     assert bool(re.search(DEFAULT_COMM_HOST_RE, name)) == comm
 
@@ -78,15 +89,27 @@ def _cols(gpu_start, gpu_dur, launch, call_dur, names):
     """One GPU op per launch call: kernel i on gpu:0:7 launched by runtime call i."""
     n = len(gpu_start)
     start = np.array(list(gpu_start) + list(launch), np.int64)
-    end = np.array([s + d for s, d in zip(gpu_start, gpu_dur, strict=True)]
-                   + [s + d for s, d in zip(launch, call_dur, strict=True)], np.int64)  # fmt: skip
+    end = np.array(
+        [s + d for s, d in zip(gpu_start, gpu_dur, strict=True)]
+        + [s + d for s, d in zip(launch, call_dur, strict=True)],
+        np.int64,
+    )
     kind = np.array([Kind.COMPUTE] * n + [Kind.RUNTIME] * n, np.int64)
     lane = np.array([0] * n + [1] * n, np.int64)
     all_names = ["Memcpy DtoH (Device -> Pageable)", *sorted(set(names))]
     name = np.array([0] * n + [all_names.index(x) for x in names], np.int64)
     launch_ns = np.array(list(launch) + [-1] * n, np.int64)
-    return RawColumns(start, end, kind, lane, name, ["gpu:0:7", "cpu:1"], all_names,
-                      launch_ns, np.full(2 * n, -1, np.int64))  # fmt: skip
+    return RawColumns(
+        start,
+        end,
+        kind,
+        lane,
+        name,
+        ["gpu:0:7", "cpu:1"],
+        all_names,
+        launch_ns,
+        np.full(2 * n, -1, np.int64),
+    )
 
 
 MS = 1_000_000
@@ -95,8 +118,13 @@ MS = 1_000_000
 def test_kernels_that_start_before_their_launch_are_shifted_back():
     # true latency 10 µs, GPU clock 129 ms behind the host's
     launch = [i * 10 * MS for i in range(20)]
-    cols = _cols([t + 10_000 - 129 * MS for t in launch], [MS] * 20, launch, [5_000] * 20,
-                 ["cudaLaunchKernel"] * 20)  # fmt: skip
+    cols = _cols(
+        [t + 10_000 - 129 * MS for t in launch],
+        [MS] * 20,
+        launch,
+        [5_000] * 20,
+        ["cudaLaunchKernel"] * 20,
+    )
     meta = RankMeta()
     check_clocks(cols, cols.kind, meta)
     assert meta.clock_shift_ns == {0: -129 * MS + 10_000}
@@ -107,8 +135,13 @@ def test_kernels_that_start_before_their_launch_are_shifted_back():
 def test_blocking_copies_that_end_after_their_call_returned_reveal_an_offset():
     launch = [i * 10 * MS for i in range(10)]
     # a 1 ms copy inside a blocking call of 2 ms, GPU clock 325 ms ahead
-    cols = _cols([t + 500_000 + 325 * MS for t in launch], [MS] * 10, launch, [2 * MS] * 10,
-                 ["cudaMemcpy"] * 10)  # fmt: skip
+    cols = _cols(
+        [t + 500_000 + 325 * MS for t in launch],
+        [MS] * 10,
+        launch,
+        [2 * MS] * 10,
+        ["cudaMemcpy"] * 10,
+    )
     meta = RankMeta()
     check_clocks(cols, cols.kind, meta)
     assert meta.clock_shift_ns[0] == pytest.approx(325 * MS - 500_000, abs=1)
@@ -117,13 +150,19 @@ def test_blocking_copies_that_end_after_their_call_returned_reveal_an_offset():
 
 def test_no_offset_is_left_alone_and_a_drift_is_refused():
     launch = [i * 10 * MS for i in range(10)]
-    cols = _cols([t + 20_000 for t in launch], [MS] * 10, launch, [2 * MS] * 10,
-                 ["cudaMemcpy"] * 10)  # fmt: skip
+    cols = _cols(
+        [t + 20_000 for t in launch], [MS] * 10, launch, [2 * MS] * 10, ["cudaMemcpy"] * 10
+    )
     meta = RankMeta()
     check_clocks(cols, cols.kind, meta)
     assert not meta.clock_shift_ns and not meta.notes
-    drift = _cols([t + 20_000 + i * 20 * MS for i, t in enumerate(launch)], [MS] * 10, launch,
-                  [2 * MS] * 10, ["cudaMemcpy"] * 10)  # fmt: skip
+    drift = _cols(
+        [t + 20_000 + i * 20 * MS for i, t in enumerate(launch)],
+        [MS] * 10,
+        launch,
+        [2 * MS] * 10,
+        ["cudaMemcpy"] * 10,
+    )
     meta = RankMeta()
     before = drift.start_ns.copy()
     check_clocks(drift, drift.kind, meta)
@@ -131,8 +170,15 @@ def test_no_offset_is_left_alone_and_a_drift_is_refused():
     assert np.array_equal(drift.start_ns, before)
 
 
-BASE = {"steps": 6, "step_ns": 80 * MS, "gpu_ops": 9000, "gpu_ops_in_steps": 9000,
-        "compute_kernels": 8500, "comm_kernels": 60, "gpu_ops_linked": 9000}  # fmt: skip
+BASE = {
+    "steps": 6,
+    "step_ns": 80 * MS,
+    "gpu_ops": 9000,
+    "gpu_ops_in_steps": 9000,
+    "compute_kernels": 8500,
+    "comm_kernels": 60,
+    "gpu_ops_linked": 9000,
+}
 
 
 def test_evidence_limits_from_facts():
@@ -142,8 +188,15 @@ def test_evidence_limits_from_facts():
     (lim,) = limits({0: sampled, 1: sampled}, rules)
     assert (lim.kind, lim.effect, lim.ranks) == ("sampled", WITHHOLD, [0, 1])
     assert lim.message.startswith("ranks 0–1: the trace is sampled or filtered (1.3%")
-    cpu = {**BASE, "gpu_ops": 0, "gpu_ops_in_steps": 0, "compute_kernels": 0, "comm_kernels": 0,
-           "gpu_ops_linked": 0, "gpu_signs": ["deviceProperties lists 8 GPUs"]}  # fmt: skip
+    cpu = {
+        **BASE,
+        "gpu_ops": 0,
+        "gpu_ops_in_steps": 0,
+        "compute_kernels": 0,
+        "comm_kernels": 0,
+        "gpu_ops_linked": 0,
+        "gpu_signs": ["deviceProperties lists 8 GPUs"],
+    }
     (lim,) = limits({0: cpu}, rules)
     assert lim.kind == "no_gpu_activity" and "deviceProperties lists 8 GPUs" in lim.message
     gloo = {**cpu, "gpu_signs": []}  # a CPU job: nothing missing

@@ -74,18 +74,26 @@ def test_common_capability_is_what_every_device_has() -> None:
 
 def test_torchrec_is_not_moe() -> None:
     tags = recognise(
-        [("split_embedding_codegen_forward_unweighted_kernel", 6), ("nccl:all_to_all", 42),
-         ("## forward:all2all_global_emb ##", 6), ("Optimizer.step#FusedAdam.step", 6)]
-    )  # fmt: skip
+        [
+            ("split_embedding_codegen_forward_unweighted_kernel", 6),
+            ("nccl:all_to_all", 42),
+            ("## forward:all2all_global_emb ##", 6),
+            ("Optimizer.step#FusedAdam.step", 6),
+        ]
+    )
     assert sparse_embeddings(tags) and not expert_parallel(tags)
     assert not inference(tags)
 
 
 def test_moe_and_inference_engine() -> None:
     tags = recognise(
-        [("vllm::moe_forward", 12), ("deep_ep::intranode::dispatch<8>", 4),
-         ("execute_context_1(888_788544)_generation_0(0)", 1), ("aten::mm", 10)]
-    )  # fmt: skip
+        [
+            ("vllm::moe_forward", 12),
+            ("deep_ep::intranode::dispatch<8>", 4),
+            ("execute_context_1(888_788544)_generation_0(0)", 1),
+            ("aten::mm", 10),
+        ]
+    )
     assert expert_parallel(tags) and inference(tags) and not sparse_embeddings(tags)
 
 
@@ -166,31 +174,64 @@ def _run() -> RunSummary:
 
 
 def _late(excess: float, caused: int) -> Finding:
-    m = StragglerMetrics(source="trace", wait_attribution="", score=1.0, median_excess_ns=10,
-                         median_excess_ratio=excess, slow_steps=6, steps_compared=6,
-                         excess_by_part_ns={}, also=[], step_time_ns_median=100,
-                         step_time_ns_if_median_speed=90, short_window=True)  # fmt: skip
-    return Finding(FindingKind.STRAGGLER, Severity.WARNING, "rank 7 …", ranks=[7], metrics=m,
-                   wait_caused_ns=caused)  # fmt: skip
+    m = StragglerMetrics(
+        source="trace",
+        wait_attribution="",
+        score=1.0,
+        median_excess_ns=10,
+        median_excess_ratio=excess,
+        slow_steps=6,
+        steps_compared=6,
+        excess_by_part_ns={},
+        also=[],
+        step_time_ns_median=100,
+        step_time_ns_if_median_speed=90,
+        short_window=True,
+    )
+    return Finding(
+        FindingKind.STRAGGLER,
+        Severity.WARNING,
+        "rank 7 …",
+        ranks=[7],
+        metrics=m,
+        wait_caused_ns=caused,
+    )
 
 
 def _host(cause: dict[str, object] | None) -> Finding:
     per = {str(r): 0.48 for r in range(7)}
     m = ShareMetrics(per, 0.3) if cause is None else HostMetrics(per, 0.3, cause=dict(cause))
-    return Finding(FindingKind.HOST_BOUND, Severity.WARNING, "ranks 0–6: 48% …",
-                   ranks=list(range(7)), metrics=m)  # fmt: skip
+    return Finding(
+        FindingKind.HOST_BOUND,
+        Severity.WARNING,
+        "ranks 0–6: 48% …",
+        ranks=list(range(7)),
+        metrics=m,
+    )
 
 
 def test_verdict_names_the_straggler_the_host_bound_ranks_wait_for() -> None:
-    host = _host({"kind": "sync", "label": "synchronisation", "api": "cudaStreamSynchronize",
-                  "waits_for": {"communication": 0.8, "nothing": 0.2}})  # fmt: skip
+    host = _host(
+        {
+            "kind": "sync",
+            "label": "synchronisation",
+            "api": "cudaStreamSynchronize",
+            "waits_for": {"communication": 0.8, "nothing": 0.2},
+        }
+    )
     v = verdict(_run(), [host, _late(0.2, 10)])
     assert v.bottleneck == "straggler" and v.ranks == [7]
 
 
 def test_verdict_keeps_host_bound_when_the_host_waits_for_its_own_gpu() -> None:
-    host = _host({"kind": "sync", "label": "synchronisation", "api": "cudaDeviceSynchronize",
-                  "waits_for": {"compute": 0.9, "nothing": 0.1}})  # fmt: skip
+    host = _host(
+        {
+            "kind": "sync",
+            "label": "synchronisation",
+            "api": "cudaDeviceSynchronize",
+            "waits_for": {"compute": 0.9, "nothing": 0.1},
+        }
+    )
     v = verdict(_run(), [host, _late(0.2, 10)])
     assert v.bottleneck == "host" and v.ranks == list(range(7))
     assert "synchronisation (cudaDeviceSynchronize)" in v.headline
@@ -229,8 +270,10 @@ def test_the_loader_limits_come_from_the_thresholds() -> None:
     names = ["step 1", "step 2", "step 3", "cudaLaunchKernel"]
     rows = []
     for k in range(3):
-        rows += [(int(Kind.ANNOTATION), k, 1000 * k, 1000 * k + 900),
-                 (int(Kind.RUNTIME), 3, 1000 * k + 10, 1000 * k + 20)]  # fmt: skip
+        rows += [
+            (int(Kind.ANNOTATION), k, 1000 * k, 1000 * k + 900),
+            (int(Kind.RUNTIME), 3, 1000 * k + 10, 1000 * k + 20),
+        ]
     kind, name, start, end = (np.array(c, np.int64) for c in zip(*rows, strict=True))
     lane = np.zeros(len(rows), np.int64)
     found = find_user_steps(start, end, kind, lane, name, names, ["cpu:1"])
@@ -258,14 +301,34 @@ def test_inference_collectives_get_no_gradient_remedy() -> None:
     from gpudiag.analysis.model.metrics import CommBoundMetrics
     from gpudiag.analysis.remedies.advice import recommend
 
-    ev = RankEvidence(comm_types={"allreduce": 1.0},
-                      workload=recognise([("execute_context_0(1_128)_generation_3(0)", 1),
-                                          ("vllm::all_reduce", 4)]))  # fmt: skip
-    rank = RankSummary(0, 4, 100, 120, Shares(0.5, 0.3, 0.0, 0.2), 0.0, 0.2, 0.5, Mode.GPU,
-                       StepSource.PROFILER_STEP, "x", evidence=ev)  # fmt: skip
+    ev = RankEvidence(
+        comm_types={"allreduce": 1.0},
+        workload=recognise(
+            [("execute_context_0(1_128)_generation_3(0)", 1), ("vllm::all_reduce", 4)]
+        ),
+    )
+    rank = RankSummary(
+        0,
+        4,
+        100,
+        120,
+        Shares(0.5, 0.3, 0.0, 0.2),
+        0.0,
+        0.2,
+        0.5,
+        Mode.GPU,
+        StepSource.PROFILER_STEP,
+        "x",
+        evidence=ev,
+    )
     steps = [StepBreakdown(0, i, i * 100, 100, 50, 30, 0, 20, 0) for i in range(4)]
-    comm = Finding(FindingKind.COMM_BOUND, Severity.ERROR, "rank 0: 30% …", ranks=[0],
-                   metrics=CommBoundMetrics(per_rank={"0": 0.3}, threshold=0.1))  # fmt: skip
+    comm = Finding(
+        FindingKind.COMM_BOUND,
+        Severity.ERROR,
+        "rank 0: 30% …",
+        ranks=[0],
+        metrics=CommBoundMetrics(per_rank={"0": 0.3}, threshold=0.1),
+    )
     ids = [r.id for r in recommend(_run(), [rank], steps, [comm])]
     assert "inference-collectives" in ids
     assert not {"comm-overlap", "grad-accumulation", "grad-compression", "fsdp-prefetch"} & set(ids)
@@ -277,14 +340,34 @@ def test_deepep_traffic_gets_moe_advice_without_suggesting_deepep() -> None:
     from gpudiag.analysis.model.metrics import CommBoundMetrics
     from gpudiag.analysis.remedies.advice import recommend
 
-    ev = RankEvidence(comm_types={"other": 1.0},
-                      workload=recognise([("void deep_ep::intranode::dispatch<8, 768>", 12),
-                                          ("Optimizer.step#AdamW.step", 1)]))  # fmt: skip
-    rank = RankSummary(0, 4, 100, 120, Shares(0.5, 0.3, 0.0, 0.2), 0.0, 0.2, 0.5, Mode.GPU,
-                       StepSource.PROFILER_STEP, "x", evidence=ev)  # fmt: skip
+    ev = RankEvidence(
+        comm_types={"other": 1.0},
+        workload=recognise(
+            [("void deep_ep::intranode::dispatch<8, 768>", 12), ("Optimizer.step#AdamW.step", 1)]
+        ),
+    )
+    rank = RankSummary(
+        0,
+        4,
+        100,
+        120,
+        Shares(0.5, 0.3, 0.0, 0.2),
+        0.0,
+        0.2,
+        0.5,
+        Mode.GPU,
+        StepSource.PROFILER_STEP,
+        "x",
+        evidence=ev,
+    )
     steps = [StepBreakdown(0, i, i * 100, 100, 50, 30, 0, 20, 0) for i in range(4)]
-    comm = Finding(FindingKind.COMM_BOUND, Severity.ERROR, "rank 0: 30% …", ranks=[0],
-                   metrics=CommBoundMetrics(per_rank={"0": 0.3}, threshold=0.1))  # fmt: skip
+    comm = Finding(
+        FindingKind.COMM_BOUND,
+        Severity.ERROR,
+        "rank 0: 30% …",
+        ranks=[0],
+        metrics=CommBoundMetrics(per_rank={"0": 0.3}, threshold=0.1),
+    )
     recs = {r.id: r for r in recommend(_run(), [rank], steps, [comm])}
     assert "moe-all-to-all" in recs and "embedding-all-to-all" not in recs
     assert "already in use" in recs["moe-all-to-all"].detail
@@ -312,15 +395,36 @@ def test_inference_precision_advice_is_serving_not_training() -> None:
     from gpudiag.analysis.model.metrics import ComputeMetrics
     from gpudiag.analysis.remedies.advice import recommend
 
-    ev = RankEvidence(workload=recognise([("execute_context_0(1_128)_generation_3(0)", 1),
-                                          ("aten::mm", 10)]),
-                      device=capability("NVIDIA H100 80GB HBM3", "9.0").as_dict())  # fmt: skip
-    rank = RankSummary(0, 4, 100, 120, Shares(0.9, 0.0, 0.0, 0.1), 0.0, None, 0.1, Mode.GPU,
-                       StepSource.PROFILER_STEP, "x", evidence=ev)  # fmt: skip
-    m = ComputeMetrics(compute_share=0.9, threshold=0.7, unit="kernel",
-                       families={"GEMM": 0.6, "attention": 0.3, "elementwise": 0.1},
-                       fusable_share=0.1, gemm_share=0.6, fp32_gemm_share=0.9, top=[],
-                       matrix_share=0.9, fp32_matrix_share=0.9)  # fmt: skip
+    ev = RankEvidence(
+        workload=recognise([("execute_context_0(1_128)_generation_3(0)", 1), ("aten::mm", 10)]),
+        device=capability("NVIDIA H100 80GB HBM3", "9.0").as_dict(),
+    )
+    rank = RankSummary(
+        0,
+        4,
+        100,
+        120,
+        Shares(0.9, 0.0, 0.0, 0.1),
+        0.0,
+        None,
+        0.1,
+        Mode.GPU,
+        StepSource.PROFILER_STEP,
+        "x",
+        evidence=ev,
+    )
+    m = ComputeMetrics(
+        compute_share=0.9,
+        threshold=0.7,
+        unit="kernel",
+        families={"GEMM": 0.6, "attention": 0.3, "elementwise": 0.1},
+        fusable_share=0.1,
+        gemm_share=0.6,
+        fp32_gemm_share=0.9,
+        top=[],
+        matrix_share=0.9,
+        fp32_matrix_share=0.9,
+    )
     f = Finding(FindingKind.COMPUTE_BOUND, Severity.INFO, "compute holds 90%", metrics=m)
     (rec,) = recommend(_run(), [rank], [], [f])
     assert rec.id == "reduced-precision" and rec.title == "Serve the model in bf16 or FP8"
@@ -334,14 +438,32 @@ def test_many_tiny_allreduces_get_larger_buckets_not_smaller() -> None:
     from gpudiag.analysis.remedies.advice import recommend
 
     def detail(per_step: float, size: float) -> str:
-        ev = RankEvidence(comm_types={"allreduce": 1.0},
-                          collective_calls={"allreduce": {"per_step": per_step,
-                                                          "bytes_median": size}})  # fmt: skip
-        rank = RankSummary(0, 4, 100, 120, Shares(0.5, 0.3, 0.0, 0.2), 0.0, 0.2, 0.5,
-                           Mode.GPU, StepSource.PROFILER_STEP, "x", evidence=ev)  # fmt: skip
+        ev = RankEvidence(
+            comm_types={"allreduce": 1.0},
+            collective_calls={"allreduce": {"per_step": per_step, "bytes_median": size}},
+        )
+        rank = RankSummary(
+            0,
+            4,
+            100,
+            120,
+            Shares(0.5, 0.3, 0.0, 0.2),
+            0.0,
+            0.2,
+            0.5,
+            Mode.GPU,
+            StepSource.PROFILER_STEP,
+            "x",
+            evidence=ev,
+        )
         steps = [StepBreakdown(0, i, i * 100, 100, 50, 30, 0, 20, 0) for i in range(4)]
-        comm = Finding(FindingKind.COMM_BOUND, Severity.ERROR, "rank 0: 30% …", ranks=[0],
-                       metrics=CommBoundMetrics(per_rank={"0": 0.3}, threshold=0.1))  # fmt: skip
+        comm = Finding(
+            FindingKind.COMM_BOUND,
+            Severity.ERROR,
+            "rank 0: 30% …",
+            ranks=[0],
+            metrics=CommBoundMetrics(per_rank={"0": 0.3}, threshold=0.1),
+        )
         recs = {r.id: r for r in recommend(_run(), [rank], steps, [comm])}
         return recs["comm-overlap"].detail
 

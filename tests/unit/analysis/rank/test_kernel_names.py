@@ -12,34 +12,57 @@ from gpudiag.analysis.rank.kernels import display_name, family
 @pytest.mark.parametrize(
     ("raw", "shown"),
     [
-        ("std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
-         "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long, float, int)",
-         "vllm::fused_add_rms_norm_kernel"),
-        ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>"
-         "(int, float, float const*, float*)", "at::native::vectorized_layer_norm_kernel"),
-        ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16>(c10::BFloat16*)",
-         "multimem_all_reduce_kernel"),
-        ("_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_bwd_weightINS_47Gridwise",
-         "ck::tensor_operation::device::kernel_batched_gemm_xdlops_bwd_weight"),
-        ("## Call CompiledFxGraph fudNjsrxq7ybmlnw2dlxkbrhyt4cnsaf ##", "Call CompiledFxGraph fudNjs"),
-        ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl("
-         "at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::"
-         "{lambda()#4}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int)",
-         "at::native::vectorized_elementwise_kernel"),
-        ("void cutlass_cudnn::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_256x64_16x4_nhwc>"
-         "(T1::Params)", "cutlass_cudnn::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_256x64_16x4_nhwc>"),
+        (
+            "std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
+            "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long, float, int)",
+            "vllm::fused_add_rms_norm_kernel",
+        ),
+        (
+            "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<float, float>"
+            "(int, float, float const*, float*)",
+            "at::native::vectorized_layer_norm_kernel",
+        ),
+        (
+            "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16>(c10::BFloat16*)",
+            "multimem_all_reduce_kernel",
+        ),
+        (
+            "_ZN2ck16tensor_operation6device37kernel_batched_gemm_xdlops_bwd_weightINS_47Gridwise",
+            "ck::tensor_operation::device::kernel_batched_gemm_xdlops_bwd_weight",
+        ),
+        (
+            "## Call CompiledFxGraph fudNjsrxq7ybmlnw2dlxkbrhyt4cnsaf ##",
+            "Call CompiledFxGraph fudNjs",
+        ),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl("
+            "at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::"
+            "{lambda()#4}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int)",
+            "at::native::vectorized_elementwise_kernel",
+        ),
+        (
+            "void cutlass_cudnn::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_256x64_16x4_nhwc>"
+            "(T1::Params)",
+            "cutlass_cudnn::Kernel<cutlass_tensorop_s1688fprop_optimized_tf32_256x64_16x4_nhwc>",
+        ),
         ("Memcpy HtoD (Pageable -> Device)", "Memcpy HtoD (Pageable -> Device)"),
         ("aten::mm", "aten::mm"),
     ],
-)  # fmt: skip
+)
 def test_display_names_drop_template_noise_and_parameters(raw, shown):
     assert display_name(raw) == shown
 
 
-@pytest.mark.parametrize("name", ["nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN",
-                                  "cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128>",
-                                  "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
-                                  "cublasLt::splitKreduce_kernel", "volta_sgemm_64x64_nt"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    [
+        "nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN",
+        "cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128>",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+        "cublasLt::splitKreduce_kernel",
+        "volta_sgemm_64x64_nt",
+    ],
+)
 def test_cublas_cublaslt_cutlass_and_nvjet_gemms_are_gemm(name):
     assert family(name) == "GEMM"
 

@@ -20,11 +20,16 @@ MS = 1_000_000
 def colls(rank, types, durs, nbytes=None, keys=None, device="NVIDIA H100 80GB HBM3"):
     n = len(types)
     return Collectives(
-        rank=rank, type=list(types), key=np.array(keys if keys else [-1] * n, np.int64),
+        rank=rank,
+        type=list(types),
+        key=np.array(keys if keys else [-1] * n, np.int64),
         nbytes=np.array(nbytes if nbytes else [-1] * n, np.int64),
-        start=np.arange(n, dtype=np.int64) * 10 * MS, dur=np.array(durs, np.int64),
-        step=np.zeros(n, np.int32), devices=8, device_name=device,
-    )  # fmt: skip
+        start=np.arange(n, dtype=np.int64) * 10 * MS,
+        dur=np.array(durs, np.int64),
+        step=np.zeros(n, np.int32),
+        devices=8,
+        device_name=device,
+    )
 
 
 @pytest.mark.parametrize(

@@ -26,19 +26,43 @@ def _ddp_trace(dtype: str, steps: int = 6) -> dict[str, Any]:
     corr = 0
 
     def op(name: str, ts: float, dur: float, cat: str = "cpu_op", **args: Any) -> None:
-        ev.append({"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID,
-                   "ts": ts, "dur": dur, "args": args})  # fmt: skip
+        ev.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": PID,
+                "tid": TID,
+                "ts": ts,
+                "dur": dur,
+                "args": args,
+            }
+        )
 
     def launch(kernel: str, ts: float, at: float, dur: float, stream: int, **args: Any) -> None:
         nonlocal corr
         corr += 1
         op("cudaLaunchKernel", ts, 0.01, cat="cuda_runtime", correlation=corr)
-        ev.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": stream,
-                   "ts": at, "dur": dur,
-                   "args": {"device": 0, "stream": stream, "correlation": corr, **args}})  # fmt: skip
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": kernel,
+                "pid": 0,
+                "tid": stream,
+                "ts": at,
+                "dur": dur,
+                "args": {"device": 0, "stream": stream, "correlation": corr, **args},
+            }
+        )
 
-    coll = {"Collective name": "allreduce", "dtype": dtype, "In msg nelems": 1 << 22,
-            "Out msg nelems": 1 << 22, "Group size": 8}  # fmt: skip
+    coll = {
+        "Collective name": "allreduce",
+        "dtype": dtype,
+        "In msg nelems": 1 << 22,
+        "Out msg nelems": 1 << 22,
+        "Group size": 8,
+    }
     for s in range(steps):
         t0 = 1000.0 + s * 20_000.0  # µs: a 20 ms step
         op(f"ProfilerStep#{s}", t0, 19_900.0, cat="user_annotation")
@@ -47,14 +71,22 @@ def _ddp_trace(dtype: str, steps: int = 6) -> dict[str, Any]:
         op("autograd::engine::evaluate_function: MmBackward0", t0 + 4_200, 100.0)
         launch("ampere_sgemm_128x64_tn", t0 + 4_210, t0 + 4_200, 4_000.0, 7)
         op("record_param_comms", t0 + 8_300, 50.0, **coll)
-        launch("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", t0 + 8_310,
-               t0 + 8_300, 10_000.0, 13, **coll)  # fmt: skip
+        launch(
+            "ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)",
+            t0 + 8_310,
+            t0 + 8_300,
+            10_000.0,
+            13,
+            **coll,
+        )
         op("Optimizer.step#SGD.step", t0 + 18_400, 50.0)
         launch("multi_tensor_apply_kernel", t0 + 18_410, t0 + 18_400, 1_000.0, 7)
-    return {"schemaVersion": 1,
-            "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
-            "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8},
-            "traceEvents": ev}  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB"}],
+        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8},
+        "traceEvents": ev,
+    }
 
 
 def _analyze(tmp_path: Path, dtype: str) -> Any:
@@ -97,8 +129,9 @@ def test_mi300x_bf16_allreduces_get_no_16_bit_hook(kineto_sets: Path) -> None:
     path = kineto_sets / "mi300x_ddp8_r0_rccl"
     with gzip.open(next(path.glob("*.json.gz"))) as fh:
         ev = json.load(fh)["traceEvents"]
-    types = {e["args"]["dtype"] for e in ev
-             if e.get("args", {}).get("Collective name") == "allreduce"}  # fmt: skip
+    types = {
+        e["args"]["dtype"] for e in ev if e.get("args", {}).get("Collective name") == "allreduce"
+    }
     assert types == {"BFloat16"}  # every all-reduce that names its type: bf16
     diag = gpudiag.analyze(path, jobs=1, cache=False)
     assert diag.ranks[0].evidence.comm_dtypes["allreduce"] == {"bf16": 1.0}

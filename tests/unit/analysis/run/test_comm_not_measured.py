@@ -33,9 +33,20 @@ def _telemetry(comm_ms: float) -> pd.DataFrame:
         t = 1_000 * MS
         for i in range(12):
             d = 100 * MS
-            rows.append({"rank": rank, "step": i, "start_ns": t, "end_ns": t + d,
-                         "duration_ns": d, "data_wait_ns": MS, "comm_wait_ns": int(comm_ms * MS),
-                         "backward_ns": 40 * MS, "profiled": False, "host": "n0"})  # fmt: skip
+            rows.append(
+                {
+                    "rank": rank,
+                    "step": i,
+                    "start_ns": t,
+                    "end_ns": t + d,
+                    "duration_ns": d,
+                    "data_wait_ns": MS,
+                    "comm_wait_ns": int(comm_ms * MS),
+                    "backward_ns": 40 * MS,
+                    "profiled": False,
+                    "host": "n0",
+                }
+            )
             t += d
     df = pd.DataFrame(rows)
     for c in ("data_wait_ns", "comm_wait_ns", "backward_ns"):

@@ -22,14 +22,19 @@ def _colls(seed: int, ranks: int, n: int, keyed: bool) -> list[Collectives]:
     for r in range(ranks):
         ty = [types[i % len(types)] for i in range(n)]
         start = np.sort(rng.integers(0, 10**9, n)).astype(np.int64)
-        out.append(Collectives(
-            rank=r, type=ty,
-            key=(np.arange(n, dtype=np.int64) if keyed else np.full(n, -1, np.int64)),
-            nbytes=sizes.copy(),
-            start=start, dur=rng.integers(1, 5_000_000, n).astype(np.int64),
-            step=np.sort(rng.integers(-1, 4, n)).astype(np.int32), devices=8,
-            device_name="NVIDIA A100-SXM4-80GB",
-        ))  # fmt: skip
+        out.append(
+            Collectives(
+                rank=r,
+                type=ty,
+                key=(np.arange(n, dtype=np.int64) if keyed else np.full(n, -1, np.int64)),
+                nbytes=sizes.copy(),
+                start=start,
+                dur=rng.integers(1, 5_000_000, n).astype(np.int64),
+                step=np.sort(rng.integers(-1, 4, n)).astype(np.int32),
+                devices=8,
+                device_name="NVIDIA A100-SXM4-80GB",
+            )
+        )
     return out
 
 
@@ -56,8 +61,10 @@ def _reference(colls, rules):
     return sync, transfer, by_step, late
 
 
-@pytest.mark.parametrize(("seed", "ranks", "keyed"), [(0, 2, True), (1, 5, True), (2, 16, False),
-                                                       (3, 3, False), (4, 64, True)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("seed", "ranks", "keyed"),
+    [(0, 2, True), (1, 5, True), (2, 16, False), (3, 3, False), (4, 64, True)],
+)
 def test_matched_waits_are_the_loops(seed, ranks, keyed):
     rules = CollectiveRules()
     colls = _colls(seed, ranks, 40, keyed)
@@ -68,10 +75,9 @@ def test_matched_waits_are_the_loops(seed, ranks, keyed):
     assert {int(r): (v.sync_wait_ns, v.transfer_ns) for r, v in summary.per_rank.items()} == {
         r: (sync[r], transfer[r]) for r in sync
     }
-    assert {int(r): (v.last, v.waited_ns_min, v.waited_ns_max)
-            for r, v in summary.late_arrival.items()} == {
-        r: (len(w), min(w), max(w)) for r, w in late.items()
-    }  # fmt: skip
+    assert {
+        int(r): (v.last, v.waited_ns_min, v.waited_ns_max) for r, v in summary.late_arrival.items()
+    } == {r: (len(w), min(w), max(w)) for r, w in late.items()}
 
 
 @pytest.mark.parametrize(("ranks", "seed"), [(2, 0), (3, 1), (8, 2), (33, 3)])

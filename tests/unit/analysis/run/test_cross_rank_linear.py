@@ -29,8 +29,10 @@ def _ranks(base: Any, n: int) -> list[Any]:
     rng = np.random.default_rng(23)
     out = []
     for r in range(n):
-        steps = [dataclasses.replace(s, rank=r, compute_ns=int(s.compute_ns * k))
-                 for s, k in zip(base.steps, rng.normal(1.0, 0.02, len(base.steps)), strict=True)]  # fmt: skip
+        steps = [
+            dataclasses.replace(s, rank=r, compute_ns=int(s.compute_ns * k))
+            for s, k in zip(base.steps, rng.normal(1.0, 0.02, len(base.steps)), strict=True)
+        ]
         c = base.collectives
         if c is not None:
             c = dataclasses.replace(c, rank=r, start=c.start + rng.integers(0, 50, len(c.start)))

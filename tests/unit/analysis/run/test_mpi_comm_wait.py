@@ -39,8 +39,9 @@ def _raw(path, windows=None):
     spans = con.execute(
         "SELECT start, end FROM NVTX_EVENTS WHERE text = 'MPI' AND end IS NOT NULL"
     ).fetchall()
-    calls = con.execute("SELECT m.start, m.end, s.value FROM MPI_OTHER_EVENTS m "
-                        "JOIN StringIds s ON s.id = m.textId").fetchall()  # fmt: skip
+    calls = con.execute(
+        "SELECT m.start, m.end, s.value FROM MPI_OTHER_EVENTS m JOIN StringIds s ON s.id = m.textId"
+    ).fetchall()
     con.close()
     merged = reference.merge(spans + [(a, b) for a, b, _ in calls])
     union = sum(reference.inside(merged, s, e) for s, e in solve)

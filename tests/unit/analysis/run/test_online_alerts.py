@@ -38,8 +38,18 @@ def ddp_steps(steps, ranks=2, extra=None, data=None, start=0, profiled=()):
         dur = max(busy.values()) + 2
         for r in range(ranks):
             wait = dur - busy[r]
-            out.append(RunStep(r, s, t, dur * MS, data.get((r, s), 0) * MS, None,
-                               (wait + 10) * MS, s in profiled))  # fmt: skip
+            out.append(
+                RunStep(
+                    r,
+                    s,
+                    t,
+                    dur * MS,
+                    data.get((r, s), 0) * MS,
+                    None,
+                    (wait + 10) * MS,
+                    s in profiled,
+                )
+            )
         t += dur * MS
     return out
 
@@ -103,10 +113,18 @@ def test_exposed_communication_is_named_comm_bound():
     """Collectives called from Python (comm_wait measured, no DDP backward): from step 20
     every rank blocks 150 ms a step in them, more than its own 100 ms of work."""
     steps = [
-        RunStep(x.rank, x.step, x.start_ns, x.duration_ns + (150 * MS if x.step >= 20 else 0),
-                0, 2 * MS + (150 * MS if x.step >= 20 else 0), None, False)
+        RunStep(
+            x.rank,
+            x.step,
+            x.start_ns,
+            x.duration_ns + (150 * MS if x.step >= 20 else 0),
+            0,
+            2 * MS + (150 * MS if x.step >= 20 else 0),
+            None,
+            False,
+        )
         for x in ddp_steps(40)
-    ]  # fmt: skip
+    ]
     alerts = feed(LiveRules(), steps)
     assert [(n, a.kind, a.ranks) for n, a in alerts] == [(21, "comm_bound", [0, 1])]
     assert "waiting for communication" in alerts[0][1].message
@@ -240,13 +258,35 @@ def _write_rank(run: Path, rank: int, steps) -> None:
     p.parent.mkdir(parents=True, exist_ok=True)
     with open(p, "a") as f:
         if f.tell() == 0:
-            f.write(json.dumps({"type": "header", "format": "gpudiag.steps", "version": 1,
-                                "rank": rank, "world_size": 2, "gpu_uuid": None}) + "\n")  # fmt: skip
+            f.write(
+                json.dumps(
+                    {
+                        "type": "header",
+                        "format": "gpudiag.steps",
+                        "version": 1,
+                        "rank": rank,
+                        "world_size": 2,
+                        "gpu_uuid": None,
+                    }
+                )
+                + "\n"
+            )
         for s in steps:
-            f.write(json.dumps({"type": "step", "step": s.step, "start_ns": s.start_ns,
-                                "end_ns": s.start_ns + s.duration_ns,
-                                "data_wait_ns": s.data_wait_ns, "comm_wait_ns": None,
-                                "backward_ns": s.backward_ns, "profiled": s.profiled}) + "\n")  # fmt: skip
+            f.write(
+                json.dumps(
+                    {
+                        "type": "step",
+                        "step": s.step,
+                        "start_ns": s.start_ns,
+                        "end_ns": s.start_ns + s.duration_ns,
+                        "data_wait_ns": s.data_wait_ns,
+                        "comm_wait_ns": None,
+                        "backward_ns": s.backward_ns,
+                        "profiled": s.profiled,
+                    }
+                )
+                + "\n"
+            )
 
 
 def test_monitor_follows_the_files_and_tells_stderr_the_file_and_the_command(tmp_path, capsys):
@@ -269,8 +309,17 @@ def test_monitor_follows_the_files_and_tells_stderr_the_file_and_the_command(tmp
     assert [(r["step"], r["kind"], r["ranks"], r["state"]) for r in recs] == [
         (21, "straggler", [1], "raised")
     ]
-    assert set(recs[0]) == {"type", "time", "time_ns", "step", "kind", "state", "ranks",
-                            "message", "metrics"}  # fmt: skip
+    assert set(recs[0]) == {
+        "type",
+        "time",
+        "time_ns",
+        "step",
+        "kind",
+        "state",
+        "ranks",
+        "message",
+        "metrics",
+    }
     assert lines[0].startswith("alert: step 21: rank 1 is a straggler: +300 ms a step")
     assert json.loads(got.read_text()) == recs[0]
     assert summary["raised"] == 1 and summary["steps_judged"] == 30 and not summary["errors"]
@@ -300,18 +349,20 @@ def test_monitor_reads_the_run_conditions(tmp_path):
     run = tmp_path / "run"
     (run / "conditions").mkdir(parents=True)
     (run / "conditions" / "h.jsonl").write_text(
-        json.dumps({"type": "header", "format": "gpudiag.conditions", "version": 1}) + "\n"
-        + json.dumps({"type": "sample", "time_ns": 1, "other_cpu_ratio": 0.6,
-                      "steal_ratio": 0.0}) + "\n"
-    )  # fmt: skip
+        json.dumps({"type": "header", "format": "gpudiag.conditions", "version": 1})
+        + "\n"
+        + json.dumps({"type": "sample", "time_ns": 1, "other_cpu_ratio": 0.6, "steal_ratio": 0.0})
+        + "\n"
+    )
     mon = Monitor(opts=AlertOptions(stderr=False, poll_s=3600))
     mon.start(run, os.getpid())
     for r in (0, 1):
         _write_rank(run, r, [s for s in ddp_steps(30, extra=straggling(20)) if s.rank == r])
     (a,) = mon.poll_once()
     mon.stop()
-    assert a.step == 22 and a.metrics["host_busy"] == ["other processes used 60% of the CPUs "
-                                                       "(limit 25%)"]  # fmt: skip
+    assert a.step == 22 and a.metrics["host_busy"] == [
+        "other processes used 60% of the CPUs (limit 25%)"
+    ]
 
 
 # ---- the offline diagnosis and the timeline file ----
@@ -326,8 +377,9 @@ def test_the_diagnosis_lists_the_alerts_and_the_timeline_shows_them(tmp_path):
     from gpudiag.api.saved import diagnosis_from_json, schema_problem
     from gpudiag.report import timeline
 
-    alerts = [a for _, a in feed(LiveRules(), ddp_steps(50, extra={(1, s): 300
-                                                                for s in range(20, 30)}))]  # fmt: skip
+    alerts = [
+        a for _, a in feed(LiveRules(), ddp_steps(50, extra={(1, s): 300 for s in range(20, 30)}))
+    ]
     records = [alert_record(a) for a in alerts]
     found, notes = live_alerts(records)
     assert found == alerts
@@ -400,8 +452,12 @@ def test_the_live_panel_shows_the_raised_alerts():
     from gpudiag.collect.launch.progress import Progress, RankProgress
     from gpudiag.report.live import progress_table
 
-    p = Progress(Path("runs/x"), 12.0, ranks={0: RankProgress(22), 1: RankProgress(22)},
-                 alerts=["alert: step 21: rank 1 is a straggler: +300 ms a step"])  # fmt: skip
+    p = Progress(
+        Path("runs/x"),
+        12.0,
+        ranks={0: RankProgress(22), 1: RankProgress(22)},
+        alerts=["alert: step 21: rank 1 is a straggler: +300 ms a step"],
+    )
     console = Console(width=100, record=True, color_system=None)
     console.print(progress_table(p))
     text = console.export_text()

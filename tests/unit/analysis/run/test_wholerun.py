@@ -16,10 +16,20 @@ def telemetry(
 ) -> pd.DataFrame:
     rows, t = [], 1_000 * MS
     for i, d in enumerate(durations_ms):
-        rows.append({"rank": rank, "step": i, "start_ns": t, "end_ns": t + int(d * MS),
-                     "duration_ns": int(d * MS), "data_wait_ns": int(data_ms * MS),
-                     "comm_wait_ns": None, "backward_ns": None, "profiled": i in profiled,
-                     "host": "n0"})  # fmt: skip
+        rows.append(
+            {
+                "rank": rank,
+                "step": i,
+                "start_ns": t,
+                "end_ns": t + int(d * MS),
+                "duration_ns": int(d * MS),
+                "data_wait_ns": int(data_ms * MS),
+                "comm_wait_ns": None,
+                "backward_ns": None,
+                "profiled": i in profiled,
+                "host": "n0",
+            }
+        )
         t += int(d * MS)
     df = pd.DataFrame(rows)
     for c in ("data_wait_ns", "comm_wait_ns", "backward_ns"):
@@ -30,12 +40,21 @@ def telemetry(
 def samples(
     uuid: str, n: int, util: float, throttle: int | None, t0: int = 1_000 * MS
 ) -> pd.DataFrame:
-    return pd.DataFrame({
-        "time_ns": [t0 + i * 100 * MS for i in range(n)], "host": "n0", "gpu_uuid": uuid,
-        "index": 0, "util_ratio": util, "mem_util_ratio": 0.5, "mem_bytes": 1e9,
-        "power_w": [300.0 + i for i in range(n)], "sm_clock_mhz": 1800.0, "temp_c": 70.0,
-        "throttle_reasons": pd.array([throttle] * n, dtype="Int64"),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "time_ns": [t0 + i * 100 * MS for i in range(n)],
+            "host": "n0",
+            "gpu_uuid": uuid,
+            "index": 0,
+            "util_ratio": util,
+            "mem_util_ratio": 0.5,
+            "mem_bytes": 1e9,
+            "power_w": [300.0 + i for i in range(n)],
+            "sm_clock_mhz": 1800.0,
+            "temp_c": 70.0,
+            "throttle_reasons": pd.array([throttle] * n, dtype="Int64"),
+        }
+    )
 
 
 def manifest(**kw) -> RunManifest:
@@ -69,11 +88,13 @@ def test_profiled_steps_and_the_trace_writing_step_are_left_out():
 
 def test_nvml_joined_by_uuid_with_slowdown_evidence():
     tele = pd.concat([telemetry(0, [100] * 6), telemetry(1, [100] * 6)])
-    smp = pd.concat([
-        samples("GPU-a", 6, 0.9, 0x1),  # GpuIdle only: not a slowdown
-        samples("GPU-b", 6, 0.4, 0x40 | 0x4),  # HwThermalSlowdown + SwPowerCap
-        samples("GPU-c", 3, 0.0, None),  # a GPU no rank used
-    ])  # fmt: skip
+    smp = pd.concat(
+        [
+            samples("GPU-a", 6, 0.9, 0x1),  # GpuIdle only: not a slowdown
+            samples("GPU-b", 6, 0.4, 0x40 | 0x4),  # HwThermalSlowdown + SwPowerCap
+            samples("GPU-c", 3, 0.0, None),  # a GPU no rank used
+        ]
+    )
     w, findings = whole_run(tele, smp, manifest())
     by = {g.gpu_uuid: g for g in w.gpus}
     assert by["GPU-a"].rank == 0 and by["GPU-a"].util_ratio == pytest.approx(0.9)
@@ -113,8 +134,9 @@ def test_diagnosis_with_whole_run_round_trips_and_matches_the_schema():
     th = Thresholds()
     tele = pd.concat([telemetry(0, [100] * 6), telemetry(1, [100] * 6)])
     w, extra = whole_run(tele, samples("GPU-a", 6, 0.9, 0x8), manifest())
-    d = build_diagnosis([rank_result(t, th) for t in gpu_run().ranks], th, whole_run=w,
-                        extra_findings=extra)  # fmt: skip
+    d = build_diagnosis(
+        [rank_result(t, th) for t in gpu_run().ranks], th, whole_run=w, extra_findings=extra
+    )
     doc = json.loads(json.dumps(d.to_json()))
     schema = SCHEMA
     jsonschema.validate(doc, json.loads(schema.read_text()))

@@ -113,8 +113,12 @@ def test_telemetry_straggler_one_number() -> None:
 def test_telemetry_ranks_within_noise_name_no_straggler() -> None:
     # which rank works longer alternates (±3 ms): nobody makes the others wait every step
     whole = _ddp(0)
-    steps = [dataclasses.replace(s, backward_ns=s.backward_ns + (3 if (s.step + s.rank) % 2 else -3) * MS)
-             for s in whole.steps]  # fmt: skip
+    steps = [
+        dataclasses.replace(
+            s, backward_ns=s.backward_ns + (3 if (s.step + s.rank) % 2 else -3) * MS
+        )
+        for s in whole.steps
+    ]
     d = _diagnosis(WholeRun(ranks=[], steps=steps))
     assert not [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
     assert d.verdict is not None and d.verdict.bottleneck != "straggler"
@@ -160,10 +164,17 @@ def test_host_contention_reads_the_cpu_limits() -> None:
 
 
 def _straggler(cause: Cause) -> Finding:
-    return Finding(FindingKind.STRAGGLER, Severity.ERROR, "rank 1 …", ranks=[1],
-                   metrics=StragglerMetrics("trace", "", 0.8, 5 * MS, 0.2, 4, 4, {}, [], 25 * MS,
-                                            20 * MS, False, 25 * MS),
-                   cause=cause, persistent=True)  # fmt: skip
+    return Finding(
+        FindingKind.STRAGGLER,
+        Severity.ERROR,
+        "rank 1 …",
+        ranks=[1],
+        metrics=StragglerMetrics(
+            "trace", "", 0.8, 5 * MS, 0.2, 4, 4, {}, [], 25 * MS, 20 * MS, False, 25 * MS
+        ),
+        cause=cause,
+        persistent=True,
+    )
 
 
 def test_busy_host_explains_a_cpu_jobs_compute_straggler_only() -> None:

@@ -99,8 +99,12 @@ def test_one_huge_hiccup_is_reported():
 
 def test_hardware_cause_from_nvml_slowdown():
     steps = sync_steps(extra={(1, s): (25, 0, 0) for s in range(8)})
-    gpus = [GpuStats(f"GPU-{r}", r, "n0", 50, 0.9, 0.5, 300.0, 1980.0 if r != 1 else 1400.0,
-                     80.0, 0.0, []) for r in range(4)]  # fmt: skip
+    gpus = [
+        GpuStats(
+            f"GPU-{r}", r, "n0", 50, 0.9, 0.5, 300.0, 1980.0 if r != 1 else 1400.0, 80.0, 0.0, []
+        )
+        for r in range(4)
+    ]
     (f,) = stragglers(steps, gpus=gpus)
     assert f.cause == "hardware"
 
@@ -167,14 +171,21 @@ def test_a_second_part_of_similar_size_is_named_too():
 
 
 def _comm_bound(ranks, share=0.2):
-    return Finding("comm_bound", "warning", "rank 0: 20% of step time waiting", ranks=ranks,
-                   metrics=CommBoundMetrics({str(r): share for r in ranks}, 0.1))  # fmt: skip
+    return Finding(
+        "comm_bound",
+        "warning",
+        "rank 0: 20% of step time waiting",
+        ranks=ranks,
+        metrics=CommBoundMetrics({str(r): share for r in ranks}, 0.1),
+    )
 
 
 def test_comm_wait_spent_waiting_for_late_ranks_is_called_imbalance():
     # ranks take turns arriving last: no straggler, but rank 0's exposed wait is mostly sync
-    steps = [StepBreakdown(0, s, s * 100 * MS, 100 * MS, 70 * MS, 20 * MS, 5 * MS, 5 * MS, 0)
-             for s in range(4)]  # fmt: skip
+    steps = [
+        StepBreakdown(0, s, s * 100 * MS, 100 * MS, 70 * MS, 20 * MS, 5 * MS, 5 * MS, 0)
+        for s in range(4)
+    ]
     sync = {(0, s): 16 * MS for s in range(4)}
     (f,) = comm_wait_for_stragglers([_comm_bound([0])], steps, sync)
     assert f.severity == "warning" and f.metrics.sync_wait_share == pytest.approx(0.8)
@@ -193,9 +204,16 @@ def test_straggler_computing_longer_in_backward_comes_from_the_trace_window():
     # backward, so the telemetry (busy = step - backward) sees only rank 1's slower forward:
     # 6 ms a step, under the 10% (9.5 ms) threshold
     def tele(fwd_excess):
-        return WholeRun(ranks=[], steps=[
-            RunStep(r, s, s * 100 * MS, 95 * MS, 1 * MS, None, (60 - fwd_excess * r) * MS, False)
-            for s in range(12) for r in range(2)])  # fmt: skip
+        return WholeRun(
+            ranks=[],
+            steps=[
+                RunStep(
+                    r, s, s * 100 * MS, 95 * MS, 1 * MS, None, (60 - fwd_excess * r) * MS, False
+                )
+                for s in range(12)
+                for r in range(2)
+            ],
+        )
 
     trace = sync_steps(ranks=2, steps=5, extra={(1, s): (30, 0, 0) for s in range(5)})
     assert stragglers(sync_steps(ranks=2, steps=5), tele(6)) == []

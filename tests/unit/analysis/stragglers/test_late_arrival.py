@@ -28,9 +28,11 @@ def _summary(late: dict[str, LateArrival], matched: int) -> CollectivesSummary:
 
 def test_the_rank_everyone_waited_for_is_named_even_when_the_count_is_a_race():
     # last at only 3 of 6 (1 and 3 share the rest), but 98% of the waiting is for it
-    late = {"2": LateArrival(3, 900 * MS, 1 * MS, 298 * MS),
-            "1": LateArrival(2, 10 * MS, 4 * MS, 6 * MS),
-            "3": LateArrival(1, 5 * MS, 5 * MS, 5 * MS)}  # fmt: skip
+    late = {
+        "2": LateArrival(3, 900 * MS, 1 * MS, 298 * MS),
+        "1": LateArrival(2, 10 * MS, 4 * MS, 6 * MS),
+        "3": LateArrival(1, 5 * MS, 5 * MS, 5 * MS),
+    }
     (f,) = late_arrival(_summary(late, 6), _steps(2, 300), [])
     assert f.ranks == [2] and f.metrics.source == "late_arrival"
     assert f.metrics.wait_share > 0.95
@@ -40,8 +42,10 @@ def test_the_rank_everyone_waited_for_is_named_even_when_the_count_is_a_race():
 
 
 def test_often_last_by_count_is_named():
-    late = {"0": LateArrival(8, 400 * MS, 40 * MS, 60 * MS),
-            "1": LateArrival(1, 350 * MS, 350 * MS, 350 * MS)}  # fmt: skip
+    late = {
+        "0": LateArrival(8, 400 * MS, 40 * MS, 60 * MS),
+        "1": LateArrival(1, 350 * MS, 350 * MS, 350 * MS),
+    }
     (f,) = late_arrival(_summary(late, 9), _steps(0, 300), [])
     assert f.ranks == [0]
 

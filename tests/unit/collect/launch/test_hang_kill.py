@@ -27,8 +27,11 @@ time.sleep(60)
 
 def _start(tmp: Path, mode: str) -> tuple[subprocess.Popen[bytes], Path]:
     out = tmp / f"{mode}.txt"
-    p = subprocess.Popen([sys.executable, "-c", SLEEPER, str(out), mode],
-                         start_new_session=True, stderr=subprocess.DEVNULL)  # fmt: skip
+    p = subprocess.Popen(
+        [sys.executable, "-c", SLEEPER, str(out), mode],
+        start_new_session=True,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 20
     while not out.with_suffix(".ready").exists() and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -224,8 +224,14 @@ def test_lost_gpu_and_blocked_round_are_reported_once(
 ) -> None:
     # GIVEN GPU 1 lost after round 2 and a round (the 4th) whose calls block for 3 s
     ft = FakeTime(stop_after=6)
-    s = NvmlSampler(LostNvml(ft, block_round=4), tmp_path / "s.jsonl", "h", clock=ft.clock,
-                    wait=ft.wait, interval_s=0.1)  # fmt: skip
+    s = NvmlSampler(
+        LostNvml(ft, block_round=4),
+        tmp_path / "s.jsonl",
+        "h",
+        clock=ft.clock,
+        wait=ft.wait,
+        interval_s=0.1,
+    )
     s.run()
     # THEN sampling went on, GPU 1's later samples are null, each problem is said once
     samples = [r for r in _read(tmp_path / "s.jsonl")[1:] if r["index"] == 1]

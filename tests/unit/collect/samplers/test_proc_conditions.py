@@ -133,9 +133,13 @@ def test_sampler_attributes_cpu_on_recorded_snapshots(tmp_path: Path) -> None:
     now = {1: _p(1, 0, 12), 10: _p(10, 1, 0), 11: _p(11, 10, 590), 50: _p(50, 0, 1000, 0, "hog")}
     times = iter([1_000_000_000, 2_000_000_000])
     s = ConditionsSampler(
-        tmp_path / "c.jsonl", "h", job_pid=10, proc=ProcFS(root), self_pid=1,
+        tmp_path / "c.jsonl",
+        "h",
+        job_pid=10,
+        proc=ProcFS(root),
+        self_pid=1,
         clock=lambda: next(times),
-    )  # fmt: skip
+    )
     _write_proc(root, _cpu_line(busy=5000, idle=9000, steal=100), before)
     first = s.sample_once()
     _write_proc(root, _cpu_line(busy=5000 + 192, idle=9000 + 4, steal=104), now)

@@ -93,25 +93,40 @@ def make_export(
         for i in range(4):
             s = 100 * ms + i * 10 * ms
             corr += 1
-            con.execute(f"INSERT INTO {kernel_table} VALUES (?,?,?,?,?,?,1,1)",
-                        (s + 2 * ms, s + 8 * ms, dev, 7, corr, gpid))  # fmt: skip
-            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,3)",
-                        (s + 2 * ms, s + 2 * ms + 5000, gtid, corr))  # fmt: skip
+            con.execute(
+                f"INSERT INTO {kernel_table} VALUES (?,?,?,?,?,?,1,1)",
+                (s + 2 * ms, s + 8 * ms, dev, 7, corr, gpid),
+            )
+            con.execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,3)",
+                (s + 2 * ms, s + 2 * ms + 5000, gtid, corr),
+            )
             corr += 1
-            con.execute(f"INSERT INTO {kernel_table} VALUES (?,?,?,?,?,?,2,2)",
-                        (s + 8 * ms, s + 9 * ms, dev, 7, corr, gpid))  # fmt: skip
-            con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,3)",
-                        (s + 3 * ms, s + 3 * ms + 5000, gtid, corr))  # fmt: skip
+            con.execute(
+                f"INSERT INTO {kernel_table} VALUES (?,?,?,?,?,?,2,2)",
+                (s + 8 * ms, s + 9 * ms, dev, 7, corr, gpid),
+            )
+            con.execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?,?,?,?,3)",
+                (s + 3 * ms, s + 3 * ms + 5000, gtid, corr),
+            )
             # step range: inline text except the first, which uses a registered string
             text, tid = (None, 4) if i == 0 else (steps.format(i), None)
-            con.execute("INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,?,?,0)",
-                        (s, s + 9 * ms, text, tid, gtid))  # fmt: skip
-            con.execute("INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,NULL,?,0)",
-                        (s, s + 2 * ms, "enumerate(DataLoader)#_Iter.__next__", gtid))  # fmt: skip
-            con.execute("INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,NULL,?,0)",
-                        (s + 2 * ms, s + 3 * ms, f"aten::mm, seq = {i}, op_id = {i}", gtid))  # fmt: skip
-            con.execute("INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,NULL,?,0)",
-                        (s + 8 * ms, s + 9 * ms, f"nccl:all_reduce, op_id = {i}", gtid))  # fmt: skip
+            con.execute(
+                "INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,?,?,0)", (s, s + 9 * ms, text, tid, gtid)
+            )
+            con.execute(
+                "INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,NULL,?,0)",
+                (s, s + 2 * ms, "enumerate(DataLoader)#_Iter.__next__", gtid),
+            )
+            con.execute(
+                "INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,NULL,?,0)",
+                (s + 2 * ms, s + 3 * ms, f"aten::mm, seq = {i}, op_id = {i}", gtid),
+            )
+            con.execute(
+                "INSERT INTO NVTX_EVENTS VALUES (?,?,59,?,NULL,?,0)",
+                (s + 8 * ms, s + 9 * ms, f"nccl:all_reduce, op_id = {i}", gtid),
+            )
     con.commit()
     con.close()
     return path
@@ -196,8 +211,9 @@ def test_mfu_export_two_ranks_nccl_on_the_compute_stream(nsys_dir):
     tls = load_nsys(nsys_dir / "nsys-ai" / "mfu_2gpu_before.sqlite")
     assert [t.rank for t in tls] == [0, 1]
     assert [[ln for ln in t.lanes if ln.startswith("gpu:")] for t in tls] == [
-        ["gpu:0:7"], ["gpu:1:15"]
-    ]  # fmt: skip
+        ["gpu:0:7"],
+        ["gpu:1:15"],
+    ]
     comm = [int(np.count_nonzero((t.kind == Kind.COMM) & (t.lane == 0))) for t in tls]
     assert comm == [33, 33]  # ncclDevKernel_SendRecv per device (README)
     gpu_ops = sum(int(np.count_nonzero(t.gpu_lane_mask()[t.lane])) for t in tls)
@@ -308,8 +324,12 @@ def test_bad_inputs_fail_with_one_line_and_exit_4(tmp_path, nsys_dir):
 
 
 def test_step_marker_matching_nothing_is_an_error(nsys_dir):
-    r = run_cli("analyze", str(nsys_dir / "ai-profiler" / "baseline_nvtx.sqlite"),
-                "--step-marker", r"step \d+")  # fmt: skip
+    r = run_cli(
+        "analyze",
+        str(nsys_dir / "ai-profiler" / "baseline_nvtx.sqlite"),
+        "--step-marker",
+        r"step \d+",
+    )
     assert r.returncode == 4
     assert "step marker 'step \\d+' matches no range" in r.stderr
     assert "'Batch N' ×59" in r.stderr  # the hint names the user's own ranges first
@@ -405,8 +425,16 @@ def test_nsys_rep_is_exported_to_the_cache_and_matches_the_shared_export(
     shutil.copy(nsys_dir / "ai-profiler" / "baseline.nsys-rep", rep)
     monkeypatch.setenv("GPUDIAG_NSYS", exe)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    r = run_cli("analyze", str(rep), "--format", "json", "--nsys", exe,
-                env={"XDG_CACHE_HOME": str(tmp_path / "cache")}, timeout=900)  # fmt: skip
+    r = run_cli(
+        "analyze",
+        str(rep),
+        "--format",
+        "json",
+        "--nsys",
+        exe,
+        env={"XDG_CACHE_HOME": str(tmp_path / "cache")},
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr
     cached = list((tmp_path / "cache" / "gpudiag" / "nsys").glob("*.sqlite"))
     assert len(cached) == 1 and not list(tmp_path.glob("*.sqlite"))
