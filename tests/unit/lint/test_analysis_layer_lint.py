@@ -2,27 +2,34 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
+from ruff_cli import ruff
 from testpaths import ROOT
 
 
 def _lint_as(path: str, source: str) -> subprocess.CompletedProcess[str]:
-    ruff = shutil.which("ruff")
-    if ruff is None:
-        pytest.skip("ruff not installed (pip install -e .[lint])")
-    return subprocess.run([ruff, "check", "--no-cache", "--select", "TID251",
-                           "--stdin-filename", path, "-"], input=source, cwd=ROOT,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    return subprocess.run(
+        [*ruff(), "check", "--no-cache", "--select", "TID251", "--stdin-filename", path, "-"],
+        input=source,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize(
     "module",
-    ["gpudiag.report.markdown", "gpudiag.api.load", "gpudiag.cli.main", "gpudiag.report.frames",
-     "gpudiag.api.saved"],
-)  # fmt: skip
+    [
+        "gpudiag.report.markdown",
+        "gpudiag.api.load",
+        "gpudiag.cli.main",
+        "gpudiag.report.frames",
+        "gpudiag.api.saved",
+    ],
+)
 def test_an_analysis_module_may_not_import_the_layers_above(module):
     r = _lint_as("gpudiag/analysis/probe.py", f"import {module}\n")
     assert r.returncode == 1 and "TID251" in r.stdout, r.stdout + r.stderr

@@ -4,23 +4,33 @@ while torch, pynvml and nvtx stay allowed there (the training job's packages).
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
+from ruff_cli import ruff
 from testpaths import ROOT
 
 
 def _tid251(source: str) -> list[str]:
-    ruff = shutil.which("ruff")
-    if ruff is None:
-        pytest.skip("ruff is not installed")
     out = subprocess.run(
-        [ruff, "check", "--no-cache", "--select", "TID251", "--output-format", "concise",
-         "--stdin-filename", "gpudiag/collect/layer_probe.py", "-"],
-        input=f'"""Probe."""\n\n{source}\n', capture_output=True, text=True, cwd=ROOT,
+        [
+            *ruff(),
+            "check",
+            "--no-cache",
+            "--select",
+            "TID251",
+            "--output-format",
+            "concise",
+            "--stdin-filename",
+            "gpudiag/collect/layer_probe.py",
+            "-",
+        ],
+        input=f'"""Probe."""\n\n{source}\n',
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
         check=False,
-    )  # fmt: skip
+    )
     return [line for line in out.stdout.splitlines() if "TID251" in line]
 
 

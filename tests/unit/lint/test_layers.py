@@ -8,19 +8,31 @@ does to the real files; nothing is written into the package.
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
+from ruff_cli import ruff
 from testpaths import ROOT
 
 
 def lint(path: str, source: str) -> subprocess.CompletedProcess[str]:
     """``ruff check`` of ``source`` as the file ``path`` (relative to the repository)."""
     return subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise",
-         "--stdin-filename", str(ROOT / path), "-"],
-        input=source + "\n", capture_output=True, text=True, cwd=ROOT, check=False,
-    )  # fmt: skip
+        [
+            *ruff(),
+            "check",
+            "--no-cache",
+            "--output-format",
+            "concise",
+            "--stdin-filename",
+            str(ROOT / path),
+            "-",
+        ],
+        input=source + "\n",
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
 
 
 BREAKING = [
@@ -79,7 +91,10 @@ def test_imports_down_the_layers_pass(path: str, source: str) -> None:
 
 def test_the_package_keeps_its_layers() -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "TID", "gpudiag"],
-        capture_output=True, text=True, cwd=ROOT, check=False,
-    )  # fmt: skip
+        [*ruff(), "check", "--no-cache", "--select", "TID", "gpudiag"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
     assert res.returncode == 0, res.stdout + res.stderr

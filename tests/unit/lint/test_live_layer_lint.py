@@ -3,23 +3,33 @@ analysis; importing collect (the writer), report, api or cli there fails lint.""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
+from ruff_cli import ruff
 from testpaths import ROOT
 
 
 def _tid251(source: str) -> list[str]:
-    ruff = shutil.which("ruff")
-    if ruff is None:
-        pytest.skip("ruff is not installed")
     out = subprocess.run(
-        [ruff, "check", "--no-cache", "--select", "TID251", "--output-format", "concise",
-         "--stdin-filename", "gpudiag/live/layer_probe.py", "-"],
-        input=f'"""Probe."""\n\n{source}\n', capture_output=True, text=True, cwd=ROOT,
+        [
+            *ruff(),
+            "check",
+            "--no-cache",
+            "--select",
+            "TID251",
+            "--output-format",
+            "concise",
+            "--stdin-filename",
+            "gpudiag/live/layer_probe.py",
+            "-",
+        ],
+        input=f'"""Probe."""\n\n{source}\n',
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
         check=False,
-    )  # fmt: skip
+    )
     return [line for line in out.stdout.splitlines() if "TID251" in line]
 
 
@@ -39,6 +49,8 @@ def test_a_writer_or_renderer_import_fails_lint_in_live(source: str) -> None:
 
 
 def test_the_readers_and_rules_stay_allowed_in_live() -> None:
-    src = ("from gpudiag.analysis.run.online import LiveRules\n"
-           "from gpudiag.traces.runfiles.telemetry import StepsFollower\nfrom gpudiag import rundir")  # fmt: skip
+    src = (
+        "from gpudiag.analysis.run.online import LiveRules\n"
+        "from gpudiag.traces.runfiles.telemetry import StepsFollower\nfrom gpudiag import rundir"
+    )
     assert _tid251(src) == []
