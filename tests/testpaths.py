@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -21,3 +25,15 @@ SHARED_TRACES = Path(
         else TESTS / "shared" / "traces"
     )
 )
+
+
+def nonempty(items: Iterable[T], what: str) -> list[T]:
+    """``items`` as a sorted list; fails (at collection, for a parametrize) when there are none.
+
+    A test that loops over a glob passes vacuously when the glob matches nothing (a moved
+    folder, a renamed file): such a test must fail instead.
+    """
+    out = sorted(items)  # type: ignore[type-var]
+    if not out:
+        raise AssertionError(f"no {what}: the glob matched nothing")
+    return out

@@ -12,6 +12,7 @@ from pathlib import Path
 import make_evidence_cases as cases
 import pytest
 import reference
+from testpaths import nonempty
 
 import gpudiag
 from gpudiag.analysis.rank.kernels import display_name, family
@@ -109,7 +110,7 @@ def test_clocks_that_drift_are_not_corrected_and_the_split_is_refused(built):
 
 
 def test_the_shared_exports_have_no_clock_offset(shared_traces):
-    for path in sorted((shared_traces / "nsys").glob("*/*.sqlite")):
+    for path in nonempty((shared_traces / "nsys").glob("*/*.sqlite"), "shared Nsight exports"):
         if path.name == "healthy_1pct.sqlite":
             continue  # synthetic: no runtime table
         for tl in load_run(path).ranks:

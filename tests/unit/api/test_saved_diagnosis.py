@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import pytest
 from cli_runner import run_cli
-from testpaths import GOLDEN
+from testpaths import GOLDEN, nonempty
 
 from gpudiag.api.saved import diagnosis_from_json, diagnosis_schema, schema_problem
 from gpudiag.report import html_report
@@ -68,7 +68,9 @@ def test_our_validator_agrees_with_jsonschema_on_mutated_documents() -> None:
     assert agree == 600
 
 
-@pytest.mark.parametrize("name", sorted(p.parent.name for p in GOLDEN.glob("*/diagnosis.json")))
+@pytest.mark.parametrize(
+    "name", nonempty((p.parent.name for p in GOLDEN.glob("*/diagnosis.json")), "golden diagnoses")
+)
 def test_golden_diagnoses_pass_and_round_trip(name: str) -> None:
     doc = _golden(name)
     assert schema_problem(doc) is None

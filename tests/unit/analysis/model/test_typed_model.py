@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from testpaths import DATA, GOLDEN
+from testpaths import DATA, GOLDEN, nonempty
 
 import gpudiag
 from gpudiag.analysis.model.diagnosis import (
@@ -29,7 +29,9 @@ from gpudiag.analysis.model.metrics import (
 from gpudiag.api.saved import diagnosis_from_json
 
 
-@pytest.mark.parametrize("name", sorted(p.parent.name for p in GOLDEN.glob("*/diagnosis.json")))
+@pytest.mark.parametrize(
+    "name", nonempty((p.parent.name for p in GOLDEN.glob("*/diagnosis.json")), "golden diagnoses")
+)
 def test_golden_documents_load_into_their_kinds_classes(name):
     doc = json.loads((GOLDEN / name / "diagnosis.json").read_text())
     d = diagnosis_from_json(doc)
