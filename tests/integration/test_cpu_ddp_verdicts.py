@@ -19,7 +19,10 @@ pytestmark = pytest.mark.slow
 
 VARIANTS = {
     "balanced": [],
-    "slow_data": ["--slow-data", "0.00005", "--batch", "1024"],
+    # 2 ms a sample, 128 a batch: 256 ms of input wait a step against a few ms of compute, so
+    # the data-wait share stays far above 0.5 on a loaded host (0.05 ms a sample for a batch
+    # of 1024 gave 0.319 once: compute grows with the load, a sleep does not shrink)
+    "slow_data": ["--slow-data", "0.002", "--batch", "128"],
     "comm_heavy": ["--batch", "16", "--hidden", "2048", "--layers", "4"],
 }
 
