@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -46,13 +49,20 @@ def test_profile_request_on_live_run(tmp_path: Path) -> None:
 
 def test_process_tree_includes_children() -> None:
     p = subprocess.Popen(
-        [sys.executable, "-c", "import subprocess,sys; subprocess.run(['sleep','5'])"]
+        [sys.executable, "-c", "import subprocess,sys; subprocess.run(['sleep','120'])"]
     )
     try:
         import time
 
-        time.sleep(0.5)
+        # the child needs its interpreter to start before it forks `sleep`: poll, since a
+        # loaded host can take seconds for that (a fixed 0.5 s wait failed there)
+        deadline = time.monotonic() + 60
+        while len(process_tree(p.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert len(process_tree(p.pid)) >= 2
     finally:
+        for pid in process_tree(p.pid) - {p.pid}:  # the `sleep` too, not left behind
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         p.kill()
         p.wait()
