@@ -32,9 +32,12 @@ def _start(tmp: Path, mode: str) -> tuple[subprocess.Popen[bytes], Path]:
         start_new_session=True,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 20
+    # a loaded host can take many seconds to start an interpreter: signalling it before its
+    # handlers are in place would test nothing, so wait for them (20 s was too short once)
+    deadline = time.monotonic() + 120
     while not out.with_suffix(".ready").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
+    assert out.with_suffix(".ready").exists(), "the sleeper never started"
     return p, out
 
 
