@@ -235,8 +235,9 @@ class HangRules:
     """When ``gpudiag run`` calls the job stuck (collect/watchdog.py, analysis/hang.py)."""
 
     timeout_s: float = 0.0  # no rank finished a step for this long: stuck (0: automatic) …
-    min_timeout_s: float = 300.0  # … automatic: the larger of this …
-    step_factor: float = 20.0  # … and this × the median step time so far
+    min_timeout_s: float = 60.0  # … automatic: the larger of this …
+    step_factor: float = 10.0  # … and this × the median step time so far
+    startup_timeout_s: float = 300.0  # before any rank's first step (imports, compilation)
     answer_wait_s: float = 10.0  # how long the watchdog waits for every rank's stacks
 
 

@@ -131,13 +131,15 @@ def _diagnose(
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
     notes = list(run.notes) + _busy_host(run, th)
     busy = _host_contention(run, th)
-    ended = run_end_findings(run.run_end)
+    hang_notes: list[str] = []
+    ended = run_end_findings(run.run_end, hang_notes)
     if ended:
         # the run's end, with the first failure, replaces the bare exit-code finding
         if any(f.kind == FindingKind.JOB_FAILED for f in ended):
             extra = [f for f in extra if f.kind != FindingKind.JOB_FAILED]
         extra = ended + list(extra)
         notes += list(run.run_end.notes) if run.run_end is not None else []
+        notes += hang_notes
     if not results and whole is not None and whole.steps:
         results = telemetry_results(whole, th)
         extra = extra + nvml_idle(whole, th)

@@ -106,6 +106,7 @@ def _hang_options(timeout_s: float | None, on_hang: str) -> Any:
         on_hang=on_hang,
         min_timeout_s=rules.min_timeout_s,
         step_factor=rules.step_factor,
+        startup_timeout_s=rules.startup_timeout_s,
         answer_wait_s=rules.answer_wait_s,
         report=_print_hang,
     )
@@ -126,7 +127,8 @@ def _print_hang(event: Any) -> None:
         analysis = analyze_dumps(dumps) if dumps else None
         cases = hang_cases(analysis, stacks)
         log(
-            f"no rank finished a step for {event.idle_s:.0f} s (hang timeout {event.timeout_s:g} s)"
+            f"the job looks stuck: no rank finished a step for {event.idle_s:.0f} s (hang "
+            f"timeout {event.timeout_s:g} s: {event.rule or 'automatic'})"
         )
         if not cases:
             log(
@@ -139,8 +141,20 @@ def _print_hang(event: Any) -> None:
         if missing:
             log(f"no answer from rank(s) {missing} within {event.answer_s:.0f} s")
         log(f"flight recorder and stacks: {d}")
+        log(_next_words(event.on_hang))
     except Exception as e:
         log(f"hang report failed ({type(e).__name__}: {e}); evidence in the run directory")
+
+
+def _next_words(on_hang: str) -> str:
+    """What happens to the job now, and how to choose otherwise."""
+    if on_hang == "kill":
+        return "ending the job (--on-hang kill): SIGINT to its ranks, as Ctrl-C"
+    return (
+        "the job is left running (--on-hang report): press Ctrl-C to end it (what the ranks "
+        "captured is kept), or wait for its own collective timeout; --on-hang kill ends a "
+        "stuck job by itself, --hang-timeout S waits longer before calling it stuck"
+    )
 
 
 @app.command(cls=clihelp.Command, context_settings={"allow_interspersed_args": False})
@@ -185,7 +199,7 @@ def run(
             "--hang-timeout",
             metavar="S",
             help="Seconds without a finished step on any rank before the job counts as stuck "
-            "(default: the larger of 5 min and 20× the median step).",
+            "(default: the larger of 60 s and 10× the median step; 5 min before the first).",
         ),
     ] = None,
     on_hang: Annotated[

@@ -35,6 +35,8 @@ class HangCase:
     message: str
     evidence: str  # "flight recorder" / "stacks"
     mismatch: tuple[Mismatch, ...] = ()
+    # the stalls this root explains: (label, the ranks waiting in it)
+    effects: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 def _group_words(desc: str, name: str) -> str:
@@ -96,12 +98,35 @@ def hang_cases(
     return _stack_cases(stacks, world, ranks)
 
 
+def _effects(analysis: HangAnalysis) -> dict[str, list[GroupStall]]:
+    """Root label → every stall it explains, directly or through others."""
+    by_label = {s.label: s for s in analysis.stalls}
+    out: dict[str, list[GroupStall]] = {}
+    for st in analysis.stalls:
+        root, seen = st, {st.label}
+        while root.explained_by is not None and root.explained_by in by_label:
+            root = by_label[root.explained_by]
+            if root.label in seen:
+                break
+            seen.add(root.label)
+        if root is not st:
+            out.setdefault(root.label, []).append(st)
+    return out
+
+
 def _dump_cases(analysis: HangAnalysis, ranks: _Ranks) -> list[HangCase]:
     out: list[HangCase] = []
+    effects = _effects(analysis)
     for st in analysis.stalls:
+        if st.explained_by is not None:
+            continue  # an effect: listed under its root
         waiting = tuple(w.rank for w in st.stuck)
         texts, frames = ranks.where(st.culprits)
         step = ranks.step_of(waiting)
+        eff = tuple(
+            (e.label, tuple(w.rank for w in e.stuck))
+            for e in sorted(effects.get(st.label, []), key=lambda e: e.entered_ns or 0)
+        )
         out.append(
             HangCase(
                 kind="collective_mismatch" if not st.never_entered and st.mismatches else "hang",
@@ -117,9 +142,10 @@ def _dump_cases(analysis: HangAnalysis, ranks: _Ranks) -> list[HangCase]:
                 where_frames=frames,
                 explained_by=st.explained_by,
                 incomplete=analysis.incomplete and bool(st.unknown),
-                message=_stall_message(st, texts, step, analysis),
+                message=_stall_message(st, texts, step, eff, analysis.missing_dumps),
                 evidence="flight recorder",
                 mismatch=st.mismatches,
+                effects=eff,
             )
         )
     stalled = {(s.pg_name, s.seq) for s in analysis.stalls}
@@ -203,30 +229,50 @@ def _where_words(texts: Mapping[int, str]) -> str:
     return "".join(f"; rank {r} is in {t}" for r, t in sorted(texts.items()))
 
 
+def _shape(st: GroupStall) -> str:
+    """``2048x5120 BFloat16`` (the sizes and dtype of the lowest rank that entered it)."""
+    sizes = ", ".join("x".join(str(n) for n in sz) for sz in st.input_sizes[:3])
+    if len(st.input_sizes) > 3:
+        sizes += ", …"
+    dt = "/".join(dict.fromkeys(st.input_dtypes or ()))
+    return " ".join(x for x in (sizes, dt) if x)
+
+
+def _on(st: GroupStall) -> str:
+    """``EXPERT_MODEL_PARALLEL_GROUP (pg 72, 8 ranks, 2048x5120 BFloat16)``."""
+    default = st.pg_desc in ("default_pg", "") and st.pg_name in ("0", "")
+    name = "the default group" if default else (st.pg_desc or f"group {st.pg_name}")
+    facts = [f"pg {st.pg_name}" if st.pg_name else "", f"{len(st.members)} ranks", _shape(st)]
+    return f"{name} ({', '.join(f for f in facts if f)})"
+
+
+def _have(ranks: Sequence[int]) -> str:
+    return "has" if len(ranks) == 1 else "have"
+
+
 def _stall_message(
-    st: GroupStall, texts: Mapping[int, str], step: int | None, a: HangAnalysis
+    st: GroupStall,
+    texts: Mapping[int, str],
+    step: int | None,
+    effects: Sequence[tuple[str, tuple[int, ...]]] = (),
+    missing: Sequence[int] | None = None,
 ) -> str:
-    group = _group_words(st.pg_desc, st.pg_name)
-    what = f"{st.op} #{st.seq} ({group})"
-    if st.p2p:
-        what = f"its side of {st.op} (point-to-point #{st.seq}, {group})"
+    """The root's sentence; ``missing``: ranks without a dump (None: every unknown rank)."""
+    missing = st.unknown if missing is None else missing
     waiting = [w.rank for w in st.stuck]
+    what = f"{st.op} #{st.seq}" if not st.p2p else f"{st.op} (point-to-point #{st.seq})"
+    what += f" on {_on(st)}"
     if st.never_entered:
-        msg = f"{_ranks_words(st.never_entered)} never entered {what}"
+        msg = f"{what}: {_ranks_words(st.never_entered)} never entered it"
         if waiting:
-            msg += (
-                f" that {_ranks_words(waiting)} {'has' if len(waiting) == 1 else 'have'} "
-                f"waited in{_for(st.waited_ns)}"
-            )
+            msg += f"; {_ranks_words(waiting)} {_have(waiting)} waited in it{_for(st.waited_ns)}"
     elif st.mismatches:
+        group = _group_words(st.pg_desc, st.pg_name)
         msg = _disagree(st.culprits, st.op, st.seq, group, st.mismatches[0])
         if waiting:
             msg += f"; {_ranks_words(waiting)} wait in it{_for(st.waited_ns)}"
     else:
-        msg = (
-            f"{_ranks_words(waiting)} {'has' if len(waiting) == 1 else 'have'} waited in {what}"
-            f"{_for(st.waited_ns)}"
-        )
+        msg = f"{_ranks_words(waiting)} {_have(waiting)} waited in {what}{_for(st.waited_ns)}"
     if step is not None:
         msg += f" since step {step}"
     for r, label in st.blocked_in:
@@ -234,12 +280,29 @@ def _stall_message(
     if st.explained_by is not None:
         msg += f" (explained by the stall in {st.explained_by})"
     msg += _where_words(texts)
-    if st.unknown:
+    for r, words in st.last_done:
+        if r not in texts:
+            msg += f"; rank {r}{words}"
+    absent = [r for r in st.unknown if r in missing]
+    wrapped = [r for r in st.unknown if r not in missing]
+    if absent:
         msg += (
-            f"; no dump from {_ranks_words(st.unknown)}: "
+            f"; no dump from {_ranks_words(absent)}: "
             "whether they entered it is unknown (result incomplete)"
         )
-    del a
+    if wrapped:
+        msg += (
+            f"; the dumps of {_ranks_words(wrapped)} no longer reach it (their buffer wrapped "
+            "or holds nothing): whether they entered it is unknown (result incomplete)"
+        )
+    if effects:
+        held = sorted({r for _, rs in effects for r in rs} - set(waiting) - set(st.culprits))
+        if held:
+            msg += (
+                f"; because of it {_ranks_words(held)} {'waits' if len(held) == 1 else 'wait'} "
+                f"in {len(effects)} other "
+                f"operation{'s' if len(effects) != 1 else ''}"
+            )
     return msg
 
 

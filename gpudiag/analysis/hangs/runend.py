@@ -57,6 +57,7 @@ def _case_finding(case: HangCase, stall_members: dict[tuple[str, int | None], An
         "explained_by": case.explained_by,
         "incomplete": case.incomplete,
         "evidence": case.evidence,
+        "effects": [{"op": label, "waiting_ranks": list(w)} for label, w in case.effects],
     }
     metrics: HangMetrics
     if case.kind == "collective_mismatch":
@@ -82,8 +83,12 @@ def _case_finding(case: HangCase, stall_members: dict[tuple[str, int | None], An
     )
 
 
-def run_end_findings(end: RunEnd | None) -> list[Finding]:
-    """``hang``, ``collective_mismatch`` and ``job_failed`` findings of ``end``, roots first."""
+def run_end_findings(end: RunEnd | None, notes: list[str] | None = None) -> list[Finding]:
+    """``hang``, ``collective_mismatch`` and ``job_failed`` findings of ``end``, roots first.
+
+    What the flight-recorder analysis could not know (missing or empty dumps, groups whose
+    ranks the dumps do not list) is appended to ``notes``.
+    """
     if end is None:
         return []
     from gpudiag.analysis.hangs.cases import hang_cases
@@ -92,6 +97,8 @@ def run_end_findings(end: RunEnd | None) -> list[Finding]:
 
     out: list[Finding] = []
     analysis = analyze_dumps(end.dumps, end.world_size) if end.dumps else None
+    if analysis is not None and notes is not None:
+        notes += analysis.notes
     cases = hang_cases(analysis, end.stacks, end.world_size)
     stalls: dict[tuple[str, int | None], Any] = {}
     if analysis is not None:

@@ -1,20 +1,22 @@
 """Stuck and mismatched collectives from flight-recorder dumps: who never arrived, who waits.
 
-Metric. Per process group, the first collective (by ``collective_seq_id``) that not every
-member with a dump has finished. For each member: it finished it, it is *stuck* in it
-(entered, not finished; waited = the dump's time − the entry's ``time_created_ns``), it
-*never entered* it (its last entry in the group is older), or it is *unknown* (no dump,
-or its ring buffer no longer reaches that far). Point-to-point operations are matched
-per (sender, receiver) pair in order: the k-th ``send a->b`` with the k-th ``recv b<-a``.
-Entries sharing a sequence id on one rank are one coalesced collective.
+Metric (per process group, :mod:`gpudiag.analysis.hangs.wavefront`): the *wavefront*, the
+first operation (by ``collective_seq_id``; point-to-point by ``p2p_seq_id`` or per pair)
+some members entered and others did not. For each member: it finished it, it is *stuck*
+in it (entered, not finished; waited = the dump's time − the entry's ``time_created_ns``),
+it *never entered* it (its position in the group is below it), or it is *unknown* (no
+dump, or its buffer no longer reaches that far). A group whose members all entered the
+same operations stalls at its first unfinished one, with no never-entered rank.
 
-Mismatch. Each collective present on several ranks is compared (operation, input and
-output sizes, dtypes) with the value most ranks have (the lowest rank breaks ties);
-ranks that differ are the culprits, the earliest such collective per group is reported.
+Mismatch: only where the operation requires agreement (wavefront.AGREEMENT_OPS); a
+different operation at one sequence id is a desync.
 
-Which stall explains the others. A rank that never entered a collective of group A but
-is stuck in group B does not cause A's stall: B's does. Stalls form a graph (A → B);
-those with no outgoing edge are the roots, the culprits their never-entered ranks.
+Which stall explains the others. A rank that never entered A but is stuck in B (the
+earliest stall it entered) holds A up: A → B. A stall whose never-entered ranks are all
+never-entered in a stall entered earlier is the same absence seen later: A → B. Stalls
+with no outgoing edge are the roots (a cycle keeps its earliest); a group where every
+member entered and waits is an effect of the roots. The verdict is the first root: the
+collective everyone ultimately waits for and the ranks that never reached it.
 
 Nothing is guessed: ranks without a dump are named, and any result they could change is
 marked incomplete. No I/O: the dumps arrive parsed (``gpudiag.traces.runfiles.flightrec``).
@@ -22,73 +24,25 @@ marked incomplete. No I/O: the dumps arrive parsed (``gpudiag.traces.runfiles.fl
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import field, replace
+from typing import Any
 
 from gpudiag._support.records import dataclass
-from gpudiag.traces.runfiles.flightrec import FrDump, FrEntry
+from gpudiag.analysis.hangs.stack_frames import user_frames, where_text
+from gpudiag.analysis.hangs.wavefront import (
+    Group,
+    GroupStall,
+    Mismatch,
+    RankWait,
+    collective_stall,
+    completed_seq,
+    p2p_stall,
+)
+from gpudiag.traces.runfiles.flightrec import FrDump, ThreadStack
 
-
-@dataclass(frozen=True)
-class RankWait:
-    """A rank inside the stuck operation, and for how long (up to its dump)."""
-
-    rank: int
-    waited_ns: int | None  # None: the dump's time is unknown
-    state: str
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    """A rank whose operation differs from what most members called."""
-
-    rank: int
-    what: str  # "op", "input_sizes", "output_sizes", "dtypes"
-    expected: str
-    found: str
-
-
-@dataclass(frozen=True)
-class GroupStall:
-    """The first operation of a process group that not every member finished."""
-
-    pg_name: str
-    pg_desc: str
-    members: tuple[int, ...]
-    members_inferred: bool  # the dumps did not list the group's ranks
-    backend: str
-    op: str
-    seq: int  # collective_seq_id (p2p_seq_id of the sender for a send/recv)
-    p2p: bool
-    input_sizes: tuple[tuple[int, ...], ...]
-    input_dtypes: tuple[str, ...] | None
-    stuck: tuple[RankWait, ...]
-    never_entered: tuple[int, ...]
-    finished: tuple[int, ...]
-    unknown: tuple[int, ...]  # no dump, or the dump no longer reaches this operation
-    mismatches: tuple[Mismatch, ...] = ()
-    blocked_in: tuple[tuple[int, str], ...] = ()  # (never-entered rank, label of its stall)
-    explained_by: str | None = None
-    record_id: int | None = None
-
-    @property
-    def label(self) -> str:
-        """``all_reduce #12 (default_pg)``."""
-        group = self.pg_desc or self.pg_name
-        return f"{self.op} #{self.seq} ({group})"
-
-    @property
-    def waited_ns(self) -> int | None:
-        """The longest known wait of a stuck rank (None when none is known)."""
-        return max((w.waited_ns for w in self.stuck if w.waited_ns is not None), default=None)
-
-    @property
-    def culprits(self) -> tuple[int, ...]:
-        """Ranks that never entered, else the ranks that disagree."""
-        if self.never_entered:
-            return self.never_entered
-        return tuple(sorted({m.rank for m in self.mismatches}))
+__all__ = ["GroupStall", "HangAnalysis", "Mismatch", "RankWait", "analyze_dumps"]
 
 
 @dataclass(frozen=True)
@@ -130,59 +84,6 @@ def _members(
     return tuple(sorted(users)), True
 
 
-def _unit_done(unit: Sequence[FrEntry]) -> bool:
-    return all(e.done for e in unit)
-
-
-def _unit_op(unit: Sequence[FrEntry]) -> str:
-    ops = [e.op for e in unit if e.op != "coalesced"]
-    if len(unit) > 1 or (unit and unit[0].op == "coalesced"):
-        return "coalesced[" + ",".join(ops) + "]" if ops else "coalesced"
-    return unit[0].op
-
-
-def _sizes(unit: Sequence[FrEntry], which: str) -> str:
-    per = [[list(s) for s in getattr(e, which)] for e in unit if e.op != "coalesced"]
-    return str(per[0] if len(per) == 1 else per)
-
-
-def _dtypes(unit: Sequence[FrEntry]) -> str | None:
-    if any(e.input_dtypes is None for e in unit):
-        return None
-    per = [
-        "/".join(e.input_dtypes or ()) + (" → " + "/".join(e.output_dtypes or ()))
-        for e in unit
-        if e.op != "coalesced"
-    ]
-    return per[0] if len(per) == 1 else str(per)
-
-
-def _compare(units: Mapping[int, Sequence[FrEntry]]) -> tuple[Mismatch, ...]:
-    """Ranks whose unit differs from the majority, field by field (first differing field)."""
-    if len(units) < 2:
-        return ()
-    keys: dict[str, dict[int, str | None]] = {
-        "op": {r: _unit_op(u) for r, u in units.items()},
-        "input_sizes": {r: _sizes(u, "input_sizes") for r, u in units.items()},
-        "output_sizes": {r: _sizes(u, "output_sizes") for r, u in units.items()},
-        "dtypes": {r: _dtypes(u) for r, u in units.items()},
-    }
-    out: list[Mismatch] = []
-    seen: set[int] = set()
-    for what, values in keys.items():
-        known = {r: v for r, v in values.items() if v is not None}
-        if len(set(known.values())) <= 1:
-            continue
-        counts = Counter(known.values())
-        top = max(counts.values())
-        expected = next(v for r, v in sorted(known.items()) if counts[v] == top)
-        for r, v in sorted(known.items()):
-            if v != expected and r not in seen:
-                out.append(Mismatch(r, what, expected, v))
-                seen.add(r)
-    return tuple(out)
-
-
 def analyze_dumps(dumps: Sequence[FrDump], world: int | None = None) -> HangAnalysis:
     """Stalls and mismatches of every process group in ``dumps`` (one per rank)."""
     by_rank = {d.rank: d for d in dumps}
@@ -205,17 +106,36 @@ def analyze_dumps(dumps: Sequence[FrDump], world: int | None = None) -> HangAnal
                 f"process group {desc or name}: the dumps do not list its ranks (gloo writes an "
                 f"empty pg_config); taken as {list(members)}"
             )
-        stall, mismatch = _collective_stall(name, desc, members, inferred, by_rank)
+        g = Group(name, desc, members, inferred)
+        stall, mismatch = collective_stall(g, by_rank)
         if stall is not None:
             stalls.append(stall)
         if mismatch is not None:
             mismatches.append(mismatch)
-        p2p = _p2p_stall(name, desc, members, inferred, by_rank)
+        p2p = p2p_stall(g, by_rank)
         if p2p is not None:
             stalls.append(p2p)
     missing = tuple(sorted(all_members - set(by_rank)))
+    if missing:
+        notes.append(_missing_note(missing, stalls))
+    versions: dict[str, list[int]] = defaultdict(list)
+    for d in dumps:
+        versions[d.version].append(d.rank)
+    if len(versions) > 1:
+        each = "; ".join(f"{v} on {_ranks_words(rs)}" for v, rs in sorted(versions.items()))
+        notes.append(
+            f"the dumps come from different flight-recorder versions ({each}): compared on "
+            "the fields each carries (sizes, dtypes or pg_status may be missing on some)"
+        )
+    empty = sorted(d.rank for d in dumps if not d.entries)
+    if empty:
+        notes.append(
+            f"the dumps of {_ranks_words(empty)} hold no entry: where they were is unknown"
+        )
+    last_seen = {d.rank: max(e.created_ns for e in d.entries) for d in dumps if d.entries}
+    explained = [_last_done(st, by_rank) for st in _explain(stalls, last_seen)]
     return HangAnalysis(
-        stalls=tuple(_explain(stalls)),
+        stalls=tuple(explained),
         mismatches=tuple(mismatches),
         dump_ranks=tuple(sorted(by_rank)),
         missing_dumps=missing,
@@ -223,227 +143,73 @@ def analyze_dumps(dumps: Sequence[FrDump], world: int | None = None) -> HangAnal
     )
 
 
-def _waited(d: FrDump, created_ns: int) -> int | None:
-    return None if d.dumped_ns is None else max(0, d.dumped_ns - created_ns)
+def _ranks_words(ranks: Sequence[int]) -> str:
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(str(r) for r in ranks)
 
 
-def _collective_stall(
-    name: str, desc: str, members: tuple[int, ...], inferred: bool, by_rank: Mapping[int, FrDump]
-) -> tuple[GroupStall | None, GroupStall | None]:
-    units: dict[int, dict[int, list[FrEntry]]] = {}
-    for r in members:
-        d = by_rank.get(r)
-        if d is None:
-            continue
-        per_seq: dict[int, list[FrEntry]] = defaultdict(list)
-        for e in d.entries:
-            if e.pg_name == name and not e.is_p2p:
-                per_seq[e.seq].append(e)
-        units[r] = dict(per_seq)
-    if not units:
-        return None, None
-    # The frontier: the lowest sequence id some rank has not finished.
-    nxt: dict[int, int] = {}
-    for r, u in units.items():
-        pending = [s for s, unit in u.items() if not _unit_done(unit)]
-        nxt[r] = min(pending) if pending else (max(u) + 1 if u else 1)
-    s = min(nxt.values())
-    last_seen = max((max(u) for u in units.values() if u), default=0)
-    mismatch = _first_mismatch(name, desc, members, inferred, units, s)
-    if s > last_seen:
-        return None, mismatch
-    ref_rank = min(r for r, u in units.items() if s in u)
-    ref = units[ref_rank][s]
-    stuck: list[RankWait] = []
-    never: list[int] = []
-    finished: list[int] = []
-    unknown: list[int] = []
-    for r in members:
-        if r not in units:
-            unknown.append(r)
-            continue
-        u = units[r]
-        if s in u:
-            if _unit_done(u[s]):
-                finished.append(r)
-            else:
-                waited = _waited(by_rank[r], min(e.created_ns for e in u[s]))
-                stuck.append(RankWait(r, waited, u[s][0].state))
-        elif u and min(u) > s:
-            unknown.append(r)  # its ring buffer starts after s
-        else:
-            never.append(r)
-    if not stuck and not never:
-        return None, mismatch
-    at_s = {r: u[s] for r, u in units.items() if s in u}
-    return GroupStall(
-        pg_name=name,
-        pg_desc=desc,
-        members=members,
-        members_inferred=inferred,
-        backend=ref[0].backend,
-        op=_unit_op(ref),
-        seq=s,
-        p2p=False,
-        input_sizes=tuple(sz for e in ref for sz in e.input_sizes),
-        input_dtypes=ref[0].input_dtypes,
-        stuck=tuple(stuck),
-        never_entered=tuple(never),
-        finished=tuple(finished),
-        unknown=tuple(unknown),
-        mismatches=_compare(at_s),
-        record_id=ref[0].record_id,
-    ), mismatch
-
-
-def _first_mismatch(
-    name: str,
-    desc: str,
-    members: tuple[int, ...],
-    inferred: bool,
-    units: Mapping[int, Mapping[int, list[FrEntry]]],
-    frontier: int,
-) -> GroupStall | None:
-    seqs = sorted({s for u in units.values() for s in u if s <= frontier})
-    for s in seqs:
-        at_s = {r: u[s] for r, u in units.items() if s in u}
-        found = _compare(at_s)
-        if not found:
-            continue
-        ref_rank = min(at_s)
-        ref = at_s[ref_rank]
-        return GroupStall(
-            pg_name=name,
-            pg_desc=desc,
-            members=members,
-            members_inferred=inferred,
-            backend=ref[0].backend,
-            op=_unit_op(ref),
-            seq=s,
-            p2p=False,
-            input_sizes=tuple(sz for e in ref for sz in e.input_sizes),
-            input_dtypes=ref[0].input_dtypes,
-            stuck=tuple(
-                RankWait(r, 0, u[0].state) for r, u in sorted(at_s.items()) if not _unit_done(u)
-            ),
-            never_entered=(),
-            finished=tuple(r for r, u in sorted(at_s.items()) if _unit_done(u)),
-            unknown=tuple(r for r in members if r not in units),
-            mismatches=found,
-            record_id=ref[0].record_id,
-        )
-    return None
-
-
-def _p2p_stall(
-    name: str, desc: str, members: tuple[int, ...], inferred: bool, by_rank: Mapping[int, FrDump]
-) -> GroupStall | None:
-    ordered = sorted(members)
-
-    def glob(local: int | None) -> int | None:
-        return ordered[local] if local is not None and 0 <= local < len(ordered) else None
-
-    # (src, dst) → that pair's sends on src and receives on dst, in order.
-    sends: dict[tuple[int, int], list[FrEntry]] = defaultdict(list)
-    recvs: dict[tuple[int, int], list[FrEntry]] = defaultdict(list)
-    for d in by_rank.values():
-        for e in d.entries:
-            if e.pg_name != name or e.op not in ("send", "recv"):
-                continue
-            src, dst = glob(e.src), glob(e.dst)
-            if src is None or dst is None:
-                continue
-            (sends if e.op == "send" else recvs)[(src, dst)].append(e)
-    best: tuple[int, GroupStall] | None = None
-    for pair in sorted(set(sends) | set(recvs)):
-        src, dst = pair
-        s_list, r_list = sends.get(pair, []), recvs.get(pair, [])
-        for k in range(max(len(s_list), len(r_list))):
-            snd = s_list[k] if k < len(s_list) else None
-            rcv = r_list[k] if k < len(r_list) else None
-            if (snd is None or snd.done) and (rcv is None or rcv.done):
-                continue
-            stall = _pair_stall(name, desc, members, inferred, by_rank, src, dst, snd, rcv)
-            if stall is not None:
-                created = min(e.created_ns for e in (snd, rcv) if e is not None)
-                if best is None or created < best[0]:
-                    best = (created, stall)
-            break
-    return best[1] if best else None
-
-
-def _pair_stall(
-    name: str,
-    desc: str,
-    members: tuple[int, ...],
-    inferred: bool,
-    by_rank: Mapping[int, FrDump],
-    src: int,
-    dst: int,
-    snd: FrEntry | None,
-    rcv: FrEntry | None,
-) -> GroupStall | None:
-    stuck: list[RankWait] = []
-    never: list[int] = []
-    unknown: list[int] = []
-    finished: list[int] = []
-    for rank, e in ((src, snd), (dst, rcv)):
-        if e is None:
-            (never if rank in by_rank else unknown).append(rank)
-        elif e.done:
-            finished.append(rank)
-        else:
-            stuck.append(RankWait(rank, _waited(by_rank[rank], e.created_ns), e.state))
-    if not stuck:
-        return None
-    ref = snd if snd is not None else rcv
-    assert ref is not None
-    mism: tuple[Mismatch, ...] = ()
-    if snd is not None and rcv is not None and snd.input_sizes != rcv.output_sizes:
-        mism = (
-            Mismatch(
-                dst,
-                "output_sizes",
-                str([list(x) for x in snd.input_sizes]),
-                str([list(x) for x in rcv.output_sizes]),
-            ),
-        )
-    return GroupStall(
-        pg_name=name,
-        pg_desc=desc,
-        members=members,
-        members_inferred=inferred,
-        backend=ref.backend,
-        op=f"send {src}->{dst}",
-        seq=ref.p2p_seq,
-        p2p=True,
-        input_sizes=ref.input_sizes if ref is snd else ref.output_sizes,
-        input_dtypes=ref.input_dtypes,
-        stuck=tuple(stuck),
-        never_entered=tuple(never),
-        finished=tuple(finished),
-        unknown=tuple(unknown),
-        mismatches=mism,
-        record_id=ref.record_id,
+def _missing_note(missing: Sequence[int], stalls: Sequence[GroupStall]) -> str:
+    touched = sorted({s.pg_desc or s.pg_name for s in stalls if set(s.unknown) & set(missing)})
+    what = (
+        f"whether they entered the stuck operations of {', '.join(touched)} is unknown, so a "
+        "root among them cannot be ruled out"
+        if touched
+        else "what they were doing is unknown"
     )
+    return f"no dump from {_ranks_words(missing)}: {what}"
 
 
-def _explain(stalls: list[GroupStall]) -> list[GroupStall]:
-    """Link each stall to the one its absent ranks are held in.
+def _last_done(st: GroupStall, by_rank: dict[int, FrDump]) -> GroupStall:
+    """Where each never-entered rank was: its last finished and last entered operation."""
+    out = []
+    for r in st.never_entered:
+        d = by_rank.get(r)
+        if d is None or not d.entries:
+            continue
+        own = [e for e in d.entries if e.pg_name == st.pg_name]
+        done = [e for e in own if e.done]
+        last = max(d.entries, key=lambda e: (e.created_ns, e.record_id))
+        state = "finished" if last.done else "not finished"
+        words = [
+            f"'s last operation: {last.op} #{last.p2p_seq if last.is_p2p else last.seq} "
+            f"({last.pg_desc or last.pg_name}, {state})"
+        ]
+        status = completed_seq(d, st.pg_name)
+        if done:
+            e = max(done, key=lambda e: e.record_id)
+            words.append(f" last finished here: {e.op} #{e.p2p_seq if e.is_p2p else e.seq}")
+        elif status is not None and not st.p2p:
+            words.append(f" last finished here: #{status} (its pg_status)")
+        frames = user_frames(ThreadStack("", True, last.frames))
+        if frames:
+            words.append(f" called from {where_text(frames)}")
+        out.append((r, ",".join(words)))
+    return replace(st, last_done=tuple(out))
 
-    A is explained by B when a rank that never entered A is stuck in B, and every other
-    rank that never entered A is stuck in B or never entered B either (B's culprits).
-    """
-    stuck_in: dict[int, GroupStall] = {}
-    for st in sorted(stalls, key=lambda s: -(s.waited_ns or 0)):
+
+def _explain(stalls: list[GroupStall], last_seen: dict[int, int]) -> list[GroupStall]:
+    """Link each stall to the one that holds its absent ranks (see the module docstring)."""
+
+    def key(s: GroupStall) -> tuple[bool, int, int, str]:
+        # entered after its absent ranks recorded their last operation: where they stopped;
+        # entered while they still ran: they were on their way (later in their own program)
+        t = s.entered_ns or 0
+        after = all(last_seen.get(r, -1) < t for r in s.never_entered)
+        return (not after, t, -len(s.never_entered), s.pg_name)
+
+    first_in: dict[int, tuple[int, GroupStall]] = {}  # rank → the stall it entered first
+    for st in stalls:
         for w in st.stuck:
-            stuck_in.setdefault(w.rank, st)
+            t = st.entered_ns or 0
+            if w.rank not in first_in or t < first_in[w.rank][0]:
+                first_in[w.rank] = (t, st)
     out: list[GroupStall] = []
     for st in stalls:
         blocked = tuple(
-            (r, stuck_in[r].label)
+            (r, first_in[r][1].label)
             for r in st.never_entered
-            if r in stuck_in and stuck_in[r] is not st
+            if r in first_in and first_in[r][1] is not st
         )
         explained = None
         for _, label in blocked:
@@ -452,11 +218,47 @@ def _explain(stalls: list[GroupStall]) -> list[GroupStall]:
             if set(st.never_entered) <= held:
                 explained = label
                 break
+        if explained is None and st.never_entered:
+            explained = _same_absence(st, stalls, key)
         out.append(replace(st, blocked_in=blocked, explained_by=explained))
-    # A cycle (A waits for B, B for A) has no root: keep the longest wait as the root.
-    if out and all(s.explained_by is not None for s in out):
-        oldest = max(range(len(out)), key=lambda i: out[i].waited_ns or 0)
-        out[oldest] = replace(out[oldest], explained_by=None)
-    # Roots first, then by the longest wait.
-    out.sort(key=lambda s: (s.explained_by is not None, -(s.waited_ns or 0), s.pg_name))
+    out = _break_cycles(out)
+    roots = [s for s in out if s.explained_by is None and s.never_entered]
+    if roots:
+        # every member entered and waits: an effect of the root, not a cause
+        root = min(roots, key=key)
+        out = [
+            replace(s, explained_by=root.label)
+            if s.explained_by is None and not s.never_entered and not s.mismatches
+            else s
+            for s in out
+        ]
+    out.sort(key=lambda s: (s.explained_by is not None, not s.never_entered, key(s)))
+    return out
+
+
+def _same_absence(
+    st: GroupStall, stalls: Sequence[GroupStall], key: Callable[[GroupStall], Any]
+) -> str | None:
+    """A stall before ``st`` (by ``key``) every never-entered rank of ``st`` is absent from."""
+    mine = set(st.never_entered)
+    before = [
+        b for b in stalls if b is not st and mine <= set(b.never_entered) and key(b) < key(st)
+    ]
+    return min(before, key=key).label if before else None
+
+
+def _break_cycles(out: list[GroupStall]) -> list[GroupStall]:
+    """A chain of explanations that comes back to itself keeps its earliest stall as a root."""
+    by_label = {s.label: i for i, s in enumerate(out)}
+    for i in range(len(out)):
+        seen: list[int] = []
+        j: int | None = i
+        while j is not None and j not in seen:
+            seen.append(j)
+            nxt = out[j].explained_by
+            j = by_label.get(nxt) if nxt is not None else None
+        if j is not None:  # a cycle through j
+            cycle = seen[seen.index(j) :]
+            keep = min(cycle, key=lambda k: (out[k].entered_ns or 0, out[k].pg_name))
+            out[keep] = replace(out[keep], explained_by=None)
     return out

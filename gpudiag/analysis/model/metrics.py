@@ -347,6 +347,8 @@ class HangMetrics(FindingMetrics):
     explained_by: str | None
     incomplete: bool
     evidence: str  # "flight recorder" or "stacks"
+    # the stalls this root explains: [{"op": label, "waiting_ranks": [...]}], earliest first
+    effects: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

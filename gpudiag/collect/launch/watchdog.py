@@ -1,11 +1,12 @@
 """In ``gpudiag run``: notices that no rank finishes a step, asks every rank for its evidence.
 
-Rule (``Thresholds.hang``, docs/definitions.md "Hang"): the job is *stuck* when no rank
-has finished a step for the hang timeout: ``--hang-timeout S`` or ``[tool.gpudiag.hang]
-timeout_s``, else the larger of ``hang.min_timeout_s`` (300 s) and ``hang.step_factor``
-(20) × the median step time so far. Until some rank has finished its first step
-(start-up: imports, rendezvous, a first compilation) the limit is at least
-``hang.min_timeout_s``, counted from the launch.
+Rule (``Thresholds.hang``, docs/definitions.md "The live watchdog"): the job is *stuck*
+when no rank has finished a step for the hang timeout: ``--hang-timeout S`` or
+``[tool.gpudiag.hang] timeout_s``, else the larger of ``hang.min_timeout_s`` (60 s) and
+``hang.step_factor`` (10) × the median step time so far. It is on by default: a plain
+``gpudiag run`` says so on stderr within about a minute of the stall. Until some rank has
+finished its first step (start-up: imports, rendezvous, a first compilation) the limit is
+at least ``hang.startup_timeout_s`` (300 s), counted from the launch.
 
 Then the watchdog writes a ``hang_dump`` request into the control file; each rank's own
 gpudiag thread (``collect/hangdump.py``) answers with its thread stacks and flight
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gpudiag._support.records import dataclass
+from gpudiag.collect.launch.log import log
 from gpudiag.collect.rank import hangdump
 from gpudiag.rundir import layout as rundir
 
@@ -82,6 +84,9 @@ class HangEvent:
     answer_s: float = 0.0
     report_ns: int | None = None
     run_dir: str = ""
+    on_hang: str = "report"
+    rule: str = ""  # the rule that set timeout_s, in words
+    resumed_ns: int | None = None  # a rank finished a step after the report: not a hang
 
     def to_json(self) -> dict[str, Any]:
         """The manifest's ``extra.hang`` record."""
@@ -95,6 +100,7 @@ class HangEvent:
             "answered_ranks": self.answered,
             "answer_s": round(self.answer_s, 3),
             "report_ns": self.report_ns,
+            "resumed_ns": self.resumed_ns,
         }
 
 
@@ -134,10 +140,11 @@ class Watchdog:
         timeout_s: float | None,
         on_hang: str,
         report: Callable[[HangEvent], None] | None = None,
-        min_timeout_s: float = 300.0,
-        step_factor: float = 20.0,
+        min_timeout_s: float = 60.0,
+        step_factor: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         answer_wait_s: float = ANSWER_WAIT_S,
+        startup_timeout_s: float = 300.0,
     ) -> None:
         self.run_dir = run_dir
         self.fixed_timeout_s = timeout_s
@@ -145,6 +152,7 @@ class Watchdog:
         self.report = report
         self.min_timeout_s = min_timeout_s
         self.step_factor = step_factor
+        self.startup_timeout_s = startup_timeout_s
         self.clock = clock
         self.answer_wait_s = answer_wait_s
         self.tail = _Tail(run_dir)
@@ -153,10 +161,22 @@ class Watchdog:
         self._asked_at: float | None = None
         self._reported = False
 
+    def rule_words(self) -> str:
+        """The rule that set the timeout now, in words (for the live message)."""
+        if not any(self.tail.steps.values()):
+            return f"no first step yet: start-up limit {self.timeout_s():g} s"
+        if self.fixed_timeout_s is not None:
+            return f"--hang-timeout {self.fixed_timeout_s:g} s"
+        if not self.tail.durations_ns:
+            return f"the minimum {self.min_timeout_s:g} s"
+        median_s = statistics.median(self.tail.durations_ns) / 1e9
+        return (f"the larger of {self.min_timeout_s:g} s and {self.step_factor:g} × the "
+                f"median step {median_s:.3g} s")  # fmt: skip
+
     def timeout_s(self) -> float:
         """The hang timeout now: fixed, or max(min, factor × median step so far)."""
         if not any(self.tail.steps.values()):
-            return max(self.fixed_timeout_s or 0.0, self.min_timeout_s)
+            return max(self.fixed_timeout_s or 0.0, self.startup_timeout_s)
         if self.fixed_timeout_s is not None:
             return self.fixed_timeout_s
         if not self.tail.durations_ns:
@@ -177,6 +197,9 @@ class Watchdog:
             self._ask(idle, limit)
             return False
         if self._reported:
+            if self.event.resumed_ns is None and self.tail.poll():
+                self.event.resumed_ns = time.time_ns()  # a pause, not a hang (report mode)
+                log("the job went on: a rank finished a step again, so that was a pause")
             return False
         answered = self._answered()
         assert self._asked_at is not None
@@ -201,6 +224,8 @@ class Watchdog:
             steps=dict(self.tail.steps),
             expected=sorted(self.tail.steps),
             run_dir=str(self.run_dir),
+            on_hang=self.on_hang,
+            rule=self.rule_words(),
         )
         path = rundir.control_path(self.run_dir)
         try:
@@ -266,8 +291,9 @@ class HangOptions:
 
     timeout_s: float | None = None  # None: automatic
     on_hang: str = "report"
-    min_timeout_s: float = 300.0
-    step_factor: float = 20.0
+    min_timeout_s: float = 60.0
+    step_factor: float = 10.0
+    startup_timeout_s: float = 300.0
     answer_wait_s: float = ANSWER_WAIT_S
     report: Callable[[HangEvent], None] | None = None
     flight_recorder: dict[str, Any] | None = None  # what child_env did
@@ -297,6 +323,7 @@ def start(opts: HangOptions | None, run_dir: Path, m: rundir.RunManifest) -> Run
             min_timeout_s=opts.min_timeout_s,
             step_factor=opts.step_factor,
             answer_wait_s=opts.answer_wait_s,
+            startup_timeout_s=opts.startup_timeout_s,
         )
     )
 

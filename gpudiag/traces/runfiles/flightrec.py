@@ -138,6 +138,7 @@ class FrEntry:
     timeout_ms: int | None = None
     thread_name: str | None = None
     frames: tuple[Frame, ...] = ()
+    pg_id: int | None = None  # the rank's own index of the group (keys ``pg_status``)
 
     @property
     def done(self) -> bool:
@@ -310,7 +311,7 @@ def _ranks(v: Any) -> tuple[int, ...] | None:
     if isinstance(v, str):
         try:
             v = json.loads(v)
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
     if isinstance(v, (list, tuple)) and all(
         isinstance(r, int) and not isinstance(r, bool) and 0 <= r <= RANK_MAX for r in v
@@ -423,6 +424,16 @@ def parse_profiling_name(name: str) -> tuple[str, str, int | None, int | None] |
     return backend.lower(), op, src, dst
 
 
+def _finite(v: Any) -> float | None:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def _entry(e: Any, fmt: str, dropped: Counter[str]) -> FrEntry | None:
     if not isinstance(e, dict):
         dropped["entries that are not dicts"] += 1
@@ -478,15 +489,31 @@ def _entry(e: Any, fmt: str, dropped: Counter[str]) -> FrEntry | None:
         created_ns=created,
         started_ns=_time(e.get("time_discovered_started_ns"), fmt),
         completed_ns=_time(e.get("time_discovered_completed_ns"), fmt),
-        duration_ms=float(duration)
-        if isinstance(duration, (int, float))
-        and not isinstance(duration, bool)
-        and math.isfinite(duration)
-        else None,
+        duration_ms=_finite(duration),
         timeout_ms=_int(e.get("timeout_ms")),
         thread_name=thread if isinstance(thread, str) else None,
         frames=_frames(e.get("frames")),
+        pg_id=_int(e.get("pg_id")),
     )
+
+
+def dump_notes(dumps: Sequence[FrDump]) -> list[str]:
+    """The dumps' notes, one line for a note several dumps share (``_dump_0 … (16 dumps)``)."""
+    by_body: dict[str, list[str]] = {}
+    for d in dumps:
+        for n in d.notes:
+            name, sep, body = n.partition(": ")
+            by_body.setdefault(body if sep else n, []).append(name if sep else "")
+    out = []
+    for body, names in by_body.items():
+        named = [x for x in names if x]
+        if len(named) > 2:
+            out.append(f"{named[0]} … {named[-1]} ({len(named)} dumps): {body}")
+        elif named:
+            out.extend(f"{x}: {body}" for x in named)
+        else:
+            out.append(body)
+    return out
 
 
 def read_dumps(paths: Sequence[Path]) -> list[FrDump]:

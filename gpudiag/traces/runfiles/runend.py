@@ -25,6 +25,7 @@ from gpudiag.traces.runfiles.flightrec import (
     FrDump,
     RankStacks,
     ThreadStack,
+    dump_notes,
     read_hang_dir,
 )
 
@@ -149,13 +150,19 @@ def read_run_end(run_dir: Path, manifest: rundir.RunManifest | None) -> RunEnd |
     if hang_dir.is_dir():
         dumps, stacks, more = read_hang_dir(hang_dir)
         notes += more
-        for d in dumps:
-            notes += d.notes
+        notes += dump_notes(dumps)
     code = manifest.exit_code if manifest is not None else None
     extra = manifest.extra if manifest is not None else {}
     interrupted = bool(extra.get("interrupted"))
     hang = extra.get("hang") if isinstance(extra.get("hang"), dict) else None
     failed = code not in (None, 0) or any(not e.exited or e.error or e.fault for e in ends)
+    if hang is not None and hang.get("resumed_ns") and not failed and (dumps or stacks):
+        # a long pause (evaluation, a checkpoint) the watchdog took for a hang: not one
+        notes.append(
+            f"the hang watchdog found no finished step for {hang.get('idle_s', '?')} s, then "
+            "the job went on: the stacks and dumps taken then (ranks/hang/) are not a hang"
+        )
+        dumps, stacks = [], []
     if not failed and not dumps and not stacks and not interrupted and hang is None:
         return None
     return RunEnd(
@@ -203,6 +210,6 @@ def load_run_end(inputs: Any, manifest: rundir.RunManifest | None) -> RunEnd | N
                 parts.append(e)
     if inputs.fr_files:
         dumps = read_dumps(inputs.fr_files)
-        notes = tuple(n for x in dumps for n in x.notes)
+        notes = tuple(dump_notes(dumps))
         parts.append(RunEnd(ends=(), dumps=tuple(dumps), notes=notes))
     return merge_ends(parts)

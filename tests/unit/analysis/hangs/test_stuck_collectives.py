@@ -76,8 +76,8 @@ def test_nested_groups_root_is_the_tp_stall(tmp_path: Path) -> None:
     assert root.explained_by is None
     assert (other.op, other.seq, other.pg_desc) == ("all_reduce", 9, "default_pg")
     assert other.never_entered == (2, 3)
-    assert other.explained_by == "all_gather #5 (tp1)"
-    assert other.blocked_in == ((2, "all_gather #5 (tp1)"),)
+    assert other.explained_by == "all_gather #5 (tp1, pg 2)"
+    assert other.blocked_in == ((2, "all_gather #5 (tp1, pg 2)"),)
     assert a.roots == (root,)
 
 
