@@ -170,8 +170,10 @@ class Watchdog:
         if not self.tail.durations_ns:
             return f"the minimum {self.min_timeout_s:g} s"
         median_s = statistics.median(self.tail.durations_ns) / 1e9
-        return (f"the larger of {self.min_timeout_s:g} s and {self.step_factor:g} × the "
-                f"median step {median_s:.3g} s")  # fmt: skip
+        return (
+            f"the larger of {self.min_timeout_s:g} s and {self.step_factor:g} × the "
+            f"median step {median_s:.3g} s"
+        )
 
     def timeout_s(self) -> float:
         """The hang timeout now: fixed, or max(min, factor × median step so far)."""

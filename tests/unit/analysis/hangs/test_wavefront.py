@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import testpaths
 
 from gpudiag.analysis.hangs.stuck import analyze_dumps
 from gpudiag.traces.runfiles.flightrec import (
@@ -31,7 +32,7 @@ from gpudiag.traces.runfiles.flightrec import (
     read_dumps,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "flightrec"
+DATA = testpaths.DATA / "flightrec"
 MG_GROUPS = {
     "0": ("default_pg", [0, 1, 2, 3]),
     "1": ("tp_a", [0, 1]),
@@ -118,11 +119,15 @@ def _torch_flags(tmp_path: Path, src: Path, groups: dict[str, Any] | None) -> li
     details, version = read_dir(args)
     db = build_db(details, args, version)
     return [
-        (c.pg_desc.split(":", 1)[1], c.collective_name, c.collective_seq_id,
-         tuple(sorted(c.missing_ranks or ())))
+        (
+            c.pg_desc.split(":", 1)[1],
+            c.collective_name,
+            c.collective_seq_id,
+            tuple(sorted(c.missing_ranks or ())),
+        )
         for c in db.collectives
         if c.missing_ranks
-    ]  # fmt: skip
+    ]
 
 
 def test_shared_set_same_answer_as_torch(shared_traces: Path, tmp_path: Path) -> None:
@@ -209,15 +214,23 @@ def test_uneven_all_to_all_splits_are_not_a_mismatch() -> None:
 
 def test_all_reduce_size_and_dtype_must_agree() -> None:
     sizes = analyze_dumps(
-        [_dump(r, [_e(1, 1, "all_reduce", [[1024 if r else 512]], [[1024]], True)], [0, 1, 2])
-         for r in range(3)]
-    )  # fmt: skip
+        [
+            _dump(r, [_e(1, 1, "all_reduce", [[1024 if r else 512]], [[1024]], True)], [0, 1, 2])
+            for r in range(3)
+        ]
+    )
     (m,) = sizes.mismatches
     assert m.culprits == (0,) and m.mismatches[0].what == "input_sizes"
     dtypes = analyze_dumps(
-        [_dump(r, [_e(1, 1, "all_to_all", [[8]], [[8]], True, "Half" if r == 2 else "Float")],
-               [0, 1, 2]) for r in range(3)]
-    )  # fmt: skip
+        [
+            _dump(
+                r,
+                [_e(1, 1, "all_to_all", [[8]], [[8]], True, "Half" if r == 2 else "Float")],
+                [0, 1, 2],
+            )
+            for r in range(3)
+        ]
+    )
     (m,) = dtypes.mismatches
     assert m.culprits == (2,) and m.mismatches[0].what == "dtypes"
 

@@ -8,23 +8,28 @@ evidence taken then is not reported as a hang.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+
+from test_watchdog import Clock, _answer, _steps  # the watchdog tests' fakes, same folder
 
 from gpudiag.collect.launch import watchdog
 from gpudiag.config import Thresholds
 from gpudiag.rundir import layout as rundir
 from gpudiag.traces.runfiles.runend import read_run_end
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from test_issue21_watchdog import Clock, _answer, _steps
-
 
 def _default(run_dir: Path, clock: Clock, seen: list) -> watchdog.Watchdog:
     h = Thresholds().hang
-    return watchdog.Watchdog(run_dir, None, "report", seen.append, min_timeout_s=h.min_timeout_s,
-                             step_factor=h.step_factor, clock=clock,
-                             startup_timeout_s=h.startup_timeout_s)  # fmt: skip
+    return watchdog.Watchdog(
+        run_dir,
+        None,
+        "report",
+        seen.append,
+        min_timeout_s=h.min_timeout_s,
+        step_factor=h.step_factor,
+        clock=clock,
+        startup_timeout_s=h.startup_timeout_s,
+    )
 
 
 def test_default_rule_constants() -> None:
