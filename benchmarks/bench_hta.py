@@ -21,7 +21,11 @@ Usage::
     python -m venv /tmp/hta && /tmp/hta/bin/pip install holistictraceanalysis
     python benchmarks/bench_hta.py /tmp/big8 --hta-python /tmp/hta/bin/python [--repeat 2]
 
-Each figure is the best of ``--repeat`` runs; the host's load average is printed beside it.
+Each figure is the best of ``--repeat`` runs (gpudiag and HTA alternate, so both see the
+same load); the host's load average is printed beside it. Every run must read every rank
+file (HTA reports the ranks it parsed, gpudiag's JSON lists them): a run that read fewer is
+reported and no ratio is printed — HTA's rank regex once read compact JSON
+(``"rank":3``) as rank 0, and one rank of eight made it look ×3 faster than it is.
 """
 
 from __future__ import annotations
@@ -46,14 +50,19 @@ logging.disable(logging.WARNING)
 from hta.trace_analysis import TraceAnalysis
 a = TraceAnalysis(trace_dir=sys.argv[1])
 b = a.get_temporal_breakdown(visualize=False)
-print(len(b))
+print("ranks", len(a.t.traces), len(b))
 """
+
+
+def rank_files(d: str) -> int:
+    """The trace files of the directory: what every analyser must read."""
+    return sum(1 for p in Path(d).iterdir() if p.name.endswith((".json", ".json.gz")))
 
 
 def measure(cmd: list[str], env: dict[str, str], cwd: str) -> dict[str, Any]:
     """Wall, CPU and peak RSS of the command's tree (its own rusage), sampled peak tree PSS."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     pss = 0
     while True:  # wait4 (not poll): the child's own rusage, its waited-for workers included
         pid, status, ru = os.wait4(p.pid, os.WNOHANG)
@@ -64,6 +73,7 @@ def measure(cmd: list[str], env: dict[str, str], cwd: str) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     p.returncode = os.waitstatus_to_exitcode(status)
     err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+    out = p.stdout.read().decode(errors="replace") if p.stdout else ""
     if p.returncode:
         sys.stderr.write(err[-2000:])
     return {
@@ -72,7 +82,21 @@ def measure(cmd: list[str], env: dict[str, str], cwd: str) -> dict[str, Any]:
         "maxrss": ru.ru_maxrss * 1024,
         "pss": pss,
         "rc": p.returncode,
+        "ranks": _ranks_read(out),
     }
+
+
+def _ranks_read(stdout: str) -> int:
+    """How many ranks the run read: HTA's own count, or the ranks of gpudiag's JSON."""
+    for line in stdout.splitlines():
+        if line.startswith("ranks "):
+            return int(line.split()[1])
+    try:
+        import json
+
+        return len(json.loads(stdout)["ranks"])
+    except (ValueError, KeyError, TypeError):
+        return -1
 
 
 def loadavg() -> str:
@@ -81,7 +105,9 @@ def loadavg() -> str:
 
 
 def best(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return {k: min(r[k] for r in rows) for k in rows[0]}
+    out = {k: min(r[k] for r in rows) for k in rows[0]}
+    out["ranks"] = min(r["ranks"] for r in rows)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,13 +148,18 @@ def main(argv: list[str] | None = None) -> int:
                 )
             print(f"  run {i + 1} done, load {loadavg()}", flush=True)
     print(f"load average at end: {loadavg()}")
-    print(f"{'':34} {'wall s':>7} {'CPU s':>7} {'max RSS':>9} {'tree PSS':>9}  rc")
+    files = rank_files(d)
+    print(f"{'':34} {'wall s':>7} {'CPU s':>7} {'max RSS':>9} {'tree PSS':>9}  rc  ranks read")
     out = {k: best(v) for k, v in rows.items()}
     for name, r in out.items():
         print(
             f"{name:34} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['maxrss'] / 1e6:7.0f}MB "
-            f"{r['pss'] / 1e6:7.0f}MB  {r['rc']}"
+            f"{r['pss'] / 1e6:7.0f}MB  {r['rc']}  {r['ranks']} of {files}"
         )
+    short = [n for n, r in out.items() if r["ranks"] != files]
+    if short:  # a peer that read fewer ranks did less work: no ratio is honest then
+        print(f"NOT COMPARABLE: {', '.join(short)} did not read all {files} rank files")
+        return 1
     first = out["gpudiag, first look"]
     if "HTA: load + temporal breakdown" in out:
         h = out["HTA: load + temporal breakdown"]

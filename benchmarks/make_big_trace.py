@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         dist = dict(trace.get("distributedInfo") or {})
         dist.update(rank=r, world_size=ns.ranks)
         trace["distributedInfo"] = dist
-        data = msgspec.json.encode(trace)
+        # as torch writes it: a space after each ':' and ',' ("rank": 3); HTA's rank regex
+        # needs that space, and a compact file (msgspec's "rank":3) reads as rank 0 to it
+        data = json.dumps(trace).encode()
         name = f"rank-{r}.json.gz"
         (out / name).write_bytes(gz.compress(data, ns.level))
         info["files"][name] = {"events": len(events), "json_bytes": len(data)}

@@ -72,7 +72,7 @@ from gpudiag.analysis.run.reconcile import (
 from gpudiag.analysis.run.spread import rank_spread
 from gpudiag.analysis.run.summary import run_summary, summarize_rank
 from gpudiag.analysis.run.whatif import what_if
-from gpudiag.analysis.run.wholerun import whole_run
+from gpudiag.analysis.run.wholerun import gpu_telemetry_note, whole_run
 from gpudiag.analysis.stragglers.busy_host import on_busy_host
 from gpudiag.analysis.stragglers.detect import find_stragglers
 from gpudiag.analysis.stragglers.late_arrival import late_arrival
@@ -130,6 +130,8 @@ def _diagnose(
     results = without_unfinished(results, run.run_end, run.notes)
     whole, extra = whole_run(run.telemetry, run.samples, run.manifest, th.steady)
     notes = list(run.notes) + _busy_host(run, th)
+    gpu_note = gpu_telemetry_note(run.manifest)  # a CPU-only run: one note, no finding
+    notes += [gpu_note] if gpu_note else []
     busy = _host_contention(run, th)
     hang_notes: list[str] = []
     ended = run_end_findings(run.run_end, hang_notes)

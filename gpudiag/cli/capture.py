@@ -56,7 +56,7 @@ def _alert_monitor(alerts: str, alert_exec: str | None) -> Any:
 
 
 def _with_alerts(show: Any, monitor: Any) -> Any:
-    """The progress callback, with the alerts raised now in each snapshot (the live panel)."""
+    """The progress callback, with the alerts raised now in each snapshot (the status line)."""
     if show is None or monitor is None:
         return show
 
@@ -221,13 +221,13 @@ def run(
     monitor = _alert_monitor(alerts, alert_exec)
     opts.watchers = [monitor] if monitor is not None else []
     opts.hang = _hang_options(hang_timeout, on_hang)
-    show, live = run_progress(quiet)
+    show, status = run_progress(quiet)
     show = _with_alerts(show, monitor)
     try:
         res = launcher.run(opts, progress=show)
     finally:
-        if live is not None and live.is_started:
-            live.stop()
+        if status is not None:
+            status.stop()
     log(f"{watchdog.ended_words(res.manifest, res.exit_code)}; run directory {res.out_dir}")
     if not no_analyze:
         _print_run_diagnosis(res.out_dir, res.run_dir)

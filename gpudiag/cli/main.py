@@ -37,6 +37,29 @@ def _printable(text: str) -> str:
 _ROOT_FLAGS = {"--debug", "--no-color"}  # the root options that a command name may follow
 
 
+def _hoisted(args: list[str]) -> list[str]:
+    """``args`` with the root flags given after the command name moved before it.
+
+    ``gpudiag analyze DIR --debug`` means ``gpudiag --debug analyze DIR``: both spellings
+    work. Nothing after ``--`` moves, and for ``run`` nothing from the job's command on (its
+    first argument that is not an option), so a job's own ``--debug`` stays the job's.
+    """
+    i = 0
+    while i < len(args) and args[i] in _ROOT_FLAGS:
+        i += 1
+    if i >= len(args) or args[i].startswith("-"):
+        return args
+    head, rest = args[: i + 1], args[i + 1 :]
+    moved: list[str] = []
+    kept: list[str] = []
+    for j, a in enumerate(rest):
+        if a == "--" or (args[i] == "run" and not a.startswith("-")):
+            kept.extend(rest[j:])
+            break
+        (moved if a in _ROOT_FLAGS else kept).append(a)
+    return moved + head + kept if moved else args
+
+
 def _app_for(args: list[str]) -> typer.Typer:
     """The app with only the command that ``args`` runs, or the whole app.
 
@@ -100,10 +123,11 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app; print GpudiagError as one line plus a hint, exit with its code."""
     from gpudiag.cli.coerce import install
 
-    command = typer.main.get_command(_app_for(sys.argv[1:] if argv is None else argv))
+    args = _hoisted(sys.argv[1:] if argv is None else argv)
+    command = typer.main.get_command(_app_for(args))
     install(command)  # plain str/Path/int/float coercion: no pydantic in every process
     try:
-        command.main(args=argv, prog_name="gpudiag", standalone_mode=False)
+        command.main(args=args, prog_name="gpudiag", standalone_mode=False)
     except GpudiagError as e:
         if state["debug"]:
             raise
@@ -135,6 +159,16 @@ def main(argv: list[str] | None = None) -> None:
             raise
         print(f"gpudiag: internal error: {type(e).__name__}: {e}", file=sys.stderr)
         print(
-            "  hint: re-run with --debug for the traceback, and please report it", file=sys.stderr
+            f"  hint: re-run as `{_debug_command(args)}` for the traceback, and please report it",
+            file=sys.stderr,
         )
         sys.exit(70)
+
+
+def _debug_command(args: list[str]) -> str:
+    """The command line that shows the traceback: these arguments with ``--debug`` first."""
+    import shlex
+
+    words = ["gpudiag", "--debug", *(a for a in args if a != "--debug")]
+    line = shlex.join(words)
+    return line if len(line) <= 120 else shlex.join(words[:3]) + " …"

@@ -45,6 +45,7 @@ import hashlib
 import json
 import os
 import stat
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import field
@@ -285,19 +286,38 @@ def _writable_dir(d: Path) -> bool:
 
 
 def _usable(d: Path) -> bool:
-    """``d`` exists and is writable, or can be made in a writable parent."""
-    if d.is_dir():
-        return _writable_dir(d)
-    parent = d.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not _writable_dir(parent):
-        return False
+    """``d`` exists and is writable, or can be made in a writable parent.
+
+    Any error on the way (a parent this user may not search, a read-only file system) is a
+    no: the analysis goes on without the cache.
+    """
     try:
+        if d.is_dir():
+            return _writable_dir(d)
+        parent = d.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not _writable_dir(parent):
+            return False
         d.mkdir(parents=True, exist_ok=True)
     except OSError:
         return False
     return _writable_dir(d)
+
+
+_told_unusable: set[str] = set()
+
+
+def _tell_unusable(home: Path) -> None:
+    """Say once per directory and process that the cache is off because it cannot be used."""
+    if str(home) in _told_unusable:
+        return
+    _told_unusable.add(str(home))
+    print(
+        f"gpudiag: note: cache directory {home} cannot be used (not writable by this user); "
+        f"analysing without the cache (set {DIR_ENV} to another directory, or --no-cache)",
+        file=sys.stderr,
+    )
 
 
 def _run_dir_of(path: Path) -> Path | None:
@@ -305,11 +325,14 @@ def _run_dir_of(path: Path) -> Path | None:
     from gpudiag.rundir import layout as rundir
 
     parent = path.parent
-    if (
-        parent.name in (rundir.RANKS_DIR, rundir.NSYS_DIR)
-        and (parent.parent / rundir.MANIFEST).is_file()
-    ):
-        return parent.parent
+    try:
+        if (
+            parent.name in (rundir.RANKS_DIR, rundir.NSYS_DIR)
+            and (parent.parent / rundir.MANIFEST).is_file()
+        ):
+            return parent.parent
+    except OSError:
+        pass
     return None
 
 
@@ -320,7 +343,10 @@ def _dir_for(item: Any, home: Path) -> Path | None:
         d = run / RUN_DIR_CACHE
         if _usable(d):
             return d
-    return home if _usable(home) else None
+    if _usable(home):
+        return home
+    _tell_unusable(home)
+    return None
 
 
 # ---- entries ---------------------------------------------------------------------------

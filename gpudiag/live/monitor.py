@@ -9,7 +9,7 @@ that all ranks have finished. Each alert raised or cleared is
 * one line on stderr (``gpudiag: alert: step 21: rank 1 is a straggler: …``),
 * one JSON line appended to ``alerts.jsonl`` in the run directory (created empty when the
   monitor starts; one ``write`` per record on an ``O_APPEND`` descriptor),
-* shown in the live panel while raised (:meth:`Monitor.raised`), and
+* shown on the status line while raised (:meth:`Monitor.raised`), and
 * with ``--alert-exec CMD``, the stdin of ``/bin/sh -c CMD``, run on a thread of its own in
   a session of its own and killed after ``exec_timeout_s``: it never blocks the monitor,
   and the job never waits for gpudiag.
@@ -127,7 +127,7 @@ class Monitor:
         }
 
     def raised(self) -> list[Alert]:
-        """The alerts raised and not cleared (for the live panel)."""
+        """The alerts raised and not cleared (for the status line)."""
         with self._lock:
             return self.rules.raised()
 

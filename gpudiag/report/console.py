@@ -23,13 +23,23 @@ from gpudiag.analysis.model.diagnosis import (
 from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.run import modes
 from gpudiag.report.format import (
+    COLLECTIVE_HEAD,
     NOT_MEASURED,
+    WHOLE_RUN_HEAD,
+    WHOLE_RUN_TITLE,
+    collective_rows,
+    collectives_title,
     flagged,
     idle_threshold,
+    kernel_base,
+    last_rank_waits,
     mode_label,
+    recommendation_title,
     split_withheld,
+    spread_and_what_if,
     step_time_scope,
-    whole_run_steps,
+    whole_run_line,
+    whole_run_rows,
     window_label,
     withheld_ranks,
 )
@@ -141,8 +151,7 @@ def render(
     if d.run.steps:  # a diagnosis of flight-recorder dumps or stacks alone has no step
         con.print()
         con.print(_rank_table_fit(con, d, max_ranks))
-        for text in _spread_and_what_if(d):
-            label, _, rest = text.partition(": ")
+        for label, rest in spread_and_what_if(d):
             _print_wrapped(con, Text(f"{label}: ", style="dim"), rest, style="dim")
         _detail_tables(con, d, show_steps)
     con.print()
@@ -183,15 +192,9 @@ def _summary(con: Console, d: Diagnosis) -> None:
     kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
     if kinds:  # a median that describes neither kind of step: say both
         _print_wrapped(con, Text("  "), kinds)
-    whole = whole_run_steps(d)
+    whole = whole_run_line(d)
     if whole is not None:
-        n, med = whole
-        con.print(
-            Text(
-                f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · "
-                f"step time median {duration(med)}"
-            )
-        )
+        _print_wrapped(con, Text(""), whole, indent="  ")
     con.print(_shares_line(d))
 
 
@@ -238,12 +241,7 @@ def _detail_tables(con: Console, d: Diagnosis, show_steps: bool) -> None:
         _collective_block(con, d)
     if d.whole_run is not None:
         con.print()
-        _print_wrapped(
-            con,
-            Text(""),
-            "whole run (telemetry): steady steps, neither profiled nor warm-up",
-            style="bold",
-        )
+        _print_wrapped(con, Text(""), WHOLE_RUN_TITLE, style="bold")
         con.print(_fit(con, lambda pad: _whole_run_table(d, pad)))
         if d.whole_run.gpus:
             con.print(Text("GPUs (NVML, over the steps)", style="bold"))
@@ -269,19 +267,9 @@ def _recommendations(con: Console, d: Diagnosis) -> None:
     con.print()
     con.print(Text("Recommendations", style="bold"))
     for rec in d.recommendations:
-        title = rec.title
-        if rec.estimated_gain_ns:
-            title += f" (could recover ~{duration(rec.estimated_gain_ns)} per step)"
-        if rec.overlaps_with:
-            title += "; not additive with " + _titles(d, rec.overlaps_with)
+        title = recommendation_title(d, rec)
         _print_wrapped(con, Text(" → ", style="cyan"), title, style="bold")
         _print_wrapped(con, Text("   "), rec.detail)
-
-
-def _titles(d: Diagnosis, ids: list[str]) -> str:
-    """Other remedies as a reader knows them: their titles up to a colon, quoted."""
-    by_id = {r.id: r.title.split(":")[0].split(" (")[0] for r in d.recommendations}
-    return ", ".join(f"“{by_id.get(i, i)}”" for i in ids)
 
 
 def _basis(v: Verdict) -> str:
@@ -293,6 +281,7 @@ def _kernel_block(con: Console, k: KernelBreakdown) -> None:
     unit = "operators" if k.unit == "operator" else "kernels"
     where = "CPU" if unit == "operators" else "GPU"
     con.print(Text(f"top {unit} by {where} time, all ranks", style="bold"))
+    _print_wrapped(con, Text(""), kernel_base(k), indent="  ", style="dim")
     fixed = 13 + 9 + 6 + 3 * 2
     room = max(20, min(60, con.width - fixed))
 
@@ -415,20 +404,11 @@ def _step_table(d: Diagnosis, pad: Pad) -> Table:
 
 
 def _whole_run_table(d: Diagnosis, pad: Pad) -> Table:
-    w = d.whole_run
-    assert w is not None
     t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
-    for col in ("rank", "steps", "median", "p90", "max", "data-wait"):
+    for col in WHOLE_RUN_HEAD:
         t.add_column(col, justify="right", no_wrap=True)
-    for r in w.ranks:
-        t.add_row(
-            str(r.rank),
-            str(r.steps),
-            duration(r.step_time_ns_median),
-            duration(r.step_time_ns_p90),
-            duration(r.step_time_ns_max),
-            _pct(r.data_wait_ratio),
-        )
+    for row in whole_run_rows(d):
+        t.add_row(*row)
     return t
 
 
@@ -459,128 +439,20 @@ def _gpu_table(d: Diagnosis, pad: Pad) -> Table:
     return t
 
 
-def _spread_and_what_if(d: Diagnosis) -> list[str]:
-    """One line of min/max across ranks, one of what-if step times."""
-    lines = []
-    sp = d.spread
-    if sp:
-        parts = []
-        # a withheld split's shares are not measured: only the step times spread
-        shares = (
-            ()
-            if withheld_ranks(d)
-            else (
-                ("compute_ratio", "compute", _pct),
-                ("comm_wait_ratio", "comm-wait", _pct),
-                ("data_wait_ratio", "data-wait", _pct),
-            )
-        )
-        for key, label, fmt in (("step_time_ns_median", "step", duration), *shares):
-            v = sp.get(key)
-            if not v:
-                continue
-            lo, hi = fmt(v.min), fmt(v.max)
-            if lo == hi:
-                parts.append(f"{label} {lo} (every rank)")
-            else:
-                parts.append(f"{label} {lo} (r{v.min_rank})–{hi} (r{v.max_rank})")
-        lines.append("across ranks: " + " · ".join(parts))
-    gm = [(r.rank, m) for r in d.ranks if (m := r.evidence.gpu_metrics)]
-    if gm:
-        labels = {
-            "sm_active": "SM active",
-            "sm_issue": "SM issue",
-            "tensor_active": "tensor active",
-        }
-        per = [
-            f"r{rank} " + ", ".join(f"{labels.get(k, k)} {_pct(v)}" for k, v in sorted(m.items()))
-            for rank, m in gm
-        ]
-        lines.append("GPU metrics over the steps (Nsight): " + " · ".join(per))
-    w = d.what_if
-    if w and w.step_time_ns:
-        cur = w.step_time_ns
-
-        def delta(v: int | None) -> str:
-            if v is None:
-                return "n/a"
-            change = f"{(v - cur) / cur:+.0%}"
-            return f"{duration(v)} ({'no change' if change in ('+0%', '-0%') else change})"
-
-        # a pipeline's communication wait is its bubble, which no overlap removes
-        pipe = (
-            " (its waits are the pipeline's bubble)"
-            if (d.collectives is not None and d.collectives.pipeline is not None)
-            else ""
-        )
-        text = (
-            "what if: "
-            + (
-                f"comm fully overlapped{pipe} → {delta(w.if_comm_overlapped_ns)} · "
-                if w.if_comm_overlapped_ns is not None
-                else ""  # comm-wait not measured
-            )
-            + f"no data wait → {delta(w.if_no_data_wait_ns)}"
-        )
-        if w.if_straggler_at_median_speed_ns is not None:
-            text += f" · straggler at median speed → {delta(w.if_straggler_at_median_speed_ns)}"
-        alone = [v for v in (w.if_comm_overlapped_ns, w.if_no_data_wait_ns) if v is not None]
-        if w.if_all_ns is not None and w.if_all_ns < min(alone):
-            text += f" · all together → {delta(w.if_all_ns)}"
-        lines.append(f"{text}  (mean step now {duration(cur)})")
-    return lines
-
-
 def _collective_block(con: Console, d: Diagnosis) -> None:
-    c = d.collectives
-    assert c is not None
-    lower = c.bandwidth_is_lower_bound
-    how = {"comms_id": "by collective id", "order": "in issue order"}.get(c.method, c.method)
-    title = (
-        f"collectives: {c.matched} matched across ranks {how}"
-        if not lower
-        else "collectives: not matched across ranks, so durations include "
-        "waiting and bandwidths are lower bounds"
-    )
-    _print_wrapped(con, Text(""), title, style="bold")
+    _print_wrapped(con, Text(""), collectives_title(d), style="bold")
     con.print(_fit(con, lambda pad: _collective_table(d, pad)))
-    gone = withheld_ranks(d)  # their waits rest on time the trace did not see
-    per = {r: v for r, v in c.per_rank.items() if int(r) not in gone}
-    if per:
-        items = list(per.items())
-        label = "waiting for the last rank: "
-        if len(items) > MAX_LISTED:  # the longest waits, not a screenful of ranks
-            items = sorted(items, key=lambda kv: -kv[1].sync_wait_ns)[:MAX_LISTED]
-            label = f"waiting for the last rank, the {MAX_LISTED} longest of {len(per)}: "
-        waits = ", ".join(f"r{r} {duration(v.sync_wait_ns)}" for r, v in items)
-        _print_wrapped(con, Text(label, style="dim"), waits, indent="  ", style="dim")
+    waits = last_rank_waits(d, MAX_LISTED)
+    if waits is not None:
+        label, text = waits
+        _print_wrapped(con, Text(f"{label}: ", style="dim"), text, indent="  ", style="dim")
 
 
 def _collective_table(d: Diagnosis, pad: Pad) -> Table:
-    c = d.collectives
-    assert c is not None
-    lower = c.bandwidth_is_lower_bound
     t = Table(box=None, header_style="bold", pad_edge=False, padding=pad)
     # transfer: the median over the calls of one call's duration (not a total)
-    for col in ("type", "size", "count", "median/call", "algbw", "busbw", "of peak"):
+    for col in COLLECTIVE_HEAD:
         t.add_column(col, justify="left" if col in ("type", "size") else "right", no_wrap=True)
-    ge = "≥" if lower else ""
-
-    def bw(v: float | None) -> str:
-        # a lower bound that rounds to nothing says nothing: n/a, not "≥0.0 GB/s"
-        return "n/a" if v is None or (lower and round(v, 1) <= 0) else f"{ge}{v:.1f} GB/s"
-
-    for row in c.by_type:
-        eff = row.efficiency
-        t.add_row(
-            row.type,
-            row.size_bucket,
-            str(row.count),
-            duration(row.transfer_ns_median),
-            bw(row.algbw_gbps),
-            bw(row.busbw_gbps),
-            "n/a"
-            if eff is None or (lower and round(eff, 2) <= 0)
-            else f"{ge}{eff:.0%} of {row.peak_gbps or 0:.0f}",
-        )
+    for row in collective_rows(d):
+        t.add_row(*row)
     return t

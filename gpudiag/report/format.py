@@ -6,8 +6,16 @@ the Diagnosis names that rank and that quantity, with the finding's severity.
 
 from __future__ import annotations
 
-from gpudiag.analysis.model.diagnosis import Diagnosis, FindingKind, Severity
+from gpudiag.analysis.model import words
+from gpudiag.analysis.model.diagnosis import (
+    Diagnosis,
+    FindingKind,
+    KernelBreakdown,
+    Recommendation,
+    Severity,
+)
 from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
+from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.rank.evidence import WITHHOLD
 
 # The column of the per-rank table that each share finding speaks about.
@@ -119,3 +127,230 @@ def mode_label(mode: str) -> str:
 def window_label(mode: str) -> str:
     """What the step statistics of the first lines were taken over."""
     return "every step (telemetry)" if str(mode) == "telemetry" else "profiled window"
+
+
+# ---- lines every renderer shows alike (console, Markdown, HTML) ----
+
+
+def kernel_base(k: KernelBreakdown) -> str:
+    """What the top kernels' (operators') shares and the families' are shares of."""
+    if k.unit == "operator":
+        return (
+            f"shares of all {duration(k.total_ns)} of operator self CPU time, "
+            "communication and copies included"
+        )
+    return (
+        f"shares of all {duration(k.total_ns)} of GPU time in kernels, copies and memsets, "
+        "communication included"
+    )
+
+
+def recommendation_title(d: Diagnosis, rec: Recommendation) -> str:
+    """A remedy's title with its gain per step and the remedies it is not additive with."""
+    title = rec.title
+    if rec.estimated_gain_ns:
+        title += f" (could recover ~{duration(rec.estimated_gain_ns)} per step)"
+    if rec.overlaps_with:
+        by_id = {r.id: r.title.split(":")[0].split(" (")[0] for r in d.recommendations}
+        title += "; not additive with " + ", ".join(
+            f"“{by_id.get(i, i)}”" for i in rec.overlaps_with
+        )
+    return title
+
+
+def whole_run_line(d: Diagnosis) -> str | None:
+    """The whole run's step time, and why it differs from the profiled window's."""
+    whole = whole_run_steps(d)
+    if whole is None:
+        return None
+    n, med = whole
+    line = (
+        f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · step time "
+        f"median {duration(med)}"
+    )
+    window = d.run.step_time_ns_median
+    if not d.steps or not window or str(d.run.mode) == "telemetry":
+        return line
+    rel = med / window - 1
+    how = (
+        f"{abs(rel):.0%} {'below' if rel < 0 else 'above'} the profiled window's"
+        if round(rel, 2)
+        else "as in the profiled window's"
+    )
+    steps = words.fold(sorted({s.step for s in d.steps}))
+    return (
+        f"{line} ({how} {duration(window)}: the window is steps {steps}, under the profiler; "
+        "the whole run leaves out the warm-up and the steps the profiler slowed: the window "
+        "and the step after it)"
+    )
+
+
+def spread_and_what_if(d: Diagnosis) -> list[tuple[str, str]]:
+    """(label, text): min/max across ranks, Nsight's GPU metrics, the what-if step times."""
+    lines = []
+    sp = d.spread
+    if sp:
+        parts = []
+        # a withheld split's shares are not measured: only the step times spread
+        shares = (
+            ()
+            if withheld_ranks(d)
+            else (
+                ("compute_ratio", "compute", pct),
+                ("comm_wait_ratio", "comm-wait", pct),
+                ("data_wait_ratio", "data-wait", pct),
+            )
+        )
+        for key, label, fmt in (("step_time_ns_median", "step", duration), *shares):
+            v = sp.get(key)
+            if not v:
+                continue
+            lo, hi = fmt(v.min), fmt(v.max)
+            if lo == hi:
+                parts.append(f"{label} {lo} (every rank)")
+            else:
+                parts.append(f"{label} {lo} (r{v.min_rank})–{hi} (r{v.max_rank})")
+        lines.append(("across ranks", " · ".join(parts)))
+    gm = [(r.rank, m) for r in d.ranks if (m := r.evidence.gpu_metrics)]
+    if gm:
+        labels = {
+            "sm_active": "SM active",
+            "sm_issue": "SM issue",
+            "tensor_active": "tensor active",
+        }
+        per = [
+            f"r{rank} " + ", ".join(f"{labels.get(k, k)} {pct(v)}" for k, v in sorted(m.items()))
+            for rank, m in gm
+        ]
+        lines.append(("GPU metrics over the steps (Nsight)", " · ".join(per)))
+    what = what_if_line(d)
+    if what is not None:
+        lines.append(what)
+    return lines
+
+
+def what_if_line(d: Diagnosis) -> tuple[str, str] | None:
+    """(label, text) of the what-if step times, naming the step statistic they change."""
+    w = d.what_if
+    if not w or not w.step_time_ns:
+        return None
+    cur = w.step_time_ns
+
+    def delta(v: int | None) -> str:
+        if v is None:
+            return "n/a"
+        change = f"{(v - cur) / cur:+.0%}"
+        return f"{duration(v)} ({'no change' if change in ('+0%', '-0%') else change})"
+
+    # a pipeline's communication wait is its bubble, which no overlap removes
+    pipe = (
+        " (its waits are the pipeline's bubble)"
+        if (d.collectives is not None and d.collectives.pipeline is not None)
+        else ""
+    )
+    text = (
+        f"comm fully overlapped{pipe} → {delta(w.if_comm_overlapped_ns)} · "
+        if w.if_comm_overlapped_ns is not None
+        else ""  # comm-wait not measured
+    ) + f"no data wait → {delta(w.if_no_data_wait_ns)}"
+    if w.if_straggler_at_median_speed_ns is not None:
+        text += f" · straggler at median speed → {delta(w.if_straggler_at_median_speed_ns)}"
+    alone = [v for v in (w.if_comm_overlapped_ns, w.if_no_data_wait_ns) if v is not None]
+    if w.if_all_ns is not None and w.if_all_ns < min(alone):
+        text += f" · all together → {delta(w.if_all_ns)}"
+    median = d.run.step_time_ns_median
+    base = (
+        f"on the mean step ({duration(cur)} now: the slowest rank's, averaged over the "
+        "profiled steps" + (f"; the median above is {duration(median)}" if median else "") + ")"
+    )
+    return "what if", f"{base}, {text}"
+
+
+def last_rank_waits(d: Diagnosis, max_listed: int) -> tuple[str, str] | None:
+    """(label, text): each rank's wait for the last rank, in total and a step, or None."""
+    c = d.collectives
+    if c is None:
+        return None
+    gone = withheld_ranks(d)  # their waits rest on time the trace did not see
+    per = {r: v for r, v in c.per_rank.items() if int(r) not in gone}
+    if not per:
+        return None
+    steps = {x.rank: x.steps for x in d.ranks}
+    items = list(per.items())
+    label = "waiting for the last rank"
+    head = f"in total over the {c.matched} matched collectives, and a profiled step"
+    if len(items) > max_listed:  # the longest waits, not a screenful of ranks
+        items = sorted(items, key=lambda kv: -kv[1].sync_wait_ns)[:max_listed]
+        label += f", the {max_listed} longest of {len(per)}"
+
+    def one(r: str, ns: int) -> str:
+        n = steps.get(int(r), 0)
+        return f"r{r} {duration(ns)}" + (f" ({duration(ns / n)} a step)" if n else "")
+
+    return label, f"{head}: " + ", ".join(one(r, v.sync_wait_ns) for r, v in items)
+
+
+WHOLE_RUN_TITLE = "whole run (telemetry): steady steps, neither profiled nor warm-up"
+WHOLE_RUN_HEAD = ["rank", "steps", "median", "p90", "max", "data-wait"]
+
+
+def whole_run_rows(d: Diagnosis) -> list[list[str]]:
+    """Each rank over the whole run's steady steps, as the console's table shows it."""
+    w = d.whole_run
+    if w is None:
+        return []
+    return [
+        [
+            str(r.rank),
+            str(r.steps),
+            duration(r.step_time_ns_median),
+            duration(r.step_time_ns_p90),
+            duration(r.step_time_ns_max),
+            pct(r.data_wait_ratio),
+        ]
+        for r in w.ranks
+    ]
+
+
+COLLECTIVE_HEAD = ["type", "size", "count", "median/call", "algbw", "busbw", "of peak"]
+
+
+def collective_rows(d: Diagnosis) -> list[list[str]]:
+    """The collectives by type and size, as the console's table shows them (text cells)."""
+    c = d.collectives
+    if c is None:
+        return []
+    lower = c.bandwidth_is_lower_bound
+    ge = "≥" if lower else ""
+
+    def bw(v: float | None) -> str:
+        # a lower bound that rounds to nothing says nothing: n/a, not "≥0.0 GB/s"
+        return "n/a" if v is None or (lower and round(v, 1) <= 0) else f"{ge}{v:.1f} GB/s"
+
+    return [
+        [
+            row.type,
+            row.size_bucket,
+            str(row.count),
+            duration(row.transfer_ns_median),
+            bw(row.algbw_gbps),
+            bw(row.busbw_gbps),
+            "n/a"
+            if row.efficiency is None or (lower and round(row.efficiency, 2) <= 0)
+            else f"{ge}{row.efficiency:.0%} of {row.peak_gbps or 0:.0f}",
+        ]
+        for row in c.by_type
+    ]
+
+
+def collectives_title(d: Diagnosis) -> str:
+    """How the collectives were matched across ranks (or why bandwidths are lower bounds)."""
+    c = d.collectives
+    assert c is not None
+    how = {"comms_id": "by collective id", "order": "in issue order"}.get(c.method, c.method)
+    if c.bandwidth_is_lower_bound:
+        return (
+            "collectives: not matched across ranks, so durations include waiting and "
+            "bandwidths are lower bounds"
+        )
+    return f"collectives: {c.matched} matched across ranks {how}"

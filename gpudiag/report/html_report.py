@@ -26,15 +26,26 @@ from gpudiag.analysis.model.diagnosis import (
 from gpudiag.analysis.model.metrics import LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.run import modes
+from gpudiag.analysis.run.collectives import collective_type
 from gpudiag.report.format import (
+    COLLECTIVE_HEAD,
     NOT_MEASURED,
+    WHOLE_RUN_HEAD,
+    WHOLE_RUN_TITLE,
+    collective_rows,
+    collectives_title,
     flagged,
     idle_threshold,
+    kernel_base,
+    last_rank_waits,
     mode_label,
     pct,
+    recommendation_title,
     split_withheld,
+    spread_and_what_if,
     step_time_scope,
-    whole_run_steps,
+    whole_run_line,
+    whole_run_rows,
     window_label,
     withheld_ranks,
 )
@@ -218,12 +229,21 @@ def _verdict(d: Diagnosis) -> str:
 
 
 def _whole_run_line(d: Diagnosis) -> str:
-    """The whole run's step time, labelled apart from the profiled window's."""
-    whole = whole_run_steps(d)
-    if whole is None:
-        return ""
-    n, med = words.plural(whole[0], "steady step"), whole[1]
-    return f"<p>whole run (telemetry): {_e(n)} per rank, step time median <b>{_ms(med)}</b></p>"
+    """The whole run's step time, and why it differs from the profiled window's (as the console)."""
+    line = whole_run_line(d)
+    return f'<p class="whole-run">{_e(line)}</p>' if line else ""
+
+
+def _labelled(label: str, text: str, cls: str) -> str:
+    return f'<p class="{cls}"><b>{_e(label)}:</b> {_e(text)}</p>'
+
+
+def _spread_and_what_if(d: Diagnosis) -> str:
+    """The console's lines under the rank table: spread across ranks, GPU metrics, what-if."""
+    return "".join(
+        _labelled(label, text, "what-if" if label == "what if" else "spread")
+        for label, text in spread_and_what_if(d)
+    )
 
 
 def _step_kinds(d: Diagnosis) -> str:
@@ -263,6 +283,7 @@ def _kernels(d: Diagnosis) -> str:
     fams = " · ".join(f"{_e(f)} {_pct(float(v))}" for f, v in k.families.items())
     return (
         f"<h2>Top {unit}s by {'CPU' if unit == 'operator' else 'GPU'} time, all ranks</h2>"
+        + f'<p class="muted kernel-base">{_e(kernel_base(k))}</p>'
         + _table([unit, "family", "time", "count", "share"], rows, left=2, cls="kernels")
         + (f'<p class="muted">by family: {fams}</p>' if fams else "")
     )
@@ -292,6 +313,15 @@ def _gpu_section(d: Diagnosis) -> str:
         '<p class="muted">Averages over the run; the diagnosis does not keep the samples as a '
         "time series.</p>"
     )
+
+
+def _readable(name: str) -> str:
+    """A collective as the console's table names it (``allreduce``), the raw name on hover."""
+    if not name:
+        return ""
+    kind = collective_type(name)
+    shown = name if kind in ("other", "unknown") else kind
+    return f'<span title="{_e(name)}">{_e(shown)}</span>'
 
 
 def _doc_json(d: Diagnosis) -> str:
@@ -324,6 +354,12 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
         )
         p.append(_timeline(shown))
     p += _straggler_section(d)
+    rows = whole_run_rows(d)
+    if rows:
+        p.append(
+            f"<h2>Whole run</h2><p><b>{_e(WHOLE_RUN_TITLE)}</b></p>"
+            + _table(WHOLE_RUN_HEAD, [[_e(c) for c in r] for r in rows], left=0)
+        )
     p.append("<h2>GPU utilisation (NVML)</h2>" + _gpu_section(d))
     p += _findings_section(d)
     p += _tail(d)
@@ -415,6 +451,8 @@ def _rank_section(d: Diagnosis) -> list[str]:
             left=0,
         )
     ]
+    if d.run.steps:
+        p.append(_spread_and_what_if(d))
     if gone:
         p.append(
             f'<p class="muted">A dash: {NOT_MEASURED}, the split of step time is withheld.</p>'
@@ -457,7 +495,10 @@ def _findings_section(d: Diagnosis) -> list[str]:
     if d.recommendations:
         p.append(
             "<h2>Recommendations</h2><ul>"
-            + "".join(f"<li><b>{_e(x.title)}</b>: {_e(x.detail)}</li>" for x in d.recommendations)
+            + "".join(
+                f'<li class="remedy"><b>{_e(recommendation_title(d, x))}</b>: {_e(x.detail)}</li>'
+                for x in d.recommendations
+            )
             + "</ul>"
         )
     return p
@@ -470,8 +511,8 @@ def _tail(d: Diagnosis) -> list[str]:
     comm = [
         [
             _e(x.rank),
-            _e(x.evidence.comm_top or ""),
-            _e(", ".join(map(str, x.evidence.comm_names or []))),
+            _readable(x.evidence.comm_top or ""),
+            ", ".join(_readable(n) for n in x.evidence.comm_names or []),
         ]
         + (
             ["-", "-"]
@@ -481,12 +522,24 @@ def _tail(d: Diagnosis) -> list[str]:
         for x in d.ranks[:MAX_RANKS]
         if x.evidence.comm_names
     ]
+    if comm or (d.collectives is not None and d.collectives.by_type):
+        p.append("<h2>Collectives</h2>")
+    if d.collectives is not None and d.collectives.by_type:
+        p.append(f"<p><b>{_e(collectives_title(d))}</b></p>")
+        p.append(
+            _table(
+                COLLECTIVE_HEAD,
+                [[_e(c) for c in row] for row in collective_rows(d)],
+                left=2,
+                cls="collectives",
+            )
+        )
+        waits = last_rank_waits(d, MAX_RANKS)
+        if waits is not None:
+            p.append(_labelled(*waits, "muted last-rank"))
     if comm:
         p.append(
-            "<h2>Collectives</h2>"
-            + _table(
-                ["rank", "dominant", "top collectives", "comm-wait", "overlapped"], comm, left=3
-            )
+            _table(["rank", "dominant", "top collectives", "comm-wait", "overlapped"], comm, left=3)
         )
     if d.notes or d.inputs:
         p.append(

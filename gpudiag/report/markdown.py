@@ -12,11 +12,14 @@ from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.run import modes
 from gpudiag.report.format import (
     NOT_MEASURED,
+    kernel_base,
     mode_label,
     pct,
+    recommendation_title,
     split_withheld,
+    spread_and_what_if,
     step_time_scope,
-    whole_run_steps,
+    whole_run_line,
     window_label,
     withheld_ranks,
 )
@@ -138,14 +141,16 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     )
     if gone:
         out.write(f"\n_A dash: {NOT_MEASURED}, the split of step time is withheld._\n")
-    whole = whole_run_steps(d)
+    if d.run.steps:
+        for label, text in spread_and_what_if(d):
+            out.write(f"\n**{cell(_upper_first(label))}:** {cell(text)}\n")
+    whole = whole_run_line(d)
     if whole is not None:
-        n, med = words.plural(whole[0], "steady step"), whole[1]
-        out.write(f"\nWhole run (telemetry): {n} per rank, step time median {duration(med)}\n")
+        out.write(f"\n{cell(_upper_first(whole))}\n")
     k = d.kernels
     if k and k.top:
         unit = "operator" if k.unit == "operator" else "kernel"
-        out.write(f"\n### Top {unit}s, all ranks\n\n")
+        out.write(f"\n### Top {unit}s, all ranks\n\n_{cell(_upper_first(kernel_base(k)))}._\n\n")
         _table(
             out,
             [unit, "family", "time", "share"],
@@ -159,8 +164,13 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     if d.recommendations:
         out.write("\n### Recommendations\n\n")
         for rec in d.recommendations[:MAX_ROWS]:
-            out.write(f"- **{cell(rec.title)}**: {cell(rec.detail)}\n")
+            out.write(f"- **{cell(recommendation_title(d, rec))}**: {cell(rec.detail)}\n")
     out.write("\n")
+
+
+def _upper_first(text: str) -> str:
+    """A line's first letter upper case, the rest as it is (``CPU`` stays ``CPU``)."""
+    return text[:1].upper() + text[1:]
 
 
 def _shares(d: Diagnosis) -> str:

@@ -103,6 +103,11 @@ def node_dir(out: Path, node_rank: int) -> Path:
     return out / f"node-{node_rank}"
 
 
+# The NVML source's reason on a host without the NVIDIA kernel driver: GPU telemetry does
+# not apply (a note, not a finding; gpudiag run says nothing on stderr).
+NO_NVIDIA_DRIVER = "no NVIDIA driver on this host (no /proc/driver/nvidia)"
+
+
 @dataclass
 class SourceStatus:
     """Whether one data source was captured, and why not when it was not."""

@@ -49,7 +49,10 @@ def compute_bound(
     text = f"compute holds {words.percent(share)} of step time"
     if fams:
         top = sorted(fams.items(), key=lambda kv: -kv[1])[:3]
-        text += f"; its {unit} are mostly " + ", ".join(f"{f} ({words.percent(v)})" for f, v in top)
+        # a share of compute time, not of all kernel time as the top table's: say which
+        mostly = ", ".join(f"{f} ({words.percent(v)})" for f, v in top)
+        text += f"; its {unit} are mostly {mostly}, as shares of compute {unit[:-1]} time "
+        text += "(communication and copies left out)"
     names = [e.name for e in (kernels.top if kernels else []) if e.family not in NOT_COMPUTE]
     return [
         Finding(

@@ -38,6 +38,7 @@ from gpudiag.rundir.conditions import (
     THROTTLE_REASONS,
     reason_bits,
 )
+from gpudiag.rundir.layout import NO_NVIDIA_DRIVER
 
 if TYPE_CHECKING:  # pandas is imported only when a run directory is analysed
     import pandas as pd
@@ -155,6 +156,26 @@ def _gpu_stats(
     return out
 
 
+GPU_TELEMETRY_NOTE = "GPU telemetry (NVML) does not apply: {why}"
+
+
+def gpu_telemetry_note(manifest: Any) -> str | None:
+    """The one note of a CPU-only run without NVML samples (no finding, no warning), or None.
+
+    CPU-only: the host has no NVIDIA driver (``gpudiag run`` recorded so), or every rank's
+    telemetry header names the CPU as its device and no GPU.
+    """
+    src = getattr(manifest, "sources", {}).get("nvml") if manifest is not None else None
+    if src is None or src.captured:
+        return None
+    if src.reason == NO_NVIDIA_DRIVER:
+        return GPU_TELEMETRY_NOTE.format(why=NO_NVIDIA_DRIVER)
+    ranks = list(getattr(manifest, "ranks", []) or [])
+    if ranks and all(r.device == "cpu" and not r.gpu_uuid for r in ranks):
+        return GPU_TELEMETRY_NOTE.format(why="every rank ran on the CPU")
+    return None
+
+
 def _source_findings(manifest: Any) -> list[Finding]:
     """A finding for each capture source that is missing, with the reason the run recorded."""
     if manifest is None:
@@ -173,7 +194,10 @@ def _source_findings(manifest: Any) -> list[Finding]:
             metrics=SourceMissingMetrics(name, reason=src.reason),
         )
         for name, src in sorted(getattr(manifest, "sources", {}).items())
-        if name in labels and not src.captured and src.reason != "not requested"
+        if name in labels
+        and not src.captured
+        and src.reason != "not requested"
+        and not (name == "nvml" and gpu_telemetry_note(manifest))
     ]
     for problem in getattr(manifest, "diagnosis_incomplete", []):
         out.append(

@@ -16,7 +16,7 @@ from gpudiag.collect.launch.log import log
 from gpudiag.collect.launch.run_setup import RunOptions, Watcher
 from gpudiag.collect.rank import bootstrap
 from gpudiag.collect.samplers.conditions import ConditionsSampler
-from gpudiag.collect.samplers.nvml import NvmlSampler, load_nvml
+from gpudiag.collect.samplers.nvml import NvmlSampler, load_nvml, nvidia_driver_loaded
 from gpudiag.rundir import layout as rundir
 from gpudiag.rundir.conditions import RunConditions
 
@@ -69,6 +69,9 @@ def start_nvml(
     try:
         nv = load_nvml(opts.nvml_backend)
         if nv.nvml is None:
+            if not nvidia_driver_loaded():  # a CPU-only host: nothing to warn about
+                m.sources["nvml"] = rundir.SourceStatus(False, rundir.NO_NVIDIA_DRIVER)
+                return None, None
             log(f"NVML not available ({nv.reason}); GPU-utilisation columns will be empty")
             m.sources["nvml"] = rundir.SourceStatus(False, nv.reason)
             return None, None

@@ -60,6 +60,14 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+NVIDIA_DRIVER_DIR = Path("/proc/driver/nvidia")  # there while the NVIDIA kernel driver is loaded
+
+
+def nvidia_driver_loaded(proc_dir: Path = NVIDIA_DRIVER_DIR) -> bool:
+    """Whether this host runs the NVIDIA kernel driver (without it there is no GPU to sample)."""
+    return proc_dir.is_dir()
+
+
 def load_nvml(nvml: Any | None = None) -> NvmlOpen:
     """Import and initialise ``pynvml`` (or use ``nvml``), returning why not on failure."""
     if nvml is None:
