@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from cli_runner import ROOT, run_cli
 
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "report"))
 from test_html_matches_console import SHARED, _unmarked
-from test_issue5_html import run_chromium
+from test_html_report import run_chromium
 
 from gpudiag.collect.samplers.nvml import nvidia_driver_loaded
 

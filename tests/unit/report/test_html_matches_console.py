@@ -13,12 +13,11 @@ import re
 from pathlib import Path
 
 import pytest
-from test_issue5_html import run_chromium
+from test_html_report import run_chromium
+from testpaths import TESTS
 
 import gpudiag
 from gpudiag.report import console, html_report
-
-TESTS = Path(__file__).resolve().parents[1]
 
 PROBE = """<script>
 addEventListener('load', () => {
