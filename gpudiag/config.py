@@ -62,11 +62,29 @@ DEFAULT_COMM_HOST_RE = (
 # Host communication calls that block the calling thread while the data moves (no GPU
 # kernel stands for them): on GPU traces, when the training thread is inside one, that time
 # is communication (MPI, gloo, UCC). NCCL's host ranges only enqueue kernels and do not count.
+# Runtime and driver calls that launch a kernel or a graph: each has GPU work linked to it.
+LAUNCH_CALL_RE = r"^(cu|cuda|hip|hipExt|hipModule)\w*Launch\w*$"
 HOST_COMM_CALL_RE = r"^(gloo:|mpi:|ucc:|MPI$|P?MPI_[A-Z])"
 DEFAULT_DATA_RE = r"^enumerate\((DataLoader|DataPipe)\)#|^## data_load ##$|^gpudiag\.data$"
 # Step ranges recognised without --step-marker: PyTorch's ProfilerStep#N and gpudiag's own
 # NVTX range ``gpudiag.step#N`` (collect/hook.py).
 AUTO_STEP_RE = r"^(?:ProfilerStep|gpudiag\.step)#(\d+)$"
+# Host operators whose recorded inputs (``record_shapes``) the loaders keep: the families
+# that analysis/efficiency models (matrix products, convolutions, attention, normalisation,
+# softmax, elementwise arithmetic) and the communication operators, whose input sizes give
+# a collective's bytes when the library's own annotation lacks them.
+SHAPED_OP_RE = (
+    r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_scaled_mm|addmv|mv"
+    r"|convolution|_convolution|conv[123]d|cudnn_convolution|miopen_convolution"
+    r"|convolution_backward|_scaled_dot_product_\w+|scaled_dot_product_attention"
+    r"|_flash_attention_\w+|_efficient_attention_\w+"
+    r"|native_layer_norm|layer_norm|native_layer_norm_backward|native_batch_norm|batch_norm"
+    r"|native_group_norm|group_norm|rms_norm|_fused_rms_norm|softmax|_softmax|log_softmax"
+    r"|_log_softmax|_softmax_backward_data|add|add_|mul|mul_|sub|sub_|div|div_|relu|relu_"
+    r"|gelu|gelu_backward|silu|silu_backward|sigmoid|tanh|threshold_backward|native_dropout"
+    r"|dropout)$"
+    r"|^(c10d::|nccl:|gloo:|record_param_comms$)"
+)
 
 
 @dataclass(frozen=True)
@@ -92,7 +110,7 @@ class StragglerRules:
 
 @dataclass(frozen=True)
 class SteadyRules:
-    """Which steps count as the job's steady state (analysis/steady.py)."""
+    """Which steps count as the job's steady state (analysis/reading/steady.py)."""
 
     warmup_factor: float = 3.0  # leading steps slower than this × the rest's median: warm-up
     warmup_steps: int = 1  # the telemetry's first steps of each rank always left out ...
@@ -146,6 +164,8 @@ class AdviceRules:
     # a blocking sync/copy call with the GPU still running work this share of its time acts
     # as a synchronisation: no gain from it, told as a device-to-host read
     gpu_busy_share: float = 0.5
+    per_element_calls: int = 256  # blocking copies a step, at least this many …
+    per_element_bytes: int = 64  # … of a median size at most this: a per-element loop
     many_allreduce_calls: int = 100  # all-reduces a step from which … (DDP: larger buckets)
     small_allreduce_bytes: int = 1 << 20  # … of a median size below this: raise bucket_cap_mb
     # gradient collectives' time in a float type of ≤ 16 bits from this share: no 16-bit hook
@@ -194,6 +214,8 @@ class EvidenceRules:
     sampled_min_ids: int = 50  # ... among at least this many ids
     few_gpu_ops: int = 100  # one step (or none) with fewer GPU ops: too little to generalise
     few_host_ops: int = 100  # CPU-only: one step (or none) with fewer host operators: likewise
+    filtered_launch_ratio: float = 0.05  # launch calls without their GPU op: a filtered trace
+    filtered_min_launches: int = 20  # ... among at least this many launch calls
 
 
 @dataclass(frozen=True)
@@ -205,8 +227,20 @@ class LoaderRules:
     phase_max_share: float = 0.9  # a one-off phase range bounds the analysis up to this share
     launch_linked_min_ratio: float = 0.5  # fewer GPU ops with a launch call: steps by time
     clock_tolerance_ns: int = 100_000  # GPU/host clock bounds violated by more: an offset
-    clock_late_ns: int = 50_000_000  # every GPU op this late after its launch: said, not fixed
+    clock_late_ns: int = 50_000_000  # every GPU op this late, nothing to tell an offset: withheld
     clock_residue_ratio: float = 0.01  # after a shift, more ops before their launch: unreliable
+    comm_stream_ratio: float = 0.9  # a stream with this share of comm kernels is the comm stream
+    comm_stream_min: int = 4  # ... and at least this many of them
+
+
+@dataclass(frozen=True)
+class ReadingRules:
+    """How gpudiag reads a trace before the rules judge it: phases, edges (analysis/reading)."""
+
+    startup_call_min_ns: int = 50_000_000  # a runtime call before the first kernel this long …
+    startup_repeat_ratio: float = 0.25  # … that no later call of its name lasts this share of
+    startup_dominant_ratio: float = 0.5  # start-up this share of the window: the verdict says so
+    step_gpu_coverage_ratio: float = 0.5  # found ranges hold less GPU time: one window instead
 
 
 @dataclass(frozen=True)
@@ -254,6 +288,7 @@ _GROUPS: dict[str, type] = {
     "hang": HangRules,
     "evidence": EvidenceRules,
     "loader": LoaderRules,
+    "reading": ReadingRules,
 }
 
 
@@ -285,6 +320,7 @@ class Thresholds:
     hang: HangRules = field(default_factory=HangRules)
     evidence: EvidenceRules = field(default_factory=EvidenceRules)
     loader: LoaderRules = field(default_factory=LoaderRules)
+    reading: ReadingRules = field(default_factory=ReadingRules)
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -496,6 +532,12 @@ class GateConfig:
     ``max_gpu_slowdown_ratio`` (share of a GPU's samples with a slowdown or power-cap throttle
     reason), ``max_gpu_other_process_ratio`` (share of a GPU's samples with another process
     on it).
+
+    The job's own work (``cpu_time_regression``, the training threads' CPU time per step)
+    can fail a contended candidate, unless the host made the same work cost more CPU time:
+    ``max_host_cost_increase_ratio`` bounds how much more CPU time the run-conditions
+    sampler's own fixed work took in the candidate than in the costliest baseline run
+    (``sample_cost_us_mean``); above it a CPU slowdown is inconclusive.
     """
 
     max_idle_ratio: float | None = None
@@ -514,6 +556,7 @@ class GateConfig:
     max_steal_ratio: float = 0.10
     max_gpu_slowdown_ratio: float = 0.10
     max_gpu_other_process_ratio: float = 0.10
+    max_host_cost_increase_ratio: float = 0.25
 
     def __post_init__(self) -> None:
         ratios = {
@@ -528,7 +571,7 @@ class GateConfig:
             "max_gpu_slowdown_ratio",
             "max_gpu_other_process_ratio",
         )
-        ratios.update((k, k) for k in ("run_alpha", *contention))
+        ratios.update((k, k) for k in ("run_alpha", "max_host_cost_increase_ratio", *contention))
         for name, opt in ratios.items():
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0):

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from gpudiag import __version__
+from gpudiag.analysis.efficiency.measure import run_efficiency
 from gpudiag.analysis.findings.causes import exposed_copies
 from gpudiag.analysis.findings.compute import compute_bound
 from gpudiag.analysis.findings.idle import idle_findings
@@ -52,6 +53,7 @@ from gpudiag.analysis.rank.analyse import (
 from gpudiag.analysis.rank.evidence import gains_supported, judge_evidence, no_unseen_gains
 from gpudiag.analysis.rank.kernels import combine as combine_kernels
 from gpudiag.analysis.rank.timeline import Timeline
+from gpudiag.analysis.reading.summary import run_reading, with_reading
 from gpudiag.analysis.remedies.advice import recommend
 from gpudiag.analysis.run.collectives import (
     bandwidth_findings,
@@ -76,7 +78,7 @@ from gpudiag.analysis.run.wholerun import gpu_telemetry_note, whole_run
 from gpudiag.analysis.stragglers.busy_host import on_busy_host
 from gpudiag.analysis.stragglers.detect import find_stragglers
 from gpudiag.analysis.stragglers.late_arrival import late_arrival
-from gpudiag.analysis.verdict import verdict
+from gpudiag.analysis.verdict import verdict, with_efficiency
 from gpudiag.config import Thresholds
 from gpudiag.errors import InputError
 from gpudiag.traces.schema import (
@@ -282,14 +284,11 @@ def _without_stage_waits(findings: list[Finding], stage: set[int]) -> list[Findi
     return [f for f in findings if not (f.kind == FindingKind.STRAGGLER and set(f.ranks) <= stage)]
 
 
+# hand-laid (over 80 lines once formatted; to be split)
+# fmt: off
 def _build(
-    results: Sequence[RankResult],
-    th: Thresholds,
-    inputs: Sequence[str],
-    notes: Sequence[str],
-    whole_run: WholeRun | None,
-    extra_findings: Sequence[Finding],
-    busy: Mapping[str, float],
+    results: Sequence[RankResult], th: Thresholds, inputs: Sequence[str], notes: Sequence[str],
+    whole_run: WholeRun | None, extra_findings: Sequence[Finding], busy: Mapping[str, float],
 ) -> Diagnosis:
     results = sorted(results, key=lambda r: r.rank)
     results, warm = without_warmup(results, th)
@@ -323,8 +322,7 @@ def _build(
     findings = on_busy_host(findings, busy, _gpu_job(run, whole_run))
     findings = comm_wait_for_stragglers(findings, steps, sync_by_step, th)
     host_stragglers = {
-        f.ranks[0]
-        for f in findings
+        f.ranks[0] for f in findings
         if f.kind == FindingKind.STRAGGLER and f.cause == Cause.HOST and f.ranks
     }
     findings = drop_host_bound(findings, host_stragglers)
@@ -333,9 +331,7 @@ def _build(
     findings, lims, limit_notes = judge_evidence(
         # only ranks with a trace have facts to judge (telemetry-only ranks have none)
         {r.rank: r.evidence.coverage for r in ranks if r.evidence.coverage},
-        {r.rank: r.meta.dropped for r in results},
-        findings,
-        th.evidence,
+        {r.rank: r.meta.dropped for r in results}, findings, th.evidence,
         th.loader.launch_linked_min_ratio,
     )
     notes += limit_notes
@@ -343,6 +339,8 @@ def _build(
     # one step model for the what-if and the gains; none from a split the trace cannot
     # support, nor from one short step (too little to forecast from)
     wi = what_if(steps, findings, run.shares.comm_measured) if gains_supported(lims) else None
+    eff = run_efficiency([e for r in ranks if (e := r.evidence.efficiency)])
+    reading = run_reading(ranks, steps, th.reading)
     return Diagnosis(
         run=run,
         ranks=ranks,
@@ -359,6 +357,11 @@ def _build(
         notes=list(notes),
         gpudiag_version=__version__,
         whole_run=whole_run,
-        verdict=verdict(run, findings, lims, th.verdict),
+        verdict=with_reading(
+            with_efficiency(verdict(run, findings, lims, th.verdict), eff), reading
+        ),
         kernels=kernels,
+        efficiency=eff,
+        reading=reading,
     )
+# fmt: on

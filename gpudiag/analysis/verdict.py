@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from gpudiag.analysis.efficiency.peaks import peak_of
 from gpudiag.analysis.findings.causes import CAPTURE_HINT, LABEL, mx
 from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import (
@@ -29,6 +30,7 @@ from gpudiag.analysis.model.diagnosis import (
     Severity,
     Verdict,
 )
+from gpudiag.analysis.model.efficiency import ComputeEfficiency
 from gpudiag.analysis.model.metrics import JobFailedMetrics, LateArrivalMetrics, StragglerMetrics
 from gpudiag.analysis.rank.evidence import WITHHOLD, Limit
 from gpudiag.analysis.stragglers.busy_host import BUSY_HOST, busy_host_words
@@ -389,3 +391,26 @@ def _straggler_text(f: Finding, who: str, share: float) -> str:
         f"straggler: {who}{cause} costs {words.percent(share)} of each step: the others "
         f"wait{wait} for it"
     )
+
+
+def with_efficiency(v: Verdict, eff: ComputeEfficiency | None) -> Verdict:
+    """A compute-held verdict says how close the compute ran to the device's peak.
+
+    "No bottleneck" is where the next question starts: is that compute any good? The
+    family with the most kernel time among those with a share of peak is named with its
+    format path and share, and the device's fastest 16-bit path when it is more than
+    ``1.5×`` that path's peak (:mod:`gpudiag.analysis.efficiency`).
+    """
+    if v.bottleneck != "none" or eff is None:
+        return v
+    rated = [f for f in eff.families if f.tflops is not None and f.peak_share is not None]
+    if not rated:
+        return v
+    top = max(rated, key=lambda f: f.kernel_ns)
+    text = f"; {top.family} {top.path} at {words.percent(top.peak_share or 0.0)} of its peak"
+    peak = peak_of(eff.device)
+    if peak is not None and top.peak:
+        path, best = peak.best()
+        if best > 1.5 * top.peak:
+            text += f" ({path} would offer {best / top.peak:.1f}× that peak)"
+    return dataclasses.replace(v, headline=v.headline + text)

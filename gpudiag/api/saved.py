@@ -60,10 +60,11 @@ def diagnosis_from_json(d: Any) -> Diagnosis:
             "verdict",
             "kernels",
             "alerts",
+            "reading",
         )
         if k in d
     }
-    for k in ("what_if", "collectives", "whole_run", "verdict", "kernels"):
+    for k in ("what_if", "collectives", "whole_run", "verdict", "kernels", "reading"):
         if not d.get(k):
             kw.pop(k, None)
         else:

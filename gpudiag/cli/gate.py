@@ -142,11 +142,19 @@ def _gate_one(
     markdown: Path | None,
 ) -> int:
     """Gate one run against the baseline runs; its exit code."""
+    from gpudiag.analysis.compare.baseline import run_outcome
     from gpudiag.analysis.compare.gate import evaluate
     from gpudiag.report import ci
 
     d = diagnosis(path, th)
-    if save_diagnosis is not None:
+    ended = run_outcome(d)
+    if save_diagnosis is not None and ended:
+        print(
+            f"gpudiag: {path}: not saved as a baseline to {save_diagnosis}: the run did not "
+            f"end well ({ended})",
+            file=sys.stderr,
+        )
+    elif save_diagnosis is not None:
         emit(d, "json", save_diagnosis)
     base = [r for p in base_paths for r in _gate_runs(p, th, cfg)] or None
     names = " ".join(str(p) for p in base_paths) or None
@@ -172,12 +180,21 @@ def _save_baseline(
 
     from gpudiag.analysis.compare.baseline import baseline_to_json, run_stat
     from gpudiag.analysis.compare.gate import baseline_summary
+    from gpudiag.errors import InputError
     from gpudiag.report import ci
     from gpudiag.rundir.layout import atomic_write
 
     runs = [
         run_stat(diagnosis(p, th), str(p), run_conditions(p), cfg.warmup_steps, th) for p in paths
     ]
+    bad = [r for r in runs if r.outcome]
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise InputError(
+            bad[0].name,
+            f"the run did not end well ({bad[0].outcome}): refused as a baseline{more}",
+            "re-run it, or leave it out of the baseline; nothing was written",
+        )
     with atomic_write(out) as f:
         json.dump(baseline_to_json(runs, cfg, __version__), f, indent=1)
         f.write("\n")

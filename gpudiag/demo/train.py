@@ -57,6 +57,24 @@ def square_sum(n: int) -> float:
     return float((torch.arange(n, dtype=torch.float64) ** 2).sum())
 
 
+_EXTRA = torch.ones(64, 64)
+
+
+def extra_work(a: argparse.Namespace, rank: int, own_ns: int) -> int:
+    """``--extra-work F``: spend F × ``own_ns`` more CPU time of this thread on small matrix
+    products (a slower code path); ``own_ns`` is the last step's own CPU time (else this
+    one's so far), so the injected slowdown is that share of the job's work, whatever else
+    the host runs. Returns the CPU time spent (0 on ranks other than ``--extra-work-rank``).
+    """
+    if not a.extra_work or a.extra_work_rank not in (-1, rank):
+        return 0
+    start = time.thread_time_ns()
+    end = start + a.extra_work * own_ns
+    while time.thread_time_ns() < end:
+        torch.mm(_EXTRA, _EXTRA)
+    return time.thread_time_ns() - start
+
+
 def parse_args() -> argparse.Namespace:
     """The job's options: its size, the bottlenecks to inject, how it profiles itself."""
     p = argparse.ArgumentParser(description=__doc__)
@@ -70,6 +88,13 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sleep-rank", type=int, default=-1, help="rank that sleeps in forward")
     p.add_argument("--sleep-s", type=float, default=0.0)
     p.add_argument("--sleep-every", type=int, default=1, help="sleep every Nth step")
+    p.add_argument(
+        "--extra-work",
+        type=float,
+        default=0.0,
+        help="add this fraction of each step's own CPU work (0.3: +30%%), as real compute",
+    )
+    p.add_argument("--extra-work-rank", type=int, default=-1, help="only this rank (-1: all)")
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--worker-start", default="", help="DataLoader workers: fork or spawn")
     p.add_argument("--mp-spawn", type=int, default=0, help="run a spawn Pool of N first")
@@ -166,6 +191,7 @@ def main() -> None:
     plain = None
     it = iter(loader)
     times: list[float] = []
+    own_cpu = 0  # the last step's CPU time on this thread, without the extra work
     for step in range(a.steps):
         if step == a.profile_from:
             from torch.profiler import ProfilerActivity, profile
@@ -173,6 +199,7 @@ def main() -> None:
             acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if use_cuda else [])
             plain = own.enter_context(profile(activities=acts))
         t_step = time.perf_counter()
+        cpu_step = time.thread_time_ns()
         x, y = next(it)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         if rank == a.sleep_rank and step % a.sleep_every == a.sleep_every - 1:
@@ -182,6 +209,7 @@ def main() -> None:
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        spent = extra_work(a, rank, own_cpu or time.thread_time_ns() - cpu_step)
         opt.step()
         if prof is not None:
             prof.step()
@@ -195,6 +223,7 @@ def main() -> None:
             if rank == 0:
                 print(f"step {step} loss {mean.item():.6f}", flush=True)
         times.append(time.perf_counter() - t_step)
+        own_cpu = time.thread_time_ns() - cpu_step - spent
     if a.time_file and rank == 0:
         with open(a.time_file, "w") as f:
             f.write("\n".join(f"{t:.9f}" for t in times) + "\n")

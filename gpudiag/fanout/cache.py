@@ -71,6 +71,10 @@ RANK_THRESHOLDS = (
     "truncated_step_ratio",
     "advice.launch_gap_ns",
     "loader.launch_linked_min_ratio",
+    "reading.startup_call_min_ns",
+    "reading.startup_repeat_ratio",
+    "reading.startup_dominant_ratio",
+    "reading.step_gpu_coverage_ratio",
 )
 NO_CACHE_ENV = "GPUDIAG_NO_CACHE"
 DIR_ENV = "GPUDIAG_CACHE_DIR"

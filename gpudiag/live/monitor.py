@@ -266,4 +266,5 @@ def _run_step(rank: int, r: dict[str, Any]) -> RunStep:
         r.get("comm_wait_ns"),
         r.get("backward_ns"),
         bool(r.get("profiled", False)),
+        r.get("cpu_ns"),
     )

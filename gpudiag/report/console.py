@@ -16,6 +16,7 @@ from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import (
     Diagnosis,
     KernelBreakdown,
+    Mode,
     RankSummary,
     Severity,
     Verdict,
@@ -24,11 +25,13 @@ from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.run import modes
 from gpudiag.report.format import (
     COLLECTIVE_HEAD,
+    NO_SHAPES,
     NOT_MEASURED,
     WHOLE_RUN_HEAD,
     WHOLE_RUN_TITLE,
     collective_rows,
     collectives_title,
+    efficiency_lines,
     flagged,
     idle_threshold,
     kernel_base,
@@ -181,6 +184,8 @@ def _summary(con: Console, d: Diagnosis) -> None:
         head.append(f" of {r.world_size}")
     head.append(f" · {mode_label(r.mode)}")
     con.print(head)
+    if d.reading is not None and d.reading.line:
+        _print_wrapped(con, Text("reading: "), d.reading.line)
     label = f"{window_label(r.mode)}: "
     _print_wrapped(
         con,
@@ -232,6 +237,11 @@ def _detail_tables(con: Console, d: Diagnosis, show_steps: bool) -> None:
     if d.kernels and d.kernels.top:
         con.print()
         _kernel_block(con, d.kernels)
+    if d.efficiency is not None:
+        for first, text in efficiency_lines(d.efficiency):
+            _print_wrapped(con, Text(first, style="dim"), text, style="dim")
+    elif d.run.mode == Mode.GPU and d.kernels and d.kernels.top:
+        _print_wrapped(con, Text("efficiency: ", style="dim"), NO_SHAPES, style="dim")
     if show_steps:
         con.print()
         con.print(Text("profiled steps", style="bold"))

@@ -14,6 +14,7 @@ from gpudiag.analysis.model.diagnosis import (
     Recommendation,
     Severity,
 )
+from gpudiag.analysis.model.efficiency import ComputeEfficiency
 from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
 from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.rank.evidence import WITHHOLD
@@ -127,6 +128,48 @@ def mode_label(mode: str) -> str:
 def window_label(mode: str) -> str:
     """What the step statistics of the first lines were taken over."""
     return "every step (telemetry)" if str(mode) == "telemetry" else "profiled window"
+
+
+NO_SHAPES = (
+    "not measured: the trace records no operator input shapes (PyTorch Profiler: "
+    "record_shapes=True; Nsight Systems traces carry none)"
+)
+
+
+def _rate(v: float, unit: str) -> str:
+    return f"{v:.3g} {unit}" if v < 100 else f"{v:,.0f} {unit}"
+
+
+def efficiency_lines(e: ComputeEfficiency) -> list[tuple[str, str]]:
+    """The run's compute efficiency in two lines: its two largest families, then MFU.
+
+    Each line is (label, text). A share of peak is printed only when the device's peak is
+    known and the figure is within it; a figure above it says so instead.
+    """
+    parts = []
+    total = sum(f.kernel_ns for f in e.families)
+    shown = [f for f in e.families if f.kernel_ns >= 0.05 * total]  # not a stray scalar op
+    for f in sorted(shown, key=lambda f: -f.kernel_ns)[:2]:
+        if f.tflops is not None:
+            rate = f"{f.family} {f.path or 'unknown type'} {_rate(f.tflops, 'TFLOP/s')}"
+            of = "of peak"
+        elif f.gbps is not None:
+            rate, of = f"{f.family} {_rate(f.gbps, 'GB/s')}", "of memory bandwidth"
+        else:
+            continue
+        if f.peak_share is not None:
+            rate += f" = {f.peak_share:.0%} {of}"
+        elif f.above_peak:
+            rate += " (above the peak table: shapes or device misread)"
+        parts.append(rate)
+    where = e.peak_model or f"{e.device}, not in the peak table"
+    lines = [(f"efficiency ({where}): ", " · ".join(parts))] if parts else []
+    if e.model_tflops is not None:
+        text = f"model {_rate(e.model_tflops, 'TFLOP/s')} a median step"
+        if e.mfu is not None:
+            text = f"MFU {e.mfu:.1%} of the {e.mfu_path} peak ({text})"
+        lines.append(("  ", f"{text} · modelled ops launched {e.coverage:.0%} of kernel time"))
+    return lines
 
 
 # ---- lines every renderer shows alike (console, Markdown, HTML) ----

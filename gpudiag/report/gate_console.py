@@ -12,7 +12,13 @@ from gpudiag.analysis.compare.gate import GateResult
 from gpudiag.report.console import make_console, wrap
 from gpudiag.report.markdown import diff_cells, fmt_value, metric_label
 
-_STATUS_STYLE = {"pass": "green", "fail": "bold red", "warn": "yellow", "inconclusive": "magenta"}
+_STATUS_STYLE = {
+    "pass": "green",
+    "fail": "bold red",
+    "warn": "yellow",
+    "inconclusive": "magenta",
+    "off": "dim",
+}
 _VERDICT_STYLE = {"passed": "bold green", "failed": "bold red", "inconclusive": "bold magenta"}
 
 
@@ -48,7 +54,8 @@ def render_gate(
     line.append(res.status, style=_VERDICT_STYLE.get(res.status, ""))
     line.append(
         f" (exit {res.exit_code}): {n['pass']} passed, {n['fail']} failed, "
-        f"{n['warn']} warnings, {n['inconclusive']} inconclusive"
+        f"{n['warn']} warnings, {n['inconclusive']} inconclusive, "
+        f"{n['off']} not applied"
     )
     if res.baseline:
         line.append(f" · baseline {res.baseline}")

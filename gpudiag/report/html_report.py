@@ -29,11 +29,13 @@ from gpudiag.analysis.run import modes
 from gpudiag.analysis.run.collectives import collective_type
 from gpudiag.report.format import (
     COLLECTIVE_HEAD,
+    NO_SHAPES,
     NOT_MEASURED,
     WHOLE_RUN_HEAD,
     WHOLE_RUN_TITLE,
     collective_rows,
     collectives_title,
+    efficiency_lines,
     flagged,
     idle_threshold,
     kernel_base,
@@ -286,6 +288,21 @@ def _kernels(d: Diagnosis) -> str:
         + f'<p class="muted kernel-base">{_e(kernel_base(k))}</p>'
         + _table([unit, "family", "time", "count", "share"], rows, left=2, cls="kernels")
         + (f'<p class="muted">by family: {fams}</p>' if fams else "")
+        + _efficiency(d)
+    )
+
+
+def _efficiency(d: Diagnosis) -> str:
+    """The compute efficiency lines, as the console words them."""
+    if d.efficiency is None:
+        return (
+            f'<p class="muted efficiency">efficiency: {_e(NO_SHAPES)}</p>'
+            if str(d.run.mode) == "gpu"
+            else ""
+        )
+    return "".join(
+        f'<p class="muted efficiency">{_e(first.strip() + " " + text)}</p>'
+        for first, text in efficiency_lines(d.efficiency)
     )
 
 

@@ -11,8 +11,9 @@ from gpudiag.analysis.compare.gate import GateResult
 def render(res: GateResult, out: IO[str]) -> None:
     """Write a ``<testsuites>`` document; failing checks carry ``<failure>``.
 
-    Warnings pass, with their message in ``<system-out>``; inconclusive checks are
-    ``<skipped>`` so CI dashboards show them apart from passes and failures.
+    Warnings pass, with their message in ``<system-out>``; inconclusive checks and checks
+    not applied are ``<skipped>`` (the message says which) so CI dashboards show them
+    apart from passes and failures.
     """
     n = res.counts()
     suites = ET.Element("testsuites", name="gpudiag gate")
@@ -23,7 +24,7 @@ def render(res: GateResult, out: IO[str]) -> None:
         tests=str(len(res.checks)),
         failures=str(n["fail"]),
         errors="0",
-        skipped=str(n["inconclusive"]),
+        skipped=str(n["inconclusive"] + n["off"]),
     )
     props = ET.SubElement(suite, "properties")
     for k, v in (
@@ -38,7 +39,7 @@ def render(res: GateResult, out: IO[str]) -> None:
         case = ET.SubElement(suite, "testcase", classname=f"gpudiag.gate.{c.name}", name=name)
         if c.status == "fail":
             ET.SubElement(case, "failure", message=c.message, type=c.name).text = c.message
-        elif c.status == "inconclusive":
+        elif c.status in ("inconclusive", "off"):
             ET.SubElement(case, "skipped", message=c.message)
         elif c.status == "warn":
             ET.SubElement(case, "system-out").text = f"warning: {c.message}"

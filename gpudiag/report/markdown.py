@@ -12,6 +12,7 @@ from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.run import modes
 from gpudiag.report.format import (
     NOT_MEASURED,
+    efficiency_lines,
     kernel_base,
     mode_label,
     pct,
@@ -24,7 +25,7 @@ from gpudiag.report.format import (
     withheld_ranks,
 )
 
-_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔"}
+_ICON = {"pass": "✅", "fail": "❌", "warn": "⚠️", "inconclusive": "❔", "off": "⚪"}
 _VERDICT = {"passed": "✅ passed", "failed": "❌ failed", "inconclusive": "❔ inconclusive"}
 MAX_ROWS = 200  # keeps a $GITHUB_STEP_SUMMARY far below its 1 MiB limit
 
@@ -39,7 +40,7 @@ def fmt_value(name: str, v: float | None) -> str:
     """A check's value or limit as text: ratios as percentages, regressions signed."""
     if v is None:
         return "-"
-    if name == "step_time_regression":
+    if name in ("step_time_regression", "cpu_time_regression"):
         return _signed(f"{v:+.1%}")
     if name == "baseline_run":  # a run's median step time
         return duration(v)
@@ -89,6 +90,8 @@ def _table(out: TextIO, head: list[str], rows: list[list[str]], align: str) -> N
         out.write(f"\n_{len(rows) - MAX_ROWS} more rows not shown._\n")
 
 
+# hand-laid (over 80 lines once formatted; to be split)
+# fmt: off
 def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     """A Diagnosis: run summary, per-rank table, findings and recommendations."""
     r = d.run
@@ -97,48 +100,22 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     v = d.verdict
     if v:
         out.write(f"**{cell(v.headline)}** (from the {v.basis})\n\n")
-    out.write(
-        f"{window_label(r.mode).capitalize()}: {words.plural(r.steps, 'step')}, step "
-        f"time median **{duration(r.step_time_ns_median)}**, p90 "
-        f"{duration(r.step_time_ns_p90)}{step_time_scope(d)} · {_shares(d)}\n\n"
-    )
+    out.write(f"{window_label(r.mode).capitalize()}: {words.plural(r.steps, 'step')}, step "
+              f"time median **{duration(r.step_time_ns_median)}**, p90 "
+              f"{duration(r.step_time_ns_p90)}{step_time_scope(d)} · {_shares(d)}\n\n")
     kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
     if kinds:  # a median that describes neither kind of step: say both
         out.write(f"{cell(kinds.capitalize())}\n\n")
     gone = withheld_ranks(d)
-    rows = [
-        [str(x.rank), str(x.steps), duration(x.step_time_ns_median), duration(x.step_time_ns_p90)]
-        + (
-            ["-"] * 6
-            if x.rank in gone
-            else [
-                pct(x.shares.compute),
-                pct(x.shares.comm_wait_shown),
-                pct(x.shares.data_wait),
-                pct(x.shares.other),
-                pct(x.idle_ratio),
-                pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-",
-            ]
-        )
-        for x in d.ranks
-    ]
-    _table(
-        out,
-        [
-            "rank",
-            "steps",
-            "median",
-            "p90",
-            "compute",
-            "comm-wait",
-            "data-wait",
-            "other",
-            "non-compute idle",
-            "GPU idle",
-        ],
-        rows,
-        "rrrrrrrrrr",
-    )
+    rows = [[str(x.rank), str(x.steps), duration(x.step_time_ns_median),
+             duration(x.step_time_ns_p90)]
+            + (["-"] * 6 if x.rank in gone else [
+                pct(x.shares.compute), pct(x.shares.comm_wait_shown), pct(x.shares.data_wait),
+                pct(x.shares.other), pct(x.idle_ratio),
+                pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-"])
+            for x in d.ranks]
+    _table(out, ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
+                 "non-compute idle", "GPU idle"], rows, "rrrrrrrrrr")
     if gone:
         out.write(f"\n_A dash: {NOT_MEASURED}, the split of step time is withheld._\n")
     if d.run.steps:
@@ -151,11 +128,17 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     if k and k.top:
         unit = "operator" if k.unit == "operator" else "kernel"
         out.write(f"\n### Top {unit}s, all ranks\n\n_{cell(_upper_first(kernel_base(k)))}._\n\n")
-        _table(
-            out,
-            [unit, "family", "time", "share"],
-            [[e.name, e.family, duration(e.time_ns), pct(e.share)] for e in k.top[:5]],
-            "llrr",
+        _table(out, [unit, "family", "time", "share"],
+               [[e.name, e.family, duration(e.time_ns), pct(e.share)]
+                for e in k.top[:5]], "llrr")
+    if d.efficiency is not None:
+        out.write(
+            "\n"
+            + "  \n".join(
+                cell(_upper_first((a.strip() + " " + b).strip()))
+                for a, b in efficiency_lines(d.efficiency)
+            )
+            + "\n"
         )
     if d.findings:
         out.write("\n### Findings\n\n")
@@ -166,6 +149,7 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         for rec in d.recommendations[:MAX_ROWS]:
             out.write(f"- **{cell(recommendation_title(d, rec))}**: {cell(rec.detail)}\n")
     out.write("\n")
+# fmt: on
 
 
 def _upper_first(text: str) -> str:
@@ -193,12 +177,16 @@ def render_gate(res: GateResult, out: TextIO) -> None:
     out.write(f"## gpudiag gate: {_VERDICT.get(res.status, res.status)}\n\n")
     out.write(
         f"{n['pass']} passed, {n['fail']} failed, {n['warn']} warnings, "
-        f"{n['inconclusive']} inconclusive (exit {res.exit_code})"
+        f"{n['inconclusive']} inconclusive, {n['off']} not applied "
+        f"(exit {res.exit_code})"
     )
     out.write(f" · subject `{cell(res.subject)}`" if res.subject else "")
     out.write(f" · baseline `{cell(res.baseline)}`" if res.baseline else "")
     out.write("\n\n")
-    bad = [c for c in res.checks if c.status != "pass"]
+    bad = [c for c in res.checks if c.status not in ("pass", "off")]
+    rest = [c for c in res.checks if c.status == "pass"] + [
+        c for c in res.checks if c.status == "off"
+    ]
     rows = [
         [
             _ICON.get(c.status, "") + " " + c.status,
@@ -209,7 +197,7 @@ def render_gate(res: GateResult, out: TextIO) -> None:
             "" if c.p_value is None else f"{c.p_value:.2g}",
             c.message,
         ]
-        for c in bad + [c for c in res.checks if c.status == "pass"]
+        for c in bad + rest
     ]
     _table(out, ["status", "check", "rank", "value", "limit", "p", "detail"], rows, "lllrrrl")
     out.write("\n")

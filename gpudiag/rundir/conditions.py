@@ -84,7 +84,7 @@ class RunConditions:
         """Check a manifest's ``conditions``; ValueError names the first bad field."""
         if not isinstance(data, dict):
             raise ValueError(f"{where}: expected an object")
-        for key in ("samples", "failed_samples", *_RATIOS):
+        for key in ("samples", "failed_samples", *_RATIOS, "sample_cost_us_mean"):
             v = data.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise ValueError(f"{where}.{key}: expected a number or null")
@@ -145,6 +145,9 @@ class RunConditions:
 
 
 _RATIOS = ("other_cpu_ratio_mean", "steal_ratio_mean", "cpu_busy_ratio_mean")
+# kept in a merged summary too (the worst node's): the sampler's CPU time per sample, the
+# cost of its fixed work, which the gate reads as how dear the host made CPU time
+_MERGED = (*_RATIOS, "sample_cost_us_mean")
 
 
 def merge(summaries: Iterable[RunConditions | None]) -> RunConditions | None:
@@ -153,9 +156,10 @@ def merge(summaries: Iterable[RunConditions | None]) -> RunConditions | None:
     if not found:
         return None
     out: dict[str, Any] = {"gpus": {}}
-    for key in _RATIOS:
+    for key in _MERGED:
         vals = [c[key] for c in found if c.get(key) is not None]
-        out[key] = max(vals) if vals else None
+        if vals or key in _RATIOS:
+            out[key] = max(vals) if vals else None
     for c in found:
         out["gpus"].update(c.get("gpus") or {})
     out["top_other"] = [t for c in found for t in c.get("top_other") or []]

@@ -16,7 +16,7 @@ kind          int8      a :class:`Kind`
 lane          int32     index into ``lanes``: ``cpu:<tid>`` or ``gpu:<device>:<stream>``
 name          int32     index into ``names``
 step          int32     step ranges: their step number; other intervals -1 (the analysis
-                        assigns work to steps, :mod:`gpudiag.analysis.rank.steps`)
+                        assigns work to steps, :mod:`gpudiag.analysis.reading.steps`)
 launch_ns     int64     for GPU work: host time of the launching runtime call, else -1
 nbytes        int64     bytes moved by a copy or collective when known, else -1
 coll_id       int64     collectives: an id equal on every rank for the same collective
@@ -25,6 +25,9 @@ coll_name     int32     collectives: index into ``names`` of the collective's ty
                         trace names it (``allreduce``, ``send`` …), else -1
 coll_dtype    int32     collectives: index into ``names`` of the element type the trace
                         gives them (Kineto's ``dtype``: ``BFloat16``, ``Float`` …), else -1
+shape         int32     operators recorded with their inputs (``record_shapes``) whose family
+                        has a performance model (matrix, attention, normalisation,
+                        elementwise, communication): index into ``shapes``, else -1
 ============  ========  ===============================================================
 """
 
@@ -175,6 +178,10 @@ class RankTimeline:
     coll_name: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
     coll_dtype: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
     steps: HostSteps = field(default_factory=no_steps)
+    shape: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
+    # ``Input Dims`` and ``Input type`` of an operator as the trace wrote them (JSON), "\n"
+    # between the two
+    shapes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = int(self.start_ns.shape[0])
@@ -184,6 +191,8 @@ class RankTimeline:
             self.coll_name = np.full(n, -1, np.int32)
         if self.coll_dtype.shape[0] != n:
             self.coll_dtype = np.full(n, -1, np.int32)
+        if self.shape.shape[0] != n:
+            self.shape = np.full(n, -1, np.int32)
 
     def __len__(self) -> int:
         return int(self.start_ns.shape[0])
@@ -203,6 +212,7 @@ class RankTimeline:
             "coll_id": (self.coll_id, np.int64),
             "coll_name": (self.coll_name, np.int32),
             "coll_dtype": (self.coll_dtype, np.int32),
+            "shape": (self.shape, np.int32),
         }
         for col, (arr, dt) in cols.items():
             if arr.dtype != dt or arr.shape != (n,):
@@ -218,6 +228,8 @@ class RankTimeline:
                 raise ValueError("lane index out of range")
             if self.name.min() < 0 or self.name.max() >= len(self.names):
                 raise ValueError("name index out of range")
+            if self.shape.max() >= len(self.shapes) or self.shape.min() < -1:
+                raise ValueError("shape index out of range")
         return self
 
     def select(self, mask: npt.NDArray[np.bool_]) -> RankTimeline:
@@ -239,6 +251,8 @@ class RankTimeline:
             coll_name=self.coll_name[mask],
             coll_dtype=self.coll_dtype[mask],
             steps=self.steps,
+            shape=self.shape[mask],
+            shapes=self.shapes,
         )
 
     def gpu_lane_mask(self) -> npt.NDArray[np.bool_]:
@@ -284,6 +298,8 @@ class RankTimeline:
         coll_dtype: Any = None,
         meta: RankMeta | None = None,
         steps: HostSteps | None = None,
+        shape: Any = None,
+        shapes: list[str] | None = None,
     ) -> RankTimeline:
         """Build and validate a timeline, filling optional columns with their defaults."""
         s = np.asarray(start_ns, dtype=np.int64)
@@ -309,6 +325,8 @@ class RankTimeline:
             coll_name=col(coll_name, np.int32, -1),
             coll_dtype=col(coll_dtype, np.int32, -1),
             steps=steps or no_steps(),
+            shape=col(shape, np.int32, -1),
+            shapes=shapes or [],
         ).validate()
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from gpudiag._support import nputil
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model.diagnosis import Diagnosis, FindingKind, Mode, RunStep
-from gpudiag.analysis.rank.steady import steady_steps
+from gpudiag.analysis.reading.steady import steady_steps
 from gpudiag.config import GateConfig, Thresholds
 from gpudiag.rundir.conditions import RunConditions
 
@@ -32,7 +32,7 @@ def step_samples(
 
     Uses the run directory's telemetry (every step) when the Diagnosis has it and it holds
     more steady steps than the profiled window, else the profiled steps; either way only
-    the steady steps (:func:`gpudiag.analysis.rank.steady.steady_steps`) count.
+    the steady steps (:func:`gpudiag.analysis.reading.steady.steady_steps`) count.
     """
     return step_samples_and_basis(d, warmup_steps, th)[0]
 
@@ -61,6 +61,46 @@ def step_samples_and_basis(
     return [per_step[k] for k in sorted(per_step)], basis
 
 
+def cpu_samples(
+    d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
+) -> list[int]:
+    """Per-step job CPU times (ns): per steady step number, the largest over the ranks.
+
+    From the run directory's telemetry (``cpu_ns``: the CPU time of the rank's training
+    thread in the step); a step is kept when every rank that ran it has its CPU time. Empty
+    when the Diagnosis has no telemetry or the telemetry has no CPU times (written by an
+    older gpudiag).
+    """
+    th = th or Thresholds()
+    tele = list(d.whole_run.steps) if d.whole_run else []
+    keep = steady_steps(tele, th.steady, warmup_steps)
+    per_step: dict[int, int | None] = {}
+    for s in tele:
+        if (s.rank, s.step) not in keep:
+            continue
+        prev = per_step.get(s.step, 0)
+        per_step[s.step] = None if s.cpu_ns is None or prev is None else max(prev, s.cpu_ns)
+    return [v for _, v in sorted(per_step.items()) if v is not None]
+
+
+def run_outcome(d: Diagnosis) -> str | None:
+    """Why the run did not end well (failed, crashed, interrupted, hung), or None.
+
+    From the verdict the analysis gave (docs/definitions.md, "Verdict": a hang, a
+    collective mismatch, a failed or an interrupted run lead it) and the job's exit code.
+    """
+    v = d.verdict
+    if v is not None and (v.bottleneck in ENDED or v.interrupted):
+        return v.headline
+    code = d.whole_run.job_exit_code if d.whole_run else None
+    if code:
+        return f"the job exited with {code}"
+    return None
+
+
+ENDED = ("failure", "hang", "mismatch", "interrupted")
+
+
 def step_time_stats(
     d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
 ) -> tuple[float | None, float | None, int]:
@@ -83,6 +123,9 @@ class RunStat:
     fingerprint: dict[str, Any]
     stragglers: list[int] = field(default_factory=list)
     conditions: dict[str, Any] | None = None
+    # the steady per-step job CPU times (training threads), empty when not recorded
+    cpu_ns: list[int] = field(default_factory=list)
+    outcome: str | None = None  # why the run did not end well (run_outcome); None: it did
 
 
 def run_stat(
@@ -105,6 +148,8 @@ def run_stat(
         fingerprint(d),
         stragglers,
         conditions.to_json() if conditions is not None else None,
+        cpu_samples(d, warmup_steps, th),
+        run_outcome(d),
     )
 
 

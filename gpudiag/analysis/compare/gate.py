@@ -15,7 +15,7 @@ Pure: no I/O, no globals. The rules (docs/gate.md states them for users):
   steady median job step time (:func:`gpudiag.analysis.compare.baseline.step_time_stats`, which
   ``diff`` uses too): per step number the slowest rank's duration (a synchronous step
   ends when its slowest rank does), over the steady steps only
-  (:mod:`gpudiag.analysis.rank.steady`; ``warmup_steps`` overrides the leading steps left out).
+  (:mod:`gpudiag.analysis.reading.steady`; ``warmup_steps`` overrides the leading steps left out).
   A run with fewer than ``min_samples`` (8) steady
   steps makes the check *inconclusive*. Steps of one run share that run's host conditions,
   so they are not independent samples of the code's speed: the comparison is between
@@ -54,108 +54,53 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, field
-from typing import Any
+from dataclasses import asdict
 
 import numpy as np
 
-from gpudiag._support.records import dataclass
 from gpudiag.analysis.compare.baseline import (
     RunStat,
     describe_fingerprint_difference,
     fingerprint,
+    run_outcome,
     run_stat,
 )
-from gpudiag.analysis.compare.stats import mann_whitney_u, t_ppf, t_sf
-from gpudiag.analysis.model.diagnosis import Diagnosis, FindingKind, StrEnum
+from gpudiag.analysis.compare.checks import (
+    FAIL,
+    INCONCLUSIVE,
+    OFF,
+    PASS,
+    WARN,
+    Check,
+    CheckStatus,
+    GateResult,
+    GateStatus,
+)
+from gpudiag.analysis.compare.stats import t_ppf
+from gpudiag.analysis.compare.timing import (
+    CPU,
+    WALL,
+    cpu_check,
+    hold_to_own_test,
+    regression_check,
+    runs_needed,
+)
+from gpudiag.analysis.model.diagnosis import Diagnosis, FindingKind
 from gpudiag.analysis.model.words import duration
 from gpudiag.config import GateConfig, Thresholds
-from gpudiag.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
 from gpudiag.rundir.conditions import RunConditions, contention
 from gpudiag.rundir.conditions import describe as describe_run_conditions
 
-
-class CheckStatus(StrEnum):
-    """The outcome of one check."""
-
-    PASS = "pass"
-    FAIL = "fail"
-    WARN = "warn"
-    INCONCLUSIVE = "inconclusive"
-
-
-class GateStatus(StrEnum):
-    """The gate's verdict."""
-
-    PASSED = "passed"
-    FAILED = "failed"
-    INCONCLUSIVE = "inconclusive"
-
-    @property
-    def exit_code(self) -> int:
-        """0 passed, 1 failed, 5 inconclusive (see DESIGN.md's table)."""
-        return {GateStatus.PASSED: EXIT_OK, GateStatus.FAILED: EXIT_GATE_FAILED}.get(
-            self, EXIT_INCONCLUSIVE
-        )
-
-
-PASS, FAIL, WARN, INCONCLUSIVE = (
-    CheckStatus.PASS,
-    CheckStatus.FAIL,
-    CheckStatus.WARN,
-    CheckStatus.INCONCLUSIVE,
-)
-
-
-@dataclass(frozen=True)
-class Check:
-    """One gate check: a metric (of one rank, or of the run when ``rank`` is None)."""
-
-    name: str
-    rank: int | None
-    status: CheckStatus
-    value: float | None
-    limit: float | None
-    message: str
-    p_value: float | None = None
-    effect_ratio: float | None = None
-    samples: list[int] = field(default_factory=list)  # [candidate, baseline] sample counts
-    ci: list[float] = field(default_factory=list)  # [low, high] of the effect, when known
-    mde_ratio: float | None = None  # the smallest effect this baseline could detect
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """The verdict and every check behind it."""
-
-    status: GateStatus
-    checks: list[Check]
-    subject: str = ""
-    baseline: str | None = None
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-    baseline_fingerprint: dict[str, Any] | None = None
-    inconclusive_ok: bool = False
-    rules: dict[str, Any] = field(default_factory=dict)  # the GateConfig in force
-    conditions: dict[str, Any] | None = None  # the subject's run conditions, when recorded
-
-    @property
-    def exit_code(self) -> int:
-        """0 passed, 1 failed, 5 inconclusive (see DESIGN.md's table)."""
-        return self.status.exit_code
-
-    def counts(self) -> dict[str, int]:
-        """How many checks have each status."""
-        out = dict.fromkeys((PASS, WARN, FAIL, INCONCLUSIVE), 0)
-        for c in self.checks:
-            out[c.status] = out.get(c.status, 0) + 1
-        return {str(k): v for k, v in out.items()}
-
-    def to_json(self) -> dict[str, Any]:
-        """Plain dict (the ``exit_code`` included)."""
-        d = asdict(self)
-        d["exit_code"] = self.exit_code
-        return d
+__all__ = [
+    "Check",
+    "CheckStatus",
+    "GateResult",
+    "GateStatus",
+    "baseline_summary",
+    "evaluate",
+    "regression_check",
+    "runs_needed",
+]
 
 
 # ---- the gate ----
@@ -163,13 +108,19 @@ class GateResult:
 
 def _limit_checks(d: Diagnosis, cfg: GateConfig, th: Thresholds, note: str = "") -> list[Check]:
     out: list[Check] = []
-    specs: list[tuple[str, str, float | None]] = [
-        ("idle_ratio", "idle ratio", cfg.idle_limit(th, str(d.run.mode))),
-        ("comm_wait_share", "comm-wait share", cfg.max_comm_wait_ratio),
-        ("data_wait_share", "data-wait share", cfg.max_data_wait_ratio),
+    specs: list[tuple[str, str, float | None, str]] = [
+        (
+            "idle_ratio",
+            "idle ratio",
+            cfg.idle_limit(th, str(d.run.mode)),
+            "on a CPU-only run (set --max-idle-ratio)",
+        ),
+        ("comm_wait_share", "comm-wait share", cfg.max_comm_wait_ratio, "(set --max-comm-wait)"),
+        ("data_wait_share", "data-wait share", cfg.max_data_wait_ratio, "(set --max-data-wait)"),
     ]
-    for name, label, limit in specs:
+    for name, label, limit, how in specs:
         if limit is None:
+            out.append(Check(name, None, OFF, None, None, f"not applied {how}"))
             continue
         for rs in sorted(d.ranks, key=lambda r: r.rank):
             if name == "comm_wait_share" and not rs.shares.comm_measured:
@@ -197,7 +148,16 @@ def _straggler_checks(
 ) -> list[Check]:
     """One check per straggler finding's rank; a contended run's cannot fail (inconclusive)."""
     if cfg.stragglers == "off":
-        return []
+        return [
+            Check(
+                "straggler",
+                None,
+                OFF,
+                None,
+                None,
+                "not applied (--stragglers off; set fail or warn)",
+            )
+        ]
     found = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
     if not found:
         return [Check("straggler", None, PASS, None, None, "no straggler findings")]
@@ -272,97 +232,6 @@ def baseline_summary(runs: Sequence[RunStat], cfg: GateConfig, name: str = "") -
     )
 
 
-def runs_needed(cv: float, effect: float, cfg: GateConfig) -> int | None:
-    """The fewest baseline runs whose noise floor is below ``effect``; None past the cap."""
-    for n in range(2, cfg.max_runs_advice + 1):
-        if t_ppf(1.0 - cfg.run_alpha, n - 1) * cv * math.sqrt(1.0 + 1.0 / n) < effect:
-            return n
-    return None
-
-
-def regression_check(
-    cand: RunStat, base: Sequence[RunStat], cfg: GateConfig, contended: list[str]
-) -> Check:
-    """The timing check of one candidate run against the baseline runs (the module's rule)."""
-    name, limit = "step_time_regression", cfg.min_effect_ratio
-    counts = [len(cand.step_time_ns), min(len(b.step_time_ns) for b in base)]
-    if min(counts) < cfg.min_samples or cand.step_time_ns_median is None:
-        few = (
-            f"too few steady steps to compare: {counts[0]} (subject) and {counts[1]} "
-            f"(smallest baseline run); need {cfg.min_samples} each"
-        )
-        return Check(name, None, INCONCLUSIVE, None, limit, few, samples=counts)
-    medians = [float(b.step_time_ns_median or 0.0) for b in base]
-    n, m, c = len(medians), float(np.mean(medians)), float(cand.step_time_ns_median)
-    effect = c / m - 1.0 if m > 0 else 0.0
-    pooled = [v for b in base for v in b.step_time_ns]
-    _, p_mw = mann_whitney_u(cand.step_time_ns, pooled, alternative="greater")
-    details: dict[str, Any] = {"baseline_runs": n, "baseline_medians_ns": medians}
-    details.update(baseline_mean_ns=m, candidate_median_ns=c, within_run_mann_whitney_p=p_mw)
-    head = f"median step time {duration(c, 'ms')} vs {duration(m, 'ms')} baseline ({effect:+.1%}"
-    ci: list[float] = []
-    if n == 1:
-        floor, mde = cfg.single_run_min_effect_ratio, None
-        p = p_mw
-        signal = p_mw < cfg.alpha
-        desc = (
-            f"{head}; one baseline run: no between-run spread, so timing fails only above "
-            f"+{floor:.0%}; within-run Mann-Whitney p={p_mw:.2g})"
-        )
-        advice = "give 3 or more baseline runs (--baseline B1 B2 B3) to measure the runner's noise"
-    else:
-        s = float(np.std(medians, ddof=1))
-        cv = s / m if m > 0 else 0.0
-        tq = t_ppf(1.0 - cfg.run_alpha, n - 1)
-        mde = tq * cv * math.sqrt(1.0 + 1.0 / n)
-        floor = mde
-        scale = s * math.sqrt(1.0 + 1.0 / n)
-        p = t_sf((c - m) / scale, n - 1) if scale > 0 else (0.0 if c > m else 1.0)
-        signal = p < cfg.run_alpha
-        ci = [effect - mde, effect + mde]
-        details.update(baseline_cv=cv, t_quantile=tq, run_level_p=p)
-        conf = 1.0 - 2.0 * cfg.run_alpha
-        desc = (
-            f"{head}, {conf:.0%} CI {ci[0]:+.1%} to {ci[1]:+.1%}); {n} baseline runs vary "
-            f"by ±{cv:.1%}, smallest detectable effect {mde:.1%}; run-level p={p:.2g}, "
-            f"within-run Mann-Whitney p={p_mw:.2g}"
-        )
-        need = runs_needed(cv, max(effect, limit), cfg)
-        target = f"{max(effect, limit):.0%}"
-        advice = (
-            f"the baseline runs vary by ±{cv:.1%}; need ≥ {need} runs or a quieter runner "
-            f"to detect {target}"
-            if need is not None
-            else f"the baseline runs vary by ±{cv:.1%}; more runs will not detect {target}: "
-            "use a quieter runner"
-        )
-    details["min_effect_ratio"] = limit
-    noisy = [b.name or f"run {i + 1}" for i, b in enumerate(base) if contention(_recorded(b), cfg)]
-    if noisy:
-        # A contended baseline run widens the spread (a larger noise floor), never hides one.
-        desc += f"; contended baseline runs: {', '.join(noisy)}"
-        details["contended_baseline_runs"] = noisy
-    kw: dict[str, Any] = {"p_value": p, "effect_ratio": effect, "samples": counts, "ci": ci}
-    kw.update(mde_ratio=mde, details=details)
-    if effect <= limit:
-        verdict = "not slower" if effect <= 0 else f"within min effect +{limit:.0%}"
-        return Check(name, None, PASS, effect, limit, f"{verdict}: {desc}", **kw)
-    if signal and effect > floor:
-        if contended:
-            why = (
-                f"inconclusive: slower, but the run was contended "
-                f"({'; '.join(contended)}), so timing cannot fail: {desc}"
-            )
-            return Check(name, None, INCONCLUSIVE, effect, limit, why, **kw)
-        return Check(name, None, FAIL, effect, limit, f"slower: {desc}", **kw)
-    return Check(name, None, INCONCLUSIVE, effect, limit, f"inconclusive: {advice}: {desc}", **kw)
-
-
-def _recorded(b: RunStat) -> RunConditions | None:
-    """A baseline run's recorded run conditions (kept as JSON in the baseline file)."""
-    return RunConditions(b.conditions) if b.conditions is not None else None
-
-
 def _as_runs(
     baseline: Diagnosis | RunStat | Sequence[Diagnosis | RunStat] | None,
     cfg: GateConfig,
@@ -393,48 +262,47 @@ def evaluate(
     th = th or Thresholds()
     base = _as_runs(baseline, cfg, th)
     fp = fingerprint(d)
-    base_fp = base[0].fingerprint if base else None
     contended = contention(conditions, cfg)
     recorded = conditions.to_json() if conditions is not None else None
     note = f" (run contended: {describe_run_conditions(conditions)})" if contended else ""
-    checks = _limit_checks(d, cfg, th, note) + _straggler_checks(d, cfg, base, contended)
-    if recorded:
-        checks.append(
-            Check(
-                "run_conditions",
-                None,
-                WARN if contended else PASS,
-                None,
-                None,
-                ("contended: " + "; ".join(contended))
-                if contended
-                else f"quiet: {describe_run_conditions(conditions)}",
-                details=recorded,
-            )
+    ended = run_outcome(d)
+    checks = [
+        Check("run_outcome", None, FAIL, None, None, f"the run did not end well: {ended}")
+        if ended
+        else Check("run_outcome", None, PASS, None, None, "no failure, crash, interruption or hang")
+    ]
+    checks += _limit_checks(d, cfg, th, note) + _straggler_checks(d, cfg, base, contended)
+    checks.append(
+        Check(
+            "run_conditions",
+            None,
+            WARN if contended else PASS,
+            None,
+            None,
+            ("contended: " + "; ".join(contended))
+            if contended
+            else f"quiet: {describe_run_conditions(conditions)}",
+            details=recorded,
         )
-    mismatch = False
-    if base:
-        odd = next((b for b in base if b.fingerprint != fp), None)
-        if odd is not None:
-            mismatch = True
-            diffs = describe_fingerprint_difference(fp, odd.fingerprint)
-            checks.insert(
-                0,
-                Check(
-                    "fingerprint",
-                    None,
-                    INCONCLUSIVE,
-                    None,
-                    None,
-                    f"baseline {odd.name or 'run'} is from a different setup "
-                    f"({diffs}): not compared",
-                ),
-            )
-        else:
-            cand = run_stat(d, subject, conditions, cfg.warmup_steps, th)
-            checks.append(regression_check(cand, base, cfg, contended))
+        if recorded
+        else Check(
+            "run_conditions",
+            None,
+            OFF,
+            None,
+            None,
+            "not applied: no run conditions "
+            "recorded (traces or a saved diagnosis; `gpudiag run` records them)",
+        )
+    )
+    checks += _baseline_checks(d, base, fp, cfg, th, subject, conditions, contended)
+    if cfg.inconclusive_ok:
+        checks = [hold_to_own_test(c) for c in checks]
     statuses = {c.status for c in checks}
-    if mismatch:
+    mismatch = any(c.name == "fingerprint" and c.status == INCONCLUSIVE for c in checks)
+    if ended:
+        status = GateStatus.FAILED  # a failed run fails whatever else its checks say
+    elif mismatch:
         status = GateStatus.INCONCLUSIVE
     elif FAIL in statuses:
         status = GateStatus.FAILED
@@ -442,6 +310,7 @@ def evaluate(
         status = GateStatus.INCONCLUSIVE
     else:
         status = GateStatus.PASSED
+    base_fp = base[0].fingerprint if base else None
     return GateResult(
         status,
         checks,
@@ -453,3 +322,55 @@ def evaluate(
         asdict(cfg),
         recorded,
     )
+
+
+def _baseline_checks(
+    d: Diagnosis,
+    base: list[RunStat],
+    fp: dict[str, object],
+    cfg: GateConfig,
+    th: Thresholds,
+    subject: str,
+    conditions: RunConditions | None,
+    contended: list[str],
+) -> list[Check]:
+    """The fingerprint and the two timing checks, or why they are not applied."""
+    if not base:
+        why = "not applied: no baseline (give --baseline B1 B2 B3)"
+        return [Check(n, None, OFF, None, None, why) for n in ("fingerprint", WALL, CPU)]
+    out: list[Check] = []
+    bad = [b for b in base if b.outcome]
+    if bad:
+        names = ", ".join(f"{b.name or 'a run'} ({b.outcome})" for b in bad)
+        out.append(
+            Check(
+                "baseline_outcome",
+                None,
+                INCONCLUSIVE,
+                None,
+                None,
+                f"baseline runs that did not end well are left out: {names}",
+            )
+        )
+        base = [b for b in base if not b.outcome]
+        if not base:
+            return out
+    odd = next((b for b in base if b.fingerprint != fp), None)
+    if odd is not None:
+        diffs = describe_fingerprint_difference(fp, odd.fingerprint)
+        return [
+            *out,
+            Check(
+                "fingerprint",
+                None,
+                INCONCLUSIVE,
+                None,
+                None,
+                f"baseline {odd.name or 'run'} is from a different setup ({diffs}): not compared",
+            ),
+        ]
+    out.append(Check("fingerprint", None, PASS, None, None, "same setup as the baseline"))
+    cand = run_stat(d, subject, conditions, cfg.warmup_steps, th)
+    out.append(regression_check(cand, base, cfg, contended))
+    out.append(cpu_check(cand, base, cfg, str(d.run.mode), bool(fp.get("devices"))))
+    return out

@@ -235,6 +235,11 @@ def _api_cause(sc: _Scope) -> dict[str, Any]:
         "steps": in_steps,
         "longest_ns": longest,
     }
+    if cls == "copy":
+        calls = sum(int(_entry(r, cls).get("calls", 0)) for r in mine)
+        out["calls_per_step"] = round(calls / max(len(in_steps), 1) / max(len(mine), 1))
+        sizes = [int(_entry(r, cls).get("bytes_median", -1)) for r in mine]
+        out["bytes_median"] = max(sizes, default=-1)
     waits = waits_for(mine, cls) if cls in ("sync", "copy") else {}
     if waits:
         who = max(waits, key=lambda k: waits[k])
@@ -395,7 +400,7 @@ def waits_for(ranks: Sequence[RankSummary], cls: str = "sync") -> dict[str, floa
     weights = 0.0
     for r in ranks:
         e = _entry(r, cls)
-        w = float(e.get("ns") or 0)
+        w = float(e.get("ns") or 0) + float(e.get("gpu_busy_ns") or 0)  # the calls' whole time
         for k, v in (e.get("waits_for") or {}).items():
             out[k] = out.get(k, 0.0) + w * float(v)
         weights += w

@@ -114,7 +114,11 @@ def _why(
         for n in named:
             r = by.get(slowest[n])
             e = ((ev(r, "host_api") or {}) if r else {}).get(cls) or {}
-            per = dict(zip(e.get("steps", []), e.get("ns_per_step", []), strict=False))
+            own = e.get("ns_per_step", [])
+            if waiting:  # a call waiting for the GPU work: all of its time, busy part too
+                busy = e.get("gpu_busy_ns_per_step") or [0] * len(own)
+                own = [a + b for a, b in zip(own, busy, strict=False)]
+            per = dict(zip(e.get("steps", []), own, strict=False))
             usual = [v for k, v in per.items() if k not in named]
             typical = float(nputil.median(usual)) if usual else 0.0
             ns += max(0, round(per.get(n, 0) - typical))

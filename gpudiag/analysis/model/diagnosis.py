@@ -17,6 +17,7 @@ from dataclasses import asdict, field
 from typing import Any, TypeVar
 
 from gpudiag._support.records import dataclass
+from gpudiag.analysis.model.efficiency import ComputeEfficiency
 from gpudiag.analysis.model.kinds import Cause as Cause
 from gpudiag.analysis.model.kinds import FindingKind as FindingKind
 from gpudiag.analysis.model.kinds import Mode as Mode
@@ -172,6 +173,10 @@ class RankEvidence:
     comm_calls: dict[str, int] | None = None
     # collective type → element type (bf16, fp32 …) → share of that type's time
     comm_dtypes: dict[str, dict[str, float]] | None = None
+    # achieved FLOP/s and bandwidth of the modelled operators against the device's peak
+    efficiency: ComputeEfficiency | None = None
+    # what the trace was taken to be: start-up, edges, iterations (analysis/reading)
+    reading: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, parts: dict[str, Any]) -> RankEvidence:
@@ -298,6 +303,8 @@ class CollectiveRow:
     busbw_gbps: float | None = None
     peak_gbps: float | None = None
     efficiency: float | None = None
+    link: str | None = None  # the link the peak is of (NVLink 3, PCIe 4.0 x16 …)
+    likely_cause: str | None = None  # why a share of peak is low, as far as the trace tells
 
 
 @dataclass(frozen=True)
@@ -342,7 +349,8 @@ class CollectivesSummary:
 class RunStep:
     """One step of one rank from ``gpudiag run``'s always-on telemetry.
 
-    Every step, not only the profiled ones. Waits are ``None`` where not measured.
+    Every step, not only the profiled ones. Waits are ``None`` where not measured;
+    ``cpu_ns`` is the training thread's CPU time in the step (``None``: not measured).
     """
 
     rank: int
@@ -353,6 +361,7 @@ class RunStep:
     comm_wait_ns: int | None
     backward_ns: int | None
     profiled: bool
+    cpu_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -437,6 +446,29 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Reading:
+    """What gpudiag took the trace to be (analysis/reading): phases, edges, iterations.
+
+    Of the rank the line describes (the one with the largest start-up share, else the
+    first): its window, start-up (one-off calls before the first kernel, by name), the idle
+    head and tail left out, and the iterations found and analysed.
+    """
+
+    line: str
+    rank: int
+    window_ns: int
+    startup_ns: int
+    startup_calls: dict[str, int]
+    idle_head_ns: int
+    idle_tail_ns: int
+    steps_found: int
+    steps_analysed: int
+    source: str
+    holds: dict[str, int]
+    startup_dominant: bool = False
+
+
+@dataclass(frozen=True)
 class Diagnosis:
     """Everything gpudiag concluded about a run; renderers only format it."""
 
@@ -460,6 +492,10 @@ class Diagnosis:
     kernels: KernelBreakdown | None = None
     # the live alerts `gpudiag run` raised and cleared while the job ran (alerts.jsonl)
     alerts: list[LiveAlert] = field(default_factory=list)
+    # every rank's compute efficiency together (analysis/efficiency/measure.py)
+    efficiency: ComputeEfficiency | None = None
+    # what gpudiag took the trace to be before judging it (analysis/reading)
+    reading: Reading | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The public JSON document (see docs/json-schema.md)."""
@@ -472,6 +508,8 @@ class Diagnosis:
         d["collectives"] = self.collectives.to_json() if self.collectives else {}
         d["verdict"] = without_omitted(self.verdict) if self.verdict else {}
         d["kernels"] = d["kernels"] or {}
+        d["efficiency"] = d["efficiency"] or {}
+        d["reading"] = d["reading"] or {}
         for fd, f in zip(d["findings"], self.findings, strict=True):
             fd["metrics"] = f.metrics.to_json()
         order = [
@@ -488,6 +526,8 @@ class Diagnosis:
             "what_if",
             "collectives",
             "kernels",
+            "efficiency",
+            "reading",
             "whole_run",
             "thresholds",
             "notes",

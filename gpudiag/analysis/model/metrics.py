@@ -366,7 +366,8 @@ class LimitedEvidenceMetrics(FindingMetrics):
 
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.LIMITED_EVIDENCE,)
 
-    limit: str  # "sampled", "no_gpu_activity", "comm_only", "clock", "short", "unlinked"
+    # "sampled", "filtered", "no_gpu_activity", "comm_only", "clock", "short", "unlinked"
+    limit: str
     effect: str  # "withhold" or "qualify"
 
 

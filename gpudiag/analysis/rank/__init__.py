@@ -1,1 +1,1 @@
-"""One rank's analysis: steps, classification, evidence, host causes, kernels."""
+"""One rank's analysis: classification, evidence, host causes, kernels (steps: reading/)."""

@@ -18,6 +18,7 @@ import numpy as np
 
 from gpudiag._support import nputil
 from gpudiag._support.records import dataclass
+from gpudiag.analysis.efficiency.measure import rank_efficiency
 from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
@@ -48,10 +49,11 @@ from gpudiag.analysis.rank.devices import capability, common_capability
 from gpudiag.analysis.rank.evidence import rank_facts
 from gpudiag.analysis.rank.hostcause import host_evidence
 from gpudiag.analysis.rank.kernels import breakdown as kernel_breakdown
-from gpudiag.analysis.rank.steady import steady_steps
-from gpudiag.analysis.rank.steps import StepWindows, find_steps
 from gpudiag.analysis.rank.timeline import RankLanes, rank_lanes
 from gpudiag.analysis.rank.workload import name_counts, recognise
+from gpudiag.analysis.reading.phases import read_rank
+from gpudiag.analysis.reading.steady import steady_steps
+from gpudiag.analysis.reading.steps import StepWindows, find_steps
 from gpudiag.analysis.run.collectives import (
     Collectives,
     collective_type,
@@ -100,7 +102,7 @@ TELEMETRY_NOTE = (
 def telemetry_results(whole: WholeRun, th: Thresholds) -> list[RankResult]:
     """Per-rank results from ``gpudiag run``'s step telemetry when there is no trace.
 
-    Each steady step (:mod:`gpudiag.analysis.rank.steady`) splits into data-wait and comm-wait
+    Each steady step (:mod:`gpudiag.analysis.reading.steady`) splits into data-wait and comm-wait
     as the job measured them and *busy* = the rest, reported as compute (mode
     ``telemetry``: compute and host work are not told apart, so neither the idle ratio nor
     host-bound is judged from it; NVML's utilisation stands in for the idle ratio).
@@ -201,12 +203,12 @@ def source_results(
 def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -> RankResult:
     """Steps and their classification for one rank."""
     win = find_steps(tl, th.loader.launch_linked_min_ratio)
+    win, keep, reading = read_rank(tl, win, th.reading, th.loader.launch_linked_min_ratio)
     sets = rank_sets(tl, th.comm_op_re)
     parts = classify_steps(tl, win, sets)
     mode = Mode(parts.mode)
-    keep = np.ones(len(win), bool)
     truncated = _truncated(win, mode, th)
-    if truncated is not None:
+    if truncated is not None and keep[-1]:
         keep[-1] = False
     steps = [
         StepBreakdown(
@@ -237,9 +239,14 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
         on_thread,
     )
     evidence |= _workload_and_device(tl)
+    evidence["reading"] = reading
     if mode == Mode.GPU:
         evidence |= host_evidence(tl, win, keep, sets)
     top = kernel_breakdown(tl, (win.start[keep], win.end[keep]), gpu=mode == Mode.GPU)
+    if mode == Mode.GPU:
+        eff = rank_efficiency(tl, (win.start[keep], win.end[keep]))
+        if eff is not None:
+            evidence["efficiency"] = eff
     if top is not None:
         evidence["kernels"] = top
     if colls.type:

@@ -10,7 +10,7 @@ compute set, C the communication set, M the copy set and D the data-fetch set of
 * other        = |P| − the three above     host overhead, launch gaps, copies alone, sync
 * gpu_idle     = |P \\ G|                  G: every kernel, copy and memset (GPU traces)
 
-P is the step's period (:mod:`gpudiag.analysis.rank.steps`), so the four parts sum to it exactly.
+P is the step's period (:mod:`gpudiag.analysis.reading.steps`), so the four parts sum to it exactly.
 
 Two idles: the *non-compute idle* is 1 − compute / |P| (copies, communication and host time
 are idle in it; flagged above ``idle_ratio_max``); the *GPU idle* is |P \\ G| / |P|, the
@@ -56,7 +56,7 @@ import numpy.typing as npt
 from gpudiag._support.nputil import unique
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.rank import intervals as iv
-from gpudiag.analysis.rank.steps import StepWindows
+from gpudiag.analysis.reading.steps import StepWindows
 from gpudiag.config import DEFAULT_COMM_OP_RE, HOST_COMM_CALL_RE
 from gpudiag.traces.schema import I64, Kind, RankTimeline
 

@@ -19,6 +19,8 @@ no_gpu_activity     withhold  no kernel, copy or memset, yet the job used GPUs (
                               ``deviceProperties``, the NCCL backend, ``nccl:*`` ops, CUDA
                               runtime calls; ``aten::_local_scalar_dense`` is named beside
                               them, never alone: ``.item()`` on a CPU tensor calls it too)
+no_kernels          withhold  copies or memsets but no kernel at all: the program stopped
+                              before its first kernel (tracing was on)
 comm_only           withhold  GPU activity is only communication (and copies): no compute
 clock               withhold  GPU and host clocks disagree beyond correction
                               (:func:`gpudiag.traces.core.rank_builder.check_clocks`)
@@ -45,20 +47,29 @@ from gpudiag._support.records import dataclass
 from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, Recommendation, Severity
 from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
-from gpudiag.config import EvidenceRules
+from gpudiag.config import LAUNCH_CALL_RE, EvidenceRules
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline
 
 WITHHOLD = "withhold"
 NO_GAIN = "No gain is given"  # how a remedy's detail says why it gives none
 QUALIFY = "qualify"
 _GPU_SIGNS = re.compile(r"^(nccl:|ncclKernel|ncclDevKernel)|_local_scalar_dense$|^cuda[A-Z]")
+# Operators that exist only on a GPU backend: cuDNN/MIOpen operators and their backward
+# nodes, the flash / memory-efficient attention kernels' operators, Inductor's Triton
+# kernels (its CPU code is C++, ``cpp_fused_*``), and torch.cuda's lazy initialisation
+# (run at the first CUDA use, never by a CPU job).
+_GPU_ONLY_OPS = re.compile(
+    r"^aten::_?(cudnn|miopen)_|^aten::_(flash|efficient)_attention_|"
+    r"^aten::_scaled_dot_product_(flash|efficient|cudnn)_attention$|^(Cudnn|Miopen)\w*Backward|"
+    r"^triton_(poi|red|per|tem)_|^torch/cuda/__init__\.py\(\d+\): _lazy_init$"
+)
 
 
 @dataclass(frozen=True)
 class Limit:
     """One thing the trace cannot support, for which ranks, and what it does to the verdict."""
 
-    kind: str  # "sampled", "no_gpu_activity", "comm_only", "clock", "short", "unlinked"
+    kind: str  # "sampled", "filtered", "no_gpu_activity", "no_kernels", "comm_only", "clock", …
     effect: str  # WITHHOLD or QUALIFY
     message: str
     ranks: list[int] = field(default_factory=list)
@@ -99,16 +110,40 @@ def rank_facts(
         "comm_kernels": int(kinds[Kind.COMM]) if kinds is not None else 0,
         "gpu_ops_linked": int(np.count_nonzero(busy & (tl.launch_ns >= 0))),
     }
+    facts.update(_launch_facts(tl, gpu, busy))
     facts.update({k: int(v) for k, v in meta.coverage.items()})
     if meta.clock_unreliable:
         facts["clock_unreliable"] = True
     if meta.clock_shift_ns:
         facts["clock_shift_ns"] = {str(d): int(v) for d, v in meta.clock_shift_ns.items()}
+    if facts["gpu_ops"] and not facts["compute_kernels"] and not facts["comm_kernels"]:
+        facts["copies"] = int(kinds[Kind.MEMCPY]) if kinds is not None else 0
+        facts["memsets"] = int(kinds[Kind.MEMSET]) if kinds is not None else 0
     if not facts["gpu_ops"]:
         facts["gpu_signs"] = _gpu_signs(tl)
         facts["host_ops_in_steps"] = int(host_ops_in_steps)
         facts["step_thread_ops_in_steps"] = int(step_thread_ops)
     return facts
+
+
+def _launch_facts(tl: RankTimeline, gpu: Any, busy: Any) -> dict[str, int]:
+    """How many kernel-launch calls the trace holds, and how many have no GPU op linked."""
+    if not len(tl) or not busy.any():
+        return {}
+    rx = re.compile(LAUNCH_CALL_RE)
+    is_launch = np.array([bool(rx.search(n)) for n in tl.names], bool)[tl.name]
+    calls = tl.start_ns[is_launch & ~gpu & (tl.kind == Kind.RUNTIME)]
+    if not calls.size:
+        return {}
+    linked = np.unique(tl.launch_ns[busy & (tl.launch_ns >= 0)])
+    empty = int(np.count_nonzero(~np.isin(calls, linked)))
+    kernels = gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM])
+    unlinked = int(np.count_nonzero(kernels & (tl.launch_ns < 0)))
+    return {
+        "launch_calls": int(calls.size),
+        "launch_calls_empty": empty,
+        "kernels_unlinked": unlinked,
+    }
 
 
 def _gpu_signs(tl: RankTimeline) -> list[str]:
@@ -122,6 +157,11 @@ def _gpu_signs(tl: RankTimeline) -> list[str]:
         signs.append("the NCCL backend")
     used = np.unique(tl.name).tolist() if len(tl) else []
     hits = sorted({_sign_word(tl.names[i]) for i in used if _GPU_SIGNS.search(tl.names[i])})
+    only = [i for i in used if _GPU_ONLY_OPS.search(tl.names[i])]
+    if only:
+        n = int(np.count_nonzero(np.isin(tl.name, only)))
+        first = tl.names[max(only, key=lambda i: int(np.count_nonzero(tl.name == i)))]
+        hits.append(f"{n:,} operator{'s' if n != 1 else ''} that run only on a GPU ({first}, …)")
     strong = signs + [h for h in hits if not h.startswith("aten::")]
     # .item() on a CPU tensor calls _local_scalar_dense too: alone it says nothing
     return signs + hits if strong else []
@@ -158,7 +198,15 @@ def limits(
             each = "; ".join(f"rank {r}: {d}" for r, _, d in hits)
             message = lead.format(each)
         out.append(Limit(kind, effect, message, ranks))
-    order = {"clock": 0, "no_gpu_activity": 1, "comm_only": 2, "sampled": 3, "short": 4}
+    order = {
+        "clock": 0,
+        "no_gpu_activity": 1,
+        "no_kernels": 1,
+        "comm_only": 2,
+        "sampled": 3,
+        "filtered": 4,
+        "short": 5,
+    }
     return sorted(out, key=lambda lim: (lim.effect != WITHHOLD, order.get(lim.kind, 9)))
 
 
@@ -171,76 +219,63 @@ def _short_range(fs: Sequence[Mapping[str, Any]]) -> str:
     return f"{n} GPU ops in 1 step of {dur}"
 
 
+# hand-laid (over 80 lines once formatted; to be split)
+# fmt: off
 def _rank_limits(
     f: Mapping[str, Any], rules: EvidenceRules, linked_min_ratio: float
 ) -> list[tuple[str, str, str, str]]:
     """(kind, effect, sentence with ``{}`` for the rank's numbers, the numbers)."""
-    out: list[tuple[str, str, str, str]] = []
-
-    def add(kind: str, effect: str, sentence: str, numbers: str) -> None:
-        out.append((kind, effect, sentence, numbers))
-
+    out = []
     if f.get("clock_unreliable"):
-        add(
-            "clock",
-            WITHHOLD,
-            "GPU and host clocks disagree beyond correction{}: "
-            "compute and host time cannot be split",
-            "",
-        )
+        out.append(("clock", WITHHOLD, "GPU and host clocks disagree beyond correction{}: "
+                    "compute and host time cannot be split", ""))
     if not f["gpu_ops"]:
         signs = f.get("gpu_signs") or []
         if signs:
-            add(
-                "no_gpu_activity",
-                WITHHOLD,
-                "cannot split compute from host time: the trace holds no GPU activity, "
-                "though the job used GPUs ({})",
-                ", ".join(signs),
-            )
+            out.append(("no_gpu_activity", WITHHOLD,
+                        "cannot split compute from host time: the trace holds no GPU activity, "
+                        "though the job used GPUs ({})", ", ".join(signs)))
+    elif not f["compute_kernels"] and not f["comm_kernels"]:
+        out.append(("no_kernels", WITHHOLD,
+                    "the trace holds {} but no kernel: tracing was on and the program stopped "
+                    "before its first kernel ran, so there is no GPU compute to split",
+                    f"{f.get('copies', 0)} copies and {f.get('memsets', 0)} memsets"))
     elif not f["compute_kernels"] and f["comm_kernels"]:
-        add(
-            "comm_only",
-            WITHHOLD,
-            "the trace holds only communication on the GPU (no compute kernel){}: a "
-            "communication-only extract cannot show compute or host time",
-            "",
-        )
+        out.append(("comm_only", WITHHOLD,
+                    "the trace holds only communication on the GPU (no compute kernel){}: a "
+                    "communication-only extract cannot show compute or host time", ""))
     ids, holes = f.get("host_op_ids", 0), f.get("host_op_id_holes", 0)
     if ids >= rules.sampled_min_ids and holes >= rules.sampled_hole_ratio * ids:
         span = f.get("host_op_id_span", ids)
-        add(
-            "sampled",
-            WITHHOLD,
-            "the trace is sampled or filtered ({}), so the gaps between kept events are "
-            "unseen time, not idle time",
-            f"{ids / span:.1%} of the host operators' ids present",
-        )
+        out.append(("sampled", WITHHOLD,
+                    "the trace is sampled or filtered ({}), so the gaps between kept events are "
+                    "unseen time, not idle time",
+                    f"{ids / span:.1%} of the host operators' ids present"))
+    # launch calls whose kernels are not in the trace — beyond what kernels without a link
+    # could be (a trace whose links are broken holds its kernels: that is "unlinked")
+    calls, empty = f.get("launch_calls", 0), f.get("launch_calls_empty", 0)
+    missing = empty - f.get("kernels_unlinked", 0)
+    if calls >= rules.filtered_min_launches and missing >= rules.filtered_launch_ratio * calls:
+        out.append(("filtered", WITHHOLD,
+                    "the trace is filtered ({}): the GPU work it left out is unseen time, not "
+                    "idle time",
+                    f"{empty:,} of {calls:,} kernel launch calls have no GPU op"))
     if f["gpu_ops"] and f["steps"] <= 1 and f["gpu_ops_in_steps"] < rules.few_gpu_ops:
-        add(
-            "short",
-            QUALIFY,
-            "only {}: too little to generalise",
-            f"{f['gpu_ops_in_steps']} GPU ops in {f['steps']} step of "
-            f"{words.duration(int(f['step_ns']))}",
-        )
+        out.append(("short", QUALIFY, "only {}: too little to generalise",
+                    f"{f['gpu_ops_in_steps']} GPU ops in {f['steps']} step of "
+                    f"{words.duration(int(f['step_ns']))}"))
     cpu_job = not f["gpu_ops"] and not f.get("gpu_signs")
     host_ops = int(f.get("host_ops_in_steps", 0))
     if cpu_job and f["steps"] <= 1 and host_ops < rules.few_host_ops:
-        add(
-            "short",
-            QUALIFY,
-            "only {}: too little to generalise",
-            f"{host_ops} host events in {f['steps']} step of {words.duration(int(f['step_ns']))}",
-        )
+        out.append(("short", QUALIFY, "only {}: too little to generalise",
+                    f"{host_ops} host events in {f['steps']} step of "
+                    f"{words.duration(int(f['step_ns']))}"))
     if f["gpu_ops"] and f["gpu_ops_linked"] < linked_min_ratio * f["gpu_ops"]:
-        add(
-            "unlinked",
-            QUALIFY,
-            "only {} GPU ops have a launching call in the trace: steps are assigned by time",
-            f"{f['gpu_ops_linked']} of {f['gpu_ops']}",
-        )
+        out.append(("unlinked", QUALIFY,
+                    "only {} GPU ops have a launching call in the trace: steps are assigned by "
+                    "time", f"{f['gpu_ops_linked']} of {f['gpu_ops']}"))
     return out
+# fmt: on
 
 
 def withheld(lims: Sequence[Limit]) -> list[Limit]:

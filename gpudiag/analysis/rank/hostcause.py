@@ -18,8 +18,11 @@ apart, each with its own remedy:
   (dispatch, autograd bookkeeping, launches) while the GPU computes nothing;
 * **Python overhead** — no host thread of the rank is inside an operator.
 
-Each class's time is the union of its calls on the training thread (on every host thread
-when the training thread is unknown) inside the analysed steps, per step. The kernels'
+Each class's time is the union of its calls on the rank's operator threads (the training
+thread and its autograd threads, below; every host thread when the training thread is
+unknown) inside the analysed steps, per step, **with the GPU computing or communicating
+taken out**: a call that blocks while the GPU runs earlier work waits for the GPU, and
+that time is the GPU's (``gpu_busy_ns`` keeps it), never the host's. The kernels'
 count and median duration per step, graph launches (graphs already in use) and the share
 of compute in half-precision kernels (AMP already on) are measured beside them.
 
@@ -45,7 +48,7 @@ from gpudiag._support.nputil import unique_inverse
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.rank import intervals as iv
 from gpudiag.analysis.rank.classify import RankSets
-from gpudiag.analysis.rank.steps import StepWindows
+from gpudiag.analysis.reading.steps import StepWindows
 from gpudiag.traces.schema import Kind, RankTimeline
 
 API_CLASSES: dict[str, re.Pattern[str]] = {
@@ -87,9 +90,10 @@ def host_evidence(
     """Runtime-call classes, kernel counts and precision of a rank's analysed steps.
 
     ``host_api`` maps each class of :data:`API_CLASSES` with any call in the analysed
-    steps to ``{ns, ns_per_step, steps, calls, api, apis, longest_ns, longest_step,
-    longest_op}``, and ``sync`` and ``copy`` to ``waits_for`` too: the shares of their time
-    during which the GPU ran compute, a collective, a copy, or nothing.
+    steps to ``{ns, ns_per_step (GPU-idle part), gpu_busy_ns(_per_step), steps, calls, api, apis,
+    longest_ns, longest_step, longest_op}``, and ``sync`` and ``copy`` to ``waits_for``
+    too: the shares of their time during which the GPU ran compute, a collective, a copy,
+    or nothing.
     ``host_op_share``: the share of the steps' time with an operator open on one of the
     rank's operator threads (module docstring; the rest is Python, or waiting, between
     operators); ``host_ops``: per step, that time on the training thread and on the other
@@ -108,11 +112,11 @@ def host_evidence(
     main = tl.meta.main_lane
     host = (tl.lane == main) if main >= 0 else ~gpu
     out: dict[str, Any] = {}
-    api = _host_api(tl, host, w, sets)
-    if api:
-        out["host_api"] = api
     lanes = op_lanes(tl)
     threads = np.isin(tl.lane, lanes) if lanes else host
+    api = _host_api(tl, threads, w, sets)
+    if api:
+        out["host_api"] = api
     ops = np.flatnonzero(threads & (tl.kind == Kind.CPU_OP))
     if ops.size:
         out |= _op_time(tl, ops, w, sets)
@@ -226,12 +230,16 @@ def _host_api(
         return {}
     cls_of = _per_event(tl.names, tl.name[rt], _class_of)
     api: dict[str, Any] = {}
+    gpu_working = iv.join(sets.compute, sets.comm)
     for k, cls in enumerate(API_CLASSES):
         idx = rt[cls_of == k]
         calls = iv.union(tl.start_ns[idx], tl.end_ns[idx])
-        per = iv.measure(calls, w.s, w.e)
+        whole = iv.measure(calls, w.s, w.e)
+        # blame follows the GPU: the time a call blocks while the GPU computes or
+        # communicates is the GPU's time; only the rest is the host's
+        per = iv.measure(iv.subtract(calls, gpu_working), w.s, w.e)
         idx = idx[_inside(tl.start_ns[idx], w.s, w.e)]
-        if not idx.size or not per.sum():
+        if not idx.size or not whole.sum():
             continue
         dur = tl.end_ns[idx] - tl.start_ns[idx]
         names, totals = np.unique(tl.name[idx], return_inverse=True)
@@ -241,6 +249,8 @@ def _host_api(
         entry: dict[str, Any] = {
             "ns": int(per.sum()),
             "ns_per_step": [int(x) for x in per],
+            "gpu_busy_ns": int(whole.sum() - per.sum()),
+            "gpu_busy_ns_per_step": [int(x) for x in whole - per],
             "steps": [int(x) for x in w.numbers],
             "calls": int(idx.size),
             "api": tl.names[int(names[int(np.argmax(by_name))])],
@@ -253,8 +263,17 @@ def _host_api(
             entry["longest_op"] = op
         if cls in ("sync", "copy"):
             entry["waits_for"] = _waits_for(calls, sets)
+        if cls == "copy":
+            entry["bytes_median"] = _bytes_median(tl, tl.start_ns[idx])
         api[cls] = entry
     return api
+
+
+def _bytes_median(tl: RankTimeline, launches: npt.NDArray[np.int64]) -> int:
+    """The median size of the GPU copies these calls launched (-1 when none tells)."""
+    gpu = tl.gpu_lane_mask()[tl.lane]
+    mine = gpu & (tl.kind == Kind.MEMCPY) & (tl.nbytes >= 0) & np.isin(tl.launch_ns, launches)
+    return int(np.median(tl.nbytes[mine])) if mine.any() else -1
 
 
 def _kernels(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 r"""The classified timeline of each rank, aggregated to stay small: what the Perfetto view draws.
 
-For every rank, inside its analysed steps (the periods P of :mod:`gpudiag.analysis.rank.steps`),
+For every rank, inside its analysed steps (the periods P of :mod:`gpudiag.analysis.reading.steps`),
 the four parts exactly as :mod:`gpudiag.analysis.rank.classify` counts them:
 
 * compute   = K ∩ P
@@ -28,7 +28,7 @@ import numpy.typing as npt
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.rank import intervals as iv
 from gpudiag.analysis.rank.classify import RankSets
-from gpudiag.analysis.rank.steps import StepWindows
+from gpudiag.analysis.reading.steps import StepWindows
 from gpudiag.analysis.run.collectives import Collectives
 from gpudiag.traces.schema import I64, Kind, RankTimeline
 

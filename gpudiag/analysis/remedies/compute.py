@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpudiag.analysis.efficiency.peaks import peak_of
 from gpudiag.analysis.model.diagnosis import Finding
 from gpudiag.analysis.model.metrics import ComputeMetrics
 from gpudiag.analysis.rank import workload
@@ -78,7 +79,43 @@ def _precision_title(f: Finding, c: Context) -> str:
     return "Use mixed precision (autocast) for the fp32 matrix work"
 
 
+def _speedup(f: Finding, c: Context) -> str:
+    """The peak table's bound on what a 16-bit path gives the fp32/TF32 matrix work.
+
+    At the same share of peak, kernels moved from the ``path`` peak to the device's fastest
+    16-bit one run ``best ÷ path`` times faster: an upper bound from the table, never more.
+    """
+    effs = [e.efficiency for e in c.evidence(f.ranks or list(c.ranks)) if e.efficiency is not None]
+    if not effs:
+        return ""
+    e = effs[0]
+    peak = peak_of(e.device)
+    if peak is None:
+        return ""
+    best_path, best = peak.best()
+    rows = [x for x in e.families if x.tflops is not None and x.path in ("fp32", "tf32")]
+    if not rows or not e.steps:
+        return ""
+    top = max(rows, key=lambda x: x.kernel_ns)
+    path_peak = peak.tflops(top.path)
+    if not path_peak or best <= path_peak:
+        return ""
+    ratio = best / path_peak
+    per_step = top.kernel_ns / e.steps
+    share = f" ({top.peak_share:.0%} of its peak)" if top.peak_share is not None else ""
+    return (
+        f" Its {top.path} {top.family} kernels run {top.tflops:.3g} TFLOP/s{share} for "
+        f"{per_step / 1e6:.1f} ms a step; at the same share of the {best_path} peak they "
+        f"would take {per_step / ratio / 1e6:.1f} ms (×{ratio:.1f}, the {peak.model} "
+        "peak table's ratio: an upper bound)."
+    )
+
+
 def _precision_detail(f: Finding, c: Context) -> str:
+    return _precision_text(f, c) + _speedup(f, c)
+
+
+def _precision_text(f: Finding, c: Context) -> str:
     cpu = _cm(f).unit == "operator"
     fp32 = max(_cm(f).fp32_matrix_share, _cm(f).fp32_gemm_share)
     text = (

@@ -74,12 +74,11 @@ def _cause_gain(f: Finding, c: Context) -> int | None:
     """Up to the cause's own time per step, never more than the "other" time.
 
     For slow steps (a step-variability finding) the cause's time in them, spread over
-    every analysed step: the mean a step would gain. None when the GPU was mostly busy
-    while the calls blocked (a wait for its own work is not time it idles).
+    every analysed step: the mean a step would gain. A blocking call's own time is only
+    its GPU-idle part (analysis/rank/hostcause.py): while it waits for the GPU's work the
+    time is the GPU's, which no host remedy gives back.
     """
     own = int(_host_cause(f).get("ns_per_step") or 0)
-    if _gpu_busy_share(f) >= c.rules.gpu_busy_share:
-        return None  # the GPU was busy meanwhile: the wait is not the GPU's idle time
     if f.kind == FindingKind.STEP_VARIABILITY:
         n = max(len({s.step for s in c.steps}), 1)
         return round(own * len(_host_cause(f).get("steps") or [1]) / n)
@@ -171,9 +170,33 @@ def _alloc_detail(f: Finding, c: Context) -> str:
     )
 
 
+def _per_element(f: Finding, c: Context) -> str:
+    """``"4,096 copies of 4 B a step"`` when the blocking copies are a per-element loop."""
+    cause = _host_cause(f)
+    calls = int(cause.get("calls_per_step") or 0)
+    size = int(cause.get("bytes_median", -1))
+    if calls >= c.rules.per_element_calls and 0 <= size <= c.rules.per_element_bytes:
+        return f"{calls:,} copies of {size} B a step"
+    return ""
+
+
 def _copy_detail(f: Finding, c: Context) -> str:
     cause = _host_cause(f)
     head = f"Host-device copies block the training thread ({cause['text']}). "
+    loop = _per_element(f, c)
+    if loop:  # the shape decides: thousands of tiny copies are a loop over elements
+        if _native(c):
+            return head + (
+                f"They are a per-element loop ({loop}): copy the whole array with "
+                "one cudaMemcpy (or compute the values on the GPU and copy the "
+                "result once) instead of one call per element."
+            )
+        return head + (
+            f"They are a per-element loop ({loop}): vectorise it — gather the "
+            "values into one tensor on the GPU and copy it once (.tolist() or "
+            ".cpu() of the whole tensor instead of .item() per element); pinning "
+            "memory would not help copies this small."
+        )
     if _native(c):
         return head + (
             "Allocate the host buffers pinned (cudaMallocHost / cudaHostRegister) "
@@ -204,6 +227,8 @@ def _gpu_busy_share(f: Finding) -> float:
 
 def _copy_title(f: Finding, c: Context) -> str:
     api = _host_cause(f).get("api")
+    if _per_element(f, c):
+        return f"Vectorise the per-element copy loop ({api} once per element)"
     if _gpu_busy_share(f) >= c.rules.gpu_busy_share:
         return f"Move device-to-host reads out of the step ({api} waits for the GPU)"
     return f"Make host-device copies asynchronous ({api} blocks)"

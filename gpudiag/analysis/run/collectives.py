@@ -14,14 +14,17 @@ have: on early ranks its duration is *waiting for the last rank* plus the transf
   least ``collectives.late_wait_ns`` (10 µs, below which it is jitter), with the others'
   total wait and the range of their mean wait per collective. Durations alone decide, so
   ranks' clocks need not agree.
+* **Sizes**: NCCL's own annotation, else the launching operator's recorded inputs
+  (:func:`gpudiag.analysis.efficiency.comm.sizes_from_operators`).
 * **Bandwidth**, as nccl-tests defines it, from the transfer time t and the message size S:
   ``algbw = S / t`` and ``busbw = algbw × f(n)`` with f = 2(n−1)/n for all-reduce,
   (n−1)/n for all-gather, reduce-scatter and all-to-all, 1 for broadcast, reduce and
   point-to-point; n = the group size. Collectives are grouped by type and size bucket.
   With a single rank's trace nothing can be matched: the raw duration (which includes
   waiting) is used and the bandwidth is marked a lower bound (never a finding).
-* **Nominal peak**: the per-direction NVLink bandwidth of the GPU model named by the trace
-  (table :data:`NVLINK_PEAK_GBPS`), used only when the group fits in one host (its size is
+* **Nominal peak**: the per-direction bandwidth of the link of the GPU model named by the
+  trace (NVLink, an NVLink bridge, PCIe or xGMI: :mod:`gpudiag.analysis.efficiency.peaks`),
+  used only when the group fits in one host (its size is
   at most the number of GPUs the trace lists). A large-message bucket (≥
   ``collectives.large_message_bytes``, 1 MiB) running below
   ``collectives.low_bandwidth_ratio`` (25%) of it is reported as ``low_bandwidth``.
@@ -40,6 +43,7 @@ import numpy.typing as npt
 from gpudiag._support import nputil
 from gpudiag._support.nputil import unique
 from gpudiag._support.records import dataclass
+from gpudiag.analysis.efficiency.comm import likely_cause, link_of, sizes_from_operators
 from gpudiag.analysis.model.diagnosis import (
     CollectiveRow,
     CollectivesSummary,
@@ -53,20 +57,7 @@ from gpudiag.analysis.model.metrics import BandwidthMetrics
 from gpudiag.config import CollectiveRules
 from gpudiag.traces.schema import I32, I64, Kind, RankTimeline
 
-# Per-direction NVLink bandwidth, GB/s (10^9 B/s), by GPU model (first match wins).
-NVLINK_PEAK_GBPS: list[tuple[str, int]] = [
-    ("GB200", 900),
-    ("B200", 900),
-    ("H200", 450),
-    ("H100 PCIe", 300),
-    ("H100", 450),
-    ("H800", 200),
-    ("A100-PCIE", 300),
-    ("A100", 300),
-    ("A800", 200),
-    ("V100-SXM2", 150),
-    ("V100-SXM3", 150),
-]
+ABOVE_LINK = 1.02  # a rounding margin over the link's peak
 BUCKETS = [
     (0, 64 << 10, "<64KiB"),
     (64 << 10, 1 << 20, "64KiB-1MiB"),
@@ -199,7 +190,7 @@ class Collectives:
 def extract(tl: RankTimeline, mode: str, step_of: I32, comm_op_re: str) -> Collectives:
     """The rank's collective operations: comm kernels (GPU) or comm-thread ranges (CPU).
 
-    ``step_of`` is each interval's step (:func:`gpudiag.analysis.rank.steps.find_steps`); on CPU
+    ``step_of`` is each interval's step (:func:`gpudiag.analysis.reading.steps.find_steps`); on CPU
     traces only ranges matching ``comm_op_re`` count (c10d ops and record_param_comms
     merely wrap them on the calling thread).
     """
@@ -227,7 +218,7 @@ def extract(tl: RankTimeline, mode: str, step_of: I32, comm_op_re: str) -> Colle
         rank=tl.rank,
         type=[types[j] for j in keep],
         key=tl.coll_id[idx],
-        nbytes=tl.nbytes[idx],
+        nbytes=sizes_from_operators(tl, idx) if mode == "gpu" else tl.nbytes[idx],
         start=tl.start_ns[idx],
         dur=tl.end_ns[idx] - tl.start_ns[idx],
         step=step_of[idx],
@@ -326,10 +317,8 @@ def host_comm_types(tl: RankTimeline, comm_op_re: str) -> dict[str, float]:
 
 
 def _peak(device: str) -> float | None:
-    for pat, gbps in NVLINK_PEAK_GBPS:
-        if pat.lower() in device.lower():
-            return float(gbps)
-    return None
+    link = link_of(device)
+    return link[1] if link is not None else None
 
 
 def _bucket(nbytes: float) -> str:
@@ -503,12 +492,20 @@ def _bandwidth_table(
         ts = np.array([x[1] for x in items])
         known = nbs >= 0
         algbw = busbw = peak_gbps = eff = None
+        link = cause = None
         if known.any() and ts[known].sum() > 0:
             algbw = float(nbs[known].sum() / ts[known].sum())  # bytes/ns = GB/s
             n = max(max(x[2] for x in items), 2) if not lower_bound else max(group, 2)
             busbw = algbw * (BUS_FACTOR[ty](n) if ty in BUS_FACTOR else 1.0)
             if peak and (host_gpus == 0 or n <= host_gpus):
                 peak_gbps, eff = peak, busbw / peak
+                link = _link_name(first.device_name)
+            cause = likely_cause(first.device_name, n, host_gpus) or None
+            if eff is not None and eff > ABOVE_LINK:
+                # faster than the link can go: the range timed is not the transfer (a host
+                # range that only enqueued it): no share of peak is claimed
+                peak_gbps = eff = None
+                cause = "faster than the link: the timed range is not the transfer"
         table.append(
             CollectiveRow(
                 type=ty,
@@ -520,9 +517,16 @@ def _bandwidth_table(
                 busbw_gbps=busbw,
                 peak_gbps=peak_gbps,
                 efficiency=eff,
+                link=link,
+                likely_cause=cause,
             )
         )
     return table
+
+
+def _link_name(device: str) -> str | None:
+    link = link_of(device)
+    return link[0] if link is not None else None
 
 
 def bandwidth_findings(section: CollectivesSummary | None, rules: CollectiveRules) -> list[Finding]:
@@ -547,7 +551,8 @@ def bandwidth_findings(section: CollectivesSummary | None, rules: CollectiveRule
                 message=(
                     f"{row.type} of {row.size_bucket} reaches "
                     f"{row.busbw_gbps:.0f} GB/s bus bandwidth, {eff:.0%} of the "
-                    f"{row.peak_gbps:.0f} GB/s NVLink peak"
+                    f"{row.peak_gbps:.0f} GB/s {row.link or 'link'} peak"
+                    + (f"; likely {row.likely_cause}" if row.likely_cause else "")
                 ),
                 metrics=BandwidthMetrics(
                     row.type,

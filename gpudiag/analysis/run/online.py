@@ -52,7 +52,7 @@ from gpudiag.analysis.findings.idle import RULES, idle_findings
 from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, LiveAlert, RunStep, StepBreakdown
 from gpudiag.analysis.rank.analyse import nvml_idle_findings, telemetry_rank_results
-from gpudiag.analysis.rank.steady import disturbed_steps
+from gpudiag.analysis.reading.steady import disturbed_steps
 from gpudiag.analysis.run.summary import summarize_rank
 from gpudiag.analysis.stragglers.stepmatrix import jitter_ns, slow_steps, steps_matrix
 from gpudiag.config import Thresholds

@@ -34,7 +34,7 @@ from gpudiag.analysis.model.metrics import (
 )
 from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.rank.analyse import RankResult
-from gpudiag.analysis.rank.steady import warmup_steps
+from gpudiag.analysis.reading.steady import warmup_steps
 from gpudiag.analysis.run.collectives import (
     SyncByStep,
 )
@@ -44,7 +44,7 @@ from gpudiag.config import Thresholds
 def without_warmup(
     results: list[RankResult], th: Thresholds
 ) -> tuple[list[RankResult], list[Finding]]:
-    """The results without their warm-up steps (analysis/steady.py), and the finding."""
+    """The results without their warm-up steps (analysis/reading/steady.py), and the finding."""
     warm = warmup_steps([s for r in results for s in r.steps], th.steady)
     if not warm:
         return results, []

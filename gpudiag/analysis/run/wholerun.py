@@ -3,7 +3,7 @@
 The profiled window gives kernel-level detail for a few steps; the telemetry gives every
 step of every rank (start, end, time blocked fetching data and in Python-level collective
 waits). Statistics over the whole run count only the steady steps
-(:mod:`gpudiag.analysis.rank.steady`: not the steps the profiler slowed down, not warm-up).
+(:mod:`gpudiag.analysis.reading.steady`: not the steps the profiler slowed down, not warm-up).
 
 NVML samples are joined by GPU UUID (reported by each rank) over the span of that rank's
 steps: mean GPU and memory utilisation, mean power and SM clock, the hottest temperature,
@@ -30,7 +30,7 @@ from gpudiag.analysis.model.diagnosis import (
     WholeRunRank,
 )
 from gpudiag.analysis.model.metrics import JobFailedMetrics, SourceMissingMetrics
-from gpudiag.analysis.rank.steady import steady_steps
+from gpudiag.analysis.reading.steady import steady_steps
 from gpudiag.config import SteadyRules
 from gpudiag.rundir.conditions import (
     CLOCK_SLOWDOWN_MASK,
@@ -82,6 +82,7 @@ def whole_run(
             comm_wait_ns=_opt_int(r["comm_wait_ns"]),
             backward_ns=_opt_int(r["backward_ns"]),
             profiled=bool(r["profiled"]),
+            cpu_ns=_opt_int(r.get("cpu_ns")),
         )
         for r in records
     ]

@@ -62,7 +62,7 @@ time leaves out all of backward (DDP's all-reduce wait cannot be told from backw
 compute there), so persistent stragglers of the profiled steps that it misses are added
 when the telemetry shows the same rank ahead in ≥ ``lean_steps_ratio`` (80%) of its
 steps by a median ≥ ``lean_excess_ratio`` (3%) of a step. Only steady steps count
-(:mod:`gpudiag.analysis.rank.steady`).
+(:mod:`gpudiag.analysis.reading.steady`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from gpudiag._support import nputil
 from gpudiag._support.nputil import median_without_each
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model.diagnosis import RunStep, StepBreakdown, WholeRun, by_rank
-from gpudiag.analysis.rank.steady import steady_steps
+from gpudiag.analysis.reading.steady import steady_steps
 from gpudiag.config import SteadyRules, StragglerRules
 
 F64 = npt.NDArray[np.float64]

@@ -19,8 +19,13 @@ What it measures, per step, always on:
 - **backward_ns**: wall time inside ``torch.autograd.backward`` (so ``loss.backward()``).
   Under DDP it includes waiting for the gradient all-reduce, so the rank that arrives
   last at the all-reduce (the straggler) shows the *shortest* backward.
+- **cpu_ns**: CPU time of the thread that ends the steps (the training thread) during
+  the step, from ``time.thread_time_ns()`` read at each step boundary: the job's own
+  work, which a busy host stretches far less than the wall clock (the gate's
+  ``cpu_time_regression``). ``null`` for the first step after an ``exec`` (a new image,
+  a new thread clock) and when a step ends on another thread than the one before.
 
-Outside the profiled window a step costs two clock reads, a dict and one ``write``.
+Outside the profiled window a step costs three clock reads, a dict and one ``write``.
 
 **The job is never hurt.** Every wrapper calls the job's function exactly once and
 returns its result or raises its exception unchanged; gpudiag's own work around it runs
@@ -53,6 +58,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from contextlib import suppress
@@ -116,6 +122,8 @@ class RankHook:
         self.step = 0
         self.step_start_ns: int | None = None
         self.installed_ns = time.time_ns()
+        self.step_cpu_ns: int | None = time.thread_time_ns()  # thread CPU at the step's start
+        self.step_thread = threading.get_ident()
         self.data_wait_ns = 0
         self.data_fetches = 0
         self.comm_wait_ns = 0
@@ -228,6 +236,11 @@ class RankHook:
         if self.faults:
             self.fault("hook:step")
         now = time.time_ns()
+        cpu_now = time.thread_time_ns()
+        thread = threading.get_ident()
+        cpu_start, self.step_cpu_ns = self.step_cpu_ns, cpu_now
+        same = thread == self.step_thread
+        self.step_thread = thread
         start = self.step_start_ns if self.step_start_ns is not None else self.installed_ns
         dist_on = self.dist_initialized is not None and self.dist_initialized()
         prof = self.profiler
@@ -241,6 +254,7 @@ class RankHook:
                 "comm_wait_ns": self.comm_wait_ns if dist_on else None,
                 "data_fetches": self.data_fetches,
                 "backward_ns": self.backward_ns,
+                "cpu_ns": cpu_now - cpu_start if cpu_start is not None and same else None,
                 "profiled": prof.recording(self.step),
                 "job_profiler": prof.job_in_step or bool(prof.job_sessions),
             }
@@ -347,6 +361,7 @@ class RankHook:
         """This image was exec'd by an instrumented rank: carry on its step count and file."""
         self.step = int(state.get("step") or 0)
         self.step_start_ns = state.get("step_start_ns")
+        self.step_cpu_ns = None  # the thread clock of the image before is gone
         self.file.header_written = bool(state.get("header_written"))
         w, fw = state.get("window"), state.get("first_window")
         self.profiler.window = (int(w[0]), int(w[1])) if w else None

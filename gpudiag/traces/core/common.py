@@ -257,3 +257,5 @@ class RawColumns:
     coll_id: I64 | None = None
     coll_name: npt.NDArray[np.int64] | None = None
     coll_dtype: npt.NDArray[np.int64] | None = None
+    shape: npt.NDArray[np.int64] | None = None  # index into shapes, -1: none (RankTimeline)
+    shapes: list[str] | None = None

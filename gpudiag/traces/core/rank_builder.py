@@ -1,8 +1,8 @@
 """A format's raw columns → RankTimeline: the rules every format shares, applied once.
 
-:func:`build_rank` refines kinds by name, checks the GPU/CPU clocks against the launch
-links (:func:`check_clocks`), picks the training thread, resolves the steps
-(:mod:`gpudiag.traces.core.step_ranges`) and notes what the trace covers.
+:func:`build_rank` refines kinds by name and by launcher (:mod:`.launchers`), checks the
+GPU/CPU clocks against the launch links (:func:`check_clocks`), picks the training thread,
+resolves the steps (:mod:`gpudiag.traces.core.step_ranges`) and notes what the trace covers.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag._support.records import dataclass
 from gpudiag.config import LoaderRules
 from gpudiag.traces.core.common import (
     DEFAULT_RULES,
@@ -22,6 +23,7 @@ from gpudiag.traces.core.common import (
     main_lane,
     refine_kinds,
 )
+from gpudiag.traces.core.launchers import comm_by_launch
 from gpudiag.traces.core.step_ranges import resolve_steps
 from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 
@@ -32,6 +34,12 @@ _BLOCKING_LAUNCH = re.compile(r"^(cuda|hip)Memcpy(2D)?(_v\d+)?$|^hipMemcpyWithSt
 # Of a blocking copy call, only a device-to-host copy is complete when it returns (a pageable
 # host-to-device copy returns once staged, a device-to-device one at once).
 _COMPLETE_ON_RETURN = re.compile(r"^Memcpy DtoH\b")
+# A copy followed on its thread by a stream synchronisation (``.item()``, ``.cpu()``) is
+# complete when the synchronisation returns; every op launched before a device
+# synchronisation is complete when it returns.
+_COPY_OP = re.compile(r"^Memcpy ")
+_STREAM_SYNC = re.compile(r"^(cuda|hip)StreamSynchronize(_v\d+)?$")
+_DEVICE_SYNC = re.compile(r"^(cuda|hip)DeviceSynchronize(_v\d+)?$")
 
 
 def _clock_shift(
@@ -50,6 +58,78 @@ def _clock_shift(
     return None if late > rules.clock_residue_ratio * lat.size else shift
 
 
+def _max_or_none(x: npt.NDArray[np.int64]) -> int | None:
+    return int(x.max()) if x.size else None
+
+
+@dataclass
+class _Links:
+    """The linked GPU ops of a rank and their launch calls (indices into the columns)."""
+
+    ops: npt.NDArray[np.int64]
+    call: npt.NDArray[np.int64]
+    next_call: npt.NDArray[np.int64]  # the next runtime call on the launch call's thread, or -1
+    rt: npt.NDArray[np.int64]  # every host runtime call
+
+
+def _links(cols: RawColumns, kind: npt.NDArray[np.int64], is_gpu: npt.NDArray[np.bool_]) -> _Links:
+    rt = np.flatnonzero((kind == Kind.RUNTIME) & ~is_gpu)
+    ops = np.flatnonzero(is_gpu & (cols.launch_ns >= 0))
+    none = np.zeros(0, np.int64)
+    if not rt.size or not ops.size:
+        return _Links(none, none, none, rt)
+    order = rt[np.argsort(cols.start_ns[rt], kind="stable")]
+    rs = cols.start_ns[order]
+    k = np.searchsorted(rs, cols.launch_ns[ops])
+    hit = k < rs.size
+    hit[hit] = rs[k[hit]] == cols.launch_ns[ops[hit]]
+    ops, call = ops[hit], order[k[hit]]
+    by_thread = rt[np.lexsort((cols.start_ns[rt], cols.lane[rt]))]
+    pos = np.empty(cols.start_ns.size, np.int64)
+    pos[by_thread] = np.arange(by_thread.size)
+    j = pos[call] + 1
+    ok = j < by_thread.size
+    nxt = np.full(call.size, -1, np.int64)
+    nxt[ok] = by_thread[j[ok]]
+    nxt[ok] = np.where(cols.lane[nxt[ok]] == cols.lane[call[ok]], nxt[ok], -1)
+    return _Links(ops, call, nxt, rt)
+
+
+def _lower_bounds(
+    cols: RawColumns, lk: _Links, sel: npt.NDArray[np.bool_]
+) -> tuple[int | None, int | None, int]:
+    """The GPU clock's least offset on one device: (tight bound, loose bound, copies used).
+
+    Tight: a device-to-host copy of a blocking call ends before the call returns, and a copy
+    whose launch call is followed on its thread by a stream synchronisation ends before that
+    synchronisation returns (``.item()``, ``.cpu()``). Loose: every op launched before a
+    device synchronisation started ends before it returns.
+    """
+    names = cols.names
+    blocking = np.array([bool(_BLOCKING_LAUNCH.search(n)) for n in names], bool)
+    dtoh = np.array([bool(_COMPLETE_ON_RETURN.search(n)) for n in names], bool)
+    copy = np.array([bool(_COPY_OP.search(n)) for n in names], bool)
+    ssync = np.array([bool(_STREAM_SYNC.search(n)) for n in names], bool)
+    dsync = np.array([bool(_DEVICE_SYNC.search(n)) for n in names], bool)
+    o, c, nx = lk.ops[sel], lk.call[sel], lk.next_call[sel]
+    blk = blocking[cols.name[c]] & dtoh[cols.name[o]]
+    synced = (nx >= 0) & copy[cols.name[o]]
+    synced[synced] = ssync[cols.name[nx[synced]]]
+    tight = np.concatenate(
+        [
+            cols.end_ns[o[blk]] - cols.end_ns[c[blk]],
+            cols.end_ns[o[synced]] - cols.end_ns[nx[synced]],
+        ]
+    )
+    loose = []
+    for d in lk.rt[dsync[cols.name[lk.rt]]].tolist():
+        before = cols.launch_ns[o] < cols.start_ns[d]
+        if before.any():
+            loose.append(int(cols.end_ns[o[before]].max() - cols.end_ns[d]))
+    loose_b = max(loose) if loose else None
+    return _max_or_none(tight), loose_b, int(np.count_nonzero(blk) + np.count_nonzero(synced))
+
+
 def check_clocks(
     cols: RawColumns,
     kind: npt.NDArray[np.int64],
@@ -60,60 +140,54 @@ def check_clocks(
 
     Per device, with S/E a GPU op's start/end and L/R its launch call's start/return:
     the offset Δ (GPU clock − host clock) satisfies Δ ≤ min(S − L) over every linked op
-    (no op starts before its launch) and Δ ≥ max(E − R) over the device-to-host copies of
-    blocking calls (``cudaMemcpy``: such a copy ends before the call returns). When either
-    bound is violated by more than ``rules.clock_tolerance_ns`` the GPU times are shifted by
-    the blocking copies' bound (else by the launch bound) and a note says so; when the
-    bounds contradict each other or the shift leaves more than ``rules.clock_residue_ratio``
-    of ops starting before their launch, nothing is shifted and ``meta.clock_unreliable``
-    is set: compute and host time are not split.
+    (no op starts before its launch) and Δ ≥ E − R over the copies that end before a call
+    returns: the device-to-host copies of blocking calls (``cudaMemcpy``), a copy followed on
+    its thread by a stream synchronisation; and Δ ≥ E − R of every op launched before a
+    device synchronisation (a looser bound). When either bound is violated by more than
+    ``rules.clock_tolerance_ns`` the GPU times are shifted by the copies' bound (else by
+    the launch bound) and a note says so. When the bounds contradict each other, the shift
+    leaves more than ``rules.clock_residue_ratio`` of ops starting before their launch, or
+    every op starts ``rules.clock_late_ns`` after its launch with nothing to tell an offset
+    from a GPU that far behind, nothing is shifted and ``meta.clock_unreliable`` is set:
+    compute and host time are not split.
     """
     if not len(cols.start_ns):
         return
     tol = rules.clock_tolerance_ns
     gpu_lane = np.array([ln.startswith("gpu:") for ln in cols.lanes], bool)
     is_gpu = gpu_lane[cols.lane]
-    rt = np.flatnonzero((kind == Kind.RUNTIME) & ~is_gpu)
-    ops = np.flatnonzero(is_gpu & (cols.launch_ns >= 0))
-    if not rt.size or not ops.size:
+    lk = _links(cols, kind, is_gpu)
+    if not lk.ops.size:
         return
-    order = rt[np.argsort(cols.start_ns[rt], kind="stable")]
-    rs = cols.start_ns[order]
-    k = np.searchsorted(rs, cols.launch_ns[ops])
-    hit = k < rs.size
-    hit[hit] = rs[k[hit]] == cols.launch_ns[ops[hit]]
-    ops, call = ops[hit], order[k[hit]]
-    if not ops.size:
-        return
-    blocking_name = np.array([bool(_BLOCKING_LAUNCH.search(n)) for n in cols.names], bool)
-    dtoh = np.array([bool(_COMPLETE_ON_RETURN.search(n)) for n in cols.names], bool)
-    device = device_of_lane(cols.lanes)[cols.lane[ops]]
+    device = device_of_lane(cols.lanes)[cols.lane[lk.ops]]
     for dev in np.unique(device).tolist():
         sel = device == dev
-        o, c = ops[sel], call[sel]
+        o, c = lk.ops[sel], lk.call[sel]
         lat = cols.start_ns[o] - cols.start_ns[c]
         upper = int(lat.min())
-        blk = blocking_name[cols.name[c]] & dtoh[cols.name[o]]
-        lower = int((cols.end_ns[o[blk]] - cols.end_ns[c[blk]]).max()) if blk.any() else None
+        tight, loose, n_tight = _lower_bounds(cols, lk, sel)
+        lower = tight if tight is not None else loose
         where = f"device {dev}" if dev >= 0 else "the GPU"
         if upper >= -tol and (lower is None or lower <= tol):
             if upper >= rules.clock_late_ns:
+                meta.clock_unreliable = True
                 meta.notes.append(
                     f"every GPU op on {where} starts at least {upper / 1e6:.1f} ms after its "
-                    "launch call: the GPU clock may be offset from the host's, or the GPU ran "
-                    "that far behind for the whole trace (not corrected)"
+                    "launch call, and no copy or synchronisation tells a GPU clock offset "
+                    "from a GPU that far behind: compute and host time cannot be split"
                 )
             continue
-        shift = _clock_shift(upper, lower, lat, rules)
+        shift = _clock_shift(upper, tight, lat, rules)
         evidence = []
         if upper < -tol:
             evidence.append(f"GPU ops start up to {-upper / 1e6:.3f} ms before their launch calls")
         if lower is not None and lower > tol:
             evidence.append(
-                f"blocking copies end up to {lower / 1e6:.3f} ms after their calls returned"
+                f"GPU work ends up to {lower / 1e6:.3f} ms after the calls that "
+                "wait for it returned"
             )
         what = " and ".join(evidence)
-        if shift is None:
+        if shift is None or (tight is None and loose is not None and loose > shift + tol):
             meta.clock_unreliable = True
             meta.notes.append(
                 f"GPU and host clocks disagree on {where} ({what}) and no single offset fits "
@@ -127,7 +201,7 @@ def check_clocks(
         meta.notes.append(
             f"GPU clock offset on {where}: {what}; GPU times shifted by "
             f"{-shift / 1e6:+.3f} ms to fit the {o.size} launch links"
-            + (f" and {int(np.count_nonzero(blk))} blocking copies" if blk.any() else "")
+            + (f" and {n_tight} copies that end before a call returns" if tight is not None else "")
         )
 
 
@@ -162,6 +236,14 @@ def build_rank(
     kind = cols.kind
     if not kinds_final:
         kind = refine_kinds(kind, patterns.flags(cols.names)[cols.name])
+    kind, renamed = comm_by_launch(
+        kind, cols.lane, cols.lanes, cols.start_ns, cols.end_ns, cols.launch_ns, patterns.rules
+    )
+    if renamed:
+        meta.notes.append(
+            f"{renamed} kernels with no communication name are communication: "
+            "launched inside a collective operator or on the collectives' stream"
+        )
     check_clocks(cols, kind, meta, patterns.rules)
     meta.main_lane = main_lane(cols.lanes, cols.lane, kind, cols.name, cols.names, meta.pid)
     gpu = np.array([ln.startswith("gpu:") for ln in cols.lanes], bool)
@@ -205,4 +287,6 @@ def build_rank(
         coll_dtype=cols.coll_dtype,
         meta=meta,
         steps=steps,
+        shape=cols.shape,
+        shapes=cols.shapes,
     )

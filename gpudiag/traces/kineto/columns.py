@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpudiag._support.nputil import unique, unique_index
+from gpudiag.config import SHAPED_OP_RE
 from gpudiag.traces.core.common import TIME_MAX_NS, TIME_MIN_NS, NamePatterns, refine_kinds
 from gpudiag.traces.kineto.events import SKIPPED_PHASES, Args
 from gpudiag.traces.schema import Kind
@@ -30,6 +31,7 @@ I64 = npt.NDArray[np.int64]
 I32 = npt.NDArray[np.int32]
 I8 = npt.NDArray[np.int8]
 Mask = npt.NDArray[np.bool_]
+SHAPED_OP = re.compile(SHAPED_OP_RE)
 
 # Category (lower-cased) → kind. Legacy (2021) capitalised names lower-case to the same keys.
 # ``None`` means "known, dropped". Anything else is counted in meta.skipped_events.
@@ -54,6 +56,7 @@ CATEGORY_KINDS: dict[str, Kind | None] = {
     "cpu_instant_event": None,
 }
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset"}
+PYTHON_CATEGORIES = {"python_function", "python"}  # kept only as --step-marker's steps
 
 _STREAM_NUM = re.compile(r"(\d+)")
 _NBYTES_MAX = 2**62
@@ -138,6 +141,7 @@ class EventColumns(NamedTuple):
     coll_id: I64  # an id equal on every rank for one collective, -1 when none
     coll_name: I32  # id in Columns.names of args."Collective name", -1 when none
     coll_dtype: I32  # id in Columns.names of a collective's args."dtype", -1 when none
+    shape: I32  # id in Columns.shapes of a modelled operator's inputs, -1 when none
 
     def where(self, ok: Mask) -> EventColumns:
         """The events where ``ok``."""
@@ -159,6 +163,7 @@ class EventColumns(NamedTuple):
             coll_id=np.empty(n, np.int64),
             coll_name=np.empty(n, np.int32),
             coll_dtype=np.empty(n, np.int32),
+            shape=np.empty(n, np.int32),
         )
 
 
@@ -175,6 +180,7 @@ class TimedColumns(NamedTuple):
     coll_id: I64
     coll_name: I32
     coll_dtype: I32
+    shape: I32
     launch_ns: I64  # start of the runtime call that launched GPU work, -1 otherwise
 
     def take(self, idx: Any) -> TimedColumns:
@@ -206,8 +212,11 @@ class Columns:
         self.cats = Interner()
         self.kind_of_cat = np.zeros(0, np.int8)  # per cat id; -1 unknown, -2 known & dropped
         self.gpu_cat = np.zeros(0, bool)
+        self.python_cat = np.zeros(0, bool)
         self.names = Interner()
         self.name_flags = np.zeros((0, 4), bool)  # comm kernel, comm host, data, step
+        self.name_shaped = np.zeros(0, bool)  # an operator whose inputs are kept (SHAPED_OP)
+        self.shapes = Interner()  # "Input Dims\nInput type" (raw JSON) → id
         self.ids = Interner()  # str(pid) / str(tid) → id
         self.raw_ids = Interner()  # raw pid/tid value (int or str) → raw id
         self.raw_to_id = np.zeros(0, np.int64)
@@ -232,10 +241,14 @@ class Columns:
             kk = -2 if k is None else int(k)
             self.kind_of_cat = np.append(self.kind_of_cat, np.int8(kk))
             self.gpu_cat = np.append(self.gpu_cat, str(c).lower() in GPU_CATEGORIES)
+            self.python_cat = np.append(self.python_cat, str(c).lower() in PYTHON_CATEGORIES)
         new = list(self.names)[len(self.name_flags) :]
         if new:
-            flags = self.patterns.flags([name_str(s) for s in new])
+            texts = [name_str(s) for s in new]
+            flags = self.patterns.flags(texts)
             self.name_flags = np.concatenate([self.name_flags, flags])
+            shaped = np.fromiter((bool(SHAPED_OP.match(t)) for t in texts), bool, len(texts))
+            self.name_shaped = np.concatenate([self.name_shaped, shaped])
         raw_new = list(self.raw_ids)[len(self.raw_to_id) :]
         if raw_new:
             ext = np.fromiter((self.ids[str(v)] for v in raw_new), np.int64, len(raw_new))
@@ -250,6 +263,8 @@ class Columns:
         cat = np.fromiter(map(self.cats.__getitem__, map(_GET_CAT, events)), np.int64, n)
         self._grow()
         kind = self.kind_of_cat[cat]
+        if self.patterns.explicit_step:
+            kind = self._python_steps(events, kind, cat)
         self.skipped += int(np.count_nonzero(kind == -1))
         known = np.flatnonzero(kind >= 0)
         if len(known) != n:
@@ -259,6 +274,25 @@ class Columns:
         if self.first_cat is None:
             self.first_cat = events[0].cat
         self._add_known(events, kind, self.gpu_cat[cat])
+
+    def _python_steps(self, events: list[Any], kind: I8, cat: I64) -> I8:
+        """Python-function events an explicit ``--step-marker`` matches, kept as ranges.
+
+        They are dropped otherwise (one per Python call); the step marker makes them steps.
+        """
+        py = np.flatnonzero((kind == -2) & self.python_cat[cat])
+        if not py.size:
+            return kind
+        ids = np.fromiter(
+            map(self.names.__getitem__, map(_GET_NAME, _take(events, py))), np.int64, py.size
+        )
+        self._grow()
+        hit = self.name_flags[ids, NamePatterns.STEP]
+        if not hit.any():
+            return kind
+        kind = kind.copy()
+        kind[py[hit]] = Kind.ANNOTATION
+        return kind
 
     def _complete_events(self, events: list[Any], phs: Iterable[str]) -> list[Any]:
         """The slice's ``X`` events; names read from its ``M`` events, odd phases counted."""
@@ -307,6 +341,7 @@ class Columns:
         nbytes, coll_id, coll_name, coll_dtype = self._sizes(args, kind)
         _host_collective_sizes(events, args, kind, is_gpu, nbytes)
         self._host_ids(args, kind, is_gpu)
+        shape = self._shapes(args, name, is_gpu)
         corr = np.fromiter(map(_GET_CORR, args), np.int64, len(args))
         self._parts.append(
             EventColumns(
@@ -321,6 +356,7 @@ class Columns:
                 coll_id=coll_id,
                 coll_name=coll_name,
                 coll_dtype=coll_dtype,
+                shape=shape,
             )
         )
 
@@ -356,6 +392,22 @@ class Columns:
                     self.lane_rank[k] = a.rank
                 if a.pid_raw not in (-1, ""):
                     self.lane_pid_raw[k] = str(a.pid_raw)
+
+    def _shapes(self, args: list[Args], name: I64, is_gpu: Mask) -> I32:
+        """The id of each modelled host operator's recorded inputs, -1 for every other event."""
+        shape = np.full(len(args), -1, dtype=np.int32)
+        for i in np.flatnonzero(self.name_shaped[name] & ~is_gpu).tolist():
+            a = args[i]
+            if len(a.input_dims):
+                text = bytes(a.input_dims).decode("utf-8", "replace")
+                types = (
+                    bytes(a.input_type).decode("utf-8", "replace") if len(a.input_type) else "[]"
+                )
+                conc = bytes(a.concrete).decode("utf-8", "replace") if len(a.concrete) else ""
+                # one line each: the loader keeps the JSON as written, newlines removed
+                text, types, conc = (t.replace("\n", " ") for t in (text, types, conc))
+                shape[i] = self.shapes[f"{text}\n{types}\n{conc}"]
+        return shape
 
     def _sizes(self, args: list[Args], kind: I8) -> tuple[I64, I64, I32, I32]:
         """``nbytes``, ``coll_id``, ``coll_name`` and ``coll_dtype`` (-1: none) of a slice.

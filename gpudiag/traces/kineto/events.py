@@ -44,6 +44,7 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     # record_shapes: the inputs of an operator, kept raw (decoded for host collectives only)
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
 
 
 _NO_ARGS = Args()

@@ -104,6 +104,7 @@ def _in_ns(ev: EventColumns, base: int) -> TimedColumns:
         coll_id=ev.coll_id,
         coll_name=ev.coll_name,
         coll_dtype=ev.coll_dtype,
+        shape=ev.shape,
         launch_ns=_launch_times(ev.kind, ev.is_gpu, ev.corr, start),
     )
 

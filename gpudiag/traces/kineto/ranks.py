@@ -178,6 +178,8 @@ def _one_rank(
         coll_id=timed.coll_id,
         coll_name=timed.coll_name.astype(np.int64),
         coll_dtype=timed.coll_dtype.astype(np.int64),
+        shape=timed.shape.astype(np.int64),
+        shapes=list(cols.shapes),
     )
     return build_rank(
         rank, raw, meta, cols.patterns, path, kinds_final=True, range_label="record_function range"

@@ -310,12 +310,9 @@ def check_schema(ex: Export, meta: dict[str, str]) -> tuple[str, list[str]]:
                 "read with the rules of schema 3"
             )
     if not ex.table("CUPTI_ACTIVITY_KIND_KERNEL"):
-        raise InputError(
-            ex.path,
-            "export has no CUDA kernel table (CUPTI_ACTIVITY_KIND_KERNEL): no GPU work was "
-            "captured",
-            "profile with CUDA tracing on: `nsys profile -t cuda,nvtx …`",
-        )
+        from gpudiag.traces.nsys.holds import no_kernels  # it reads this module's Export
+
+        raise InputError(ex.path, *no_kernels(ex))
     missing = sorted(GPU_COLUMNS - ex.cols("CUPTI_ACTIVITY_KIND_KERNEL"))
     if missing:
         raise InputError(

@@ -42,11 +42,12 @@ COLUMNS = [
     "data_wait_ns",
     "comm_wait_ns",
     "backward_ns",
+    "cpu_ns",
     "profiled",
     "host",
 ]
 _INT_COLS = ("step", "start_ns", "end_ns", "duration_ns")
-_NULLABLE = ("data_wait_ns", "comm_wait_ns", "backward_ns")
+_NULLABLE = ("data_wait_ns", "comm_wait_ns", "backward_ns", "cpu_ns")
 _HINT = "the file is not gpudiag step telemetry; re-run with `gpudiag run`, or remove it"
 
 
@@ -90,7 +91,7 @@ def read_steps_file(
     return header, steps, other
 
 
-_WAITS = ("data_wait_ns", "comm_wait_ns", "backward_ns")
+_WAITS = ("data_wait_ns", "comm_wait_ns", "backward_ns", "cpu_ns")
 _NO_STEP = "step records without a valid step, start_ns or end_ns (or of no duration) ignored"
 
 
@@ -165,8 +166,9 @@ def load_steps(run_dir: Path, notes: list[str] | None = None) -> pd.DataFrame:
     """All ranks' steps of a run directory: one row per (rank, step), sorted.
 
     Columns: rank, step, start_ns, end_ns, duration_ns (int64, epoch ns of
-    ``time.time_ns``), data_wait_ns, comm_wait_ns, backward_ns (nullable Int64: <NA>
-    where not measured), profiled (bool), host (str). Records that were dropped or read
+    ``time.time_ns``), data_wait_ns, comm_wait_ns, backward_ns, cpu_ns (the training
+    thread's CPU time in the step; nullable Int64: <NA> where not measured or written by
+    an older gpudiag), profiled (bool), host (str). Records that were dropped or read
     in part are counted in ``notes`` (one line per file and reason).
     """
     files = steps_files(Path(run_dir))

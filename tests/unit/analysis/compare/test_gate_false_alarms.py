@@ -110,7 +110,9 @@ def test_cpu_only_runs_have_no_idle_limit_unless_set():
     assert GateConfig().idle_limit(th, "cpu") is None
     assert GateConfig().idle_limit(th, "gpu") == th.idle_ratio_max
     assert GateConfig(max_idle_ratio=0.2).idle_limit(th, "cpu") == 0.2
-    names = {c.name for c in evaluate(d, GateConfig(stragglers="off"), th=th).checks}
-    assert "idle_ratio" not in names
+    idle = [
+        c for c in evaluate(d, GateConfig(stragglers="off"), th=th).checks if c.name == "idle_ratio"
+    ]
+    assert [c.status for c in idle] == ["off"]  # shown, not applied (issue 32)
     set_ = evaluate(d, GateConfig(stragglers="off", max_idle_ratio=0.2), th=th).checks
-    assert any(c.name == "idle_ratio" for c in set_)
+    assert any(c.name == "idle_ratio" and c.status != "off" for c in set_)

@@ -327,14 +327,15 @@ def test_cli_save_baseline_of_several_runs_then_gate(tmp_path):
     same = save(tmp_path, "same.json", diag_around(100, 10))
     r = run_cli("gate", str(same), "--baseline", str(tmp_path / "base.json"), cwd=tmp_path)
     assert r.returncode == 0, r.stdout
-    # one baseline run, +30%: inconclusive, exit 5; 0 with --inconclusive-ok
+    # one baseline run, +30%: inconclusive, exit 5; with --inconclusive-ok it fails, since its
+    # own within-run test says slower (issue 32: --inconclusive-ok never passes a slowdown)
     mid = save(tmp_path, "mid.json", diag_around(130, 11))
     r = run_cli("gate", str(mid), "--baseline", str(runs[1]), "-f", "json", cwd=tmp_path)
     assert r.returncode == 5 and "one baseline run" in r.stdout
     r = run_cli("gate", str(mid), "--baseline", str(runs[1]), cwd=tmp_path)
     assert r.returncode == 5 and "gate inconclusive (exit 5)" in r.stderr
     r = run_cli("gate", str(mid), "--baseline", str(runs[1]), "--inconclusive-ok", cwd=tmp_path)
-    assert r.returncode == 0
+    assert r.returncode == 1, r.stdout
     r = run_cli("gate", str(mid), str(same), cwd=tmp_path)
     assert r.returncode == 2
 

@@ -6,7 +6,7 @@ from builders import MS, TimelineBuilder, gpu_run
 
 from gpudiag.analysis.diagnose import diagnose
 from gpudiag.analysis.rank.classify import classify_steps
-from gpudiag.analysis.rank.steps import find_steps
+from gpudiag.analysis.reading.steps import find_steps
 from gpudiag.config import Thresholds
 
 

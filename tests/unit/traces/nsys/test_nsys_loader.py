@@ -260,10 +260,12 @@ def test_one_off_user_range_bounds_the_phase_instead_of_one_window(nsys_dir):
 def test_minimal_synthetic_export_exact_idle(nsys_dir):
     d = gpudiag.analyze(nsys_dir / "nsys-ai" / "healthy_1pct.sqlite", jobs=1)
     # 400 kernels of 1 ms, 10 µs apart; the first launch call starts 3 µs before the first
-    # kernel (at t = -3 µs: the clock is shifted so that times are not negative).
+    # kernel (at t = -3 µs: the clock is shifted so that times are not negative). The trace
+    # is one window, cut to its GPU work: those 3 µs are its idle head (issue 29).
     (s,) = d.steps
     assert s.gpu_ops == 400 and s.compute_ns == 400_000_000
-    assert s.duration_ns == 3_000 + 400_000_000 + 399 * 10_000
+    assert s.duration_ns == 400_000_000 + 399 * 10_000
+    assert d.reading is not None and d.reading.idle_head_ns == 3_000
     assert d.ranks[0].idle_ratio == pytest.approx(1 - 400e6 / s.duration_ns)
 
 

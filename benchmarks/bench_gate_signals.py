@@ -1,0 +1,193 @@
+"""The gate's error rates on a busy host: false alarms on unchanged code, detection of +25%.
+
+Two parts (docs/gate.md, "Error rates on a busy host", reports the figures):
+
+* ``record OUT.json``: runs real 2-rank CPU DDP jobs of the demo under ``gpudiag run``,
+  each beside a CPU hog (one spinning process), and writes every run reduced as the gate
+  reduces it (a baseline file: per-step wall and CPU times, run conditions). Labels
+  ``base*`` / ``same*`` are unchanged code, ``slowNN`` adds NN% to the job's own work
+  (the demo's ``--extra-work``). Each run costs ~40-70 s on a loaded 2-core host.
+* ``replay RUNS.json``: every choice of 3 (``--baseline-runs``) baseline runs among the
+  unchanged runs and one other unchanged run as the candidate, each also with
+  ``--replicates`` seeded bootstrap replicates (every run's steps resampled with
+  replacement); the candidate unchanged (false alarms) and with its own work +25% (per
+  step: CPU time x 1.25, wall time + 0.25 x CPU time; detection); and the recorded
+  ``slow*`` runs against every baseline. A candidate fails when the gate's timing checks
+  fail it (``cpu_time_regression``, or ``step_time_regression`` on a quiet run).
+
+    python benchmarks/bench_gate_signals.py record /tmp/runs.json --runs base1 base2 same1 slow30
+    python benchmarks/bench_gate_signals.py replay benchmarks/data/gate_hog_runs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpudiag.analysis.compare.baseline import (  # noqa: E402
+    RunStat,
+    baseline_from_json,
+    baseline_to_json,
+    run_stat,
+)
+from gpudiag.analysis.compare.timing import cpu_check, regression_check  # noqa: E402
+from gpudiag.config import GateConfig  # noqa: E402
+from gpudiag.rundir.conditions import RunConditions, contention  # noqa: E402
+
+JOB = [
+    "--pin",
+    "--steps",
+    "40",
+    "--batch",
+    "1024",
+    "--hidden",
+    "256",
+    "--layers",
+    "3",
+    "--dim",
+    "128",
+]
+EFFECT = 0.25
+
+
+def record(out: Path, labels: Sequence[str]) -> None:
+    """Run the demo once per label beside a CPU hog; write the runs as a baseline file."""
+    from gpudiag.api.load import analyze
+    from gpudiag.cli.gate import run_conditions
+
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    runs = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for label in labels:
+                extra = (
+                    ["--extra-work", str(int(label[4:]) / 100)] if label.startswith("slow") else []
+                )
+                d = Path(tmp) / label
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "gpudiag",
+                    "run",
+                    "--out",
+                    str(d),
+                    "-q",
+                    "--no-analyze",
+                    "--profile-steps",
+                    "5:10",
+                    "--",
+                    "torchrun",
+                    "--standalone",
+                    "--nproc-per-node",
+                    "2",
+                    str(ROOT / "gpudiag" / "demo" / "train.py"),
+                    *JOB,
+                    *extra,
+                ]
+                env = {**os.environ, "PYTHONPATH": str(ROOT)}
+                subprocess.run(cmd, check=True, env=env, capture_output=True)
+                runs.append(run_stat(analyze(d), label, run_conditions(d)))
+                print(f"{label}: recorded", file=sys.stderr)
+    finally:
+        hog.kill()
+        hog.wait()
+    out.write_text(json.dumps(baseline_to_json(runs, GateConfig(), "bench"), indent=1) + "\n")
+
+
+def _median(v: Sequence[int]) -> float:
+    return float(np.median(v))
+
+
+def _resample(r: RunStat, rng: np.random.Generator) -> RunStat:
+    idx = rng.integers(0, len(r.step_time_ns), len(r.step_time_ns))
+    wall = [r.step_time_ns[i] for i in idx]
+    cpu = [r.cpu_ns[i % len(r.cpu_ns)] for i in idx]
+    return dataclasses.replace(r, step_time_ns=wall, step_time_ns_median=_median(wall), cpu_ns=cpu)
+
+
+def slowed(r: RunStat, effect: float = EFFECT) -> RunStat:
+    """The run with its own work ``effect`` larger: CPU × (1 + effect), wall + effect × CPU."""
+    n = min(len(r.step_time_ns), len(r.cpu_ns))
+    wall = [int(r.step_time_ns[i] + effect * r.cpu_ns[i]) for i in range(n)]
+    cpu = [int(c * (1.0 + effect)) for c in r.cpu_ns[:n]]
+    return dataclasses.replace(r, step_time_ns=wall, step_time_ns_median=_median(wall), cpu_ns=cpu)
+
+
+def judge(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig) -> tuple[bool, str]:
+    """(fails, the signal that decided) by the gate's two timing checks."""
+    cond = RunConditions(cand.conditions) if cand.conditions is not None else None
+    busy = contention(cond, cfg)
+    cpu = cpu_check(cand, base, cfg, "cpu", False)
+    wall = regression_check(cand, base, cfg, busy)
+    if cpu.status == "fail":
+        return True, "cpu"
+    if wall.status == "fail":
+        return True, "wall"
+    return False, "-"
+
+
+def replay(path: Path, replicates: int, seed: int, n: int = 3) -> None:
+    """Print the false-alarm and detection rates over every ``n``-run baseline (module doc)."""
+    runs = baseline_from_json(json.loads(path.read_text()))
+    same = [r for r in runs if not r.name.startswith("slow")]
+    slow = [r for r in runs if r.name.startswith("slow")]
+    cfg = GateConfig()
+    rng = np.random.default_rng(seed)
+    tally = {"unchanged": [0, 0], f"+{EFFECT:.0%} own work": [0, 0]}
+    for r in slow:
+        tally[f"recorded {r.name}"] = [0, 0]
+    for base in itertools.combinations(same, n):
+        others = [r for r in same if r not in base]
+        for rep in range(replicates + 1):
+            b = list(base) if rep == 0 else [_resample(x, rng) for x in base]
+            for cand in others:
+                c = cand if rep == 0 else _resample(cand, rng)
+                for key, subject in (("unchanged", c), (f"+{EFFECT:.0%} own work", slowed(c))):
+                    tally[key][0] += judge(subject, b, cfg)[0]
+                    tally[key][1] += 1
+            for r in slow:
+                s = r if rep == 0 else _resample(r, rng)
+                tally[f"recorded {r.name}"][0] += judge(s, b, cfg)[0]
+                tally[f"recorded {r.name}"][1] += 1
+    print(
+        f"{len(same)} unchanged runs, {len(slow)} slowed; {n}-run baselines, "
+        f"{replicates} bootstrap replicates each"
+    )
+    for key, (fails, n) in tally.items():
+        print(f"  {key:24s} {fails:5d} of {n:5d} fail ({fails / max(n, 1):.1%})")
+
+
+def main() -> None:
+    """``record`` or ``replay`` (the module's doc)."""
+    p = argparse.ArgumentParser(description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("record")
+    r.add_argument("out", type=Path)
+    r.add_argument("--runs", nargs="+", default=["base1", "base2", "base3", "same1", "slow30"])
+    q = sub.add_parser("replay")
+    q.add_argument("runs", type=Path)
+    q.add_argument("--replicates", type=int, default=10)
+    q.add_argument("--seed", type=int, default=32)
+    q.add_argument("--baseline-runs", type=int, default=3)
+    a = p.parse_args()
+    if a.cmd == "record":
+        record(a.out, a.runs)
+    else:
+        replay(a.runs, a.replicates, a.seed, a.baseline_runs)
+
+
+if __name__ == "__main__":
+    main()

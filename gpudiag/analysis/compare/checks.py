@@ -1,0 +1,95 @@
+"""The gate's result types: a check's status, one check, the verdict and its exit code."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, field
+from typing import Any
+
+from gpudiag._support.records import dataclass
+from gpudiag.analysis.model.diagnosis import StrEnum
+from gpudiag.errors import EXIT_GATE_FAILED, EXIT_INCONCLUSIVE, EXIT_OK
+
+
+class CheckStatus(StrEnum):
+    """The outcome of one check."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    WARN = "warn"
+    INCONCLUSIVE = "inconclusive"
+    OFF = "off"  # not applied: the message says why and how to apply it
+
+
+class GateStatus(StrEnum):
+    """The gate's verdict."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    INCONCLUSIVE = "inconclusive"
+
+    @property
+    def exit_code(self) -> int:
+        """0 passed, 1 failed, 5 inconclusive (see DESIGN.md's table)."""
+        return {GateStatus.PASSED: EXIT_OK, GateStatus.FAILED: EXIT_GATE_FAILED}.get(
+            self, EXIT_INCONCLUSIVE
+        )
+
+
+PASS, FAIL, WARN, INCONCLUSIVE, OFF = (
+    CheckStatus.PASS,
+    CheckStatus.FAIL,
+    CheckStatus.WARN,
+    CheckStatus.INCONCLUSIVE,
+    CheckStatus.OFF,
+)
+
+
+@dataclass(frozen=True)
+class Check:
+    """One gate check: a metric (of one rank, or of the run when ``rank`` is None)."""
+
+    name: str
+    rank: int | None
+    status: CheckStatus
+    value: float | None
+    limit: float | None
+    message: str
+    p_value: float | None = None
+    effect_ratio: float | None = None
+    samples: list[int] = field(default_factory=list)  # [candidate, baseline] sample counts
+    ci: list[float] = field(default_factory=list)  # [low, high] of the effect, when known
+    mde_ratio: float | None = None  # the smallest effect this baseline could detect
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """The verdict and every check behind it."""
+
+    status: GateStatus
+    checks: list[Check]
+    subject: str = ""
+    baseline: str | None = None
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    baseline_fingerprint: dict[str, Any] | None = None
+    inconclusive_ok: bool = False
+    rules: dict[str, Any] = field(default_factory=dict)  # the GateConfig in force
+    conditions: dict[str, Any] | None = None  # the subject's run conditions, when recorded
+
+    @property
+    def exit_code(self) -> int:
+        """0 passed, 1 failed, 5 inconclusive (see DESIGN.md's table)."""
+        return self.status.exit_code
+
+    def counts(self) -> dict[str, int]:
+        """How many checks have each status."""
+        out = dict.fromkeys((PASS, WARN, FAIL, INCONCLUSIVE, OFF), 0)
+        for c in self.checks:
+            out[c.status] = out.get(c.status, 0) + 1
+        return {str(k): v for k, v in out.items()}
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain dict (the ``exit_code`` included)."""
+        d = asdict(self)
+        d["exit_code"] = self.exit_code
+        return d

@@ -1,0 +1,1 @@
+"""How close to the hardware: FLOPs and bytes from operator shapes against the device's peak."""
