@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
+import testpaths
 
 from gpudiag.analysis.compare.baseline import RunStat, cpu_samples, run_outcome, run_stat
 from gpudiag.analysis.compare.gate import evaluate
@@ -26,7 +26,7 @@ from gpudiag.config import GateConfig
 from gpudiag.rundir import layout as rundir
 from gpudiag.rundir.conditions import RunConditions
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "issue15_gate"
+DATA = testpaths.DATA / "issue15_gate"
 MS = 1_000_000
 BUSY = {
     "other_cpu_ratio_mean": 0.8,
