@@ -1,6 +1,6 @@
 """Live alerts (issue 22), repeated: onset-to-alert delay, alerts before the onset, false alarms.
 
-Runs the cases of tests/integration/test_issue22_alerts_run.py ``--repeat`` times each (real
+Runs the cases of tests/integration/test_live_alerts.py ``--repeat`` times each (real
 2-rank gloo jobs under ``gpudiag run``, ~30 s each on a 2-core host):
 
 * ``straggler``: rank 1 sleeps 300 ms more a step (3× a 100 ms step) from step 20;
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
-import test_issue22_alerts_run as cases  # noqa: E402
+import test_live_alerts as cases  # noqa: E402
 
 CASES = {
     "straggler": (["--straggle-rank", "1", "--straggle-s", "0.3"], 40),

@@ -95,8 +95,17 @@ def run_cli(directory: Path, jobs: int | None) -> dict[str, Any]:
     """One ``gpudiag analyze`` subprocess, measured."""
     # The report goes to stdout, discarded here: never `-o /dev/null`, which older gpudiag
     # replaced with a regular file through its temporary-file rename.
-    cmd = [sys.executable, "-m", "gpudiag", "analyze", str(directory),
-           "--format", "json", "-o", "-"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpudiag",
+        "analyze",
+        str(directory),
+        "--format",
+        "json",
+        "-o",
+        "-",
+    ]
     if jobs:
         cmd += ["--jobs", str(jobs)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -135,8 +144,9 @@ def run_cli(directory: Path, jobs: int | None) -> dict[str, Any]:
 
 def phases(path: Path) -> list[list[Any]]:
     """Per-phase times and memory for one file, in a fresh interpreter."""
-    out = subprocess.run([sys.executable, "-c", _PHASES, str(path)],
-                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _PHASES, str(path)], check=True, capture_output=True, text=True
+    ).stdout
     rows: list[list[Any]] = json.loads(out)
     return rows
 
@@ -154,9 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     json_total = sum(f["json_bytes"] for f in files.values())
     json_max = max(f["json_bytes"] for f in files.values())
     mb = 1e6
-    print(f"input: {ns.dir}  {len(files)} files, {events:,} events, "
-          f"{json_total / mb:.1f} MB JSON (largest file {json_max / mb:.1f} MB), "
-          f"{os.cpu_count()} CPUs, jobs={ns.jobs or 'auto'}")  # fmt: skip
+    print(
+        f"input: {ns.dir}  {len(files)} files, {events:,} events, "
+        f"{json_total / mb:.1f} MB JSON (largest file {json_max / mb:.1f} MB), "
+        f"{os.cpu_count()} CPUs, jobs={ns.jobs or 'auto'}"
+    )
     runs = [run_cli(ns.dir, ns.jobs) for _ in range(ns.repeat)]
     best = min(runs, key=lambda r: r["wall_s"])
     print("\n== gpudiag analyze (subprocess), best of", ns.repeat, "==")
@@ -165,27 +177,37 @@ def main(argv: list[str] | None = None) -> int:
         ("CPU time (user+sys, tree)", f"{best['cpu_s']:.2f} s"),
         ("events/s (wall)", f"{events / best['wall_s']:,.0f}"),
         ("events/s per core (CPU time)", f"{events / best['cpu_s']:,.0f}"),
-        ("peak RSS main process", f"{best['main_hwm'] / mb:.0f} MB "
-         f"({best['main_hwm'] / json_max:.2f}x largest JSON)"),
-        ("peak RSS one worker", f"{best['worker_hwm'] / mb:.0f} MB "
-         f"({best['worker_hwm'] / json_max:.2f}x largest JSON)"),
+        (
+            "peak RSS main process",
+            f"{best['main_hwm'] / mb:.0f} MB ({best['main_hwm'] / json_max:.2f}x largest JSON)",
+        ),
+        (
+            "peak RSS one worker",
+            f"{best['worker_hwm'] / mb:.0f} MB ({best['worker_hwm'] / json_max:.2f}x largest JSON)",
+        ),
         ("ru_maxrss (largest child)", f"{best['maxrss_children'] / mb:.0f} MB"),
-        ("peak tree RSS (sampled sum)", f"{best['tree_rss'] / mb:.0f} MB "
-         f"({best['tree_rss'] / json_total:.2f}x all JSON)"),
+        (
+            "peak tree RSS (sampled sum)",
+            f"{best['tree_rss'] / mb:.0f} MB ({best['tree_rss'] / json_total:.2f}x all JSON)",
+        ),
         ("peak tree PSS (sampled sum)", f"{best['tree_pss'] / mb:.0f} MB"),
-    ]  # fmt: skip
+    ]
     for k, v in rows:
         print(f"  {k:<32} {v}")
     first = ns.dir / sorted(files)[0]
-    print(f"\n== one file in-process: {first.name}, {files[first.name]['events']:,} events, "
-          f"{files[first.name]['json_bytes'] / mb:.1f} MB JSON ==")  # fmt: skip
+    print(
+        f"\n== one file in-process: {first.name}, {files[first.name]['events']:,} events, "
+        f"{files[first.name]['json_bytes'] / mb:.1f} MB JSON =="
+    )
     print(f"  {'phase':<18} {'wall s':>8} {'cpu s':>8} {'RSS MB':>8} {'peak MB':>8}")
     print("  (whole-file path: read, decode, reduce; then the streamed path load_kineto uses)")
     total = 0.0
     for name, wall, cpu, rss, hwm in phases(first):
         if name == "streamed load":
-            print(f"  {'total':<18} {total:8.3f}   -> "
-                  f"{files[first.name]['events'] / total:,.0f} events/s")  # fmt: skip
+            print(
+                f"  {'total':<18} {total:8.3f}   -> "
+                f"{files[first.name]['events'] / total:,.0f} events/s"
+            )
         total += wall
         print(f"  {name:<18} {wall:8.3f} {cpu:8.3f} {rss / mb:8.0f} {hwm / mb:8.0f}")
     return 0

@@ -43,21 +43,41 @@ TINY = {
     "schemaVersion": 1,
     "distributedInfo": {"rank": 0, "world_size": 1, "backend": "nccl"},
     "traceEvents": [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
-         "ts": 1000, "dur": 1000},
-        {"ph": "X", "cat": "user_annotation", "name": "enumerate(DataLoader)#_next_",
-         "pid": 1, "tid": 1, "ts": 1010, "dur": 100},
-        {"ph": "X", "cat": "kernel", "name": "gemm_kernel", "pid": 0, "tid": 7,
-         "ts": 1200, "dur": 600},
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "ProfilerStep#1",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1000,
+            "dur": 1000,
+        },
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": "enumerate(DataLoader)#_next_",
+            "pid": 1,
+            "tid": 1,
+            "ts": 1010,
+            "dur": 100,
+        },
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": "gemm_kernel",
+            "pid": 0,
+            "tid": 7,
+            "ts": 1200,
+            "dur": 600,
+        },
     ],
-}  # fmt: skip
+}
 
 
 def measure(cmd: list[str], env: dict[str, str], cwd: str) -> tuple[float, float, int, int]:
     """Wall seconds, CPU seconds, peak RSS in bytes and exit status of ``cmd``."""
     t = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
-                         cwd=cwd)  # fmt: skip
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t
     p.returncode = os.waitstatus_to_exitcode(status)
@@ -83,9 +103,12 @@ def main(argv: list[str] | None = None) -> int:
         tiny.write_bytes(gzip.compress(json.dumps(TINY).encode()))
         # Bytecode as an installed package has it (compiled once, into a scratch prefix),
         # even where PYTHONDONTWRITEBYTECODE is set: compiling sources is not gpudiag's cost.
-        env = dict(os.environ, PYTHONPATH=str(ns.repo.resolve()),
-                   GPUDIAG_CACHE_DIR=str(Path(tmp) / "cache"),
-                   PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"))  # fmt: skip
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(ns.repo.resolve()),
+            GPUDIAG_CACHE_DIR=str(Path(tmp) / "cache"),
+            PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"),
+        )
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         gd = [py, "-m", "gpudiag"]
         cases = {
@@ -94,14 +117,21 @@ def main(argv: list[str] | None = None) -> int:
             "floor + typer, rich": [py, "-c", "import numpy, msgspec, typer, rich"],
             "gpudiag --version": [*gd, "--version"],
             "gpudiag --help": [*gd, "--help"],
-            "analyze tiny -f json --no-cache": [*gd, "analyze", str(tiny), "-f", "json",
-                                                "--no-cache"],
+            "analyze tiny -f json --no-cache": [
+                *gd,
+                "analyze",
+                str(tiny),
+                "-f",
+                "json",
+                "--no-cache",
+            ],
             "analyze tiny -f json (cached)": [*gd, "analyze", str(tiny), "-f", "json"],
             "report tiny (cached)": [*gd, "report", str(tiny), "-o", str(Path(tmp) / "r.html")],
-        }  # fmt: skip
+        }
         # cwd = the scratch directory: `python -m` puts the cwd first on sys.path
-        helptext = subprocess.run([*gd, "analyze", "--help"], env=env, capture_output=True,
-                                  text=True, cwd=tmp).stdout  # fmt: skip
+        helptext = subprocess.run(
+            [*gd, "analyze", "--help"], env=env, capture_output=True, text=True, cwd=tmp
+        ).stdout
         if "--no-cache" not in helptext:  # a gpudiag without the cache: every run is a first
             for cmd in cases.values():
                 if "--no-cache" in cmd:
@@ -122,13 +152,17 @@ def main(argv: list[str] | None = None) -> int:
     floor = rows["floor: import numpy, msgspec"]
     fw, fc, fr = min(floor["wall"]), min(floor["cpu"]), min(floor["rss"])
     print(f"load average before / after: {loads[0]} / {loads[1]}; best of {ns.repeat}")
-    print(f"{'command':34} {'wall s':>6} {'×floor':>6} {'CPU s':>6} {'×floor':>6} "
-          f"{'RSS MB':>6} {'×floor':>6}  rc")  # fmt: skip
+    print(
+        f"{'command':34} {'wall s':>6} {'×floor':>6} {'CPU s':>6} {'×floor':>6} "
+        f"{'RSS MB':>6} {'×floor':>6}  rc"
+    )
     out = {"load": loads, "repeat": ns.repeat, "rows": {}}
     for name, r in rows.items():
         w, c, m = min(r["wall"]), min(r["cpu"]), min(r["rss"])
-        print(f"{name:34} {w:6.3f} {w / fw:6.2f} {c:6.3f} {c / fc:6.2f} {m / 1e6:6.1f} "
-              f"{m / fr:6.2f}  {r['rc']}")  # fmt: skip
+        print(
+            f"{name:34} {w:6.3f} {w / fw:6.2f} {c:6.3f} {c / fc:6.2f} {m / 1e6:6.1f} "
+            f"{m / fr:6.2f}  {r['rc']}"
+        )
         out["rows"][name] = {"wall_s": w, "cpu_s": c, "rss_bytes": m, "rc": r["rc"]}
     if ns.json:
         ns.json.write_text(json.dumps(out, indent=2))

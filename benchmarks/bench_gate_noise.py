@@ -33,22 +33,55 @@ from gpudiag.config import GateConfig, Thresholds
 
 TH = Thresholds()
 CFG = GateConfig(max_idle_ratio=1.0, stragglers="off")
-NO_CONTENTION = GateConfig(max_idle_ratio=1.0, stragglers="off", max_other_cpu_ratio=1.0,
-                           max_steal_ratio=1.0)  # fmt: skip
+NO_CONTENTION = GateConfig(
+    max_idle_ratio=1.0, stragglers="off", max_other_cpu_ratio=1.0, max_steal_ratio=1.0
+)
 
 
 def job(args: argparse.Namespace, sleep_s: float) -> list[str]:
     if args.cpu:  # sleep_s: only the slowed candidate sleeps
         sleep = ["--sleep-rank", "0", "--sleep-s", f"{sleep_s:g}"] if sleep_s else []
         return ["--steps", "24", "--batch", "2048", "--pin", *sleep]
-    return ["--steps", "24", "--batch", "16", "--hidden", "64", "--layers", "2", "--pin",
-            "--sleep-rank", "0", "--sleep-s", f"{sleep_s:g}"]  # fmt: skip
+    return [
+        "--steps",
+        "24",
+        "--batch",
+        "16",
+        "--hidden",
+        "64",
+        "--layers",
+        "2",
+        "--pin",
+        "--sleep-rank",
+        "0",
+        "--sleep-s",
+        f"{sleep_s:g}",
+    ]
 
 
 def one(out: Path, extra: list[str]) -> Path:
-    cmd = [sys.executable, "-m", "gpudiag", "run", "--out", str(out), "-q", "--no-analyze",
-           "--profile-steps", "2:4", "--", sys.executable, "-m", "torch.distributed.run",
-           "--standalone", "--nproc-per-node", "2", "-m", "gpudiag.demo.train", *extra]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "gpudiag",
+        "run",
+        "--out",
+        str(out),
+        "-q",
+        "--no-analyze",
+        "--profile-steps",
+        "2:4",
+        "--",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "gpudiag.demo.train",
+        *extra,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(cmd, check=True, env=env, capture_output=True, text=True)
     return out
@@ -68,9 +101,11 @@ def gate(path: Path, base: list[RunStat]) -> str:
     reg2 = next(x for x in r2.checks if x.name == "step_time_regression")
     other = (c or {}).get("other_cpu_ratio_mean")
     other_s = "?" if other is None else f"{other:.0%}"
-    print(f"{path.name}: median {(st.step_time_ns_median or 0) / 1e6:.1f} ms, effect "
-          f"{reg.effect_ratio:+.1%}, MDE {reg.mde_ratio or 0:.1%}, other CPU {other_s} -> "
-          f"{r.status}; timing without the contention rule: {reg2.status}")  # fmt: skip
+    print(
+        f"{path.name}: median {(st.step_time_ns_median or 0) / 1e6:.1f} ms, effect "
+        f"{reg.effect_ratio:+.1%}, MDE {reg.mde_ratio or 0:.1%}, other CPU {other_s} -> "
+        f"{r.status}; timing without the contention rule: {reg2.status}"
+    )
     return str(r.status)
 
 
@@ -83,19 +118,24 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    base_paths = [one(args.out / f"base{i}", job(args, 0 if args.cpu else 0.1))
-                  for i in range(args.base)]  # fmt: skip
+    base_paths = [
+        one(args.out / f"base{i}", job(args, 0 if args.cpu else 0.1)) for i in range(args.base)
+    ]
     base = [stat(p)[2] for p in base_paths]
     medians = [(b.step_time_ns_median or 0) / 1e6 for b in base]
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        verdicts = [gate(one(args.out / f"same{i}", job(args, 0 if args.cpu else 0.1)), base)
-                    for i in range(args.reruns)]  # fmt: skip
+        verdicts = [
+            gate(one(args.out / f"same{i}", job(args, 0 if args.cpu else 0.1)), base)
+            for i in range(args.reruns)
+        ]
     finally:
         hog.kill()
     n_fail, n_pass = verdicts.count("failed"), verdicts.count("passed")
-    print(f"unchanged reruns with a CPU hog: {n_fail}/{len(verdicts)} failed, {n_pass} passed, "
-          f"{verdicts.count('inconclusive')} inconclusive")  # fmt: skip
+    print(
+        f"unchanged reruns with a CPU hog: {n_fail}/{len(verdicts)} failed, {n_pass} passed, "
+        f"{verdicts.count('inconclusive')} inconclusive"
+    )
     # +slow of the step: the wait job's 0.1 s wait grows; the CPU job sleeps slow × its median
     extra = sum(medians) / len(medians) / 1e3 * args.slow if args.cpu else 0.1 * (1 + args.slow)
     gate(one(args.out / "slow", job(args, extra)), base)

@@ -47,8 +47,19 @@ from gpudiag.analysis.compare.timing import cpu_check, regression_check  # noqa:
 from gpudiag.config import GateConfig  # noqa: E402
 from gpudiag.rundir.conditions import RunConditions, contention  # noqa: E402
 
-JOB = ["--pin", "--steps", "40", "--batch", "1024", "--hidden", "256", "--layers", "3",
-       "--dim", "128"]  # fmt: skip
+JOB = [
+    "--pin",
+    "--steps",
+    "40",
+    "--batch",
+    "1024",
+    "--hidden",
+    "256",
+    "--layers",
+    "3",
+    "--dim",
+    "128",
+]
 EFFECT = 0.25
 
 
@@ -62,13 +73,30 @@ def record(out: Path, labels: Sequence[str]) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for label in labels:
-                extra = (["--extra-work", str(int(label[4:]) / 100)]
-                         if label.startswith("slow") else [])  # fmt: skip
+                extra = (
+                    ["--extra-work", str(int(label[4:]) / 100)] if label.startswith("slow") else []
+                )
                 d = Path(tmp) / label
-                cmd = [sys.executable, "-m", "gpudiag", "run", "--out", str(d), "-q",
-                       "--no-analyze", "--profile-steps", "5:10", "--", "torchrun",
-                       "--standalone", "--nproc-per-node", "2",
-                       str(ROOT / "gpudiag" / "demo" / "train.py"), *JOB, *extra]  # fmt: skip
+                cmd = [
+                    sys.executable,
+                    "-m",
+                    "gpudiag",
+                    "run",
+                    "--out",
+                    str(d),
+                    "-q",
+                    "--no-analyze",
+                    "--profile-steps",
+                    "5:10",
+                    "--",
+                    "torchrun",
+                    "--standalone",
+                    "--nproc-per-node",
+                    "2",
+                    str(ROOT / "gpudiag" / "demo" / "train.py"),
+                    *JOB,
+                    *extra,
+                ]
                 env = {**os.environ, "PYTHONPATH": str(ROOT)}
                 subprocess.run(cmd, check=True, env=env, capture_output=True)
                 runs.append(run_stat(analyze(d), label, run_conditions(d)))
@@ -87,8 +115,7 @@ def _resample(r: RunStat, rng: np.random.Generator) -> RunStat:
     idx = rng.integers(0, len(r.step_time_ns), len(r.step_time_ns))
     wall = [r.step_time_ns[i] for i in idx]
     cpu = [r.cpu_ns[i % len(r.cpu_ns)] for i in idx]
-    return dataclasses.replace(r, step_time_ns=wall, step_time_ns_median=_median(wall),
-                               cpu_ns=cpu)  # fmt: skip
+    return dataclasses.replace(r, step_time_ns=wall, step_time_ns_median=_median(wall), cpu_ns=cpu)
 
 
 def slowed(r: RunStat, effect: float = EFFECT) -> RunStat:
@@ -96,8 +123,7 @@ def slowed(r: RunStat, effect: float = EFFECT) -> RunStat:
     n = min(len(r.step_time_ns), len(r.cpu_ns))
     wall = [int(r.step_time_ns[i] + effect * r.cpu_ns[i]) for i in range(n)]
     cpu = [int(c * (1.0 + effect)) for c in r.cpu_ns[:n]]
-    return dataclasses.replace(r, step_time_ns=wall, step_time_ns_median=_median(wall),
-                               cpu_ns=cpu)  # fmt: skip
+    return dataclasses.replace(r, step_time_ns=wall, step_time_ns_median=_median(wall), cpu_ns=cpu)
 
 
 def judge(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig) -> tuple[bool, str]:
@@ -136,8 +162,10 @@ def replay(path: Path, replicates: int, seed: int, n: int = 3) -> None:
                 s = r if rep == 0 else _resample(r, rng)
                 tally[f"recorded {r.name}"][0] += judge(s, b, cfg)[0]
                 tally[f"recorded {r.name}"][1] += 1
-    print(f"{len(same)} unchanged runs, {len(slow)} slowed; {n}-run baselines, "
-          f"{replicates} bootstrap replicates each")  # fmt: skip
+    print(
+        f"{len(same)} unchanged runs, {len(slow)} slowed; {n}-run baselines, "
+        f"{replicates} bootstrap replicates each"
+    )
     for key, (fails, n) in tally.items():
         print(f"  {key:24s} {fails:5d} of {n:5d} fail ({fails / max(n, 1):.1%})")
 

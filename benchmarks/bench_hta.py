@@ -62,8 +62,7 @@ def rank_files(d: str) -> int:
 def measure(cmd: list[str], env: dict[str, str], cwd: str) -> dict[str, Any]:
     """Wall, CPU and peak RSS of the command's tree (its own rusage), sampled peak tree PSS."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)  # fmt: skip
+    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     pss = 0
     while True:  # wait4 (not poll): the child's own rusage, its waited-for workers included
         pid, status, ru = os.wait4(p.pid, os.WNOHANG)
@@ -77,8 +76,14 @@ def measure(cmd: list[str], env: dict[str, str], cwd: str) -> dict[str, Any]:
     out = p.stdout.read().decode(errors="replace") if p.stdout else ""
     if p.returncode:
         sys.stderr.write(err[-2000:])
-    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "maxrss": ru.ru_maxrss * 1024,
-            "pss": pss, "rc": p.returncode, "ranks": _ranks_read(out)}  # fmt: skip
+    return {
+        "wall_s": wall,
+        "cpu_s": ru.ru_utime + ru.ru_stime,
+        "maxrss": ru.ru_maxrss * 1024,
+        "pss": pss,
+        "rc": p.returncode,
+        "ranks": _ranks_read(out),
+    }
 
 
 def _ranks_read(stdout: str) -> int:
@@ -115,13 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     d = str(ns.traces.resolve())
     rows: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="gpudiag-hta-") as tmp:
-        env = dict(os.environ, PYTHONPATH=str(ns.repo.resolve()),
-                   PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"))  # fmt: skip
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(ns.repo.resolve()),
+            PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"),
+        )
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env.pop("GPUDIAG_NO_CACHE", None)
         gd = [sys.executable, "-m", "gpudiag", "analyze", d, "-f", "json"]
-        help_text = subprocess.run([*gd[:4], "--help"], env=env, cwd=tmp, capture_output=True,
-                                   text=True).stdout  # fmt: skip
+        help_text = subprocess.run(
+            [*gd[:4], "--help"], env=env, cwd=tmp, capture_output=True, text=True
+        ).stdout
         has_cache = "--no-cache" in help_text
         subprocess.run([sys.executable, "-m", "gpudiag", "--version"], env=env, cwd=tmp)
         print(f"load average at start: {loadavg()}; best of {ns.repeat}", flush=True)
@@ -143,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':34} {'wall s':>7} {'CPU s':>7} {'max RSS':>9} {'tree PSS':>9}  rc  ranks read")
     out = {k: best(v) for k, v in rows.items()}
     for name, r in out.items():
-        print(f"{name:34} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['maxrss'] / 1e6:7.0f}MB "
-              f"{r['pss'] / 1e6:7.0f}MB  {r['rc']}  {r['ranks']} of {files}")  # fmt: skip
+        print(
+            f"{name:34} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['maxrss'] / 1e6:7.0f}MB "
+            f"{r['pss'] / 1e6:7.0f}MB  {r['rc']}  {r['ranks']} of {files}"
+        )
     short = [n for n, r in out.items() if r["ranks"] != files]
     if short:  # a peer that read fewer ranks did less work: no ratio is honest then
         print(f"NOT COMPARABLE: {', '.join(short)} did not read all {files} rank files")
@@ -152,14 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     first = out["gpudiag, first look"]
     if "HTA: load + temporal breakdown" in out:
         h = out["HTA: load + temporal breakdown"]
-        print(f"HTA / gpudiag: wall x{h['wall_s'] / first['wall_s']:.1f}, "
-              f"CPU x{h['cpu_s'] / first['cpu_s']:.1f}, "
-              f"tree PSS x{h['pss'] / max(first['pss'], 1):.1f}, "
-              f"max RSS x{h['maxrss'] / first['maxrss']:.1f}")  # fmt: skip
+        print(
+            f"HTA / gpudiag: wall x{h['wall_s'] / first['wall_s']:.1f}, "
+            f"CPU x{h['cpu_s'] / first['cpu_s']:.1f}, "
+            f"tree PSS x{h['pss'] / max(first['pss'], 1):.1f}, "
+            f"max RSS x{h['maxrss'] / first['maxrss']:.1f}"
+        )
     if has_cache:
         c = out["gpudiag, second look (cached)"]
-        print(f"cached / first: wall {c['wall_s'] / first['wall_s']:.0%}, "
-              f"CPU {c['cpu_s'] / first['cpu_s']:.0%}")  # fmt: skip
+        print(
+            f"cached / first: wall {c['wall_s'] / first['wall_s']:.0%}, "
+            f"CPU {c['cpu_s'] / first['cpu_s']:.0%}"
+        )
     return 0
 
 

@@ -28,9 +28,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE = ROOT.parent / "shared" / "traces" / "nsys" / "nsys-ai" / "mfu_2gpu_before.sqlite"
 TABLES = [
-    "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-    "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS",
-]  # fmt: skip
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "NVTX_EVENTS",
+]
 
 
 def build(source: Path, out: Path, size_mb: float) -> dict[str, int]:
@@ -38,8 +41,11 @@ def build(source: Path, out: Path, size_mb: float) -> dict[str, int]:
     shutil.copy(source, out)
     os.chmod(out, 0o644)
     con = sqlite3.connect(out)
-    tabs = [t for t in TABLES if con.execute(
-        "SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone()]  # fmt: skip
+    tabs = [
+        t
+        for t in TABLES
+        if con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (t,)).fetchone()
+    ]
     lo, hi, corr = 2**62, 0, 0
     for t in tabs:
         a, b = con.execute(f'SELECT MIN(start), MAX(COALESCE("end", start)) FROM {t}').fetchone()
@@ -62,8 +68,10 @@ def build(source: Path, out: Path, size_mb: float) -> dict[str, int]:
                 else:
                     sel.append(f'"{c}"')
             names = ", ".join(f'"{c}"' for c in cols)
-            con.execute(f"INSERT INTO {t} ({names}) SELECT {', '.join(sel)} FROM {t} "
-                        f"WHERE rowid <= {originals[t]}")  # fmt: skip
+            con.execute(
+                f"INSERT INTO {t} ({names}) SELECT {', '.join(sel)} FROM {t} "
+                f"WHERE rowid <= {originals[t]}"
+            )
         con.commit()
     counts = {t: con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tabs}
     con.close()
@@ -79,8 +87,12 @@ def run_once(path: Path) -> tuple[float, float, int]:
     # which older gpudiag replaced with a regular file through its temporary-file rename.
     r = subprocess.run(
         [sys.executable, "-m", "gpudiag", "analyze", str(path), "--format", "json", "-o", "-"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, check=False,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
@@ -105,8 +117,10 @@ def main() -> None:
     big = tmp / "big.sqlite"
     t = time.perf_counter()
     counts = build(args.source, big, args.size_mb)
-    print(f"built {big} ({big.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t:.1f} s: "
-          + ", ".join(f"{k} {v:,}" for k, v in counts.items()))  # fmt: skip
+    print(
+        f"built {big} ({big.stat().st_size / 1e6:.1f} MB) in {time.perf_counter() - t:.1f} s: "
+        + ", ".join(f"{k} {v:,}" for k, v in counts.items())
+    )
     rows = sum(v for k, v in counts.items() if k != "copies")
     print("run  wall_s  cpu_s  peak_rss_MB  rows/s(wall)")
     try:

@@ -93,8 +93,10 @@ def bench_phases(steps: int = 2000, reps: int = 7) -> None:
             marked.append(run(True))
         pre.remove()
     p, m = min(plain), min(marked)
-    print(f"step phases (tiny model, in process, 1 thread): plain {p * 1e6:.1f} µs a step, with "
-          f"the marks {m * 1e6:.1f} µs: {(m - p) * 1e6:+.1f} µs a step")  # fmt: skip
+    print(
+        f"step phases (tiny model, in process, 1 thread): plain {p * 1e6:.1f} µs a step, with "
+        f"the marks {m * 1e6:.1f} µs: {(m - p) * 1e6:+.1f} µs a step"
+    )
 
 
 def bench_run(pairs: int, steps: int, hidden: int, batch: int) -> None:

@@ -101,8 +101,17 @@ def make_inputs(work: Path, ranks: list[int], source: Path, copies: int) -> dict
     full = work / f"all-{max(ranks)}"
     info_file = full / ".bench-info.json"
     if not info_file.is_file() or len(json.loads(info_file.read_text())["files"]) < max(ranks):
-        cmd = [sys.executable, str(HERE / "make_big_trace.py"), str(full), "--ranks",
-               str(max(ranks)), "--copies", str(copies), "--source", str(source)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            str(HERE / "make_big_trace.py"),
+            str(full),
+            "--ranks",
+            str(max(ranks)),
+            "--copies",
+            str(copies),
+            "--source",
+            str(source),
+        ]
         subprocess.run(cmd, check=True, stderr=subprocess.DEVNULL)
     info: dict[str, Any] = json.loads(info_file.read_text())
     for n in ranks:
@@ -117,8 +126,19 @@ def make_inputs(work: Path, ranks: list[int], source: Path, copies: int) -> dict
 
 def run_cli(directory: Path, scheduler: str, out: Path) -> dict[str, Any]:
     """One ``gpudiag analyze`` subprocess, measured from outside and from inside."""
-    cmd = [sys.executable, "-c", _RUNNER, "analyze", str(directory), "--format", "json",
-           "-o", str(out), "--scheduler", scheduler]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        _RUNNER,
+        "analyze",
+        str(directory),
+        "--format",
+        "json",
+        "-o",
+        str(out),
+        "--scheduler",
+        scheduler,
+    ]
     env = {**os.environ, "DASK_SCHEDULER_ADDRESS": ""}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
@@ -138,8 +158,13 @@ def run_cli(directory: Path, scheduler: str, out: Path) -> dict[str, Any]:
         raise SystemExit(f"gpudiag analyze failed ({proc.returncode}):\n{err}")
     inner = json.loads(err.strip().splitlines()[-1])
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "client_cpu_s": cpu, "tree_pss": tree_pss, "worker_hwm": worker_hwm,
-            **inner}  # fmt: skip
+    return {
+        "wall_s": wall,
+        "client_cpu_s": cpu,
+        "tree_pss": tree_pss,
+        "worker_hwm": worker_hwm,
+        **inner,
+    }
 
 
 def _usage() -> float:
@@ -185,8 +210,12 @@ def cross_rank(base: Any, n: int, work: Path) -> dict[str, Any]:
     """build_diagnosis on ``n`` synthetic ranks, in a fresh interpreter."""
     blob = work / "rank-result.pickle"
     blob.write_bytes(pickle.dumps(base, protocol=5))
-    out = subprocess.run([sys.executable, "-c", _CROSS, str(blob), str(n)],
-                         check=True, capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", _CROSS, str(blob), str(n)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     row: dict[str, Any] = json.loads(out)
     return row
 
@@ -223,9 +252,11 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     if ns.synthetic:
         _, result_b, base = shipped_per_rank(ns.source)
-        print(f"source: {ns.source} ({len(base.steps)} steps, "
-              f"{len(base.collectives.type) if base.collectives else 0} collectives, "
-              f"{result_b:,} B pickled); {os.cpu_count()} CPUs, load {_load()}")  # fmt: skip
+        print(
+            f"source: {ns.source} ({len(base.steps)} steps, "
+            f"{len(base.collectives.type) if base.collectives else 0} collectives, "
+            f"{result_b:,} B pickled); {os.cpu_count()} CPUs, load {_load()}"
+        )
         synthetic_table(base, ns.synthetic_ranks, ns.repeat, work)
         return 0
     info = make_inputs(work, ranks, ns.source, ns.copies)
@@ -253,8 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         # threshold: every large temporary buffer is then mmapped and page-faulted anew.
         key = "distributed.nanny.pre-spawn-environ.MALLOC_MMAP_THRESHOLD_"
         dask.config.set({key: ns.mmap_threshold})
-    cluster = LocalCluster(n_workers=ns.workers, threads_per_worker=1, processes=True,
-                           dashboard_address=":0")  # fmt: skip
+    cluster = LocalCluster(
+        n_workers=ns.workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+    )
     client = Client(cluster, set_as_default=False)
     client.wait_for_workers(ns.workers, timeout=300)
     rows = []
@@ -315,12 +347,19 @@ def synthetic_table(base: Any, counts: str, repeat: int, work: Path) -> None:
         )
     if len(cpus) > 1:
         lo, hi = min(cpus), max(cpus)
-        print(f"  {hi:,} ranks / {lo:,} ranks: x{hi / lo:.0f} ranks, "
-              f"x{cpus[hi] / cpus[lo]:.1f} CPU")  # fmt: skip
+        print(
+            f"  {hi:,} ranks / {lo:,} ranks: x{hi / lo:.0f} ranks, x{cpus[hi] / cpus[lo]:.1f} CPU"
+        )
 
 
-def print_row(n: int, events: int, local: dict[str, Any] | None, remote: dict[str, Any],
-              same: bool, result_b: int) -> None:  # fmt: skip
+def print_row(
+    n: int,
+    events: int,
+    local: dict[str, Any] | None,
+    remote: dict[str, Any],
+    same: bool,
+    result_b: int,
+) -> None:
     """The rows of one rank count."""
     if local is not None:
         print(

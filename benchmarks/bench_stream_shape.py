@@ -37,15 +37,20 @@ with open("/proc/self/status") as f:
 print(json.dumps({"wall_s": wall, "hwm_bytes": hwm * 1024, "outcome": outcome}))
 """
 
-_EVENT = ('{{"ph":"X","cat":"cpu_op","name":"op{i}","pid":1,"tid":1,"ts":{ts},"dur":5,'
-          '"args":{{"External id":{i}}}}}')  # fmt: skip
+_EVENT = (
+    '{{"ph":"X","cat":"cpu_op","name":"op{i}","pid":1,"tid":1,"ts":{ts},"dur":5,'
+    '"args":{{"External id":{i}}}}}'
+)
 
 
 def build(path: Path, mb: int, shape: str) -> int:
     """Write a small trace with ``mb`` megabytes in one field; returns the file size."""
     events = [_EVENT.format(i=i, ts=1000 + 10 * i) for i in range(2000)]
-    events.insert(2, '{"ph":"X","cat":"user_annotation","name":"ProfilerStep#1","pid":1,'
-                     '"tid":1,"ts":1000,"dur":30000}')  # fmt: skip
+    events.insert(
+        2,
+        '{"ph":"X","cat":"user_annotation","name":"ProfilerStep#1","pid":1,'
+        '"tid":1,"ts":1000,"dur":30000}',
+    )
     n = mb * 1_000_000
     if shape == "string":  # one string argument without a single brace or comma
         big = (
@@ -53,8 +58,10 @@ def build(path: Path, mb: int, shape: str) -> int:
             '"args":{"note":"' + "a" * n + '"}}'
         )
     elif shape == "array":  # a long array of numbers in an unknown key
-        big = ('{"ph":"X","cat":"cpu_op","name":"big","pid":1,"tid":1,"ts":1500,"dur":5,'
-               '"extra":[' + ",".join(["1"] * (n // 2)) + "]}")  # fmt: skip
+        big = (
+            '{"ph":"X","cat":"cpu_op","name":"big","pid":1,"tid":1,"ts":1500,"dur":5,'
+            '"extra":[' + ",".join(["1"] * (n // 2)) + "]}"
+        )
     else:
         raise SystemExit(f"unknown shape {shape}")
     events.insert(1000, big)
@@ -74,11 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         for mb in ns.sizes:
             path = Path(tmp) / f"rank-0.{mb}.json"
             size = build(path, mb, ns.shape)
-            out = subprocess.run([sys.executable, "-c", _LOAD, str(path)], check=True,
-                                 capture_output=True, text=True).stdout  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, "-c", _LOAD, str(path)], check=True, capture_output=True, text=True
+            ).stdout
             r = json.loads(out)
-            print(f"{mb:>9} {size / 1e6:>8.1f} {r['wall_s']:>8.2f} {r['hwm_bytes'] / 1e6:>12.0f}"
-                  f"  {r['outcome']}")  # fmt: skip
+            print(
+                f"{mb:>9} {size / 1e6:>8.1f} {r['wall_s']:>8.2f} {r['hwm_bytes'] / 1e6:>12.0f}"
+                f"  {r['outcome']}"
+            )
             path.unlink()
     return 0
 

@@ -121,16 +121,25 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(d)
                 n += 1
                 if n % 1000 == 0:
-                    print(f"  {n} cases, {time.perf_counter() - t0:.0f} s, {dict(kinds)}",
-                          file=sys.stderr, flush=True)  # fmt: skip
+                    print(
+                        f"  {n} cases, {time.perf_counter() - t0:.0f} s, {dict(kinds)}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     wall = time.perf_counter() - t0
     summary = {
-        "cases": n, "seed": ns.seed, "wall_s": round(wall, 1),
-        "diagnoses": kinds["diagnosis"], "clean_errors": kinds["error"],
-        "anything_else": kinds["other"], "by_source": {k: dict(v) for k, v in by_source.items()},
-        "cli_cases": dict(cli), "peak_rss_mb": round(peak / 1e6),
-        "slowest": [(round(s, 2), name) for s, name in slowest], "failures": others[:50],
-    }  # fmt: skip
+        "cases": n,
+        "seed": ns.seed,
+        "wall_s": round(wall, 1),
+        "diagnoses": kinds["diagnosis"],
+        "clean_errors": kinds["error"],
+        "anything_else": kinds["other"],
+        "by_source": {k: dict(v) for k, v in by_source.items()},
+        "cli_cases": dict(cli),
+        "peak_rss_mb": round(peak / 1e6),
+        "slowest": [(round(s, 2), name) for s, name in slowest],
+        "failures": others[:50],
+    }
     print(json.dumps(summary, indent=2))
     if ns.json:
         ns.json.write_text(json.dumps(summary, indent=2) + "\n")

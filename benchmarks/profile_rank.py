@@ -105,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{ns.trace}: {events:,} events; load average {load}; best of {ns.repeat}, CPU s")
     print(f"  read + gunzip            {g:7.3f}")
     print(f"  floor (+ typed decode)   {f:7.3f}   {events / f / 1e3:6.0f}k events/s")
-    print(f"  analyze_source           {r:7.3f}   {events / r / 1e3:6.0f}k events/s   "
-          f"x{r / f:.2f} the floor, +{r - f:.3f} s")  # fmt: skip
+    print(
+        f"  analyze_source           {r:7.3f}   {events / r / 1e3:6.0f}k events/s   "
+        f"x{r / f:.2f} the floor, +{r - f:.3f} s"
+    )
 
     prof = cProfile.Profile()
     prof.enable()

@@ -46,10 +46,21 @@ _LAZY = {
 }
 
 __all__ = [
-    "Diagnosis", "LoadOptions", "RankTimeline", "RunTimeline", "Thresholds", "__version__",
-    "analyze", "diagnose", "diagnosis_from_json", "findings_frame", "load_diagnosis",
-    "load_run", "steps_frame", "to_markdown",
-]  # fmt: skip
+    "Diagnosis",
+    "LoadOptions",
+    "RankTimeline",
+    "RunTimeline",
+    "Thresholds",
+    "__version__",
+    "analyze",
+    "diagnose",
+    "diagnosis_from_json",
+    "findings_frame",
+    "load_diagnosis",
+    "load_run",
+    "steps_frame",
+    "to_markdown",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -29,15 +29,21 @@ COMM_KERNEL_LIBRARIES: tuple[tuple[str, str], ...] = (
     ("NCCL/RCCL", r"^(?:void\s+)?(?:nccl|rccl|msccl)"),
     # NVLink SHARP / multimem and one-/two-shot all-reduce kernels over symmetric memory
     # (torch SymmetricMemory, vLLM's custom all-reduce).
-    ("NVLS/multimem", r"\bmultimem_\w*(?:all_?reduce|all_?gather|reduce_?scatter)"
-                      r"|\b(?:one|two)_shot_all_reduce\w*|\bcross_device_reduce_[12]stage"),
+    (
+        "NVLS/multimem",
+        r"\bmultimem_\w*(?:all_?reduce|all_?gather|reduce_?scatter)"
+        r"|\b(?:one|two)_shot_all_reduce\w*|\bcross_device_reduce_[12]stage",
+    ),
     # DeepEP's expert-parallel kernels, by namespace: dispatch/combine/notify of
     # deep_ep::intranode, ::internode and ::internode_ll (not any kernel named "combine").
-    ("DeepEP", r"\bdeep_ep::(?:intranode|internode)\w*::(?:\w*notify\w*|dispatch|combine"
-               r"|clean_low_latency_buffer)\b"),
+    (
+        "DeepEP",
+        r"\bdeep_ep::(?:intranode|internode)\w*::(?:\w*notify\w*|dispatch|combine"
+        r"|clean_low_latency_buffer)\b",
+    ),
     # NVSHMEM's own kernels (collectives, barriers, proxies).
     ("NVSHMEM", r"^(?:void\s+)?nvshmemi?x?_"),
-)  # fmt: skip
+)
 DEFAULT_COMM_KERNEL_RE = "|".join(f"(?:{p})" for _, p in COMM_KERNEL_LIBRARIES)
 # Host ranges that *are* one collective operation of a backend (gloo's threads, c10d's
 # ``nccl:*`` ranges): what cross-rank matching counts on a CPU trace.
@@ -325,8 +331,15 @@ class Thresholds:
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
-        for name in ("idle_ratio_max", "data_bound_ratio", "comm_bound_ratio", "host_bound_ratio",
-                     "severe_share_ratio", "most_steps_ratio", "truncated_step_ratio"):  # fmt: skip
+        for name in (
+            "idle_ratio_max",
+            "data_bound_ratio",
+            "comm_bound_ratio",
+            "host_bound_ratio",
+            "severe_share_ratio",
+            "most_steps_ratio",
+            "truncated_step_ratio",
+        ):
             _check_ratio(name, getattr(self, name))
         for group in _GROUPS:
             rules = getattr(self, group)
@@ -372,8 +385,11 @@ class Thresholds:
         return out
 
 
-_OPTIONS = {"idle_ratio_max": "--idle-threshold", "step_re": "--step-marker",
-            "data_re": "--data-marker"}  # fmt: skip
+_OPTIONS = {
+    "idle_ratio_max": "--idle-threshold",
+    "step_re": "--step-marker",
+    "data_re": "--data-marker",
+}
 
 
 def _option(name: str) -> str:
@@ -512,7 +528,7 @@ class GateConfig:
     accepted as the older ``--max-regression``); ``run_alpha`` the one-sided level of the
     run-level t test, whose critical value also sets the noise floor (the minimum detectable
     effect) — 0.01, so that an unchanged run fails at most 1% of the time (measured: 1 of
-    264 recorded unchanged candidates, tests/unit/test_issue24_gate_false_alarms.py);
+    264 recorded unchanged candidates, tests/unit/analysis/compare/test_gate_false_alarms.py);
     ``single_run_min_effect_ratio`` the slowdown that fails against a single
     baseline run (no between-run spread to measure), together with the within-run
     Mann-Whitney test at ``alpha``; ``max_runs_advice`` caps the "need ≥ N runs" advice.
@@ -550,24 +566,34 @@ class GateConfig:
     max_host_cost_increase_ratio: float = 0.25
 
     def __post_init__(self) -> None:
-        ratios = {"max_idle_ratio": "--max-idle-ratio", "max_comm_wait_ratio": "--max-comm-wait",
-                  "max_data_wait_ratio": "--max-data-wait", "alpha": "--alpha"}  # fmt: skip
-        contention = ("max_other_cpu_ratio", "max_steal_ratio", "max_gpu_slowdown_ratio",
-                      "max_gpu_other_process_ratio")  # fmt: skip
+        ratios = {
+            "max_idle_ratio": "--max-idle-ratio",
+            "max_comm_wait_ratio": "--max-comm-wait",
+            "max_data_wait_ratio": "--max-data-wait",
+            "alpha": "--alpha",
+        }
+        contention = (
+            "max_other_cpu_ratio",
+            "max_steal_ratio",
+            "max_gpu_slowdown_ratio",
+            "max_gpu_other_process_ratio",
+        )
         ratios.update((k, k) for k in ("run_alpha", "max_host_cost_increase_ratio", *contention))
         for name, opt in ratios.items():
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0):
-                raise UsageError(f"gate: {opt} {_value(v)} is not a ratio between 0 and 1",
-                                 "0.3 means 30%")  # fmt: skip
+                raise UsageError(
+                    f"gate: {opt} {_value(v)} is not a ratio between 0 and 1", "0.3 means 30%"
+                )
         if self.min_effect_ratio < 0 or self.single_run_min_effect_ratio < 0:
             raise UsageError(
                 f"gate: --min-effect {self.min_effect_ratio * 100:g} is negative",
                 "give a percentage such as 5",
             )
         if self.min_samples < 2 or (self.warmup_steps is not None and self.warmup_steps < 0):
-            raise UsageError("gate: --min-samples must be 2 or more and --warmup-steps 0 or more",
-                             "")  # fmt: skip
+            raise UsageError(
+                "gate: --min-samples must be 2 or more and --warmup-steps 0 or more", ""
+            )
         if self.max_runs_advice < 2:
             raise UsageError("gate: max_runs_advice must be 2 or more", "")
         if self.stragglers not in STRAGGLER_MODES:

@@ -91,8 +91,14 @@ class TimelineBuilder:
             launch_ns=np.array([r[5] for r in rows], np.int64),
             nbytes=np.full(len(rows), -1, np.int64),
         )
-        return build_rank(self.rank, cols, meta, NamePatterns(options or LoadOptions()),
-                          meta.source, kinds_final=True)  # fmt: skip
+        return build_rank(
+            self.rank,
+            cols,
+            meta,
+            NamePatterns(options or LoadOptions()),
+            meta.source,
+            kinds_final=True,
+        )
 
 
 def gpu_run(ranks: int = 2, steps: int = 3, slow_rank: int | None = None) -> RunTimeline:

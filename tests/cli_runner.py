@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from testpaths import ROOT
 
 
 def job_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -36,6 +36,11 @@ def run_cli(
         list(args),
         lambda: subprocess.run(
             [sys.executable, "-m", "gpudiag", *args],
-            capture_output=True, text=True, cwd=cwd, env=e, timeout=timeout, check=False,
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=e,
+            timeout=timeout,
+            check=False,
         ),
-    )  # fmt: skip
+    )

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real traces in ../shared/traces, golden-file updating, CLI runner."""
+"""Shared fixtures: the real traces (../shared/traces or tests/fetch_shared.py's copy), golden files."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_TRACES = ROOT.parent / "shared" / "traces"
-
+from testpaths import SHARED_TRACES
 
 _CACHE_DIR = tempfile.mkdtemp(prefix="gpudiag-test-cache-")
 
@@ -19,7 +16,7 @@ _CACHE_DIR = tempfile.mkdtemp(prefix="gpudiag-test-cache-")
 def pytest_configure(config: pytest.Config) -> None:
     # gpudiag's per-rank cache (gpudiag/fanout/cache.py) is off for the CLIs the tests start: a
     # test that analyses the same traces twice (progress, Dask workers, faults) means to
-    # read them twice. tests/unit/test_issue23_cache.py turns it on where it is the subject;
+    # read them twice. tests/unit/fanout/test_cache.py turns it on where it is the subject;
     # anything cached goes to a scratch directory of this session, never the user's.
     os.environ["GPUDIAG_NO_CACHE"] = "1"
     os.environ["GPUDIAG_CACHE_DIR"] = _CACHE_DIR
@@ -43,7 +40,10 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
-        pytest.skip(f"real traces not found at {SHARED_TRACES} (CI provides ../shared)")
+        pytest.skip(
+            f"real traces not found at {SHARED_TRACES} (CI provides ../shared; "
+            "or run python tests/fetch_shared.py)"
+        )
     return SHARED_TRACES
 
 

@@ -46,8 +46,15 @@ REMEDY_WHAT_IF = {
     "comm-overlap": "if_comm_overlapped_ns",
     "straggler": "if_straggler_at_median_speed_ns",
 }
-_KIND = {"copy": "host_bound", "variability": "step_variability", "data": "data_bound", "communication": "comm_bound", "straggler": "straggler",
-         "pipeline": "pipeline_bubble", "host": "host_bound"}  # fmt: skip
+_KIND = {
+    "copy": "host_bound",
+    "variability": "step_variability",
+    "data": "data_bound",
+    "communication": "comm_bound",
+    "straggler": "straggler",
+    "pipeline": "pipeline_bubble",
+    "host": "host_bound",
+}
 
 
 def _close(a: float, b: float, tol: float) -> bool:
@@ -122,17 +129,21 @@ def _host_cause_share(f: dict[str, Any], head: str, out: list[str]) -> None:
         return
     if cause.get("step_share") is None:
         if cause.get("label") and cause["label"] in head:
-            out.append(f"headline {head!r} names the cause {cause['label']!r} without its own "
-                       "share")  # fmt: skip
+            out.append(
+                f"headline {head!r} names the cause {cause['label']!r} without its own share"
+            )
         return
     own, whole = float(cause["step_share"]), _finding_share(f) or 0.0
     if own > whole + 1e-9:
-        out.append(f"host cause {cause['kind']!r} holds {own:.1%}, more than its finding's "
-                   f"{whole:.1%}")  # fmt: skip
+        out.append(
+            f"host cause {cause['kind']!r} holds {own:.1%}, more than its finding's {whole:.1%}"
+        )
     m = re.search(r"\(of which (.+?) (\d+)%\)", head)
     if not m or cause["label"] not in m.group(1) or int(m.group(2)) != round(100 * own):
-        out.append(f"headline {head!r} does not quote its cause {cause['label']!r} with its "
-                   f"own share {own:.1%}")  # fmt: skip
+        out.append(
+            f"headline {head!r} does not quote its cause {cause['label']!r} with its "
+            f"own share {own:.1%}"
+        )
 
 
 def _cause_gains(d: dict[str, Any], out: list[str]) -> None:
@@ -148,11 +159,15 @@ def _cause_gains(d: dict[str, Any], out: list[str]) -> None:
             and cause.get("other_ns_per_step") is not None
             and (own > cause["other_ns_per_step"] + 1)
         ):
-            out.append(f"host cause {cause['kind']!r}: {own / 1e6:.1f} ms a step, more than "
-                       f"the 'other' {cause['other_ns_per_step'] / 1e6:.1f} ms")  # fmt: skip
+            out.append(
+                f"host cause {cause['kind']!r}: {own / 1e6:.1f} ms a step, more than "
+                f"the 'other' {cause['other_ns_per_step'] / 1e6:.1f} ms"
+            )
         if own is not None and gain is not None and gain > own + 1:
-            out.append(f"remedy {r['id']} promises {gain / 1e6:.1f} ms a step, more than its "
-                       f"cause {cause['kind']!r} holds ({own / 1e6:.1f} ms)")  # fmt: skip
+            out.append(
+                f"remedy {r['id']} promises {gain / 1e6:.1f} ms a step, more than its "
+                f"cause {cause['kind']!r} holds ({own / 1e6:.1f} ms)"
+            )
 
 
 def _within_schedule(d: dict[str, Any], v: dict[str, Any], out: list[str]) -> None:
@@ -160,8 +175,9 @@ def _within_schedule(d: dict[str, Any], v: dict[str, Any], out: list[str]) -> No
     idx = v["finding"]
     f = d["findings"][idx] if isinstance(idx, int) and 0 <= idx < len(d["findings"]) else None
     if f is None or f["kind"] != "pipeline_bubble" or f["severity"] != "info":
-        out.append(f"a 'no bottleneck' verdict names finding {idx!r}, not a pipeline within "
-                   "its threshold")  # fmt: skip
+        out.append(
+            f"a 'no bottleneck' verdict names finding {idx!r}, not a pipeline within its threshold"
+        )
         return
     want = _finding_share(f)
     if want is not None and f"{round(100 * want)}%" not in v["headline"]:
@@ -177,9 +193,11 @@ def _pipeline(d: dict[str, Any], out: list[str]) -> None:
     if found and not pipe:
         out.append("a pipeline finding without the collectives' pipeline section")
     stages = set(pipe["stage_ranks"]) if pipe else set()
-    out.extend(f"a pipeline stage's receive waits called {f['kind']} (ranks {f['ranks']})"
-               for f in d["findings"] if f["kind"] in ("comm_bound", "straggler")
-               and f["ranks"] and set(f["ranks"]) <= stages)  # fmt: skip
+    out.extend(
+        f"a pipeline stage's receive waits called {f['kind']} (ranks {f['ranks']})"
+        for f in d["findings"]
+        if f["kind"] in ("comm_bound", "straggler") and f["ranks"] and set(f["ranks"]) <= stages
+    )
 
 
 def _straggler(d: dict[str, Any], f: dict[str, Any], head: str, out: list[str]) -> None:
@@ -215,8 +233,10 @@ def _what_if(d: dict[str, Any], out: list[str]) -> None:
             continue
         gain = now - w[field]
         if not _close(r["estimated_gain_ns"], gain, max(1.0, 0.005 * now)):
-            out.append(f"remedy {r['id']} promises {r['estimated_gain_ns'] / 1e6:.1f} ms a step, "
-                       f"the what-if {gain / 1e6:.1f} ms")  # fmt: skip
+            out.append(
+                f"remedy {r['id']} promises {r['estimated_gain_ns'] / 1e6:.1f} ms a step, "
+                f"the what-if {gain / 1e6:.1f} ms"
+            )
         ratio = r.get("estimated_gain_ratio")
         if ratio is not None and now and not _close(ratio, r["estimated_gain_ns"] / now, 1e-3):
             out.append(f"remedy {r['id']}: gain ratio {ratio:.3f} is not its gain over the step")
@@ -224,8 +244,11 @@ def _what_if(d: dict[str, Any], out: list[str]) -> None:
 
 def _prose(d: dict[str, Any], text: str, out: list[str]) -> None:
     ids = {r["id"] for r in d["recommendations"]}
-    out.extend(f"remedy id {rid!r} in prose where its title belongs" for rid in sorted(ids)
-               if re.search(rf"additive with[^.\n]*\b{re.escape(rid)}\b", text))  # fmt: skip
+    out.extend(
+        f"remedy id {rid!r} in prose where its title belongs"
+        for rid in sorted(ids)
+        if re.search(rf"additive with[^.\n]*\b{re.escape(rid)}\b", text)
+    )
 
 
 def _stats(durs: list[int]) -> tuple[int, int]:
@@ -269,14 +292,19 @@ def _comm_family(d: dict[str, Any], out: list[str]) -> None:
     comm = float(fams.get("communication", 0.0))
     seen = d["run"]["shares"]["comm_wait"] + d["run"]["comm_overlapped_ratio"]
     if d["run"]["mode"] == "gpu" and comm >= 0.01 and seen == 0:
-        out.append(f"communication kernels hold {comm:.1%} of GPU time, but comm-wait and "
-                   "overlap are 0: two rule sets classify kernels")  # fmt: skip
+        out.append(
+            f"communication kernels hold {comm:.1%} of GPU time, but comm-wait and "
+            "overlap are 0: two rule sets classify kernels"
+        )
 
 
 def _idle(text: str, out: list[str]) -> None:
     pattern = r"idle (\d+(?:\.\d+)?)% \(above (\d+)%\)"
-    out.extend(f"'{m.group(0)}': an idle statement its own number contradicts"
-               for m in re.finditer(pattern, text) if float(m.group(1)) <= float(m.group(2)))  # fmt: skip
+    out.extend(
+        f"'{m.group(0)}': an idle statement its own number contradicts"
+        for m in re.finditer(pattern, text)
+        if float(m.group(1)) <= float(m.group(2))
+    )
 
 
 def problems(d: dict[str, Any], console: str = "") -> list[str]:

@@ -33,10 +33,12 @@ from gpudiag.errors import EnvironmentProblem, InputError, UsageError
 
 READ_HINT = "check the path and its permissions (ls -l), or give the files that can be read"
 _KINDS = (
-    (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
     (stat.S_ISSOCK, "a socket"),
-)  # fmt: skip
+)
 
 
 def kind_of(mode: int) -> str:

@@ -15,8 +15,20 @@ from typing import Any, cast
 
 __all__ = ["compile"]
 
-_KEPT = ("search", "match", "fullmatch", "sub", "subn", "split", "findall", "finditer",
-         "pattern", "flags", "groups", "groupindex")  # fmt: skip
+_KEPT = (
+    "search",
+    "match",
+    "fullmatch",
+    "sub",
+    "subn",
+    "split",
+    "findall",
+    "finditer",
+    "pattern",
+    "flags",
+    "groups",
+    "groupindex",
+)
 
 
 class _Lazy:

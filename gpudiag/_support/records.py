@@ -80,8 +80,9 @@ def _set(cls: type, name: str, value: Any) -> None:
 def _process(cls: type, frozen: bool) -> type:
     # the class's own __eq__ / __hash__, read before dataclasses adds anything
     class_hash = cls.__dict__.get("__hash__", dataclasses.MISSING)
-    explicit_hash = not (class_hash is dataclasses.MISSING
-                         or (class_hash is None and "__eq__" in cls.__dict__))  # fmt: skip
+    explicit_hash = not (
+        class_hash is dataclasses.MISSING or (class_hash is None and "__eq__" in cls.__dict__)
+    )
     cls = _std_dataclass(cls, repr=False, eq=False)
     fs = dataclasses.fields(cls)
     cls.__record_repr__ = tuple(f.name for f in fs if f.repr)  # type: ignore[attr-defined]

@@ -158,8 +158,15 @@ def _diagnose(
     if not results and ended:
         e = evidence_only(run, ended, th, notes + alert_notes)
         return dataclasses.replace(e, alerts=alerts) if alerts else e
-    d = build_diagnosis(results, th, run.inputs, notes + alert_notes, whole_run=whole,
-                        extra_findings=extra, host_contention=busy)  # fmt: skip
+    d = build_diagnosis(
+        results,
+        th,
+        run.inputs,
+        notes + alert_notes,
+        whole_run=whole,
+        extra_findings=extra,
+        host_contention=busy,
+    )
     return dataclasses.replace(d, alerts=alerts) if alerts else d
 
 
@@ -168,14 +175,30 @@ def live_alerts(records: Sequence[Mapping[str, Any]]) -> tuple[list[LiveAlert], 
 
     One note per alert raised: when, at which step, what, and when it cleared.
     """
-    alerts = [LiveAlert(r["time_ns"], r["step"], r["kind"], list(r["ranks"]), r["message"],
-                        dict(r.get("metrics") or {}), r["state"]) for r in records]  # fmt: skip
+    alerts = [
+        LiveAlert(
+            r["time_ns"],
+            r["step"],
+            r["kind"],
+            list(r["ranks"]),
+            r["message"],
+            dict(r.get("metrics") or {}),
+            r["state"],
+        )
+        for r in records
+    ]
     notes = []
     for i, a in enumerate(alerts):
         if a.state != "raised":
             continue
-        end = next((b for b in alerts[i + 1 :] if b.state == "cleared" and b.kind == a.kind
-                    and b.ranks == a.ranks), None)  # fmt: skip
+        end = next(
+            (
+                b
+                for b in alerts[i + 1 :]
+                if b.state == "cleared" and b.kind == a.kind and b.ranks == a.ranks
+            ),
+            None,
+        )
         when = time.strftime("%H:%M:%S", time.gmtime(a.time_ns // 1_000_000_000))
         until = f"cleared at step {end.step}" if end else "still raised when the job ended"
         notes.append(f"live alert at {when} UTC, step {a.step}: {a.message}; {until}")
@@ -215,8 +238,7 @@ def build_diagnosis(
     explain (:func:`gpudiag.analysis.stragglers.busy_host.on_busy_host`).
     """
     with _collector_skips_inputs():
-        return _build(results, th, inputs, notes, whole_run, extra_findings,
-                      host_contention or {})  # fmt: skip
+        return _build(results, th, inputs, notes, whole_run, extra_findings, host_contention or {})
 
 
 @contextlib.contextmanager
@@ -288,8 +310,11 @@ def _stage_ranks(x: RunFacts) -> set[int]:
 
 
 def _host_stragglers(findings: list[Finding]) -> set[int]:
-    return {f.ranks[0] for f in findings
-            if f.kind == FindingKind.STRAGGLER and f.cause == Cause.HOST and f.ranks}  # fmt: skip
+    return {
+        f.ranks[0]
+        for f in findings
+        if f.kind == FindingKind.STRAGGLER and f.cause == Cause.HOST and f.ranks
+    }
 
 
 def _stragglers(x: RunFacts, fs: list[Finding]) -> list[Finding]:
@@ -314,55 +339,102 @@ def _without_stage_waits(x: RunFacts, findings: list[Finding]) -> list[Finding]:
         return findings
     stage = _stage_ranks(x)
     findings = drop_ranks(findings, stage, FindingKind.COMM_BOUND)
-    return [f for f in findings
-            if not (f.kind == FindingKind.STRAGGLER and set(f.ranks) <= stage)]  # fmt: skip
+    return [f for f in findings if not (f.kind == FindingKind.STRAGGLER and set(f.ranks) <= stage)]
 
 
 # Every finding of a run comes from these passes, in this order; each is given the findings
 # of the passes before it. Findings only one pass makes are added by it; the passes that
 # rewrite or drop earlier findings (the reconciliation, analysis/run/reconcile.py) say so.
 PASSES: tuple[Pass, ...] = (
-    Pass("per-rank shares", "adds idle_ratio, data_bound, comm_bound, host_bound",
-         lambda x, fs: fs + idle_findings(x.ranks, x.steps, x.th)),
-    Pass("inputs", "adds source_missing and truncated_step (what the inputs lacked)",
-         lambda x, fs: fs + source_findings(x.results, x.run)),
-    Pass("warm-up", "adds warmup (the steps left out of the statistics)",
-         lambda x, fs: fs + x.warm),
-    Pass("run's own", "adds the run directory's findings (its end, job_failed, NVML idle)",
-         lambda x, fs: fs + list(x.extra)),
-    Pass("variability", "adds step_variability",
-         lambda x, fs: fs + variability(x.steps, x.th.variability, x.ranks, x.th.steady)),
-    Pass("compute", "adds compute_bound",
-         lambda x, fs: fs + compute_bound(x.run, x.kernels, x.th.advice)),
-    Pass("bandwidth", "adds low_bandwidth",
-         lambda x, fs: fs + bandwidth_findings(x.coll, x.th.collectives)),
-    Pass("pipeline explains idle", "drops host_bound for the pipeline stages whose idle time "
-         "its schedule explains", _pipeline_explains),
+    Pass(
+        "per-rank shares",
+        "adds idle_ratio, data_bound, comm_bound, host_bound",
+        lambda x, fs: fs + idle_findings(x.ranks, x.steps, x.th),
+    ),
+    Pass(
+        "inputs",
+        "adds source_missing and truncated_step (what the inputs lacked)",
+        lambda x, fs: fs + source_findings(x.results, x.run),
+    ),
+    Pass(
+        "warm-up", "adds warmup (the steps left out of the statistics)", lambda x, fs: fs + x.warm
+    ),
+    Pass(
+        "run's own",
+        "adds the run directory's findings (its end, job_failed, NVML idle)",
+        lambda x, fs: fs + list(x.extra),
+    ),
+    Pass(
+        "variability",
+        "adds step_variability",
+        lambda x, fs: fs + variability(x.steps, x.th.variability, x.ranks, x.th.steady),
+    ),
+    Pass(
+        "compute",
+        "adds compute_bound",
+        lambda x, fs: fs + compute_bound(x.run, x.kernels, x.th.advice),
+    ),
+    Pass(
+        "bandwidth",
+        "adds low_bandwidth",
+        lambda x, fs: fs + bandwidth_findings(x.coll, x.th.collectives),
+    ),
+    Pass(
+        "pipeline explains idle",
+        "drops host_bound for the pipeline stages whose idle time its schedule explains",
+        _pipeline_explains,
+    ),
     Pass("pipeline", "adds pipeline_bubble", lambda x, fs: fs + x.pipe_findings),
     Pass("stragglers", "adds straggler (step times)", _stragglers),
-    Pass("late arrival", "adds straggler (matched collectives; reads the stragglers so far)",
-         lambda x, fs: fs + late_arrival(x.coll, x.steps, fs, x.th.stragglers,
-                                         x.th.collectives)),
-    Pass("stage waits", "drops comm_bound of pipeline stages, and stragglers among them",
-         _without_stage_waits),
-    Pass("busy host", "rewrites straggler: severity, message and host_contention when the "
-         "recorded host contention likely explains it",
-         lambda x, fs: on_busy_host(fs, x.busy, _gpu_job(x.run, x.whole_run), x.th.stragglers)),
-    Pass("waiting for stragglers", "rewrites comm_bound: sync_wait_share, and message and "
-         "severity (info) when its ranks mostly wait for a straggler",
-         lambda x, fs: comm_wait_for_stragglers(fs, x.steps, x.sync_by_step, x.th)),
-    Pass("host stragglers", "drops host_bound of ranks that are host-side stragglers",
-         lambda x, fs: drop_host_bound(fs, _host_stragglers(fs))),
-    Pass("host cause", "rewrites host_bound: message and metrics (HostMetrics, its cause)",
-         lambda x, fs: with_host_cause(fs, x.ranks, x.steps, x.th)),
-    Pass("exposed copies", "adds exposed_copies (ranks whose host cause is not copies)",
-         lambda x, fs: fs + exposed_copies(x.ranks, x.steps, fs, x.th)),
-    Pass("evidence limits", "adds limited_evidence; rewrites the findings a limit qualifies "
-         "or withholds (rank/evidence.py apply_limits)",
-         lambda x, fs: apply_limits(fs, x.lims)),
-    Pass("order", "reorders: severity first, how the run ended first among equals, then "
-         "the larger share", lambda x, fs: sorted(fs, key=_finding_order)),
-)  # fmt: skip
+    Pass(
+        "late arrival",
+        "adds straggler (matched collectives; reads the stragglers so far)",
+        lambda x, fs: fs + late_arrival(x.coll, x.steps, fs, x.th.stragglers, x.th.collectives),
+    ),
+    Pass(
+        "stage waits",
+        "drops comm_bound of pipeline stages, and stragglers among them",
+        _without_stage_waits,
+    ),
+    Pass(
+        "busy host",
+        "rewrites straggler: severity, message and host_contention when the "
+        "recorded host contention likely explains it",
+        lambda x, fs: on_busy_host(fs, x.busy, _gpu_job(x.run, x.whole_run), x.th.stragglers),
+    ),
+    Pass(
+        "waiting for stragglers",
+        "rewrites comm_bound: sync_wait_share, and message and "
+        "severity (info) when its ranks mostly wait for a straggler",
+        lambda x, fs: comm_wait_for_stragglers(fs, x.steps, x.sync_by_step, x.th),
+    ),
+    Pass(
+        "host stragglers",
+        "drops host_bound of ranks that are host-side stragglers",
+        lambda x, fs: drop_host_bound(fs, _host_stragglers(fs)),
+    ),
+    Pass(
+        "host cause",
+        "rewrites host_bound: message and metrics (HostMetrics, its cause)",
+        lambda x, fs: with_host_cause(fs, x.ranks, x.steps, x.th),
+    ),
+    Pass(
+        "exposed copies",
+        "adds exposed_copies (ranks whose host cause is not copies)",
+        lambda x, fs: fs + exposed_copies(x.ranks, x.steps, fs, x.th),
+    ),
+    Pass(
+        "evidence limits",
+        "adds limited_evidence; rewrites the findings a limit qualifies "
+        "or withholds (rank/evidence.py apply_limits)",
+        lambda x, fs: apply_limits(fs, x.lims),
+    ),
+    Pass(
+        "order",
+        "reorders: severity first, how the run ended first among equals, then the larger share",
+        lambda x, fs: sorted(fs, key=_finding_order),
+    ),
+)
 
 
 def _build(
@@ -392,11 +464,28 @@ def _build(
     lims, limit_notes = evidence_limits(
         # only ranks with a trace have facts to judge (telemetry-only ranks have none)
         {r.rank: r.evidence.coverage for r in ranks if r.evidence.coverage},
-        {r.rank: r.meta.dropped for r in results}, th.evidence,
+        {r.rank: r.meta.dropped for r in results},
+        th.evidence,
         th.loader.launch_linked_min_ratio,
-    )  # fmt: skip
-    facts = RunFacts(th, results, warm, ranks, steps, run, whole_run, extra_findings, kernels,
-                     colls, coll, sync_by_step, pipe, pipe_findings, busy, lims)  # fmt: skip
+    )
+    facts = RunFacts(
+        th,
+        results,
+        warm,
+        ranks,
+        steps,
+        run,
+        whole_run,
+        extra_findings,
+        kernels,
+        colls,
+        coll,
+        sync_by_step,
+        pipe,
+        pipe_findings,
+        busy,
+        lims,
+    )
     findings: list[Finding] = []
     for p in PASSES:
         findings = p.run(facts, findings)

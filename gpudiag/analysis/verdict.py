@@ -43,8 +43,21 @@ from gpudiag.analysis.rank.evidence import WITHHOLD, Limit
 from gpudiag.analysis.stragglers.busy_host import BUSY_HOST, busy_host_words
 from gpudiag.config import VerdictRules
 
-BOTTLENECKS = ("data", "communication", "straggler", "pipeline", "host", "copy", "variability",
-               "none", "unknown", "hang", "mismatch", "failure", "interrupted")  # fmt: skip
+BOTTLENECKS = (
+    "data",
+    "communication",
+    "straggler",
+    "pipeline",
+    "host",
+    "copy",
+    "variability",
+    "none",
+    "unknown",
+    "hang",
+    "mismatch",
+    "failure",
+    "interrupted",
+)
 PROFILED: Final = "profiled window"
 WHOLE_RUN: Final = "whole run"
 
@@ -65,17 +78,20 @@ def _ended(findings: Sequence[Finding]) -> Verdict | None:
             return Verdict(f"hang: {f.message}", "hang", 0.0, list(f.ranks), WHOLE_RUN)
     for f in findings:
         if f.kind == FindingKind.COLLECTIVE_MISMATCH and f.severity == Severity.ERROR:
-            return Verdict(f"collective mismatch: {f.message}", "mismatch", 0.0, list(f.ranks),
-                           WHOLE_RUN)  # fmt: skip
+            return Verdict(
+                f"collective mismatch: {f.message}", "mismatch", 0.0, list(f.ranks), WHOLE_RUN
+            )
     for f in findings:
         if f.kind != FindingKind.JOB_FAILED or not isinstance(f.metrics, JobFailedMetrics):
             continue
         if f.metrics.mismatch and f.severity == Severity.ERROR:
-            return Verdict(f"collective mismatch: {f.message}", "mismatch", 0.0, list(f.ranks),
-                           WHOLE_RUN)  # fmt: skip
+            return Verdict(
+                f"collective mismatch: {f.message}", "mismatch", 0.0, list(f.ranks), WHOLE_RUN
+            )
         if f.metrics.interrupted:
-            return Verdict(f"interrupted: {f.message}", "interrupted", 0.0, list(f.ranks),
-                           WHOLE_RUN)  # fmt: skip
+            return Verdict(
+                f"interrupted: {f.message}", "interrupted", 0.0, list(f.ranks), WHOLE_RUN
+            )
         if f.severity == Severity.ERROR:
             return Verdict(f"failed: {f.message}", "failure", 0.0, list(f.ranks), WHOLE_RUN)
     return None
@@ -102,8 +118,14 @@ def _until_interrupted(ended: Verdict, v: Verdict, findings: Sequence[Finding]) 
     is the verdict's (``bottleneck``, ``share``, ``ranks``, ``basis`` are that verdict's);
     ``interrupted`` marks it (docs/definitions.md, "Verdict").
     """
-    step = next((f.metrics.step for f in findings if isinstance(f.metrics, JobFailedMetrics)
-                 and f.metrics.interrupted), None)  # fmt: skip
+    step = next(
+        (
+            f.metrics.step
+            for f in findings
+            if isinstance(f.metrics, JobFailedMetrics) and f.metrics.interrupted
+        ),
+        None,
+    )
     where = f" in step {step}" if step is not None else ""
     return dataclasses.replace(
         v, headline=f"interrupted{where} (Ctrl-C); until then: {v.headline}", interrupted=True
@@ -120,10 +142,15 @@ def _bottleneck(
     index = {id(f): i for i, f in enumerate(findings)}
     if run.mode == Mode.TELEMETRY:  # no trace: every number is the step telemetry's
         return _telemetry_basis(_verdict(run, named, index, rules))
-    uneven = [f for f in findings if f.kind == FindingKind.STEP_VARIABILITY
-              and isinstance(f.metrics, VariabilityMetrics) and f.severity != Severity.INFO
-              and f.metrics.pattern != "jitter"
-              and float(f.metrics.excess_share) >= rules.uneven_excess_share]  # fmt: skip
+    uneven = [
+        f
+        for f in findings
+        if f.kind == FindingKind.STEP_VARIABILITY
+        and isinstance(f.metrics, VariabilityMetrics)
+        and f.severity != Severity.INFO
+        and f.metrics.pattern != "jitter"
+        and float(f.metrics.excess_share) >= rules.uneven_excess_share
+    ]
     return _limited(_verdict(run, named, index, rules, uneven, within[:1]), run, lims)
 
 
@@ -139,13 +166,21 @@ def _no_bottleneck(run: RunSummary, pipe: Sequence[Finding], index: dict[int, in
     if pipe:
         pm = pipe[0].metrics_as(PipelineSummary)
         name = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(pm.schedule, "unknown schedule")
-        head = (f"no bottleneck beyond the pipeline's bubble: compute {words.percent(c)}; "
-                f"{pm.stages} stages ({name}, m = {pm.micro_batches}) idle "
-                f"{words.percent(pm.share())} of each step by their schedule "
-                f"({words.percent(pm.bubble_ratio)} measured waiting for a neighbour), within "
-                "the idle threshold")  # fmt: skip
-    return Verdict(headline=head, bottleneck="none", share=c, ranks=[], basis=PROFILED,
-                   finding=index[id(pipe[0])] if pipe else None)  # fmt: skip
+        head = (
+            f"no bottleneck beyond the pipeline's bubble: compute {words.percent(c)}; "
+            f"{pm.stages} stages ({name}, m = {pm.micro_batches}) idle "
+            f"{words.percent(pm.share())} of each step by their schedule "
+            f"({words.percent(pm.bubble_ratio)} measured waiting for a neighbour), within "
+            "the idle threshold"
+        )
+    return Verdict(
+        headline=head,
+        bottleneck="none",
+        share=c,
+        ranks=[],
+        basis=PROFILED,
+        finding=index[id(pipe[0])] if pipe else None,
+    )
 
 
 def _host_words(cause: Any) -> str:
@@ -180,8 +215,11 @@ def _root_cause(
     """
     if f.kind not in (FindingKind.COMM_BOUND, FindingKind.HOST_BOUND):
         return f
-    late = [s for s in named if s.kind == FindingKind.STRAGGLER and s.ranks
-            and not set(s.ranks) & set(f.ranks)]  # fmt: skip
+    late = [
+        s
+        for s in named
+        if s.kind == FindingKind.STRAGGLER and s.ranks and not set(s.ranks) & set(f.ranks)
+    ]
     if not late:
         return f
     cause = cause_of(f)
@@ -208,8 +246,13 @@ def _limited(v: Verdict, run: RunSummary, lims: Sequence[Limit]) -> Verdict:
     withheld = [lim for lim in lims if lim.effect == WITHHOLD]
     if len({r for lim in withheld for r in lim.ranks}) >= run.ranks:
         lim = withheld[0]
-        v = Verdict(headline=f"withheld: {lim.message}", bottleneck="unknown", share=0.0,
-                    ranks=list(lim.ranks), basis=v.basis)  # fmt: skip
+        v = Verdict(
+            headline=f"withheld: {lim.message}",
+            bottleneck="unknown",
+            share=0.0,
+            ranks=list(lim.ranks),
+            basis=v.basis,
+        )
     else:
         v = dataclasses.replace(v, headline=f"{v.headline} — qualified: {lims[0].message}")
     return dataclasses.replace(v, limits=[lim.message for lim in lims])
@@ -218,10 +261,13 @@ def _limited(v: Verdict, run: RunSummary, lims: Sequence[Limit]) -> Verdict:
 def _telemetry_basis(v: Verdict) -> Verdict:
     v = dataclasses.replace(v, basis=WHOLE_RUN)
     if v.bottleneck == "none":
-        v = dataclasses.replace(v, headline=(
-            f"no bottleneck in the step telemetry: busy {words.percent(v.share)}"
-            " of each step (no trace to split compute from host work)"
-        ))  # fmt: skip
+        v = dataclasses.replace(
+            v,
+            headline=(
+                f"no bottleneck in the step telemetry: busy {words.percent(v.share)}"
+                " of each step (no trace to split compute from host work)"
+            ),
+        )
     return v
 
 
@@ -237,9 +283,14 @@ def _verdict(
         # no steady bottleneck, but a few steps hold the time: name them
         u = uneven[0]
         excess = float(u.metrics_as(VariabilityMetrics).excess_share)
-        return Verdict(headline=f"uneven steps: {u.message}", bottleneck="variability",
-                       share=excess, ranks=list(u.ranks), basis=PROFILED,
-                       finding=index.get(id(u)))  # fmt: skip
+        return Verdict(
+            headline=f"uneven steps: {u.message}",
+            bottleneck="variability",
+            share=excess,
+            ranks=list(u.ranks),
+            basis=PROFILED,
+            finding=index.get(id(u)),
+        )
     if not named:
         return _no_bottleneck(run, within, index)
     f = min(named, key=lambda f: (Severity(f.severity).order, -_share(f)))
@@ -271,8 +322,14 @@ def _verdict(
             "copy": f"copy-bound: {who} {lose} {words.percent(share)} of each step to "
             + _host_words(cause),
         }[kind]
-    return Verdict(headline=text, bottleneck=kind, share=share, ranks=list(f.ranks),
-                   basis=basis, finding=index[id(f)])  # fmt: skip
+    return Verdict(
+        headline=text,
+        bottleneck=kind,
+        share=share,
+        ranks=list(f.ranks),
+        basis=basis,
+        finding=index[id(f)],
+    )
 
 
 def _traffic(f: Finding, rules: VerdictRules) -> str:
@@ -302,8 +359,12 @@ def _share(f: Finding) -> float:
     return m.mean_share()
 
 
-_CAUSE = {"data": " (waiting for input)", "compute": " (slower compute)",
-          "host": " (host overhead)", "hardware": " (a slower GPU)"}  # fmt: skip
+_CAUSE = {
+    "data": " (waiting for input)",
+    "compute": " (slower compute)",
+    "host": " (host overhead)",
+    "hardware": " (a slower GPU)",
+}
 
 
 def _straggler(f: Finding, who: str, share: float) -> str:
@@ -313,8 +374,7 @@ def _straggler(f: Finding, who: str, share: float) -> str:
     text = _straggler_text(f, who, share)
     if not busy:
         return text
-    return (f"busy host: {text.removeprefix('straggler: ')} — {busy_host_words(busy)}: "
-            f"{BUSY_HOST}")  # fmt: skip
+    return f"busy host: {text.removeprefix('straggler: ')} — {busy_host_words(busy)}: {BUSY_HOST}"
 
 
 def _straggler_text(f: Finding, who: str, share: float) -> str:
@@ -323,19 +383,25 @@ def _straggler_text(f: Finding, who: str, share: float) -> str:
     cause = _CAUSE.get(str(f.cause), "")
     if isinstance(m, LateArrivalMetrics):
         wait = words.duration(m.waited_ns_per_step, "brief")
-        return (f"straggler: {who} arrives last at {m.last_at} of {m.collectives_matched} "
-                f"collectives{cause}; the others wait {wait} a step for it "
-                f"({words.percent(share)} of each step)")  # fmt: skip
+        return (
+            f"straggler: {who} arrives last at {m.last_at} of {m.collectives_matched} "
+            f"collectives{cause}; the others wait {wait} a step for it "
+            f"({words.percent(share)} of each step)"
+        )
     if isinstance(m, StragglerMetrics) and not f.persistent:
-        return (f"straggler: {who} stalled in {m.slow_steps} of {m.steps_compared} steps, "
-                f"~{words.duration(m.median_excess_ns, 'brief')} behind the others each time"
-                f"{cause}; the others wait for it")  # fmt: skip
+        return (
+            f"straggler: {who} stalled in {m.slow_steps} of {m.steps_compared} steps, "
+            f"~{words.duration(m.median_excess_ns, 'brief')} behind the others each time"
+            f"{cause}; the others wait for it"
+        )
     wait = ""
     if isinstance(m, StragglerMetrics) and m.step_time_ns_mean:
         gain = m.step_time_ns_mean - m.step_time_ns_if_median_speed
         wait = f" {words.duration(gain, 'brief')} a step"
-    return (f"straggler: {who}{cause} costs {words.percent(share)} of each step: the others "
-            f"wait{wait} for it")  # fmt: skip
+    return (
+        f"straggler: {who}{cause} costs {words.percent(share)} of each step: the others "
+        f"wait{wait} for it"
+    )
 
 
 def with_efficiency(v: Verdict, eff: ComputeEfficiency | None) -> Verdict:

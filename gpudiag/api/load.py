@@ -31,8 +31,10 @@ from gpudiag.traces.schema import RunTimeline
 DIAGNOSIS_HEAD_BYTES = 4096
 # A saved diagnosis is a few MB even for thousands of ranks and steps.
 DIAGNOSIS_MAX_BYTES = 512 << 20
-_SAVE_HINT = ("save one with `gpudiag analyze RUN --format json -o FILE` "
-              "or `gpudiag gate RUN --save-baseline FILE`")  # fmt: skip
+_SAVE_HINT = (
+    "save one with `gpudiag analyze RUN --format json -o FILE` "
+    "or `gpudiag gate RUN --save-baseline FILE`"
+)
 
 
 def is_diagnosis_file(path: Path) -> bool:

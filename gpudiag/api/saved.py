@@ -42,19 +42,39 @@ def diagnosis_from_json(d: Any) -> Diagnosis:
     problem = schema_problem(d)
     if problem:
         raise ValueError(problem)
-    kw = {k: d[k] for k in ("run", "ranks", "steps", "findings", "recommendations",
-                            "inputs", "thresholds", "notes", "gpudiag_version",
-                            "schema_version", "spread", "whole_run", "verdict", "kernels",
-                            "alerts", "reading", "efficiency")
-          if k in d}  # fmt: skip
+    kw = {
+        k: d[k]
+        for k in (
+            "run",
+            "ranks",
+            "steps",
+            "findings",
+            "recommendations",
+            "inputs",
+            "thresholds",
+            "notes",
+            "gpudiag_version",
+            "schema_version",
+            "spread",
+            "whole_run",
+            "verdict",
+            "kernels",
+            "alerts",
+            "reading",
+            "efficiency",
+        )
+        if k in d
+    }
     for k in ("what_if", "collectives", "whole_run", "verdict", "kernels", "reading", "efficiency"):
         if not d.get(k):
             kw.pop(k, None)
         else:
             kw[k] = d[k]
     out: Diagnosis = _typed(Diagnosis, kw, "")
-    findings = [_with_metrics(f, d["findings"][i].get("metrics", {}), f"findings[{i}].metrics")
-                for i, f in enumerate(out.findings)]  # fmt: skip
+    findings = [
+        _with_metrics(f, d["findings"][i].get("metrics", {}), f"findings[{i}].metrics")
+        for i, f in enumerate(out.findings)
+    ]
     out = dataclasses.replace(out, findings=findings)
     if out.verdict is None:  # saved before the verdict existed: derive it as analysis would
         out = dataclasses.replace(out, verdict=make_verdict(out.run, out.findings))
@@ -108,9 +128,15 @@ class _SchemaError(ValueError):
     pass
 
 
-_TYPE_WORDS = {"null": "null", "boolean": "a boolean", "integer": "an integer",
-               "number": "a number", "string": "a string", "array": "a list",
-               "object": "an object"}  # fmt: skip
+_TYPE_WORDS = {
+    "null": "null",
+    "boolean": "a boolean",
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "array": "a list",
+    "object": "an object",
+}
 
 
 def _json_words(v: Any) -> str:

@@ -71,8 +71,9 @@ def analyze(
 ) -> None:
     """Diagnose PyTorch Profiler traces, Nsight Systems reports or a gpudiag run directory."""
     if timeline_full and timeline is None:
-        raise GpudiagError("--timeline-full adds to --timeline", "give --timeline FILE too",
-                           EXIT_USAGE)  # fmt: skip
+        raise GpudiagError(
+            "--timeline-full adds to --timeline", "give --timeline FILE too", EXIT_USAGE
+        )
     th = thresholds(idle_ratio_max=idle_threshold, step_re=step_marker, data_re=data_marker)
     if include_warmup:
         th = th.replace(steady=dataclasses.replace(th.steady, include_warmup=True))
@@ -115,13 +116,24 @@ def _diagnose_paths(
     if address is not None:  # stderr carries gpudiag's own lines: Dask's are retried noise
         _quiet_dask()
     if address is not None and jobs is not None:
-        raise GpudiagError("--jobs bounds local processes; with a Dask scheduler leave it out",
-                           f"the cluster at {address} decides", EXIT_USAGE)  # fmt: skip
+        raise GpudiagError(
+            "--jobs bounds local processes; with a Dask scheduler leave it out",
+            f"the cluster at {address} decides",
+            EXIT_USAGE,
+        )
     hook, bar = analysis_progress()
     try:
-        return api.analyze(*paths, thresholds=th, jobs=jobs, nsys=str(nsys) if nsys else None,
-                           scheduler=address, progress=hook, timeline=timeline,
-                           timeline_full=timeline_full, cache=state["cache"])  # fmt: skip
+        return api.analyze(
+            *paths,
+            thresholds=th,
+            jobs=jobs,
+            nsys=str(nsys) if nsys else None,
+            scheduler=address,
+            progress=hook,
+            timeline=timeline,
+            timeline_full=timeline_full,
+            cache=state["cache"],
+        )
     finally:
         if bar is not None:
             bar.stop()

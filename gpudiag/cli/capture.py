@@ -25,8 +25,9 @@ def _print_run_diagnosis(out_dir: Path, run_dir: Path) -> None:
         from gpudiag.api import load as api
         from gpudiag.report.console import render
 
-        d = api.analyze(out_dir, thresholds=thresholds(), timeline=out_dir / TIMELINE_FILE,
-                        cache=True)  # fmt: skip
+        d = api.analyze(
+            out_dir, thresholds=thresholds(), timeline=out_dir / TIMELINE_FILE, cache=True
+        )
         sys.stdout.flush()
         render(d, sys.stdout)
     except Exception as e:
@@ -41,12 +42,12 @@ def _print_run_diagnosis(out_dir: Path, run_dir: Path) -> None:
 def _alert_monitor(alerts: str, alert_exec: str | None) -> Any:
     """The live alerts' monitor (gpudiag/live/monitor.py), or None with ``--alerts off``."""
     if alerts not in ("on", "off"):
-        raise GpudiagError(f"--alerts {alerts} is not on or off", "use --alerts on or --alerts off",
-                           EXIT_USAGE)  # fmt: skip
+        raise GpudiagError(
+            f"--alerts {alerts} is not on or off", "use --alerts on or --alerts off", EXIT_USAGE
+        )
     if alerts == "off":
         if alert_exec:
-            raise GpudiagError("--alert-exec needs the alerts on", "drop --alerts off",
-                               EXIT_USAGE)  # fmt: skip
+            raise GpudiagError("--alert-exec needs the alerts on", "drop --alerts off", EXIT_USAGE)
         return None
     from gpudiag.collect.launch.log import log
     from gpudiag.live.monitor import AlertOptions, Monitor
@@ -74,8 +75,11 @@ def _check_run_args(profile_steps: str, nsys_range: str) -> None:
     except ValueError as e:
         raise GpudiagError(str(e), "use --profile-steps 5:10 or off", EXIT_USAGE) from e
     if nsys_range not in ("window", "all"):
-        raise GpudiagError(f"--nsys-range {nsys_range} is not window or all",
-                           "use --nsys-range window or --nsys-range all", EXIT_USAGE)  # fmt: skip
+        raise GpudiagError(
+            f"--nsys-range {nsys_range} is not window or all",
+            "use --nsys-range window or --nsys-range all",
+            EXIT_USAGE,
+        )
 
 
 def _hang_options(timeout_s: float | None, on_hang: str) -> Any:
@@ -83,11 +87,17 @@ def _hang_options(timeout_s: float | None, on_hang: str) -> Any:
     from gpudiag.collect.launch import watchdog
 
     if on_hang not in watchdog.ON_HANG:
-        raise GpudiagError(f"--on-hang {on_hang} is not report or kill",
-                           "use --on-hang report or --on-hang kill", EXIT_USAGE)  # fmt: skip
+        raise GpudiagError(
+            f"--on-hang {on_hang} is not report or kill",
+            "use --on-hang report or --on-hang kill",
+            EXIT_USAGE,
+        )
     if timeout_s is not None and not timeout_s > 0:
-        raise GpudiagError(f"--hang-timeout {timeout_s} is not a positive number of seconds",
-                           "use e.g. --hang-timeout 600", EXIT_USAGE)  # fmt: skip
+        raise GpudiagError(
+            f"--hang-timeout {timeout_s} is not a positive number of seconds",
+            "use e.g. --hang-timeout 600",
+            EXIT_USAGE,
+        )
     rules = thresholds().hang
     if timeout_s is None and rules.timeout_s > 0:
         timeout_s = rules.timeout_s

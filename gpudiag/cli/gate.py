@@ -45,8 +45,9 @@ def _gate_runs(path: Path, th: Thresholds, cfg: Any) -> list[Any]:
             try:
                 return baseline_from_json(json.loads(path.read_text(encoding="utf-8")))
             except (ValueError, OSError) as e:
-                raise InputError(f"{path}: {e}", "write it again with `gpudiag gate "
-                                 "--save-baseline FILE RUN…`") from e  # fmt: skip
+                raise InputError(
+                    f"{path}: {e}", "write it again with `gpudiag gate --save-baseline FILE RUN…`"
+                ) from e
     d = diagnosis(path, th)
     return [run_stat(d, str(path), run_conditions(path), cfg.warmup_steps, th)]
 
@@ -110,16 +111,21 @@ def gate(
     th = thresholds()
     effect = min_effect if min_effect is not None else max_regression
     cfg = gate_config(
-        th.extra.get("gate"), max_idle_ratio=max_idle_ratio, max_comm_wait_ratio=max_comm_wait,
-        max_data_wait_ratio=max_data_wait, alpha=alpha, min_samples=min_samples,
+        th.extra.get("gate"),
+        max_idle_ratio=max_idle_ratio,
+        max_comm_wait_ratio=max_comm_wait,
+        max_data_wait_ratio=max_data_wait,
+        alpha=alpha,
+        min_samples=min_samples,
         min_effect_ratio=None if effect is None else effect / 100.0,
-        warmup_steps=warmup_steps, stragglers=stragglers, inconclusive_ok=inconclusive_ok,
-    )  # fmt: skip
+        warmup_steps=warmup_steps,
+        stragglers=stragglers,
+        inconclusive_ok=inconclusive_ok,
+    )
     if save_baseline is not None and not baseline and len(paths) > 1:
         sys.exit(_save_baseline(paths, save_baseline, th, cfg, form, junit, markdown))
     if len(paths) > 1 and not baseline:
-        raise typer.BadParameter("one run to gate; several only with --baseline or "
-                                 "--save-baseline")  # fmt: skip
+        raise typer.BadParameter("one run to gate; several only with --baseline or --save-baseline")
     base_paths = [*(baseline or []), *paths[1:]]
     sys.exit(_gate_one(paths[0], base_paths, th, cfg, form, save_baseline, junit, markdown))
 
@@ -142,8 +148,11 @@ def _gate_one(
     d = diagnosis(path, th)
     ended = run_outcome(d)
     if save_diagnosis is not None and ended:
-        print(f"gpudiag: {path}: not saved as a baseline to {save_diagnosis}: the run did not "
-              f"end well ({ended})", file=sys.stderr)  # fmt: skip
+        print(
+            f"gpudiag: {path}: not saved as a baseline to {save_diagnosis}: the run did not "
+            f"end well ({ended})",
+            file=sys.stderr,
+        )
     elif save_diagnosis is not None:
         emit(d, "json", save_diagnosis)
     base = [r for p in base_paths for r in _gate_runs(p, th, cfg)] or None
@@ -156,8 +165,15 @@ def _gate_one(
     return int(res.exit_code)
 
 
-def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form: str,
-                   junit: Path | None, markdown: Path | None) -> int:  # fmt: skip
+def _save_baseline(
+    paths: list[Path],
+    out: Path,
+    th: Thresholds,
+    cfg: Any,
+    form: str,
+    junit: Path | None,
+    markdown: Path | None,
+) -> int:
     """Write a baseline file of several runs, one labelled row each; nothing is judged."""
     import json
 
@@ -167,8 +183,9 @@ def _save_baseline(paths: list[Path], out: Path, th: Thresholds, cfg: Any, form:
     from gpudiag.report import ci
     from gpudiag.rundir.layout import atomic_write
 
-    runs = [run_stat(diagnosis(p, th), str(p), run_conditions(p), cfg.warmup_steps, th)
-            for p in paths]  # fmt: skip
+    runs = [
+        run_stat(diagnosis(p, th), str(p), run_conditions(p), cfg.warmup_steps, th) for p in paths
+    ]
     bad = [r for r in runs if r.outcome]
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""

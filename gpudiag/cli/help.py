@@ -6,7 +6,7 @@ width. :class:`Command` and :class:`Group` replace only the formatting: an argum
 upper-case name (``COMMAND...``), an option its flag and a metavar from its click type
 (``PATH``, ``N``, ``X``, ``TEXT``, or ``a|b`` for a choice), each command's examples
 (:data:`EXAMPLES`) close its help, and the command list shows each first sentence whole,
-wrapped. docs/cli.md lists the same options and defaults (tests/unit/test_issue24_cli_help.py
+wrapped. docs/cli.md lists the same options and defaults (tests/unit/cli/test_cli_help.py
 compares them).
 """
 
@@ -39,20 +39,47 @@ EXAMPLES: dict[str, list[str]] = {
 
 #: An option's metavar, as docs/cli.md spells it (``COMMAND --flag`` first, then ``--flag``).
 METAVARS: dict[str, str] = {
-    "--out": "DIR", "--profile-steps": "A:B", "--nvml-interval": "S", "--node-rank": "K",
-    "--nsys-range": "window|all", "--output": "FILE", "--idle-threshold": "R",
-    "--step-marker": "REGEX", "--data-marker": "REGEX", "--jobs": "N", "--nsys": "PATH",
-    "--scheduler": "ADDRESS", "--timeline": "FILE", "--pid": "PID", "--run": "DIR",
-    "--profile-next": "N", "--baseline": "B1", "--save-baseline": "FILE",
-    "--max-idle-ratio": "R", "--max-comm-wait": "R", "--max-data-wait": "R",
-    "--min-effect": "PCT", "--alpha": "A", "--min-samples": "N", "--warmup-steps": "N",
-    "--stragglers": "fail|warn|off", "--junit": "FILE", "--markdown": "FILE",
-    "analyze --format": "table|json|csv|markdown|html", "gate --format": "table|json|markdown",
+    "--out": "DIR",
+    "--profile-steps": "A:B",
+    "--nvml-interval": "S",
+    "--node-rank": "K",
+    "--nsys-range": "window|all",
+    "--output": "FILE",
+    "--idle-threshold": "R",
+    "--step-marker": "REGEX",
+    "--data-marker": "REGEX",
+    "--jobs": "N",
+    "--nsys": "PATH",
+    "--scheduler": "ADDRESS",
+    "--timeline": "FILE",
+    "--pid": "PID",
+    "--run": "DIR",
+    "--profile-next": "N",
+    "--baseline": "B1",
+    "--save-baseline": "FILE",
+    "--max-idle-ratio": "R",
+    "--max-comm-wait": "R",
+    "--max-data-wait": "R",
+    "--min-effect": "PCT",
+    "--alpha": "A",
+    "--min-samples": "N",
+    "--warmup-steps": "N",
+    "--stragglers": "fail|warn|off",
+    "--junit": "FILE",
+    "--markdown": "FILE",
+    "analyze --format": "table|json|csv|markdown|html",
+    "gate --format": "table|json|markdown",
     "diff --format": "table|markdown|json",
-}  # fmt: skip
+}
 
-_TYPES = {"int": "N", "float": "X", "str": "TEXT", "path": "PATH", "file": "PATH",
-          "directory": "DIR"}  # fmt: skip
+_TYPES = {
+    "int": "N",
+    "float": "X",
+    "str": "TEXT",
+    "path": "PATH",
+    "file": "PATH",
+    "directory": "DIR",
+}
 
 Param = TyperArgument | TyperOption
 

@@ -73,8 +73,11 @@ def _app_for(args: list[str]) -> typer.Typer:
     if i == len(args):
         return app
     name = args[i]
-    infos = [c for c in app.registered_commands
-             if (c.name or typer.main.get_command_name(c.callback.__name__)) == name]  # type: ignore[union-attr]  # fmt: skip
+    infos = [
+        c
+        for c in app.registered_commands
+        if (c.name or typer.main.get_command_name(c.callback.__name__)) == name  # type: ignore[union-attr]
+    ]
     if len(infos) != 1:
         return app
     one = copy.copy(app)
@@ -99,13 +102,17 @@ def _usage_words(e: Any) -> tuple[str, str]:
     where = e.ctx.command_path if e.ctx is not None else "gpudiag"
     help_hint = f"see '{where} --help'"
     if _is_a(e, "NoSuchOption"):
-        names = [o for p in (e.ctx.command.params if e.ctx else []) for o in p.opts
-                 if o.startswith("-")]  # fmt: skip
+        names = [
+            o for p in (e.ctx.command.params if e.ctx else []) for o in p.opts if o.startswith("-")
+        ]
         bare = {n.lstrip("-"): n for n in names}
         given = e.option_name.lstrip("-")
         close = [n for n in bare if n.startswith(given)] if len(given) >= 3 else []
-        close = (close if len(close) == 1
-                 else difflib.get_close_matches(given, list(bare), n=1, cutoff=0.75))  # fmt: skip
+        close = (
+            close
+            if len(close) == 1
+            else difflib.get_close_matches(given, list(bare), n=1, cutoff=0.75)
+        )
         hint = f"did you mean {bare[close[0]]}? ({help_hint})" if close else help_hint
         return f"{where}: no such option: {e.option_name}", hint
     text = e.format_message().strip() if hasattr(e, "format_message") else str(e)
@@ -151,8 +158,10 @@ def main(argv: list[str] | None = None) -> None:
         if state["debug"]:
             raise
         print(f"gpudiag: internal error: {type(e).__name__}: {e}", file=sys.stderr)
-        print(f"  hint: re-run as `{_debug_command(args)}` for the traceback, and please report it",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"  hint: re-run as `{_debug_command(args)}` for the traceback, and please report it",
+            file=sys.stderr,
+        )
         sys.exit(70)
 
 

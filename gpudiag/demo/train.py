@@ -89,9 +89,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sleep-s", type=float, default=0.0)
     p.add_argument("--sleep-every", type=int, default=1, help="sleep every Nth step")
     p.add_argument(
-        "--extra-work", type=float, default=0.0,
+        "--extra-work",
+        type=float,
+        default=0.0,
         help="add this fraction of each step's own CPU work (0.3: +30%%), as real compute",
-    )  # fmt: skip
+    )
     p.add_argument("--extra-work-rank", type=int, default=-1, help="only this rank (-1: all)")
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--worker-start", default="", help="DataLoader workers: fork or spawn")

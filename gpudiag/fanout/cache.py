@@ -174,8 +174,10 @@ def cached_map(
 
 def _without_lanes(results: Any) -> Any:
     if isinstance(results, list):
-        return [dataclasses.replace(r, lanes=None) if getattr(r, "lanes", None) is not None
-                else r for r in results]  # fmt: skip
+        return [
+            dataclasses.replace(r, lanes=None) if getattr(r, "lanes", None) is not None else r
+            for r in results
+        ]
     return results
 
 
@@ -191,8 +193,14 @@ def _rank_thresholds(th: Any) -> dict[str, Any]:
 
 def _identity(path: Path) -> dict[str, Any]:
     st = os.stat(path)
-    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "ctime_ns": st.st_ctime_ns, "inode": st.st_ino, "device": st.st_dev}  # fmt: skip
+    return {
+        "path": str(path.resolve()),
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "ctime_ns": st.st_ctime_ns,
+        "inode": st.st_ino,
+        "device": st.st_dev,
+    }
 
 
 def _key_doc(item: Any, th: dict[str, Any], code: str) -> dict[str, Any] | None:
@@ -291,9 +299,11 @@ def _tell_unusable(home: Path) -> None:
     if str(home) in _told_unusable:
         return
     _told_unusable.add(str(home))
-    print(f"gpudiag: note: cache directory {home} cannot be used (not writable by this user); "
-          f"analysing without the cache (set {DIR_ENV} to another directory, or --no-cache)",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"gpudiag: note: cache directory {home} cannot be used (not writable by this user); "
+        f"analysing without the cache (set {DIR_ENV} to another directory, or --no-cache)",
+        file=sys.stderr,
+    )
 
 
 def _run_dir_of(path: Path) -> Path | None:
@@ -426,15 +436,22 @@ def _result_class(module: Any, qualname: Any) -> type:
     """The class an entry names, if it is one of gpudiag's result types; ValueError else."""
     import importlib
 
-    if not (isinstance(module, str) and isinstance(qualname, str)
-            and module.startswith(_RESULT_MODULES) and qualname.isidentifier()):  # fmt: skip
+    if not (
+        isinstance(module, str)
+        and isinstance(qualname, str)
+        and module.startswith(_RESULT_MODULES)
+        and qualname.isidentifier()
+    ):
         raise ValueError(f"not a result type: {module}.{qualname}")
     try:
         cls = getattr(importlib.import_module(module), qualname)
     except (ImportError, AttributeError) as e:
         raise ValueError(f"no result type {module}.{qualname}") from e
-    if not (isinstance(cls, type) and cls.__module__ == module
-            and (dataclasses.is_dataclass(cls) or issubclass(cls, enum.Enum))):  # fmt: skip
+    if not (
+        isinstance(cls, type)
+        and cls.__module__ == module
+        and (dataclasses.is_dataclass(cls) or issubclass(cls, enum.Enum))
+    ):
         raise ValueError(f"not a result type: {module}.{qualname}")
     return cls
 

@@ -18,9 +18,16 @@ from gpudiag.analysis.model.diagnosis import Diagnosis
 from gpudiag.errors import UsageError
 
 Renderer = Callable[..., None]
-EXTENSIONS = {".json": "json", ".csv": "csv", ".txt": "table", ".md": "markdown",
-              ".markdown": "markdown", ".html": "html", ".htm": "html",
-              ".xml": "junit"}  # fmt: skip
+EXTENSIONS = {
+    ".json": "json",
+    ".csv": "csv",
+    ".txt": "table",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".xml": "junit",
+}
 
 
 # (result kind, format) → "module:function"; table renderers take width/colour options.
@@ -95,8 +102,10 @@ def render(result: Any, fmt: str, out: TextIO, **options: Any) -> None:
     fmt = ALIASES.get(fmt, fmt)
     target = _RENDERERS.get((kind, fmt))
     if target is None:
-        raise UsageError(f"--format {fmt} is not available for {kind}",
-                         f"choose one of: {', '.join(FORMATS[kind])}")  # fmt: skip
+        raise UsageError(
+            f"--format {fmt} is not available for {kind}",
+            f"choose one of: {', '.join(FORMATS[kind])}",
+        )
     module, name = target.split(":")
     fn: Renderer = getattr(importlib.import_module(module), name)
     if fmt == "table":

@@ -78,8 +78,10 @@ def make_console(out: TextIO, width: int | None = None, color: bool | None = Non
 
 
 # A number and its unit ("368.1 ms", "12 %", "r0 1.2 ms") never break across lines.
-_KEEP = re.compile(r"(?<=\d) (?=(?:ns|µs|ms|s|GB/s|MHz|W|°C|MiB|GiB|%)(?![\w/]))|(?<=\br\d) "
-                   r"|(?<=\br\d\d) |(?<=\br\d\d\d) ")  # fmt: skip
+_KEEP = re.compile(
+    r"(?<=\d) (?=(?:ns|µs|ms|s|GB/s|MHz|W|°C|MiB|GiB|%)(?![\w/]))|(?<=\br\d) "
+    r"|(?<=\br\d\d) |(?<=\br\d\d\d) "
+)
 _NBSP = "\u00a0"
 
 
@@ -90,14 +92,20 @@ def wrap(text: str, width: int, first: str = "", indent: str | None = None) -> l
     """
     indent = " " * len(first) if indent is None else indent
     kept = _KEEP.sub(_NBSP, text).replace(" · ", _NBSP + "· ")  # "·" ends a line, never starts one
-    lines = textwrap.wrap(kept, width=max(20, width), initial_indent=first,
-                          subsequent_indent=indent, break_long_words=False,
-                          break_on_hyphens=False) or [first]  # fmt: skip
+    lines = textwrap.wrap(
+        kept,
+        width=max(20, width),
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [first]
     return [line.replace(_NBSP, " ") for line in lines]
 
 
-def _print_wrapped(con: Console, first: Text, text: str, indent: str | None = None,
-                   style: str = "") -> None:  # fmt: skip
+def _print_wrapped(
+    con: Console, first: Text, text: str, indent: str | None = None, style: str = ""
+) -> None:
     """``first`` (styled) then ``text`` wrapped with a hanging indent."""
     lines = wrap(text, con.width, " " * len(first.plain), indent)
     head = first.copy()
@@ -163,8 +171,7 @@ def _summary(con: Console, d: Diagnosis) -> None:
     if v:
         style = "bold green" if v.bottleneck == "none" else "bold"
         basis = "" if v.bottleneck in ENDED else f" ({_basis(v)})"
-        _print_wrapped(con, Text("verdict: ", style="bold"),
-                       f"{v.headline}{basis}", style=style)  # fmt: skip
+        _print_wrapped(con, Text("verdict: ", style="bold"), f"{v.headline}{basis}", style=style)
     if not r.steps:
         con.print(
             Text(f"gpudiag · {words.plural(r.ranks, 'rank')} · no step measured", style="bold")
@@ -180,9 +187,13 @@ def _summary(con: Console, d: Diagnosis) -> None:
     if d.reading is not None and d.reading.line:
         _print_wrapped(con, Text("reading: "), d.reading.line)
     label = f"{window_label(r.mode)}: "
-    _print_wrapped(con, Text(label), f"{words.plural(r.steps, 'step')} · step time "
-                   f"median {duration(r.step_time_ns_median)}, p90 "
-                   f"{duration(r.step_time_ns_p90)}{step_time_scope(d)}")  # fmt: skip
+    _print_wrapped(
+        con,
+        Text(label),
+        f"{words.plural(r.steps, 'step')} · step time "
+        f"median {duration(r.step_time_ns_median)}, p90 "
+        f"{duration(r.step_time_ns_p90)}{step_time_scope(d)}",
+    )
     kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
     if kinds:  # a median that describes neither kind of step: say both
         _print_wrapped(con, Text("  "), kinds)
@@ -197,15 +208,17 @@ def _shares_line(d: Diagnosis) -> Text:
     r = d.run
     idle_flag = (None, "idle") in flagged(d)
     if split_withheld(d):
-        return Text(f"shares: {NOT_MEASURED}: the split of step time is withheld (see the "
-                    "verdict)")  # fmt: skip
+        return Text(f"shares: {NOT_MEASURED}: the split of step time is withheld (see the verdict)")
     line = Text("shares: ")
     comm = _pct(r.shares.comm_wait) if r.shares.comm_measured else "not measured"
-    line.append(f"compute {_pct(r.shares.compute)} · comm-wait {comm} · "
-                f"data-wait {_pct(r.shares.data_wait)} · "
-                f"other {_pct(r.shares.other)}\n        ")  # fmt: skip
-    line.append(f"non-compute idle {_pct(r.idle_ratio)}",
-                style="bold red" if idle_flag else "green")  # fmt: skip
+    line.append(
+        f"compute {_pct(r.shares.compute)} · comm-wait {comm} · "
+        f"data-wait {_pct(r.shares.data_wait)} · "
+        f"other {_pct(r.shares.other)}\n        "
+    )
+    line.append(
+        f"non-compute idle {_pct(r.idle_ratio)}", style="bold red" if idle_flag else "green"
+    )
     thr = idle_threshold(d)
     if idle_flag and thr is not None:
         line.append(f" (above {thr:.0%})", style="red")
@@ -249,8 +262,10 @@ def _findings(con: Console, d: Diagnosis) -> None:
     if d.findings:
         con.print(Text("Findings", style="bold"))
         for f in d.findings:
-            mark = Text(f" {_SEVERITY_MARK.get(f.severity, '-')} ",
-                        style=_SEVERITY_STYLE.get(f.severity, ""))  # fmt: skip
+            mark = Text(
+                f" {_SEVERITY_MARK.get(f.severity, '-')} ",
+                style=_SEVERITY_STYLE.get(f.severity, ""),
+            )
             _print_wrapped(con, mark, f.message)
     else:
         con.print(Text("No findings: compute dominates every rank's step time.", style="green"))
@@ -304,8 +319,18 @@ def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad, gpu_idle: bool = True) -
     """Per rank: steps, step times, the shares, overlap, non-compute idle and GPU idle."""
     t = Table(title=None, box=None, header_style="bold", pad_edge=False, padding=pad)
     gpu_idle = gpu_idle and d.run.gpu_idle_ratio is not None
-    cols = ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
-            "overlap", "nc-idle"] + (["gpu-idle"] if gpu_idle else [])  # fmt: skip
+    cols = [
+        "rank",
+        "steps",
+        "median",
+        "p90",
+        "compute",
+        "comm-wait",
+        "data-wait",
+        "other",
+        "overlap",
+        "nc-idle",
+    ] + (["gpu-idle"] if gpu_idle else [])
     for col in cols:
         t.add_column(col, justify="right", no_wrap=True)
     flags = flagged(d)
@@ -322,17 +347,27 @@ def _rank_table(d: Diagnosis, max_ranks: int, pad: Pad, gpu_idle: bool = True) -
             return Text(_pct(value), style=_FLAG_STYLE[sev] if sev is not None else "")
 
         row: list[Text | str] = [
-            str(rs.rank), str(rs.steps), duration(rs.step_time_ns_median),
-            duration(rs.step_time_ns_p90), _pct(s.compute), cell(s.comm_wait_shown, "comm_wait"),
-            cell(s.data_wait, "data_wait"), cell(s.other, "other"),
-            _pct(rs.comm_overlapped_ratio), cell(rs.idle_ratio, "idle")]  # fmt: skip
+            str(rs.rank),
+            str(rs.steps),
+            duration(rs.step_time_ns_median),
+            duration(rs.step_time_ns_p90),
+            _pct(s.compute),
+            cell(s.comm_wait_shown, "comm_wait"),
+            cell(s.data_wait, "data_wait"),
+            cell(s.other, "other"),
+            _pct(rs.comm_overlapped_ratio),
+            cell(rs.idle_ratio, "idle"),
+        ]
         if gpu_idle:
             row.append(_pct(rs.gpu_idle_ratio) if rs.gpu_idle_ratio is not None else "-")
         if rs.rank in gone:  # the split is withheld: only the step times were measured
             row[4:] = ["-"] * (len(row) - 4)
         t.add_row(*row)
-    notes = [f"{len(ranks) - max_ranks} more ranks not shown (the {max_ranks} idlest are)"
-             ] if len(ranks) > max_ranks else []  # fmt: skip
+    notes = (
+        [f"{len(ranks) - max_ranks} more ranks not shown (the {max_ranks} idlest are)"]
+        if len(ranks) > max_ranks
+        else []
+    )
     if gone & {rs.rank for rs in shown}:
         notes.append(f"-: {NOT_MEASURED}, the split of step time is withheld")
     if notes:
@@ -361,10 +396,18 @@ def _step_table(d: Diagnosis, pad: Pad) -> Table:
         if s.rank in gone:  # the split is withheld: the step's duration alone was measured
             t.add_row(str(s.rank), str(s.step), duration(s.duration_ns), *["-"] * 7)
             continue
-        t.add_row(str(s.rank), str(s.step), duration(s.duration_ns), duration(s.compute_ns),
-                  duration(s.comm_wait_ns), duration(s.data_wait_ns), duration(s.other_ns),
-                  duration(s.comm_overlapped_ns), _pct(1 - s.compute_ns / dur),
-                  _pct(s.gpu_idle_ns / dur) if s.gpu_idle_ns is not None else "-")  # fmt: skip
+        t.add_row(
+            str(s.rank),
+            str(s.step),
+            duration(s.duration_ns),
+            duration(s.compute_ns),
+            duration(s.comm_wait_ns),
+            duration(s.data_wait_ns),
+            duration(s.other_ns),
+            duration(s.comm_overlapped_ns),
+            _pct(1 - s.compute_ns / dur),
+            _pct(s.gpu_idle_ns / dur) if s.gpu_idle_ns is not None else "-",
+        )
     if gone:
         t.caption = f"-: {NOT_MEASURED}, the split of step time is withheld"
     return t
@@ -393,9 +436,16 @@ def _gpu_table(d: Diagnosis, pad: Pad) -> Table:
         slow = _pct(g.slowdown_ratio)
         if g.slowdown_reasons:
             slow += " " + ", ".join(g.slowdown_reasons)
-        t.add_row("-" if g.rank is None else str(g.rank), g.gpu_uuid[:12], _pct(g.util_ratio),
-                  _pct(g.mem_util_ratio), num(g.power_w, "W"), num(g.sm_clock_mhz, "MHz"),
-                  num(g.temp_c_max, "°C"), slow)  # fmt: skip
+        t.add_row(
+            "-" if g.rank is None else str(g.rank),
+            g.gpu_uuid[:12],
+            _pct(g.util_ratio),
+            _pct(g.mem_util_ratio),
+            num(g.power_w, "W"),
+            num(g.sm_clock_mhz, "MHz"),
+            num(g.temp_c_max, "°C"),
+            slow,
+        )
     return t
 
 

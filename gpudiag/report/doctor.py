@@ -13,8 +13,9 @@ from gpudiag.report.console import make_console
 WIDE = 1000  # the console width when not a terminal: rows are as long as they need
 
 
-def render_table(caps: Mapping[str, Any], out: TextIO, *, width: int | None = None,
-                 color: bool | None = None) -> None:  # fmt: skip
+def render_table(
+    caps: Mapping[str, Any], out: TextIO, *, width: int | None = None, color: bool | None = None
+) -> None:
     """One row per capability: ok or no, and the version or the reason."""
     t = Table("capability", "status", "detail", box=None)
 
@@ -46,8 +47,11 @@ def render_table(caps: Mapping[str, Any], out: TextIO, *, width: int | None = No
         caps.get("nsys_version") is not None,
         caps.get("nsys_version") or caps.get("nsys_reason"),
     )
-    row("nvtx", bool(caps.get("nvtx")),
-        "installed" if caps.get("nvtx") else "pip install gpudiag[collect]")  # fmt: skip
+    row(
+        "nvtx",
+        bool(caps.get("nvtx")),
+        "installed" if caps.get("nvtx") else "pip install gpudiag[collect]",
+    )
     if width is None and not (hasattr(out, "isatty") and out.isatty()):
         width = WIDE  # piped or redirected: one line per capability, never wrapped
     make_console(out, width=width, color=color).print(t)

@@ -39,8 +39,12 @@ def withheld_ranks(d: Diagnosis) -> frozenset[int]:
     did not see: every renderer shows them as not measured, or leaves them out. The JSON
     keeps its numbers (its contract); ``verdict.limits`` and the findings say why.
     """
-    return frozenset(r for f in d.findings if isinstance(f.metrics, LimitedEvidenceMetrics)
-                     and f.metrics.effect == WITHHOLD for r in f.ranks)  # fmt: skip
+    return frozenset(
+        r
+        for f in d.findings
+        if isinstance(f.metrics, LimitedEvidenceMetrics) and f.metrics.effect == WITHHOLD
+        for r in f.ranks
+    )
 
 
 def split_withheld(d: Diagnosis) -> bool:
@@ -113,8 +117,12 @@ def idle_threshold(d: Diagnosis) -> float | None:
 
 def mode_label(mode: str) -> str:
     """What the classification was made from, for a report's first line."""
-    return {"gpu": "GPU trace", "cpu": "CPU trace", "mixed": "GPU and CPU traces",
-            "telemetry": "step telemetry (no trace)"}.get(str(mode), str(mode))  # fmt: skip
+    return {
+        "gpu": "GPU trace",
+        "cpu": "CPU trace",
+        "mixed": "GPU and CPU traces",
+        "telemetry": "step telemetry (no trace)",
+    }.get(str(mode), str(mode))
 
 
 def window_label(mode: str) -> str:
@@ -176,10 +184,14 @@ def efficiency_lines(e: ComputeEfficiency) -> list[tuple[str, str]]:
 def kernel_base(k: KernelBreakdown) -> str:
     """What the top kernels' (operators') shares and the families' are shares of."""
     if k.unit == "operator":
-        return (f"shares of all {duration(k.total_ns)} of operator self CPU time, "
-                "communication and copies included")  # fmt: skip
-    return (f"shares of all {duration(k.total_ns)} of GPU time in kernels, copies and memsets, "
-            "communication included")  # fmt: skip
+        return (
+            f"shares of all {duration(k.total_ns)} of operator self CPU time, "
+            "communication and copies included"
+        )
+    return (
+        f"shares of all {duration(k.total_ns)} of GPU time in kernels, copies and memsets, "
+        "communication included"
+    )
 
 
 def recommendation_title(d: Diagnosis, rec: Recommendation) -> str:
@@ -201,14 +213,19 @@ def whole_run_line(d: Diagnosis) -> str | None:
     if whole is None:
         return None
     n, med = whole
-    line = (f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · step time "
-            f"median {duration(med)}")  # fmt: skip
+    line = (
+        f"whole run (telemetry): {words.plural(n, 'steady step')} per rank · step time "
+        f"median {duration(med)}"
+    )
     window = d.run.step_time_ns_median
     if not d.steps or not window or str(d.run.mode) == "telemetry":
         return line
     rel = med / window - 1
-    how = (f"{abs(rel):.0%} {'below' if rel < 0 else 'above'} the profiled window's"
-           if round(rel, 2) else "as in the profiled window's")  # fmt: skip
+    how = (
+        f"{abs(rel):.0%} {'below' if rel < 0 else 'above'} the profiled window's"
+        if round(rel, 2)
+        else "as in the profiled window's"
+    )
     steps = words.fold(sorted({s.step for s in d.steps}))
     return (
         f"{line} ({how} {duration(window)}: the window is steps {steps}, under the profiler; "
@@ -224,11 +241,15 @@ def spread_and_what_if(d: Diagnosis) -> list[tuple[str, str]]:
     if sp:
         parts = []
         # a withheld split's shares are not measured: only the step times spread
-        shares = () if withheld_ranks(d) else (
-            ("compute_ratio", "compute", pct),
-            ("comm_wait_ratio", "comm-wait", pct),
-            ("data_wait_ratio", "data-wait", pct),
-        )  # fmt: skip
+        shares = (
+            ()
+            if withheld_ranks(d)
+            else (
+                ("compute_ratio", "compute", pct),
+                ("comm_wait_ratio", "comm-wait", pct),
+                ("data_wait_ratio", "data-wait", pct),
+            )
+        )
         for key, label, fmt in (("step_time_ns_median", "step", duration), *shares):
             v = sp.get(key)
             if not v:
@@ -241,8 +262,11 @@ def spread_and_what_if(d: Diagnosis) -> list[tuple[str, str]]:
         lines.append(("across ranks", " · ".join(parts)))
     gm = [(r.rank, m) for r in d.ranks if (m := r.evidence.gpu_metrics)]
     if gm:
-        labels = {"sm_active": "SM active", "sm_issue": "SM issue",
-                  "tensor_active": "tensor active"}  # fmt: skip
+        labels = {
+            "sm_active": "SM active",
+            "sm_issue": "SM issue",
+            "tensor_active": "tensor active",
+        }
         per = [
             f"r{rank} " + ", ".join(f"{labels.get(k, k)} {pct(v)}" for k, v in sorted(m.items()))
             for rank, m in gm
@@ -268,21 +292,26 @@ def what_if_line(d: Diagnosis) -> tuple[str, str] | None:
         return f"{duration(v)} ({'no change' if change in ('+0%', '-0%') else change})"
 
     # a pipeline's communication wait is its bubble, which no overlap removes
-    pipe = " (its waits are the pipeline's bubble)" if (
-        d.collectives is not None and d.collectives.pipeline is not None) else ""  # fmt: skip
+    pipe = (
+        " (its waits are the pipeline's bubble)"
+        if (d.collectives is not None and d.collectives.pipeline is not None)
+        else ""
+    )
     text = (
         f"comm fully overlapped{pipe} → {delta(w.if_comm_overlapped_ns)} · "
-        if w.if_comm_overlapped_ns is not None else ""  # comm-wait not measured
-    ) + f"no data wait → {delta(w.if_no_data_wait_ns)}"  # fmt: skip
+        if w.if_comm_overlapped_ns is not None
+        else ""  # comm-wait not measured
+    ) + f"no data wait → {delta(w.if_no_data_wait_ns)}"
     if w.if_straggler_at_median_speed_ns is not None:
         text += f" · straggler at median speed → {delta(w.if_straggler_at_median_speed_ns)}"
     alone = [v for v in (w.if_comm_overlapped_ns, w.if_no_data_wait_ns) if v is not None]
     if w.if_all_ns is not None and w.if_all_ns < min(alone):
         text += f" · all together → {delta(w.if_all_ns)}"
     median = d.run.step_time_ns_median
-    base = (f"on the mean step ({duration(cur)} now: the slowest rank's, averaged over the "
-            "profiled steps" + (f"; the median above is {duration(median)}" if median else "")
-            + ")")  # fmt: skip
+    base = (
+        f"on the mean step ({duration(cur)} now: the slowest rank's, averaged over the "
+        "profiled steps" + (f"; the median above is {duration(median)}" if median else "") + ")"
+    )
     return "what if", f"{base}, {text}"
 
 
@@ -319,9 +348,17 @@ def whole_run_rows(d: Diagnosis) -> list[list[str]]:
     w = d.whole_run
     if w is None:
         return []
-    return [[str(r.rank), str(r.steps), duration(r.step_time_ns_median),
-             duration(r.step_time_ns_p90), duration(r.step_time_ns_max), pct(r.data_wait_ratio)]
-            for r in w.ranks]  # fmt: skip
+    return [
+        [
+            str(r.rank),
+            str(r.steps),
+            duration(r.step_time_ns_median),
+            duration(r.step_time_ns_p90),
+            duration(r.step_time_ns_max),
+            pct(r.data_wait_ratio),
+        ]
+        for r in w.ranks
+    ]
 
 
 COLLECTIVE_HEAD = ["type", "size", "count", "median/call", "algbw", "busbw", "of peak"]
@@ -339,11 +376,20 @@ def collective_rows(d: Diagnosis) -> list[list[str]]:
         # a lower bound that rounds to nothing says nothing: n/a, not "≥0.0 GB/s"
         return "n/a" if v is None or (lower and round(v, 1) <= 0) else f"{ge}{v:.1f} GB/s"
 
-    return [[row.type, row.size_bucket, str(row.count), duration(row.transfer_ns_median),
-             bw(row.algbw_gbps), bw(row.busbw_gbps),
-             "n/a" if row.efficiency is None or (lower and round(row.efficiency, 2) <= 0)
-             else f"{ge}{row.efficiency:.0%} of {row.peak_gbps or 0:.0f}"]
-            for row in c.by_type]  # fmt: skip
+    return [
+        [
+            row.type,
+            row.size_bucket,
+            str(row.count),
+            duration(row.transfer_ns_median),
+            bw(row.algbw_gbps),
+            bw(row.busbw_gbps),
+            "n/a"
+            if row.efficiency is None or (lower and round(row.efficiency, 2) <= 0)
+            else f"{ge}{row.efficiency:.0%} of {row.peak_gbps or 0:.0f}",
+        ]
+        for row in c.by_type
+    ]
 
 
 def collectives_title(d: Diagnosis) -> str:
@@ -352,6 +398,8 @@ def collectives_title(d: Diagnosis) -> str:
     assert c is not None
     how = {"comms_id": "by collective id", "order": "in issue order"}.get(c.method, c.method)
     if c.bandwidth_is_lower_bound:
-        return ("collectives: not matched across ranks, so durations include waiting and "
-                "bandwidths are lower bounds")  # fmt: skip
+        return (
+            "collectives: not matched across ranks, so durations include waiting and "
+            "bandwidths are lower bounds"
+        )
     return f"collectives: {c.matched} matched across ranks {how}"

@@ -13,11 +13,30 @@ from gpudiag.analysis.model.diagnosis import Diagnosis
 if TYPE_CHECKING:
     import pandas as pd
 
-STEP_COLUMNS = ["rank", "step", "start_ns", "duration_ns", "compute_ns", "comm_wait_ns",
-                "data_wait_ns", "other_ns", "comm_overlapped_ns", "gpu_ops",
-                "gpu_idle_ns"]  # fmt: skip
-FINDING_COLUMNS = ["kind", "severity", "message", "ranks", "steps", "cause", "persistent",
-                   "wait_caused_ns", "metrics"]  # fmt: skip
+STEP_COLUMNS = [
+    "rank",
+    "step",
+    "start_ns",
+    "duration_ns",
+    "compute_ns",
+    "comm_wait_ns",
+    "data_wait_ns",
+    "other_ns",
+    "comm_overlapped_ns",
+    "gpu_ops",
+    "gpu_idle_ns",
+]
+FINDING_COLUMNS = [
+    "kind",
+    "severity",
+    "message",
+    "ranks",
+    "steps",
+    "cause",
+    "persistent",
+    "wait_caused_ns",
+    "metrics",
+]
 
 
 def steps_frame(d: Diagnosis) -> pd.DataFrame:
@@ -42,9 +61,16 @@ def findings_frame(d: Diagnosis) -> pd.DataFrame:
     """One row per finding: kind, severity, message, ranks, steps, … and ``metrics`` as JSON."""
     import pandas as pd
 
-    rows = [{**asdict(f), "kind": str(f.kind), "severity": str(f.severity),
-             "cause": None if f.cause is None else str(f.cause), "metrics": f.metrics.to_json()}
-            for f in d.findings]  # fmt: skip
+    rows = [
+        {
+            **asdict(f),
+            "kind": str(f.kind),
+            "severity": str(f.severity),
+            "cause": None if f.cause is None else str(f.cause),
+            "metrics": f.metrics.to_json(),
+        }
+        for f in d.findings
+    ]
     df = pd.DataFrame(rows, columns=FINDING_COLUMNS)
     df["wait_caused_ns"] = df["wait_caused_ns"].astype("Int64")
     out: pd.DataFrame = df

@@ -28,9 +28,15 @@ def render_gate(
     """Print one row per check, then the verdict and its exit code."""
     con = make_console(out, width=width, color=color)
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col, just in (("check", "left"), ("rank", "right"), ("status", "left"),
-                      ("value", "right"), ("limit", "right"), ("p", "right"),
-                      ("detail", "left")):  # fmt: skip
+    for col, just in (
+        ("check", "left"),
+        ("rank", "right"),
+        ("status", "left"),
+        ("value", "right"),
+        ("limit", "right"),
+        ("p", "right"),
+        ("detail", "left"),
+    ):
         t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
     for c in res.checks:
         t.add_row(
@@ -46,9 +52,11 @@ def render_gate(
     n = res.counts()
     line = Text("gate ")
     line.append(res.status, style=_VERDICT_STYLE.get(res.status, ""))
-    line.append(f" (exit {res.exit_code}): {n['pass']} passed, {n['fail']} failed, "
-                f"{n['warn']} warnings, {n['inconclusive']} inconclusive, "
-                f"{n['off']} not applied")  # fmt: skip
+    line.append(
+        f" (exit {res.exit_code}): {n['pass']} passed, {n['fail']} failed, "
+        f"{n['warn']} warnings, {n['inconclusive']} inconclusive, "
+        f"{n['off']} not applied"
+    )
     if res.baseline:
         line.append(f" · baseline {res.baseline}")
     con.print(line)
@@ -64,8 +72,13 @@ def render_diff(
         for line in wrap(f"note: {note}", con.width, "", " " * 6):
             con.print(Text(line, style="yellow"))
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col, just in (("scope", "left"), ("metric", "left"), ("A", "right"), ("B", "right"),
-                      ("change", "right")):  # fmt: skip
+    for col, just in (
+        ("scope", "left"),
+        ("metric", "left"),
+        ("A", "right"),
+        ("B", "right"),
+        ("change", "right"),
+    ):
         t.add_column(col, justify=just)  # type: ignore[arg-type]
     for row in diff.rows:
         style = {"worse": "red", "better": "green"}.get(row.direction, "")

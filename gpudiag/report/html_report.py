@@ -53,8 +53,12 @@ from gpudiag.report.format import (
 )
 
 COLORS = {"compute": "#2e7d32", "comm_wait": "#1565c0", "data_wait": "#ef6c00", "other": "#9e9e9e"}
-LABELS = {"compute": "compute", "comm_wait": "comm-wait", "data_wait": "data-wait",
-          "other": "other"}  # fmt: skip
+LABELS = {
+    "compute": "compute",
+    "comm_wait": "comm-wait",
+    "data_wait": "data-wait",
+    "other": "other",
+}
 MAX_RANKS = 32  # charts per rank beyond this would make an unreadable page
 MAX_STEPS = 300  # per rank, the first ones
 
@@ -91,8 +95,12 @@ def _pct(x: float | None) -> str:
 
 
 def _parts(s: StepBreakdown) -> list[tuple[str, int]]:
-    return [("compute", s.compute_ns), ("comm_wait", s.comm_wait_ns),
-            ("data_wait", s.data_wait_ns), ("other", s.other_ns)]  # fmt: skip
+    return [
+        ("compute", s.compute_ns),
+        ("comm_wait", s.comm_wait_ns),
+        ("data_wait", s.data_wait_ns),
+        ("other", s.other_ns),
+    ]
 
 
 def _legend() -> str:
@@ -108,8 +116,10 @@ def _stacked_bars(rank: int, steps: list[StepBreakdown], max_ns: int) -> str:
     h, w_axis = 140, 60
     bw = max(3, min(24, 900 // max(1, len(steps))))
     width = max(w_axis + bw * len(steps) + 10, 220)
-    out = [f'<svg class="bars" data-rank="{_e(rank)}" width="{width}" height="{h + 20}" '
-           f'role="img" aria-label="rank {_e(rank)} step breakdown">']  # fmt: skip
+    out = [
+        f'<svg class="bars" data-rank="{_e(rank)}" width="{width}" height="{h + 20}" '
+        f'role="img" aria-label="rank {_e(rank)} step breakdown">'
+    ]
     out.append(f'<text x="0" y="12">{_ms(max_ns)}</text><text x="0" y="{h}">0</text>')
     for i, s in enumerate(steps):
         x = w_axis + i * bw
@@ -119,10 +129,14 @@ def _stacked_bars(rank: int, steps: list[StepBreakdown], max_ns: int) -> str:
             if bh <= 0:
                 continue
             y -= bh
-            tip = (f"rank {rank} step {s.step}: {LABELS[key]} {duration(ns)} of "
-                   f"{duration(s.duration_ns)}")  # fmt: skip
-            out.append(f'<rect x="{x}" y="{y:.2f}" width="{bw - 1}" height="{bh:.2f}" '
-                       f'fill="{COLORS[key]}"><title>{_e(tip)}</title></rect>')  # fmt: skip
+            tip = (
+                f"rank {rank} step {s.step}: {LABELS[key]} {duration(ns)} of "
+                f"{duration(s.duration_ns)}"
+            )
+            out.append(
+                f'<rect x="{x}" y="{y:.2f}" width="{bw - 1}" height="{bh:.2f}" '
+                f'fill="{COLORS[key]}"><title>{_e(tip)}</title></rect>'
+            )
     first, last = steps[0].step, steps[-1].step
     label = f"step {first}" if first == last else f"steps {first}–{last}"
     out.append(f'<text x="{w_axis}" y="{h + 15}">{_e(label)}</text>')
@@ -138,8 +152,10 @@ def _timeline(by_rank: dict[int, list[StepBreakdown]]) -> str:
     span = max(1, t1 - t0)
     row_h, left, plot_w = 18, 60, 1000
     height = row_h * len(by_rank) + 24
-    out = [f'<svg class="timeline" width="{left + plot_w + 10}" height="{height}" role="img" '
-           'aria-label="steps on a timeline per rank">']  # fmt: skip
+    out = [
+        f'<svg class="timeline" width="{left + plot_w + 10}" height="{height}" role="img" '
+        'aria-label="steps on a timeline per rank">'
+    ]
     for row, (rank, steps) in enumerate(sorted(by_rank.items())):
         y = row * row_h + 2
         out.append(f'<text x="0" y="{y + 12}">rank {_e(rank)}</text>')
@@ -150,14 +166,19 @@ def _timeline(by_rank: dict[int, list[StepBreakdown]]) -> str:
                 w = plot_w * (s.duration_ns / span) * (ns / total)
                 if w <= 0:
                     continue
-                tip = (f"rank {rank} step {s.step} ({duration(s.duration_ns)}): {LABELS[key]} "
-                       f"{duration(ns)}")  # fmt: skip
-                out.append(f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h - 4}" '
-                           f'fill="{COLORS[key]}"><title>{_e(tip)}</title></rect>')  # fmt: skip
+                tip = (
+                    f"rank {rank} step {s.step} ({duration(s.duration_ns)}): {LABELS[key]} "
+                    f"{duration(ns)}"
+                )
+                out.append(
+                    f'<rect x="{x:.2f}" y="{y}" width="{w:.2f}" height="{row_h - 4}" '
+                    f'fill="{COLORS[key]}"><title>{_e(tip)}</title></rect>'
+                )
                 x += w
     out.append(f'<text x="{left}" y="{height - 4}">0</text>')
-    out.append(f'<text x="{left + plot_w}" y="{height - 4}" text-anchor="end">'
-               f"{_ms(span)}</text></svg>")  # fmt: skip
+    out.append(
+        f'<text x="{left + plot_w}" y="{height - 4}" text-anchor="end">{_ms(span)}</text></svg>'
+    )
     return "".join(out)
 
 
@@ -166,16 +187,20 @@ def _rank_medians(d: Diagnosis) -> str:
     ranks = sorted(d.ranks, key=lambda r: r.rank)[:MAX_RANKS]
     top = max((r.step_time_ns_median for r in ranks), default=0) or 1
     row_h, left, plot_w = 18, 60, 600
-    out = [f'<svg class="medians" width="{left + plot_w + 90}" height="{row_h * len(ranks) + 4}" '
-           'role="img" aria-label="median step time per rank">']  # fmt: skip
+    out = [
+        f'<svg class="medians" width="{left + plot_w + 90}" height="{row_h * len(ranks) + 4}" '
+        'role="img" aria-label="median step time per rank">'
+    ]
     for i, r in enumerate(ranks):
         w = plot_w * r.step_time_ns_median / top
         y = i * row_h + 2
-        out.append(f'<text x="0" y="{y + 12}">rank {_e(r.rank)}</text>'
-                   f'<rect x="{left}" y="{y}" width="{w:.2f}" height="{row_h - 4}" fill="#5c6bc0">'
-                   f"<title>rank {_e(r.rank)}: median {_ms(r.step_time_ns_median)}</title></rect>"
-                   f'<text x="{left + w + 6:.2f}" y="{y + 12}">'
-                   f"{_ms(r.step_time_ns_median)}</text>")  # fmt: skip
+        out.append(
+            f'<text x="0" y="{y + 12}">rank {_e(r.rank)}</text>'
+            f'<rect x="{left}" y="{y}" width="{w:.2f}" height="{row_h - 4}" fill="#5c6bc0">'
+            f"<title>rank {_e(r.rank)}: median {_ms(r.step_time_ns_median)}</title></rect>"
+            f'<text x="{left + w + 6:.2f}" y="{y + 12}">'
+            f"{_ms(r.step_time_ns_median)}</text>"
+        )
     out.append("</svg>")
     return "".join(out)
 
@@ -199,8 +224,10 @@ def _verdict(d: Diagnosis) -> str:
         return ""
     cls = "verdict ok" if v.bottleneck == "none" else "verdict"
     basis = _e(v.basis)
-    return (f'<p class="{cls}"><b>{_e(v.headline)}</b> '
-            f'<span class="muted">(from the {basis})</span></p>')  # fmt: skip
+    return (
+        f'<p class="{cls}"><b>{_e(v.headline)}</b> '
+        f'<span class="muted">(from the {basis})</span></p>'
+    )
 
 
 def _whole_run_line(d: Diagnosis) -> str:
@@ -245,35 +272,60 @@ def _kernels(d: Diagnosis) -> str:
         return ""
     unit = "operator" if k.unit == "operator" else "kernel"
     # long (cuDNN, CUTLASS) names are cut with an ellipsis; the full name is the tooltip
-    rows = [[f'<span class="kname" title="{_e(e.name)}">{_e(e.name)}</span>', _e(e.family),
-             _ms(int(e.time_ns)), _e(e.count), _pct(float(e.share))] for e in k.top]  # fmt: skip
+    rows = [
+        [
+            f'<span class="kname" title="{_e(e.name)}">{_e(e.name)}</span>',
+            _e(e.family),
+            _ms(int(e.time_ns)),
+            _e(e.count),
+            _pct(float(e.share)),
+        ]
+        for e in k.top
+    ]
     fams = " · ".join(f"{_e(f)} {_pct(float(v))}" for f, v in k.families.items())
-    return (f"<h2>Top {unit}s by {'CPU' if unit == 'operator' else 'GPU'} time, all ranks</h2>"
-            + f'<p class="muted kernel-base">{_e(kernel_base(k))}</p>'
-            + _table([unit, "family", "time", "count", "share"], rows, left=2, cls="kernels")
-            + (f'<p class="muted">by family: {fams}</p>' if fams else "")
-            + _efficiency(d))  # fmt: skip
+    return (
+        f"<h2>Top {unit}s by {'CPU' if unit == 'operator' else 'GPU'} time, all ranks</h2>"
+        + f'<p class="muted kernel-base">{_e(kernel_base(k))}</p>'
+        + _table([unit, "family", "time", "count", "share"], rows, left=2, cls="kernels")
+        + (f'<p class="muted">by family: {fams}</p>' if fams else "")
+        + _efficiency(d)
+    )
 
 
 def _efficiency(d: Diagnosis) -> str:
     """The compute efficiency lines, as the console words them."""
     if d.efficiency is None:
-        return (f'<p class="muted efficiency">efficiency: {_e(NO_SHAPES)}</p>'
-                if str(d.run.mode) == "gpu" else "")  # fmt: skip
-    return "".join(f'<p class="muted efficiency">{_e(first.strip() + " " + text)}</p>'
-                   for first, text in efficiency_lines(d.efficiency))  # fmt: skip
+        return (
+            f'<p class="muted efficiency">efficiency: {_e(NO_SHAPES)}</p>'
+            if str(d.run.mode) == "gpu"
+            else ""
+        )
+    return "".join(
+        f'<p class="muted efficiency">{_e(first.strip() + " " + text)}</p>'
+        for first, text in efficiency_lines(d.efficiency)
+    )
 
 
 def _gpu_section(d: Diagnosis) -> str:
     whole = getattr(d, "whole_run", None)
     gpus = list(getattr(whole, "gpus", None) or [])
     if not gpus:
-        return ('<p class="muted">No NVML samples in this diagnosis (CPU run, NVML unavailable, '
-                "or traces analysed without a run directory).</p>")  # fmt: skip
-    rows = [[_e(g.gpu_uuid), _e("" if g.rank is None else g.rank), _e(g.samples),
-             _pct(g.util_ratio), _pct(g.mem_util_ratio),
-             "n/a" if g.power_w is None else _e(f"{g.power_w:.0f} W"),
-             _pct(g.slowdown_ratio)] for g in gpus]  # fmt: skip
+        return (
+            '<p class="muted">No NVML samples in this diagnosis (CPU run, NVML unavailable, '
+            "or traces analysed without a run directory).</p>"
+        )
+    rows = [
+        [
+            _e(g.gpu_uuid),
+            _e("" if g.rank is None else g.rank),
+            _e(g.samples),
+            _pct(g.util_ratio),
+            _pct(g.mem_util_ratio),
+            "n/a" if g.power_w is None else _e(f"{g.power_w:.0f} W"),
+            _pct(g.slowdown_ratio),
+        ]
+        for g in gpus
+    ]
     return _table(["GPU", "rank", "samples", "util", "mem util", "power", "slowdown"], rows) + (
         '<p class="muted">Averages over the run; the diagnosis does not keep the samples as a '
         "time series.</p>"
@@ -303,22 +355,28 @@ def render(d: Diagnosis, out: TextIO, **_: Any) -> None:
     p.append(_kernels(d))
     p.append("<h2>Where each step's time goes, per rank</h2>" + _legend())
     if withheld_ranks(d):
-        p.append(f'<p class="muted">{_e(words.ranks(sorted(withheld_ranks(d))).capitalize())}: '
-                 f"{NOT_MEASURED}, the split of step time is withheld.</p>")  # fmt: skip
+        p.append(
+            f'<p class="muted">{_e(words.ranks(sorted(withheld_ranks(d))).capitalize())}: '
+            f"{NOT_MEASURED}, the split of step time is withheld.</p>"
+        )
     max_ns = max((s.duration_ns for ss in shown.values() for s in ss), default=0)
     for rank, steps in shown.items():
         p.append(f'<div class="chart-title">rank {_e(rank)}</div>')
         p.append(_stacked_bars(rank, steps, max_ns))
     if shown:
         p.append("<h2>Steps on a timeline</h2>" + _legend())
-        p.append('<p class="muted">Each step at its start time; its four parts are drawn in '
-                 "proportion, not at the instants they happened.</p>")  # fmt: skip
+        p.append(
+            '<p class="muted">Each step at its start time; its four parts are drawn in '
+            "proportion, not at the instants they happened.</p>"
+        )
         p.append(_timeline(shown))
     p += _straggler_section(d)
     rows = whole_run_rows(d)
     if rows:
-        p.append(f"<h2>Whole run</h2><p><b>{_e(WHOLE_RUN_TITLE)}</b></p>"
-                 + _table(WHOLE_RUN_HEAD, [[_e(c) for c in r] for r in rows], left=0))  # fmt: skip
+        p.append(
+            f"<h2>Whole run</h2><p><b>{_e(WHOLE_RUN_TITLE)}</b></p>"
+            + _table(WHOLE_RUN_HEAD, [[_e(c) for c in r] for r in rows], left=0)
+        )
     p.append("<h2>GPU utilisation (NVML)</h2>" + _gpu_section(d))
     p += _findings_section(d)
     p += _tail(d)
@@ -372,22 +430,50 @@ def _head(d: Diagnosis) -> list[str]:
 def _rank_section(d: Diagnosis) -> list[str]:
     flags = flagged(d)
     gone = withheld_ranks(d)
-    rows = [[_e(x.rank), _e(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90)]
-            + (["-"] * 6 if x.rank in gone else [
-                _pct(x.shares.compute), _pct(x.shares.comm_wait_shown),
-                _pct(x.shares.data_wait), _pct(x.shares.other),
+    rows = [
+        [_e(x.rank), _e(x.steps), _ms(x.step_time_ns_median), _ms(x.step_time_ns_p90)]
+        + (
+            ["-"] * 6
+            if x.rank in gone
+            else [
+                _pct(x.shares.compute),
+                _pct(x.shares.comm_wait_shown),
+                _pct(x.shares.data_wait),
+                _pct(x.shares.other),
                 f'<span class="{"bad" if (x.rank, "idle") in flags else ""}">'
                 f"{_pct(x.idle_ratio)}</span>",
-                _pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-"])
-            + [_e(", ".join(x.devices) or "-")] for x in d.ranks[:MAX_RANKS]]  # fmt: skip
-    p = ["<h2>Ranks</h2>" + _table(
-        ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
-         "non-compute idle", "GPU idle", "device"], rows, left=0)]  # fmt: skip
+                _pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-",
+            ]
+        )
+        + [_e(", ".join(x.devices) or "-")]
+        for x in d.ranks[:MAX_RANKS]
+    ]
+    p = [
+        "<h2>Ranks</h2>"
+        + _table(
+            [
+                "rank",
+                "steps",
+                "median",
+                "p90",
+                "compute",
+                "comm-wait",
+                "data-wait",
+                "other",
+                "non-compute idle",
+                "GPU idle",
+                "device",
+            ],
+            rows,
+            left=0,
+        )
+    ]
     if d.run.steps:
         p.append(_spread_and_what_if(d))
     if gone:
-        p.append(f'<p class="muted">A dash: {NOT_MEASURED}, the split of step time is '
-                 "withheld.</p>")  # fmt: skip
+        p.append(
+            f'<p class="muted">A dash: {NOT_MEASURED}, the split of step time is withheld.</p>'
+        )
     if len(d.ranks) > MAX_RANKS:
         p.append(f'<p class="muted">{len(d.ranks) - MAX_RANKS} more ranks not drawn.</p>')
     return p
@@ -397,9 +483,13 @@ def _straggler_section(d: Diagnosis) -> list[str]:
     p = ["<h2>Stragglers</h2>"]
     strag = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
     if strag:
-        p.append(_table(["ranks", "steps", "finding"],
-                        [[_e(words.fold(f.ranks)), _e(_straggler_steps(f)), _e(f.message)]
-                         for f in strag], left=3))  # fmt: skip
+        p.append(
+            _table(
+                ["ranks", "steps", "finding"],
+                [[_e(words.fold(f.ranks)), _e(_straggler_steps(f)), _e(f.message)] for f in strag],
+                left=3,
+            )
+        )
     else:
         p.append('<p class="muted">No straggler findings.</p>')
     p.append('<div class="chart-title">median step time per rank</div>' + _rank_medians(d))
@@ -409,16 +499,25 @@ def _straggler_section(d: Diagnosis) -> list[str]:
 def _findings_section(d: Diagnosis) -> list[str]:
     p = ["<h2>Findings</h2>"]
     if d.findings:
-        p.append("<ul>" + "".join(
-            f'<li class="sev-{_e(f.severity)}"><b>{_e(f.severity)}</b> {_e(f.message)}</li>'
-            for f in d.findings) + "</ul>")  # fmt: skip
+        p.append(
+            "<ul>"
+            + "".join(
+                f'<li class="sev-{_e(f.severity)}"><b>{_e(f.severity)}</b> {_e(f.message)}</li>'
+                for f in d.findings
+            )
+            + "</ul>"
+        )
     else:
         p.append("<p>No findings: compute dominates every rank's step time.</p>")
     if d.recommendations:
-        p.append("<h2>Recommendations</h2><ul>" + "".join(
-            f'<li class="remedy"><b>{_e(recommendation_title(d, x))}</b>: {_e(x.detail)}</li>'
-            for x in d.recommendations
-        ) + "</ul>")  # fmt: skip
+        p.append(
+            "<h2>Recommendations</h2><ul>"
+            + "".join(
+                f'<li class="remedy"><b>{_e(recommendation_title(d, x))}</b>: {_e(x.detail)}</li>'
+                for x in d.recommendations
+            )
+            + "</ul>"
+        )
     return p
 
 
@@ -426,28 +525,46 @@ def _tail(d: Diagnosis) -> list[str]:
     """Collectives, inputs and notes, and the Diagnosis itself as JSON."""
     p = []
     gone = withheld_ranks(d)
-    comm = [[_e(x.rank), _readable(x.evidence.comm_top or ""),
-             ", ".join(_readable(n) for n in x.evidence.comm_names or [])]
-            + (["-", "-"] if x.rank in gone else
-               [_pct(x.shares.comm_wait_shown), _pct(x.comm_overlapped_ratio)])
-            for x in d.ranks[:MAX_RANKS] if x.evidence.comm_names]  # fmt: skip
+    comm = [
+        [
+            _e(x.rank),
+            _readable(x.evidence.comm_top or ""),
+            ", ".join(_readable(n) for n in x.evidence.comm_names or []),
+        ]
+        + (
+            ["-", "-"]
+            if x.rank in gone
+            else [_pct(x.shares.comm_wait_shown), _pct(x.comm_overlapped_ratio)]
+        )
+        for x in d.ranks[:MAX_RANKS]
+        if x.evidence.comm_names
+    ]
     if comm or (d.collectives is not None and d.collectives.by_type):
         p.append("<h2>Collectives</h2>")
     if d.collectives is not None and d.collectives.by_type:
         p.append(f"<p><b>{_e(collectives_title(d))}</b></p>")
-        p.append(_table(COLLECTIVE_HEAD, [[_e(c) for c in row] for row in collective_rows(d)],
-                        left=2, cls="collectives"))  # fmt: skip
+        p.append(
+            _table(
+                COLLECTIVE_HEAD,
+                [[_e(c) for c in row] for row in collective_rows(d)],
+                left=2,
+                cls="collectives",
+            )
+        )
         waits = last_rank_waits(d, MAX_RANKS)
         if waits is not None:
             p.append(_labelled(*waits, "muted last-rank"))
     if comm:
-        p.append(_table(["rank", "dominant", "top collectives", "comm-wait", "overlapped"], comm,
-                        left=3))  # fmt: skip
+        p.append(
+            _table(["rank", "dominant", "top collectives", "comm-wait", "overlapped"], comm, left=3)
+        )
     if d.notes or d.inputs:
-        p.append("<h2>Inputs and notes</h2><ul>"
-                 + "".join(f"<li>{_e(n)}</li>" for n in d.notes)
-                 + "".join(f'<li class="muted">{_e(i)}</li>' for i in d.inputs[:64])
-                 + "</ul>")  # fmt: skip
+        p.append(
+            "<h2>Inputs and notes</h2><ul>"
+            + "".join(f"<li>{_e(n)}</li>" for n in d.notes)
+            + "".join(f'<li class="muted">{_e(i)}</li>' for i in d.inputs[:64])
+            + "</ul>"
+        )
     p.append(f'<script type="application/json" id="diagnosis">{_doc_json(d)}</script>')
     p.append("</body></html>\n")
     return p

@@ -27,8 +27,12 @@ def render(res: GateResult, out: IO[str]) -> None:
         skipped=str(n["inconclusive"] + n["off"]),
     )
     props = ET.SubElement(suite, "properties")
-    for k, v in (("status", res.status), ("exit_code", str(res.exit_code)),
-                 ("subject", res.subject), ("baseline", res.baseline or "")):  # fmt: skip
+    for k, v in (
+        ("status", res.status),
+        ("exit_code", str(res.exit_code)),
+        ("subject", res.subject),
+        ("baseline", res.baseline or ""),
+    ):
         ET.SubElement(props, "property", name=k, value=v)
     for c in res.checks:
         name = c.name if c.rank is None else f"{c.name}[rank {c.rank}]"

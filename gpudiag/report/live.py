@@ -152,10 +152,15 @@ def analysis_progress() -> tuple[Callable[[int, int, int], None] | None, Progres
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     bar = Progress(
-        TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TextColumn("rank traces"),
-        TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
-        console=Console(stderr=True), transient=True,
-    )  # fmt: skip
+        TextColumn("analysing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("rank traces"),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
     task: list[Any] = []
     t0 = time.monotonic()
 

@@ -48,10 +48,14 @@ def fmt_value(name: str, v: float | None) -> str:
 
 
 METRIC_LABELS = {
-    "step_time_median": "step time (median)", "step_time_p90": "step time (p90)",
-    "compute_share": "compute", "comm_wait_share": "comm-wait", "data_wait_share": "data-wait",
-    "other_share": "other", "idle_ratio": "non-compute idle",
-}  # fmt: skip
+    "step_time_median": "step time (median)",
+    "step_time_p90": "step time (p90)",
+    "compute_share": "compute",
+    "comm_wait_share": "comm-wait",
+    "data_wait_share": "data-wait",
+    "other_share": "other",
+    "idle_ratio": "non-compute idle",
+}
 
 
 def metric_label(name: str) -> str:
@@ -86,6 +90,8 @@ def _table(out: TextIO, head: list[str], rows: list[list[str]], align: str) -> N
         out.write(f"\n_{len(rows) - MAX_ROWS} more rows not shown._\n")
 
 
+# hand-laid (over 80 lines once formatted; to be split)
+# fmt: off
 def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     """A Diagnosis: run summary, per-rank table, findings and recommendations."""
     r = d.run
@@ -96,7 +102,7 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         out.write(f"**{cell(v.headline)}** (from the {v.basis})\n\n")
     out.write(f"{window_label(r.mode).capitalize()}: {words.plural(r.steps, 'step')}, step "
               f"time median **{duration(r.step_time_ns_median)}**, p90 "
-              f"{duration(r.step_time_ns_p90)}{step_time_scope(d)} · {_shares(d)}\n\n")  # fmt: skip
+              f"{duration(r.step_time_ns_p90)}{step_time_scope(d)} · {_shares(d)}\n\n")
     kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
     if kinds:  # a median that describes neither kind of step: say both
         out.write(f"{cell(kinds.capitalize())}\n\n")
@@ -107,9 +113,9 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
                 pct(x.shares.compute), pct(x.shares.comm_wait_shown), pct(x.shares.data_wait),
                 pct(x.shares.other), pct(x.idle_ratio),
                 pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-"])
-            for x in d.ranks]  # fmt: skip
+            for x in d.ranks]
     _table(out, ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
-                 "non-compute idle", "GPU idle"], rows, "rrrrrrrrrr")  # fmt: skip
+                 "non-compute idle", "GPU idle"], rows, "rrrrrrrrrr")
     if gone:
         out.write(f"\n_A dash: {NOT_MEASURED}, the split of step time is withheld._\n")
     if d.run.steps:
@@ -124,7 +130,7 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         out.write(f"\n### Top {unit}s, all ranks\n\n_{cell(_upper_first(kernel_base(k)))}._\n\n")
         _table(out, [unit, "family", "time", "share"],
                [[e.name, e.family, duration(e.time_ns), pct(e.share)]
-                for e in k.top[:5]], "llrr")  # fmt: skip
+                for e in k.top[:5]], "llrr")
     if d.efficiency is not None:
         out.write(
             "\n"
@@ -143,6 +149,7 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         for rec in d.recommendations[:MAX_ROWS]:
             out.write(f"- **{cell(recommendation_title(d, rec))}**: {cell(rec.detail)}\n")
     out.write("\n")
+# fmt: on
 
 
 def _upper_first(text: str) -> str:
@@ -157,28 +164,41 @@ def _shares(d: Diagnosis) -> str:
         return f"shares {NOT_MEASURED}: the split of step time is withheld"
     comm = pct(r.shares.comm_wait) if r.shares.comm_measured else NOT_MEASURED
     gpu = f" · GPU idle {pct(r.gpu_idle_ratio)}" if r.gpu_idle_ratio is not None else ""
-    return (f"compute {pct(r.shares.compute)} · comm-wait {comm} · data-wait "
-            f"{pct(r.shares.data_wait)} · other {pct(r.shares.other)} · non-compute idle "
-            f"**{pct(r.idle_ratio)}**{gpu}")  # fmt: skip
+    return (
+        f"compute {pct(r.shares.compute)} · comm-wait {comm} · data-wait "
+        f"{pct(r.shares.data_wait)} · other {pct(r.shares.other)} · non-compute idle "
+        f"**{pct(r.idle_ratio)}**{gpu}"
+    )
 
 
 def render_gate(res: GateResult, out: TextIO) -> None:
     """The gate verdict and a table of its checks."""
     n = res.counts()
     out.write(f"## gpudiag gate: {_VERDICT.get(res.status, res.status)}\n\n")
-    out.write(f"{n['pass']} passed, {n['fail']} failed, {n['warn']} warnings, "
-              f"{n['inconclusive']} inconclusive, {n['off']} not applied "
-              f"(exit {res.exit_code})")  # fmt: skip
+    out.write(
+        f"{n['pass']} passed, {n['fail']} failed, {n['warn']} warnings, "
+        f"{n['inconclusive']} inconclusive, {n['off']} not applied "
+        f"(exit {res.exit_code})"
+    )
     out.write(f" · subject `{cell(res.subject)}`" if res.subject else "")
     out.write(f" · baseline `{cell(res.baseline)}`" if res.baseline else "")
     out.write("\n\n")
     bad = [c for c in res.checks if c.status not in ("pass", "off")]
     rest = [c for c in res.checks if c.status == "pass"] + [
-        c for c in res.checks if c.status == "off"]  # fmt: skip
-    rows = [[_ICON.get(c.status, "") + " " + c.status, c.name,
-             "all" if c.rank is None else str(c.rank), fmt_value(c.name, c.value),
-             fmt_value(c.name, c.limit), "" if c.p_value is None else f"{c.p_value:.2g}",
-             c.message] for c in bad + rest]  # fmt: skip
+        c for c in res.checks if c.status == "off"
+    ]
+    rows = [
+        [
+            _ICON.get(c.status, "") + " " + c.status,
+            c.name,
+            "all" if c.rank is None else str(c.rank),
+            fmt_value(c.name, c.value),
+            fmt_value(c.name, c.limit),
+            "" if c.p_value is None else f"{c.p_value:.2g}",
+            c.message,
+        ]
+        for c in bad + rest
+    ]
     _table(out, ["status", "check", "rank", "value", "limit", "p", "detail"], rows, "lllrrrl")
     out.write("\n")
 
@@ -192,8 +212,9 @@ def render_diff(diff: RunDiff, out: TextIO) -> None:
     rows = []
     for row in diff.rows:
         a, b, change = diff_cells(row)
-        rows.append([row.scope, metric_label(row.metric), a, b,
-                     arrow.get(row.direction, "") + change])  # fmt: skip
+        rows.append(
+            [row.scope, metric_label(row.metric), a, b, arrow.get(row.direction, "") + change]
+        )
     _table(out, ["scope", "metric", "A", "B", "change"], rows, "llrrr")
     for title, items in (("Communication", diff.comm), ("Findings", diff.findings)):
         if items:

@@ -56,15 +56,35 @@ def events(d: Diagnosis, tl: Timeline) -> Iterator[dict[str, Any]]:
 
     by_step = {(s.rank, s.step): s for s in d.steps}
     for r in tl.ranks:
-        yield {"ph": "M", "name": "process_name", "pid": r.rank, "tid": 0,
-               "args": {"name": f"rank {r.rank}"}}  # fmt: skip
-        yield {"ph": "M", "name": "process_sort_index", "pid": r.rank, "tid": 0,
-               "args": {"sort_index": r.rank}}  # fmt: skip
+        yield {
+            "ph": "M",
+            "name": "process_name",
+            "pid": r.rank,
+            "tid": 0,
+            "args": {"name": f"rank {r.rank}"},
+        }
+        yield {
+            "ph": "M",
+            "name": "process_sort_index",
+            "pid": r.rank,
+            "tid": 0,
+            "args": {"sort_index": r.rank},
+        }
         for name, tid in _TID.items():
-            yield {"ph": "M", "name": "thread_name", "pid": r.rank, "tid": tid,
-                   "args": {"name": name}}  # fmt: skip
-            yield {"ph": "M", "name": "thread_sort_index", "pid": r.rank, "tid": tid,
-                   "args": {"sort_index": tid}}  # fmt: skip
+            yield {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": r.rank,
+                "tid": tid,
+                "args": {"name": name},
+            }
+            yield {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": r.rank,
+                "tid": tid,
+                "args": {"sort_index": tid},
+            }
     for r in tl.ranks:
         yield from _rank_events(r, by_step, us)
     yield from _collectives(tl, us)
@@ -79,8 +99,13 @@ def _alerts(d: Diagnosis, us: Any) -> Iterator[dict[str, Any]]:
         args = {"step": a.step, "message": a.message}
         targets: list[int | None] = list(a.ranks) or [None]
         for rank in targets:
-            ev: dict[str, Any] = {"ph": "i", "name": name, "cat": "alert",
-                                  "ts": us(a.time_ns), "args": args}  # fmt: skip
+            ev: dict[str, Any] = {
+                "ph": "i",
+                "name": name,
+                "cat": "alert",
+                "ts": us(a.time_ns),
+                "args": args,
+            }
             if rank is None:
                 ev.update({"s": "g", "pid": 0, "tid": 0})
             else:
@@ -93,31 +118,70 @@ def _rank_events(r: Any, by_step: dict[tuple[int, int], Any], us: Any) -> Iterat
         sb = by_step.get((r.rank, n))
         args = {}
         if sb is not None:
-            args = {"duration_ms": sb.duration_ns / 1e6, "compute_ms": sb.compute_ns / 1e6,
-                    "comm_wait_ms": sb.comm_wait_ns / 1e6, "data_wait_ms": sb.data_wait_ns / 1e6,
-                    "other_ms": sb.other_ns / 1e6}  # fmt: skip
+            args = {
+                "duration_ms": sb.duration_ns / 1e6,
+                "compute_ms": sb.compute_ns / 1e6,
+                "comm_wait_ms": sb.comm_wait_ns / 1e6,
+                "data_wait_ms": sb.data_wait_ns / 1e6,
+                "other_ms": sb.other_ns / 1e6,
+            }
             dur = max(sb.duration_ns, 1)
-            yield {"ph": "C", "name": "step shares (%)", "pid": r.rank, "ts": us(s),
-                   "args": {"compute": 100 * sb.compute_ns / dur,
-                            "comm-wait": 100 * sb.comm_wait_ns / dur,
-                            "data-wait": 100 * sb.data_wait_ns / dur,
-                            "other": 100 * sb.other_ns / dur}}  # fmt: skip
-        yield {"ph": "X", "name": f"step {n}", "cat": "step", "pid": r.rank, "args": args,
-               "tid": _TID["steps"], "ts": us(s), "dur": (e - s) / 1000.0}  # fmt: skip
+            yield {
+                "ph": "C",
+                "name": "step shares (%)",
+                "pid": r.rank,
+                "ts": us(s),
+                "args": {
+                    "compute": 100 * sb.compute_ns / dur,
+                    "comm-wait": 100 * sb.comm_wait_ns / dur,
+                    "data-wait": 100 * sb.data_wait_ns / dur,
+                    "other": 100 * sb.other_ns / dur,
+                },
+            }
+        yield {
+            "ph": "X",
+            "name": f"step {n}",
+            "cat": "step",
+            "pid": r.rank,
+            "args": args,
+            "tid": _TID["steps"],
+            "ts": us(s),
+            "dur": (e - s) / 1000.0,
+        }
     for part in PARTS:
         ps, pe = r.parts[part]
         tid, cname = _TID[part], _CNAME[part]
         for s, e in zip(ps.tolist(), pe.tolist(), strict=True):
-            yield {"ph": "X", "name": part, "cat": "part", "pid": r.rank, "tid": tid,
-                   "ts": us(s), "dur": (e - s) / 1000.0, "cname": cname}  # fmt: skip
+            yield {
+                "ph": "X",
+                "name": part,
+                "cat": "part",
+                "pid": r.rank,
+                "tid": tid,
+                "ts": us(s),
+                "dur": (e - s) / 1000.0,
+                "cname": cname,
+            }
     lanes: dict[str, int] = {}
     for name, lane, s, e in r.kernels:
         if lane not in lanes:
             lanes[lane] = 100 + len(lanes)
-            yield {"ph": "M", "name": "thread_name", "pid": r.rank, "tid": lanes[lane],
-                   "args": {"name": lane}}  # fmt: skip
-        yield {"ph": "X", "name": name, "cat": "kernel", "pid": r.rank, "tid": lanes[lane],
-               "ts": us(s), "dur": (e - s) / 1000.0}  # fmt: skip
+            yield {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": r.rank,
+                "tid": lanes[lane],
+                "args": {"name": lane},
+            }
+        yield {
+            "ph": "X",
+            "name": name,
+            "cat": "kernel",
+            "pid": r.rank,
+            "tid": lanes[lane],
+            "ts": us(s),
+            "dur": (e - s) / 1000.0,
+        }
 
 
 def _collectives(tl: Timeline, us: Any) -> Iterator[dict[str, Any]]:
@@ -128,8 +192,16 @@ def _collectives(tl: Timeline, us: Any) -> Iterator[dict[str, Any]]:
             args: dict[str, Any] = {"type": t}
             if int(c.nbytes[i]) >= 0:
                 args["bytes"] = int(c.nbytes[i])
-            yield {"ph": "X", "name": t, "cat": "collective", "pid": rank, "tid": tid,
-                   "ts": us(s), "dur": du / 1000.0, "args": args}  # fmt: skip
+            yield {
+                "ph": "X",
+                "name": t,
+                "cat": "collective",
+                "pid": rank,
+                "tid": tid,
+                "ts": us(s),
+                "dur": du / 1000.0,
+                "args": args,
+            }
     # the arrows: from the last rank to arrive to each rank that waited for it, the
     # collectives with the longest waits first
     waits = []
@@ -152,10 +224,25 @@ def _collectives(tl: Timeline, us: Any) -> Iterator[dict[str, Any]]:
             c = tl.collectives[r]
             end = int(c.start[i] + c.dur[i])
             flow += 1
-            yield {"ph": "s", "id": flow, "name": "waited for the last rank", "cat": "late",
-                   "pid": last, "tid": tid, "ts": us(at) + 0.001}  # fmt: skip
-            yield {"ph": "f", "bp": "e", "id": flow, "name": "waited for the last rank",
-                   "cat": "late", "pid": r, "tid": tid, "ts": us(end) - 0.001}  # fmt: skip
+            yield {
+                "ph": "s",
+                "id": flow,
+                "name": "waited for the last rank",
+                "cat": "late",
+                "pid": last,
+                "tid": tid,
+                "ts": us(at) + 0.001,
+            }
+            yield {
+                "ph": "f",
+                "bp": "e",
+                "id": flow,
+                "name": "waited for the last rank",
+                "cat": "late",
+                "pid": r,
+                "tid": tid,
+                "ts": us(end) - 0.001,
+            }
 
 
 def _findings(d: Diagnosis, tl: Timeline, us: Any) -> Iterator[dict[str, Any]]:
@@ -168,8 +255,13 @@ def _findings(d: Diagnosis, tl: Timeline, us: Any) -> Iterator[dict[str, Any]]:
             at = starts[0] if starts else min(int(r.start.min()) for r in tl.ranks)
             if f.steps and steps:
                 at = next((s for n, s in zip(steps, starts, strict=True) if n == f.steps[0]), at)
-            ev: dict[str, Any] = {"ph": "i", "name": str(f.kind), "cat": "finding",
-                                  "ts": us(int(at)), "args": args}  # fmt: skip
+            ev: dict[str, Any] = {
+                "ph": "i",
+                "name": str(f.kind),
+                "cat": "finding",
+                "ts": us(int(at)),
+                "args": args,
+            }
             if rank is None:
                 ev.update({"s": "g", "pid": 0, "tid": 0})
             else:
@@ -190,9 +282,12 @@ def write(d: Diagnosis, tl: Timeline, path: Path) -> Path:
 
 
 def _write_to(f: IO[bytes] | gzip.GzipFile, d: Diagnosis, tl: Timeline) -> None:
-    other = {"tool": "gpudiag", "gpudiag_version": d.gpudiag_version,
-             "resolution_ns": {str(r.rank): r.resolution_ns for r in tl.ranks},
-             "inputs": d.inputs}  # fmt: skip
+    other = {
+        "tool": "gpudiag",
+        "gpudiag_version": d.gpudiag_version,
+        "resolution_ns": {str(r.rank): r.resolution_ns for r in tl.ranks},
+        "inputs": d.inputs,
+    }
     f.write(b'{"displayTimeUnit":"ms","otherData":' + _ENC.encode(other) + b',"traceEvents":[')
     batch: list[bytes] = []
     first = True

@@ -210,18 +210,23 @@ def contention(conditions: RunConditions | None, limits: ContentionLimits) -> li
     out = []
     other = conditions.other_cpu_ratio_mean
     if other is not None and other > limits.max_other_cpu_ratio:
-        out.append(f"other processes used {other:.0%} of the CPUs (limit "
-                   f"{limits.max_other_cpu_ratio:.0%})")  # fmt: skip
+        out.append(
+            f"other processes used {other:.0%} of the CPUs (limit {limits.max_other_cpu_ratio:.0%})"
+        )
     steal = conditions.steal_ratio_mean
     if steal is not None and steal > limits.max_steal_ratio:
         out.append(f"steal time {steal:.0%} of the CPUs (limit {limits.max_steal_ratio:.0%})")
     for uuid, g in conditions.gpus.items():
         if g.slowdown_ratio > limits.max_gpu_slowdown_ratio:
-            out.append(f"GPU {uuid} throttled in {g.slowdown_ratio:.0%} of samples (limit "
-                       f"{limits.max_gpu_slowdown_ratio:.0%})")  # fmt: skip
+            out.append(
+                f"GPU {uuid} throttled in {g.slowdown_ratio:.0%} of samples (limit "
+                f"{limits.max_gpu_slowdown_ratio:.0%})"
+            )
         if g.shared_ratio > limits.max_gpu_other_process_ratio:
-            out.append(f"GPU {uuid} had other processes in {g.shared_ratio:.0%} of samples "
-                       f"(limit {limits.max_gpu_other_process_ratio:.0%})")  # fmt: skip
+            out.append(
+                f"GPU {uuid} had other processes in {g.shared_ratio:.0%} of samples "
+                f"(limit {limits.max_gpu_other_process_ratio:.0%})"
+            )
     return out
 
 
@@ -230,10 +235,13 @@ def describe(conditions: RunConditions | None) -> str:
     if conditions is None or not conditions.raw:
         return "run conditions not recorded"
     parts = []
-    for v, label in ((conditions.other_cpu_ratio_mean, "other processes"),
-                     (conditions.steal_ratio_mean, "steal")):  # fmt: skip
+    for v, label in (
+        (conditions.other_cpu_ratio_mean, "other processes"),
+        (conditions.steal_ratio_mean, "steal"),
+    ):
         parts.append(f"{label} {'?' if v is None else format(v, '.0%')} of CPUs")
     for uuid, g in conditions.gpus.items():
-        parts.append(f"GPU {uuid} throttled {g.slowdown_ratio:.0%}, shared "
-                     f"{g.shared_ratio:.0%} of samples")  # fmt: skip
+        parts.append(
+            f"GPU {uuid} throttled {g.slowdown_ratio:.0%}, shared {g.shared_ratio:.0%} of samples"
+        )
     return ", ".join(parts)

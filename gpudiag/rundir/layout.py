@@ -243,7 +243,7 @@ _MANIFEST_FIELDS: dict[str, Any] = {
     "profile_steps": _opt_str,
     "diagnosis_incomplete": _strs,
     "conditions": lambda v, w: None if v is None else RunConditions.from_json(v, w),
-}  # fmt: skip
+}
 
 
 def _rank_info(r: Any, where: str) -> dict[str, Any]:

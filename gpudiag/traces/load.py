@@ -165,9 +165,11 @@ def _discover_run_dir(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptio
             if _fmt_of(f) == "kineto" and _regular(f, found):
                 _add_file(f, found, opts, explicit=False)
     exports = [
-        p for node in nodes for p in list_dir(node / rundir.NSYS_DIR)
+        p
+        for node in nodes
+        for p in list_dir(node / rundir.NSYS_DIR)
         if p.name.endswith(".sqlite") and _regular(p, found)
-    ]  # fmt: skip
+    ]
     if exports and any(t.path.is_relative_to(d) for t in found.traces):
         # one source per rank: the profiler traces; the Nsight export stays available
         found.notes.append(
@@ -199,8 +201,10 @@ def _without_traces(d: Path, nodes: list[Path], found: Inputs, opts: LoadOptions
                 )
                 added += 1
     if added:
-        found.notes.append(f"no trace from gpudiag's window: analysed the job's own profiler "
-                           f"traces ({added} file(s), as the manifest lists them)")  # fmt: skip
+        found.notes.append(
+            f"no trace from gpudiag's window: analysed the job's own profiler "
+            f"traces ({added} file(s), as the manifest lists them)"
+        )
         return
     from gpudiag.traces.runfiles.telemetry import steps_files
 
@@ -370,6 +374,12 @@ def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None)
 
 
 __all__ = [
-    "FileSource", "Inputs", "LoadOptions", "check_ranks", "discover", "load_run",
-    "merge_manifests", "rank_from_filename",
-]  # fmt: skip
+    "FileSource",
+    "Inputs",
+    "LoadOptions",
+    "check_ranks",
+    "discover",
+    "load_run",
+    "merge_manifests",
+    "rank_from_filename",
+]

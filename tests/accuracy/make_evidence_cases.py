@@ -51,8 +51,14 @@ import make_nsys_cases as nc
 
 STEP_US = 10_000
 PID = TID = 4000
-H800 = {"id": 0, "name": "NVIDIA H800", "totalGlobalMem": 85_000_000_000, "computeMajor": 9,
-        "computeMinor": 0, "numSms": 132}  # fmt: skip
+H800 = {
+    "id": 0,
+    "name": "NVIDIA H800",
+    "totalGlobalMem": 85_000_000_000,
+    "computeMajor": 9,
+    "computeMinor": 0,
+    "numSms": 132,
+}
 DEEPEP = {
     "notify": "void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int, int const*, "
     "int*, int, int, int, int, int const*, int*, int*, int, void**, int**, int)",
@@ -64,8 +70,10 @@ DEEPEP = {
     "int const*, int const*, int const*, int const*, int, int, int, int, void**, int, int, int)",
 }
 DECOY = "void moe::dev::finalize::combineKernel<float, 4>(moe::dev::finalize::KernelParams)"
-MULTIMEM = ("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>"
-            "(c10::BFloat16*, unsigned long, unsigned int**, unsigned long, unsigned long)")  # fmt: skip
+MULTIMEM = (
+    "void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>"
+    "(c10::BFloat16*, unsigned long, unsigned int**, unsigned long, unsigned long)"
+)
 GEMM = "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1"
 
 
@@ -74,16 +82,29 @@ class Kineto:
 
     def __init__(self) -> None:
         self.ev: list[dict[str, Any]] = [
-            {"ph": "M", "name": "thread_name", "pid": PID, "tid": TID,
-             "args": {"name": "pt_main_thread"}},
-        ]  # fmt: skip
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": PID,
+                "tid": TID,
+                "args": {"name": "pt_main_thread"},
+            },
+        ]
         self.corr = 1
         self.ext = 1
 
-    def x(self, cat: str, name: str, pid: Any, tid: Any, ts: float, dur: float,
-          **args: Any) -> None:  # fmt: skip
-        e: dict[str, Any] = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
-                             "ts": ts, "dur": dur}  # fmt: skip
+    def x(
+        self, cat: str, name: str, pid: Any, tid: Any, ts: float, dur: float, **args: Any
+    ) -> None:
+        e: dict[str, Any] = {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": ts,
+            "dur": dur,
+        }
         if args:
             e["args"] = args
         self.ev.append(e)
@@ -94,8 +115,9 @@ class Kineto:
         self.x("cpu_op", name, PID, TID, ts, dur, **{"External id": ext})
         return ext
 
-    def kernel(self, name: str, ts: float, dur: float, at: float, stream: int = 7,
-               ext: int | None = None) -> None:  # fmt: skip
+    def kernel(
+        self, name: str, ts: float, dur: float, at: float, stream: int = 7, ext: int | None = None
+    ) -> None:
         corr = self.corr
         self.corr += 1
         self.x("cuda_runtime", "cudaLaunchKernel", PID, TID, at, 5, correlation=corr)
@@ -108,10 +130,12 @@ class Kineto:
         self.x("user_annotation", f"ProfilerStep#{n}", PID, TID, ts, STEP_US)
 
     def doc(self, devices: int = 1, backend: str = "nccl") -> dict[str, Any]:
-        return {"schemaVersion": 1,
-                "deviceProperties": [dict(H800, id=i) for i in range(devices)],
-                "distributedInfo": {"backend": backend, "rank": 0, "world_size": 8},
-                "traceEvents": self.ev}  # fmt: skip
+        return {
+            "schemaVersion": 1,
+            "deviceProperties": [dict(H800, id=i) for i in range(devices)],
+            "distributedInfo": {"backend": backend, "rank": 0, "world_size": 8},
+            "traceEvents": self.ev,
+        }
 
 
 T0 = 1_700_000_000_000_000  # epoch µs
@@ -182,19 +206,44 @@ def short() -> dict[str, Any]:
     k = Kineto()
     k.x("user_annotation", "ProfilerStep#1", PID, TID, T0, 9_300)
     for j in range(14):
-        k.kernel("Cijk_Ailk_Bljk_SB_MT64x64x16", T0 + 200 + j * 600, 60, T0 + 100 + j * 600, 0,
-                 k.op("aten::mm", T0 + 100 + j * 600, 50))  # fmt: skip
+        k.kernel(
+            "Cijk_Ailk_Bljk_SB_MT64x64x16",
+            T0 + 200 + j * 600,
+            60,
+            T0 + 100 + j * 600,
+            0,
+            k.op("aten::mm", T0 + 100 + j * 600, 50),
+        )
     return k.doc()
 
 
 def bad_times() -> dict[str, Any]:
     d = multimem()
-    d["traceEvents"].append({"ph": "X", "cat": "kernel", "name": GEMM, "pid": 0, "tid": 7,
-                             "ts": -1e308, "dur": 10, "args": {"device": 0, "stream": 7}})  # fmt: skip
+    d["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": GEMM,
+            "pid": 0,
+            "tid": 7,
+            "ts": -1e308,
+            "dur": 10,
+            "args": {"device": 0, "stream": 7},
+        }
+    )
     end_us = (2**63 - 1) / 1000
-    d["traceEvents"].append({"ph": "X", "cat": "kernel", "name": GEMM, "pid": 0, "tid": 7,
-                             "ts": T0 + 100, "dur": end_us - (T0 + 100),
-                             "args": {"device": 0, "stream": 7}})  # fmt: skip
+    d["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "name": GEMM,
+            "pid": 0,
+            "tid": 7,
+            "ts": T0 + 100,
+            "dur": end_us - (T0 + 100),
+            "args": {"device": 0, "stream": 7},
+        }
+    )
     return d
 
 
@@ -228,22 +277,32 @@ class Writer(nc.Writer):
         src.close()
         self.con.execute(sql)
 
-    def signed_kernel(self, start: int, dur: int, launch_at: int, stream: int, short: str,
-                      signature: str) -> None:  # fmt: skip
+    def signed_kernel(
+        self, start: int, dur: int, launch_at: int, stream: int, short: str, signature: str
+    ) -> None:
         """A kernel whose short name (``dispatch``) differs from its demangled signature."""
         self.kernel(start, dur, launch_at, nc.MAIN, stream, short)
-        self.con.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = ? "
-                         "WHERE correlationId = ?", (self.sid(signature), self.corr))  # fmt: skip
+        self.con.execute(
+            "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET demangledName = ? WHERE correlationId = ?",
+            (self.sid(signature), self.corr),
+        )
 
     def mpi(self, call: str, start: int, end: int) -> None:
-        self.con.execute('INSERT INTO MPI_OTHER_EVENTS (start, "end", globalTid, textId) '
-                         "VALUES (?, ?, ?, ?)", (start, end, nc.gtid(nc.MAIN), self.sid(call)))  # fmt: skip
+        self.con.execute(
+            'INSERT INTO MPI_OTHER_EVENTS (start, "end", globalTid, textId) VALUES (?, ?, ?, ?)',
+            (start, end, nc.gtid(nc.MAIN), self.sid(call)),
+        )
 
     def sync_copy(self, start: int, dur: int, call_start: int, call_end: int) -> None:
         self.corr += 1
-        self._insert("CUPTI_ACTIVITY_KIND_RUNTIME", start=call_start, end=call_end,
-                     globalTid=nc.gtid(nc.MAIN), correlationId=self.corr,
-                     nameId=self.sid("cudaMemcpy_v3020"))  # fmt: skip
+        self._insert(
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            start=call_start,
+            end=call_end,
+            globalTid=nc.gtid(nc.MAIN),
+            correlationId=self.corr,
+            nameId=self.sid("cudaMemcpy_v3020"),
+        )
         self.con.execute(
             'INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY (start, "end", deviceId, contextId, '
             "streamId, correlationId, globalPid, bytes, copyKind, srcKind, dstKind) "
@@ -257,8 +316,9 @@ class Writer(nc.Writer):
             rows = self.con.execute(f'SELECT rowid, start, "end" FROM {t}').fetchall()
             for rowid, s, e in rows:
                 d = shift(s)
-                self.con.execute(f'UPDATE {t} SET start = ?, "end" = ? WHERE rowid = ?',
-                                 (s + d, e + d, rowid))  # fmt: skip
+                self.con.execute(
+                    f'UPDATE {t} SET start = ?, "end" = ? WHERE rowid = ?', (s + d, e + d, rowid)
+                )
 
 
 def nsys_mpi(out: Path) -> Path:

@@ -66,8 +66,15 @@ MI300X = {"name": "AMD Instinct MI300X", "computeMajor": 9, "computeMinor": 4, "
 def _x(
     cat: str, name: str, pid: Any, tid: Any, ts: float, dur: float, **args: Any
 ) -> dict[str, Any]:
-    e: dict[str, Any] = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts,
-                         "dur": dur}  # fmt: skip
+    e: dict[str, Any] = {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": pid,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+    }
     if args:
         e["args"] = args
     return e
@@ -79,26 +86,56 @@ class Rank:
     def __init__(self, rank: int = 0, hip: bool = False) -> None:
         self.rank, self.pid, self.corr, self.hip = rank, 3000 + rank, 1, hip
         self.ev: list[dict[str, Any]] = [
-            {"ph": "M", "name": "thread_name", "pid": self.pid, "tid": self.pid,
-             "args": {"name": "python3"}},
-        ]  # fmt: skip
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": self.pid,
+                "tid": self.pid,
+                "args": {"name": "python3"},
+            },
+        ]
 
     def host(self, cat: str, name: str, ts: float, dur: float, **args: Any) -> None:
         self.ev.append(_x(cat, name, self.pid, self.pid, ts, dur, **args))
 
-    def launch(self, at: float, name: str, start: float, dur: float, stream: int = 7,
-               api: str = "", cat: str = "kernel", **args: Any) -> None:  # fmt: skip
+    def launch(
+        self,
+        at: float,
+        name: str,
+        start: float,
+        dur: float,
+        stream: int = 7,
+        api: str = "",
+        cat: str = "kernel",
+        **args: Any,
+    ) -> None:
         api = api or ("hipLaunchKernel" if self.hip else "cudaLaunchKernel")
         self.host("cuda_runtime", api, at, 3.0, correlation=self.corr)
-        self.ev.append(_x(cat, name, self.rank, stream, start, dur, correlation=self.corr,
-                          device=self.rank, stream=stream, **args))  # fmt: skip
+        self.ev.append(
+            _x(
+                cat,
+                name,
+                self.rank,
+                stream,
+                start,
+                dur,
+                correlation=self.corr,
+                device=self.rank,
+                stream=stream,
+                **args,
+            )
+        )
         self.corr += 1
 
     def doc(self, device: dict[str, Any], world: int = 1) -> dict[str, Any]:
         dist = {"backend": "nccl", "rank": self.rank, "world_size": world}
-        return {"schemaVersion": 1, "baseTimeNanoseconds": BASE_NS, "distributedInfo": dist,
-                "deviceProperties": [dict(device, id=i) for i in range(max(world, 1))],
-                "traceEvents": self.ev}  # fmt: skip
+        return {
+            "schemaVersion": 1,
+            "baseTimeNanoseconds": BASE_NS,
+            "distributedInfo": dist,
+            "deviceProperties": [dict(device, id=i) for i in range(max(world, 1))],
+            "traceEvents": self.ev,
+        }
 
 
 def allocator_rocm() -> dict[str, Any]:
@@ -124,16 +161,28 @@ def blocking_copy_decode() -> dict[str, Any]:
     for s in range(5):
         dur = 11_000.0 + (463_000.0 if s == 3 else 0.0)
         g.host("user_annotation", f"ProfilerStep#{s}", t, dur - 10.0)
-        g.host("user_annotation", f"execute_context_0(1_128)_generation_{s}(0)", t + 5.0,
-               dur - 20.0)  # fmt: skip
+        g.host(
+            "user_annotation", f"execute_context_0(1_128)_generation_{s}(0)", t + 5.0, dur - 20.0
+        )
         for k in range(20):
-            g.launch(t + 10.0 + 5.0 * k, "vllm::paged_attention_v2_kernel<__nv_bfloat16>",
-                     t + 200.0 + 500.0 * k, 500.0)  # fmt: skip
+            g.launch(
+                t + 10.0 + 5.0 * k,
+                "vllm::paged_attention_v2_kernel<__nv_bfloat16>",
+                t + 200.0 + 500.0 * k,
+                500.0,
+            )
         if s == 3:
             c0 = t + 10_300.0
             g.host("cpu_op", "aten::copy_", c0, 463_100.0)
-            g.launch(c0 + 50.0, "Memcpy DtoH (Device -> Pageable)", c0 + 100.0, 3_000.0,
-                     api="cudaMemcpyAsync", cat="gpu_memcpy", bytes=1 << 30)  # fmt: skip
+            g.launch(
+                c0 + 50.0,
+                "Memcpy DtoH (Device -> Pageable)",
+                c0 + 100.0,
+                3_000.0,
+                api="cudaMemcpyAsync",
+                cat="gpu_memcpy",
+                bytes=1 << 30,
+            )
             g.ev[-2]["dur"] = 463_000.0  # the call blocks until the pageable copy is staged
         t += dur
     return g.doc(H100)
@@ -146,8 +195,19 @@ def graphs_launched() -> dict[str, Any]:
         g.host("user_annotation", f"ProfilerStep#{s}", t, 6_500.0)
         g.launch(t + 10.0, "graph_gemm_kernel", t + 50.0, 8.0, api="cudaGraphLaunch")
         for k in range(49):  # the rest of the graph's kernels (one launch replays them)
-            g.ev.append(_x("kernel", "graph_elementwise_kernel", 0, 7, t + 60.0 + 9.0 * k, 8.0,
-                           correlation=g.corr - 1, device=0, stream=7))  # fmt: skip
+            g.ev.append(
+                _x(
+                    "kernel",
+                    "graph_elementwise_kernel",
+                    0,
+                    7,
+                    t + 60.0 + 9.0 * k,
+                    8.0,
+                    correlation=g.corr - 1,
+                    device=0,
+                    stream=7,
+                )
+            )
         for k in range(100):
             at = t + 600.0 + 60.0 * k
             g.launch(at, "void at::native::vectorized_elementwise_kernel<4>", at + 20.0, 10.0)
@@ -181,11 +241,24 @@ def sync_straggler(rank: int) -> dict[str, Any]:
         g.launch(h, "sm80_xmma_gemm_f32f32_tf32f32_f32_nn", h + 50.0, 4_000.0)
         ready = h + 4_050.0
         last = t + 10.0 + 6_000.0 + 4_050.0  # rank 2's all-reduce is ready then
-        args = {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 1 << 20,
-                "Out msg nelems": 1 << 20, "Group size": 4, "Process Group Name": "0",
-                "Seq": s + 1, "Comms Id": 5_000_000 + s}  # fmt: skip
-        g.launch(h + 20.0, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", ready, last + 1_000.0 - ready,
-                 stream=40, **args)  # fmt: skip
+        args = {
+            "Collective name": "allreduce",
+            "dtype": "Float",
+            "In msg nelems": 1 << 20,
+            "Out msg nelems": 1 << 20,
+            "Group size": 4,
+            "Process Group Name": "0",
+            "Seq": s + 1,
+            "Comms Id": 5_000_000 + s,
+        }
+        g.launch(
+            h + 20.0,
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            ready,
+            last + 1_000.0 - ready,
+            stream=40,
+            **args,
+        )
         g.host("cpu_op", "aten::item", h + 40.0, last + 1_000.0 - h - 30.0)
         g.host("cuda_runtime", "cudaStreamSynchronize", h + 50.0, last + 1_000.0 - h - 50.0)
         t += 12_000.0
@@ -197,26 +270,51 @@ def _op_with_kernels(g: Rank, tid: int, name: str, at: float, dur: float, n: int
     g.ev.append(_x("cpu_op", name, g.pid, tid, at, dur))
     for k in range(n):
         call = at + dur - 50.0 - 20.0 * (n - k)
-        g.ev.append(_x("cuda_runtime", "cudaLaunchKernel", g.pid, tid, call, 3.0,
-                       correlation=g.corr))  # fmt: skip
-        g.ev.append(_x("kernel", "void at::native::vectorized_elementwise_kernel<4>", 0, 7,
-                       call + 10.0, 16.0, correlation=g.corr, device=0, stream=7))  # fmt: skip
+        g.ev.append(
+            _x("cuda_runtime", "cudaLaunchKernel", g.pid, tid, call, 3.0, correlation=g.corr)
+        )
+        g.ev.append(
+            _x(
+                "kernel",
+                "void at::native::vectorized_elementwise_kernel<4>",
+                0,
+                7,
+                call + 10.0,
+                16.0,
+                correlation=g.corr,
+                device=0,
+                stream=7,
+            )
+        )
         g.corr += 1
 
 
 def eager_autograd() -> dict[str, Any]:
     g = Rank()
     auto = g.pid + 1
-    g.ev.append({"ph": "M", "name": "thread_name", "pid": g.pid, "tid": auto,
-                 "args": {"name": "pt_autograd_0"}})  # fmt: skip
+    g.ev.append(
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": g.pid,
+            "tid": auto,
+            "args": {"name": "pt_autograd_0"},
+        }
+    )
     t = 1_000.0
     for s in range(5):
         g.host("user_annotation", f"ProfilerStep#{s}", t, 30_000.0)
         for k in range(40):
             _op_with_kernels(g, g.pid, "aten::convolution", t + 100.0 + 350.0 * k, 300.0, 1)
         for k in range(40):
-            _op_with_kernels(g, auto, "autograd::engine::evaluate_function: "
-                             "ConvolutionBackward0", t + 14_100.0 + 350.0 * k, 300.0, 1)  # fmt: skip
+            _op_with_kernels(
+                g,
+                auto,
+                "autograd::engine::evaluate_function: ConvolutionBackward0",
+                t + 14_100.0 + 350.0 * k,
+                300.0,
+                1,
+            )
         _op_with_kernels(g, g.pid, "Optimizer.step#SGD.step", t + 28_100.0, 1_700.0, 5)
         t += 30_000.0
     return g.doc(A100)
@@ -240,8 +338,7 @@ def sync_waits_for_gpu() -> dict[str, Any]:
         n = 12 if s in (2, 4) else 6
         g.host("user_annotation", f"ProfilerStep#{s}", t, 2_000.0 * n + 1_000.0)
         for k in range(n):
-            g.launch(t + 10.0 + 5.0 * k, "ampere_sgemm_128x64_nn", t + 100.0 + 2_000.0 * k,
-                     2_000.0)  # fmt: skip
+            g.launch(t + 10.0 + 5.0 * k, "ampere_sgemm_128x64_nn", t + 100.0 + 2_000.0 * k, 2_000.0)
         g.host("cpu_op", "aten::item", t + 200.0, 2_000.0 * n - 50.0)
         g.host("cuda_runtime", "cudaStreamSynchronize", t + 250.0, 2_000.0 * n - 150.0)
         t += 2_000.0 * n + 1_000.0
@@ -260,14 +357,29 @@ def legacy_optimizer() -> dict[str, Any]:
         ev.append(_x("Operator", dl, pid, pid, t + 10, 40_000))
         h = t + 40_100
         ev.append(_x("Runtime", "cudaLaunchKernel", pid, pid, h, 10, correlation=corr))
-        ev.append(_x("Kernel", "volta_sgemm_128x64_nn", 0, "stream 7", h + 100,
-                     dur - 40_300 - 100, correlation=corr, device=0, stream=7))  # fmt: skip
+        ev.append(
+            _x(
+                "Kernel",
+                "volta_sgemm_128x64_nn",
+                0,
+                "stream 7",
+                h + 100,
+                dur - 40_300 - 100,
+                correlation=corr,
+                device=0,
+                stream=7,
+            )
+        )
         ev.append(_x("Operator", "Optimizer.step#SGD.step", pid, pid, t + dur - 150, 100))
         corr += 1
         t += dur
-    return {"schemaVersion": 1, "traceEvents": ev,
-            "deviceProperties": [{"id": 0, "name": "Tesla V100-SXM2-16GB", "computeMajor": 7,
-                                  "computeMinor": 0}]}  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "traceEvents": ev,
+        "deviceProperties": [
+            {"id": 0, "name": "Tesla V100-SXM2-16GB", "computeMajor": 7, "computeMinor": 0}
+        ],
+    }
 
 
 CASES = {

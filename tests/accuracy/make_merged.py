@@ -50,10 +50,20 @@ def merge(paths: list[Path], style: str = "tracefusion") -> dict[str, Any]:
     """The merged trace of ``paths`` (rank i = the i-th path)."""
     traces = [_read(p) for p in paths]
     first = traces[0]["traceEvents"]
-    launch = next((e for e in first if e.get("cat") in ("cuda_runtime", "cuda_driver")
-                   and "launch" in e.get("name", "").lower()), None)  # fmt: skip
-    link = "correlation" if launch is None or "correlation" in launch.get("args", {}) else (
-        "External id")  # fmt: skip
+    launch = next(
+        (
+            e
+            for e in first
+            if e.get("cat") in ("cuda_runtime", "cuda_driver")
+            and "launch" in e.get("name", "").lower()
+        ),
+        None,
+    )
+    link = (
+        "correlation"
+        if launch is None or "correlation" in launch.get("args", {})
+        else ("External id")
+    )
     links = [e.get("args", {}).get(link) for e in first]
     mult = {
         "pid": _multiplier([e["pid"] for e in first if isinstance(e.get("pid"), int)]),
@@ -88,8 +98,15 @@ def merge(paths: list[Path], style: str = "tracefusion") -> dict[str, Any]:
     if style in ("tracefusion", "labels"):
         for pid, rank in sorted(pid_rank.items(), key=lambda kv: (kv[1], kv[0])):
             label = "GPU" if pid in gpu_pids else "CPU"
-            out.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0,
-                        "args": {"name": f"RANK {rank} - {label}"}})  # fmt: skip
+            out.append(
+                {
+                    "name": "process_name",
+                    "ph": "M",
+                    "pid": pid,
+                    "tid": 0,
+                    "args": {"name": f"RANK {rank} - {label}"},
+                }
+            )
     return {"traceEvents": out}
 
 

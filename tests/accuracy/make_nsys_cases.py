@@ -32,11 +32,22 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "traces" / "nsys"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from testpaths import SHARED_TRACES
+
+SHARED = SHARED_TRACES / "nsys"
 TEMPLATE = SHARED / "ai-profiler" / "baseline_nvtx.sqlite"
-TABLES = ("StringIds", "META_DATA_EXPORT", "TARGET_INFO_GPU", "CUPTI_ACTIVITY_KIND_KERNEL",
-          "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
-          "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS", "OSRT_API")  # fmt: skip
+TABLES = (
+    "StringIds",
+    "META_DATA_EXPORT",
+    "TARGET_INFO_GPU",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "NVTX_EVENTS",
+    "OSRT_API",
+)
 MS = 1_000_000
 US = 1_000
 PID, MAIN, DECODER = 1000, 1000, 1001
@@ -88,10 +99,15 @@ class Writer:
             marks = ",".join("?" * len(rows[0]))
             self.con.executemany(f"INSERT INTO {t} VALUES ({marks})", rows)
         self.template = {
-            t: dict(zip([c[1] for c in src.execute(f"PRAGMA table_info({t})")],
-                        src.execute(f"SELECT * FROM {t} LIMIT 1").fetchone(), strict=True))
+            t: dict(
+                zip(
+                    [c[1] for c in src.execute(f"PRAGMA table_info({t})")],
+                    src.execute(f"SELECT * FROM {t} LIMIT 1").fetchone(),
+                    strict=True,
+                )
+            )
             for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "OSRT_API")
-        }  # fmt: skip
+        }
         src.close()
         self.strings: dict[str, int] = {}
         self.corr = 0
@@ -105,25 +121,48 @@ class Writer:
     def _insert(self, table: str, **values: object) -> None:
         row = {**self.template.get(table, {}), **values}
         cols = ", ".join(f'"{c}"' for c in row)
-        self.con.execute(f"INSERT INTO {table} ({cols}) VALUES ({','.join('?' * len(row))})",
-                         list(row.values()))  # fmt: skip
+        self.con.execute(
+            f"INSERT INTO {table} ({cols}) VALUES ({','.join('?' * len(row))})", list(row.values())
+        )
 
-    def kernel(self, start: int, dur: int, launch_at: int, tid: int, stream: int,
-               name: str = "volta_sgemm_128x64_nn") -> None:  # fmt: skip
+    def kernel(
+        self,
+        start: int,
+        dur: int,
+        launch_at: int,
+        tid: int,
+        stream: int,
+        name: str = "volta_sgemm_128x64_nn",
+    ) -> None:
         self.corr += 1
-        self._insert("CUPTI_ACTIVITY_KIND_RUNTIME", start=launch_at, end=launch_at + 5 * US,
-                     globalTid=gtid(tid), correlationId=self.corr,
-                     nameId=self.sid("cudaLaunchKernel_v7000"))  # fmt: skip
+        self._insert(
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            start=launch_at,
+            end=launch_at + 5 * US,
+            globalTid=gtid(tid),
+            correlationId=self.corr,
+            nameId=self.sid("cudaLaunchKernel_v7000"),
+        )
         n = self.sid(name)
-        self._insert("CUPTI_ACTIVITY_KIND_KERNEL", start=start, end=start + dur, deviceId=0,
-                     streamId=stream, correlationId=self.corr, globalPid=PID << 24,
-                     demangledName=n, shortName=n, mangledName=None)  # fmt: skip
+        self._insert(
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            start=start,
+            end=start + dur,
+            deviceId=0,
+            streamId=stream,
+            correlationId=self.corr,
+            globalPid=PID << 24,
+            demangledName=n,
+            shortName=n,
+            mangledName=None,
+        )
 
     def nvtx(self, text: str, start: int, end: int, tid: int = MAIN) -> None:
         self.con.execute(
             'INSERT INTO NVTX_EVENTS (start, "end", eventType, text, globalTid, domainId) '
-            "VALUES (?, ?, 59, ?, ?, 0)", (start, end, text, gtid(tid)),
-        )  # fmt: skip
+            "VALUES (?, ?, 59, ?, ?, 0)",
+            (start, end, text, gtid(tid)),
+        )
 
     def blocked(self, call: str, start: int, end: int, tid: int = MAIN) -> None:
         self._insert("OSRT_API", start=start, end=end, globalTid=gtid(tid), nameId=self.sid(call))

@@ -77,16 +77,42 @@ class _Stage:
     def __init__(self, rank: int) -> None:
         self.rank, self.pid, self.corr = rank, PID0 + rank, 1
         self.ev: list[dict[str, Any]] = [
-            {"ph": "M", "name": "thread_name", "pid": self.pid, "tid": self.pid,
-             "args": {"name": "python3"}},
-        ]  # fmt: skip
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": self.pid,
+                "tid": self.pid,
+                "args": {"name": "python3"},
+            },
+        ]
 
     def kernel(self, name: str, start: float, dur: float, stream: int = 7, **args: Any) -> None:
         launch = start - 50.0
-        self.ev.append(_x("cuda_runtime", "cudaLaunchKernel", self.pid, self.pid, launch, 2.0,
-                          correlation=self.corr))  # fmt: skip
-        self.ev.append(_x("kernel", name, self.rank, stream, start, dur, correlation=self.corr,
-                          device=self.rank, stream=stream, **args))  # fmt: skip
+        self.ev.append(
+            _x(
+                "cuda_runtime",
+                "cudaLaunchKernel",
+                self.pid,
+                self.pid,
+                launch,
+                2.0,
+                correlation=self.corr,
+            )
+        )
+        self.ev.append(
+            _x(
+                "kernel",
+                name,
+                self.rank,
+                stream,
+                start,
+                dur,
+                correlation=self.corr,
+                device=self.rank,
+                stream=stream,
+                **args,
+            )
+        )
         self.corr += 1
 
 
@@ -96,14 +122,18 @@ def stage_trace(c: Case, s: int) -> dict[str, Any]:
     t = 1_000.0
     for k in range(c.steps):
         # the step range opens 100 µs before its first kernel (whose launch lies inside it)
-        g.ev.append(_x("user_annotation", f"ProfilerStep#{k}", g.pid, g.pid, t - 100.0,
-                       c.step_us() + 100.0))  # fmt: skip
+        g.ev.append(
+            _x("user_annotation", f"ProfilerStep#{k}", g.pid, g.pid, t - 100.0, c.step_us() + 100.0)
+        )
         _step(g, c, s, t)
         t += c.step_us() + GAP_US
-    return {"schemaVersion": 1, "baseTimeNanoseconds": 1_790_000_000_000_000_000,
-            "distributedInfo": {"backend": "nccl", "rank": s, "world_size": c.p},
-            "deviceProperties": [{"id": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)],
-            "traceEvents": g.ev}  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": 1_790_000_000_000_000_000,
+        "distributedInfo": {"backend": "nccl", "rank": s, "world_size": c.p},
+        "deviceProperties": [{"id": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)],
+        "traceEvents": g.ev,
+    }
 
 
 def _step(g: _Stage, c: Case, s: int, t0: float) -> None:
@@ -111,8 +141,13 @@ def _step(g: _Stage, c: Case, s: int, t0: float) -> None:
 
     def recv(start: float, src: int) -> None:
         begin = min(free, start - 20.0)
-        g.kernel("ncclDevKernel_SendRecv", begin, start - begin, stream=40,
-                 **{"Collective name": "recv", "Src Rank": src})  # fmt: skip
+        g.kernel(
+            "ncclDevKernel_SendRecv",
+            begin,
+            start - begin,
+            stream=40,
+            **{"Collective name": "recv", "Src Rank": src},
+        )
 
     delay = c.slow_recv if s > 0 else 0.0  # every forward on stages ≥ 1 waits for it
     for j in range(c.m):
@@ -122,8 +157,13 @@ def _step(g: _Stage, c: Case, s: int, t0: float) -> None:
         g.kernel("fwd_gemm", start, c.f)
         free = start + c.f
         if s < c.p - 1:
-            g.kernel("ncclDevKernel_SendRecv", start + c.f, 20.0, stream=40,
-                     **{"Collective name": "send", "Dst Rank": s + 1})  # fmt: skip
+            g.kernel(
+                "ncclDevKernel_SendRecv",
+                start + c.f,
+                20.0,
+                stream=40,
+                **{"Collective name": "send", "Dst Rank": s + 1},
+            )
     back0 = t0 + (c.p - 1 + c.m) * c.f + c.slow_recv
     for k in range(c.m):
         start = back0 + (c.p - 1 - s + k) * c.b
@@ -132,8 +172,13 @@ def _step(g: _Stage, c: Case, s: int, t0: float) -> None:
         g.kernel("bwd_gemm", start, c.b)
         free = start + c.b
         if s > 0:
-            g.kernel("ncclDevKernel_SendRecv", start + c.b, 20.0, stream=40,
-                     **{"Collective name": "send", "Dst Rank": s - 1})  # fmt: skip
+            g.kernel(
+                "ncclDevKernel_SendRecv",
+                start + c.b,
+                20.0,
+                stream=40,
+                **{"Collective name": "send", "Dst Rank": s - 1},
+            )
 
 
 def build(name: str, out: Path) -> Path:

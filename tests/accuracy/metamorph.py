@@ -72,10 +72,18 @@ def window(docs: list[Doc], max_events: int = 3_000) -> list[Doc]:
     out = []
     for d in docs:
         ev = _events(d)
-        host = [e for e in ev if not _is_gpu(e) and (not _timed(e) or e["ts"] < cut)
-                and not (e.get("ph") in FLOW_PH and e.get("ts", 0) >= cut)]  # fmt: skip
-        corr = {(e.get("args") or {}).get("correlation") for e in host
-                if e.get("cat") in ("cuda_runtime", "cuda_driver")}  # fmt: skip
+        host = [
+            e
+            for e in ev
+            if not _is_gpu(e)
+            and (not _timed(e) or e["ts"] < cut)
+            and not (e.get("ph") in FLOW_PH and e.get("ts", 0) >= cut)
+        ]
+        corr = {
+            (e.get("args") or {}).get("correlation")
+            for e in host
+            if e.get("cat") in ("cuda_runtime", "cuda_driver")
+        }
         corr.discard(None)
         gpu = []
         for e in ev:
@@ -177,11 +185,15 @@ def clock_evidence(docs: list[Doc]) -> tuple[float, bool]:
         for seq in threads.values():
             seq.sort(key=lambda e: e["ts"])
             for a, b in itertools.pairwise(seq):
-                if _COPY_CALL.search(a.get("name", "")) and "Stream" in b.get("name", "") \
-                        and _SYNC.search(b.get("name", "")):  # fmt: skip
+                if (
+                    _COPY_CALL.search(a.get("name", ""))
+                    and "Stream" in b.get("name", "")
+                    and _SYNC.search(b.get("name", ""))
+                ):
                     bound = True
-            if any("Device" in e.get("name", "") and _SYNC.search(e.get("name", ""))
-                   for e in seq[1:]):  # fmt: skip
+            if any(
+                "Device" in e.get("name", "") and _SYNC.search(e.get("name", "")) for e in seq[1:]
+            ):
                 bound = True
     return least, bound
 
@@ -192,9 +204,11 @@ def gpu_work_count(docs: list[Doc]) -> int:
 
 def runtime_launches(docs: list[Doc]) -> int:
     return sum(
-        1 for d in docs for e in _events(d)
+        1
+        for d in docs
+        for e in _events(d)
         if _timed(e, {"cuda_runtime"}) and "aunch" in str(e.get("name", ""))
-    )  # fmt: skip
+    )
 
 
 # --- the transformations -----------------------------------------------------------------
@@ -224,17 +238,25 @@ def drop_short_kernels(docs: list[Doc]) -> list[Doc] | str:
     if len(short) < 0.2 * len(kernels) or len(kernels) - len(short) < 1:
         return f"{len(short)} of {len(kernels)} kernels are short"
     return [
-        _with_events(d, [e for e in _events(d)
-                         if not (_timed(e, {"kernel"}) and float(e.get("dur") or 0) < SHORT_US)])
+        _with_events(
+            d,
+            [
+                e
+                for e in _events(d)
+                if not (_timed(e, {"kernel"}) and float(e.get("dur") or 0) < SHORT_US)
+            ],
+        )
         for d in docs
-    ]  # fmt: skip
+    ]
 
 
 def strip_gpu(docs: list[Doc]) -> list[Doc] | str:
     if not gpu_work_count(docs):
         return "no GPU events"
-    return [_with_events(d, [e for e in _events(d)
-                             if not _is_gpu(e) and e.get("ph") not in FLOW_PH]) for d in docs]  # fmt: skip
+    return [
+        _with_events(d, [e for e in _events(d) if not _is_gpu(e) and e.get("ph") not in FLOW_PH])
+        for d in docs
+    ]
 
 
 def cpu_only_view(docs: list[Doc]) -> list[Doc] | str:
@@ -243,16 +265,19 @@ def cpu_only_view(docs: list[Doc]) -> list[Doc] | str:
         return "no GPU events"
     drop = GPU_CATS | {"cuda_runtime", "cuda_driver"}
     signs = any(
-        GPU_ONLY.search(str(e.get("name", ""))) or
-        str((d.get("distributedInfo") or {}).get("backend", "")).lower() == "nccl"
-        for d in docs for e in _events(d) if e.get("cat") not in drop
-    )  # fmt: skip
+        GPU_ONLY.search(str(e.get("name", "")))
+        or str((d.get("distributedInfo") or {}).get("backend", "")).lower() == "nccl"
+        for d in docs
+        for e in _events(d)
+        if e.get("cat") not in drop
+    )
     if not signs:
         return "nothing left in a CPU-only view says the job used a GPU"
     out = []
     for d in docs:
-        n = _with_events(d, [e for e in _events(d)
-                             if e.get("cat") not in drop and e.get("ph") not in FLOW_PH])  # fmt: skip
+        n = _with_events(
+            d, [e for e in _events(d) if e.get("cat") not in drop and e.get("ph") not in FLOW_PH]
+        )
         n.pop("deviceProperties", None)
         out.append(n)
     return out
@@ -264,8 +289,10 @@ def shift_gpu(delta_us: float) -> Callable[[list[Doc]], list[Doc] | str]:
             return "no GPU events"
         out = []
         for d in docs:
-            ev = [dict(e, ts=e["ts"] + delta_us) if _is_gpu(e) and _timed(e) else e
-                  for e in _events(d)]  # fmt: skip
+            ev = [
+                dict(e, ts=e["ts"] + delta_us) if _is_gpu(e) and _timed(e) else e
+                for e in _events(d)
+            ]
             out.append(_with_events(d, ev))
         return out
 
@@ -286,12 +313,15 @@ def renumber_threads(docs: list[Doc]) -> list[Doc] | str:
     """Every host thread id mapped to another number (metadata and flows too)."""
     out = []
     for d in docs:
-        host_tids = {e.get("tid") for e in _events(d)
-                     if isinstance(e.get("tid"), int) and not _is_gpu(e)} - {0}  # fmt: skip
+        host_tids = {
+            e.get("tid") for e in _events(d) if isinstance(e.get("tid"), int) and not _is_gpu(e)
+        } - {0}
         gpu_tids = {e.get("tid") for e in _events(d) if _is_gpu(e)}
         remap = {t: 900_000 + i for i, t in enumerate(sorted(host_tids - gpu_tids))}
-        ev = [dict(e, tid=remap[e["tid"]]) if e.get("tid") in remap and not _is_gpu(e) else e
-              for e in _events(d)]  # fmt: skip
+        ev = [
+            dict(e, tid=remap[e["tid"]]) if e.get("tid") in remap and not _is_gpu(e) else e
+            for e in _events(d)
+        ]
         out.append(_with_events(d, ev))
     return out
 
@@ -301,8 +331,10 @@ def drop_flows(docs: list[Doc]) -> list[Doc] | str:
     has = any(e.get("ph") in FLOW_PH for d in docs for e in _events(d))
     linked = all(
         (e.get("args") or {}).get("correlation") is not None
-        for d in docs for e in _events(d) if _timed(e, {"kernel"})
-    )  # fmt: skip
+        for d in docs
+        for e in _events(d)
+        if _timed(e, {"kernel"})
+    )
     if not has:
         return "no flow events"
     if not linked:
@@ -313,8 +345,9 @@ def drop_flows(docs: list[Doc]) -> list[Doc] | str:
 def strip_python(docs: list[Doc]) -> list[Doc] | str:
     if not any(e.get("cat") == "python_function" for d in docs for e in _events(d)):
         return "no python_function events"
-    return [_with_events(d, [e for e in _events(d) if e.get("cat") != "python_function"])
-            for d in docs]  # fmt: skip
+    return [
+        _with_events(d, [e for e in _events(d) if e.get("cat") != "python_function"]) for d in docs
+    ]
 
 
 def scale_time(k: float) -> Callable[[list[Doc]], list[Doc] | str]:
@@ -371,22 +404,36 @@ def keep_ranks_without_latest(docs: list[Doc]) -> list[Doc] | str:
         return "one rank"
     late = []
     for d in docs:
-        starts = sorted(e["ts"] for e in _events(d)
-                        if _timed(e, {"cpu_op", "user_annotation"})
-                        and COMM_OP.search(str(e.get("name", ""))))  # fmt: skip
+        starts = sorted(
+            e["ts"]
+            for e in _events(d)
+            if _timed(e, {"cpu_op", "user_annotation"}) and COMM_OP.search(str(e.get("name", "")))
+        )
         late.append(starts[0] if starts else float("-inf"))
     worst = max(range(len(docs)), key=lambda i: late[i])
     return [d for i, d in enumerate(docs) if i != worst]
 
 
 TRANSFORMS = [
-    Transform("rename_comm_kernels", rename_comm_kernels, "same",
-              "kernels launched inside collective operators get a custom name"),
-    Transform("drop_short_kernels", drop_short_kernels, "filtered",
-              f"every kernel under {SHORT_US:g} µs dropped: their launch calls stay"),
+    Transform(
+        "rename_comm_kernels",
+        rename_comm_kernels,
+        "same",
+        "kernels launched inside collective operators get a custom name",
+    ),
+    Transform(
+        "drop_short_kernels",
+        drop_short_kernels,
+        "filtered",
+        f"every kernel under {SHORT_US:g} µs dropped: their launch calls stay",
+    ),
     Transform("strip_gpu", strip_gpu, "withheld", "every GPU event and flow removed"),
-    Transform("cpu_only_view", cpu_only_view, "withheld",
-              "GPU events, runtime calls and deviceProperties removed"),
+    Transform(
+        "cpu_only_view",
+        cpu_only_view,
+        "withheld",
+        "GPU events, runtime calls and deviceProperties removed",
+    ),
     Transform("shift_gpu_plus", shift_gpu(+600_000.0), "clock+", "GPU clock +0.6 s"),
     Transform("shift_gpu_minus", shift_gpu(-300_000.0), "clock-", "GPU clock −0.3 s"),
     Transform("shuffle_events", shuffle_events, "same", "event order shuffled"),
@@ -396,6 +443,10 @@ TRANSFORMS = [
     Transform("scale_time_x2", scale_time(2.0), "scaled", "every time and duration ×2"),
     Transform("gpu_volta", set_generation("volta"), "precision:volta", "GPU → V100 (sm70)"),
     Transform("gpu_hopper", set_generation("hopper"), "precision:hopper", "GPU → H100 (sm90)"),
-    Transform("keep_ranks", keep_ranks_without_latest, "no_straggler",
-              "the rank that reaches its collectives last is not traced"),
-]  # fmt: skip
+    Transform(
+        "keep_ranks",
+        keep_ranks_without_latest,
+        "no_straggler",
+        "the rank that reaches its collectives last is not traced",
+    ),
+]

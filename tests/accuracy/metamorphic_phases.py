@@ -48,8 +48,19 @@ def main_thread(doc: dict[str, Any]) -> tuple[Any, Any]:
 
 
 # the categories of work (not the profiler's own ``Trace`` span, nor Python functions)
-WORK = {"cpu_op", "operator", "user_annotation", "cuda_runtime", "runtime", "cuda_driver",
-        "kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset"}  # fmt: skip
+WORK = {
+    "cpu_op",
+    "operator",
+    "user_annotation",
+    "cuda_runtime",
+    "runtime",
+    "cuda_driver",
+    "kernel",
+    "gpu_memcpy",
+    "memcpy",
+    "gpu_memset",
+    "memset",
+}
 
 
 def span(doc: dict[str, Any]) -> tuple[float, float]:
@@ -64,9 +75,18 @@ def prepend_startup(doc: dict[str, Any], seconds: float, name: str) -> dict[str,
     pid, tid = main_thread(out)
     t0, _ = span(out)
     dur = round(seconds * US)
-    out["traceEvents"].append({"ph": "X", "cat": "cuda_runtime", "name": name, "pid": pid,
-                               "tid": tid, "ts": t0 - dur - 1000, "dur": dur,
-                               "args": {"cbid": 0}})  # fmt: skip
+    out["traceEvents"].append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": t0 - dur - 1000,
+            "dur": dur,
+            "args": {"cbid": 0},
+        }
+    )
     return out
 
 
@@ -76,9 +96,18 @@ def pad_edges(doc: dict[str, Any], head_s: float, tail_s: float) -> dict[str, An
     pid, tid = main_thread(out)
     t0, t1 = span(out)
     for ts in (t0 - round(head_s * US) - 10, t1 + round(tail_s * US)):
-        out["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "aten::empty",
-                                   "pid": pid, "tid": tid, "ts": ts, "dur": 10,
-                                   "args": {}})  # fmt: skip
+        out["traceEvents"].append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": "aten::empty",
+                "pid": pid,
+                "tid": tid,
+                "ts": ts,
+                "dur": 10,
+                "args": {},
+            }
+        )
     return out
 
 

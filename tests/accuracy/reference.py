@@ -148,11 +148,18 @@ def steps_of(
     busy = merge([(o.start, o.end) for o in ops])
     data_idle = minus(merge(data), busy)
     out = [
-        RefStep(host[i][0], starts[i], ends[i] - starts[i], inside(compute, starts[i], ends[i]),
-                inside(comm, starts[i], ends[i]), inside(data_idle, starts[i], ends[i]),
-                len(owned[i]), ends[i] - starts[i] - inside(busy, starts[i], ends[i]))
+        RefStep(
+            host[i][0],
+            starts[i],
+            ends[i] - starts[i],
+            inside(compute, starts[i], ends[i]),
+            inside(comm, starts[i], ends[i]),
+            inside(data_idle, starts[i], ends[i]),
+            len(owned[i]),
+            ends[i] - starts[i] - inside(busy, starts[i], ends[i]),
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
     if truncate and len(out) > 1 and out[-1].gpu_ops < 0.5 * out[-2].gpu_ops:
         out.pop()
     return out
@@ -232,10 +239,19 @@ def nsys(path: Path, step_range: str) -> list[RefStep]:
         raise ValueError(f"{path}: no NVTX range like {step_range!r}")
     tid = max({r[3] for r in rows}, key=lambda t: sum(1 for r in rows if r[3] == t))
     host = [(i, s, e) for i, (s, e, _, t) in enumerate(r for r in rows if r[3] == tid)]
-    launches = {c: s for c, s, g in con.execute(
-        'SELECT correlationId, start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME')}  # fmt: skip
-    main_launch = {s for _, s, g in con.execute(
-        'SELECT correlationId, start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME') if g == tid}  # fmt: skip
+    launches = {
+        c: s
+        for c, s, g in con.execute(
+            "SELECT correlationId, start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+        )
+    }
+    main_launch = {
+        s
+        for _, s, g in con.execute(
+            "SELECT correlationId, start, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME"
+        )
+        if g == tid
+    }
     names = dict(con.execute("SELECT id, value FROM StringIds"))
     ops = []
     for s, e, nm, corr in con.execute(
@@ -246,9 +262,14 @@ def nsys(path: Path, step_range: str) -> list[RefStep]:
     for table in ("CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
         for s, e, corr in con.execute(f'SELECT start, "end", correlationId FROM {table}'):
             ops.append(Op(s, e, "copy", launches.get(corr)))
-    data = [(s, e) for s, e, nm, t in con.execute(
-        f'SELECT n.start, n."end", {text}, n.globalTid FROM NVTX_EVENTS n '
-        "WHERE n.eventType IN (59, 60)") if t == tid and nm and DATA_RANGE.search(nm)]  # fmt: skip
+    data = [
+        (s, e)
+        for s, e, nm, t in con.execute(
+            f'SELECT n.start, n."end", {text}, n.globalTid FROM NVTX_EVENTS n '
+            "WHERE n.eventType IN (59, 60)"
+        )
+        if t == tid and nm and DATA_RANGE.search(nm)
+    ]
     steps = sorted(host, key=lambda h: h[1])
     for (_, _, e0), (_, s1, _) in itertools.pairwise(steps):
         if s1 > e0 and not any(o.launch in main_launch and e0 <= o.launch < s1 for o in ops):
@@ -290,8 +311,13 @@ def hta_gpu_idle(path: Path) -> tuple[int, float, float]:
     for e in events:
         if str(e.get("cat", "")).lower() in GPU_CATS:
             s = round(e["ts"] * 1000)
-            ops.append((s, s + round(e.get("dur", 0) * 1000),
-                        launch.get((e.get("args") or {}).get("correlation"))))  # fmt: skip
+            ops.append(
+                (
+                    s,
+                    s + round(e.get("dur", 0) * 1000),
+                    launch.get((e.get("args") or {}).get("correlation")),
+                )
+            )
     last = steps[-1]
     kept = [(s, e) for s, e, at in ops if at is not None and at < last]
     lo, hi = min(s for s, _ in kept), max(e for _, e in kept)
@@ -328,9 +354,18 @@ def comm_kernel_time(path: Path) -> int:
     return inside(merge(spans), -(2**62), 2**62)
 
 
-MPI_SETUP = ("MPI_Init", "MPI_Init_thread", "MPI_Initialized", "MPI_Finalize",
-             "MPI_Finalized", "MPI_Wtime", "MPI_Wtick", "MPI_Comm_rank", "MPI_Comm_size",
-             "MPI_Abort")  # fmt: skip
+MPI_SETUP = (
+    "MPI_Init",
+    "MPI_Init_thread",
+    "MPI_Initialized",
+    "MPI_Finalize",
+    "MPI_Finalized",
+    "MPI_Wtime",
+    "MPI_Wtick",
+    "MPI_Comm_rank",
+    "MPI_Comm_size",
+    "MPI_Abort",
+)
 
 
 def mpi_time(path: Path, lo: int, hi: int) -> int:
@@ -350,8 +385,12 @@ def mpi_time(path: Path, lo: int, hi: int) -> int:
             nm = text if text is not None else names.get(tid, "")
             if nm == "MPI" or (nm.startswith("MPI_") and nm not in MPI_SETUP):
                 spans.append((s, e))
-    for t in ("MPI_P2P_EVENTS", "MPI_COLLECTIVES_EVENTS", "MPI_START_WAIT_EVENTS",
-              "MPI_OTHER_EVENTS"):  # fmt: skip
+    for t in (
+        "MPI_P2P_EVENTS",
+        "MPI_COLLECTIVES_EVENTS",
+        "MPI_START_WAIT_EVENTS",
+        "MPI_OTHER_EVENTS",
+    ):
         if t in tables:
             for s, e, tid in con.execute(f'SELECT start, "end", textId FROM {t}'):
                 if names.get(tid, "") not in MPI_SETUP:
@@ -369,11 +408,18 @@ def clock_bounds(path: Path) -> dict[int, tuple[int, int | None]]:
     """
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     names = dict(con.execute("SELECT id, value FROM StringIds"))
-    calls = {c: (s, e, names.get(n, "")) for s, e, c, n in con.execute(
-        'SELECT start, "end", correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME')}  # fmt: skip
+    calls = {
+        c: (s, e, names.get(n, ""))
+        for s, e, c, n in con.execute(
+            'SELECT start, "end", correlationId, nameId FROM CUPTI_ACTIVITY_KIND_RUNTIME'
+        )
+    }
     out: dict[int, tuple[int, int | None]] = {}
-    for table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-                  "CUPTI_ACTIVITY_KIND_MEMSET"):  # fmt: skip
+    for table in (
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+    ):
         for s, e, dev, corr in con.execute(
             f'SELECT start, "end", deviceId, correlationId FROM {table}'
         ):

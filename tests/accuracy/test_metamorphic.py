@@ -44,10 +44,15 @@ def _base(name: str, tmp: Path) -> Diagnosis:
 
 def _figures(d: Diagnosis) -> dict[str, Any]:
     return {
-        r.rank: (r.step_time_ns_median, r.shares.compute, r.shares.comm_wait,
-                 r.shares.data_wait, r.shares.other)
+        r.rank: (
+            r.step_time_ns_median,
+            r.shares.compute,
+            r.shares.comm_wait,
+            r.shares.data_wait,
+            r.shares.other,
+        )
         for r in d.ranks
-    }  # fmt: skip
+    }
 
 
 def _same_figures(a: Diagnosis, b: Diagnosis, scale: float = 1.0) -> None:

@@ -23,11 +23,22 @@ import gpudiag
 from gpudiag.config import ReadingRules, Thresholds
 
 SETS = [
-    "a100x2_r0_pgcfg", "a100x8_r3", "b200x8_r0_infer", "edge_amd_mi250", "edge_cpu_only",
-    "edge_distinfo_no_rank", "edge_h100_infer_1step", "edge_mi210_gpu_only",
-    "edge_mi300x_infer_1step", "edge_mi300x_triton_tiny", "edge_no_distinfo",
-    "mi300x_ddp8_r0_rccl", "rtx2080ti_dataloader_nostep", "sampled_2rank_a2a", "v100x2_r1",
-]  # fmt: skip
+    "a100x2_r0_pgcfg",
+    "a100x8_r3",
+    "b200x8_r0_infer",
+    "edge_amd_mi250",
+    "edge_cpu_only",
+    "edge_distinfo_no_rank",
+    "edge_h100_infer_1step",
+    "edge_mi210_gpu_only",
+    "edge_mi300x_infer_1step",
+    "edge_mi300x_triton_tiny",
+    "edge_no_distinfo",
+    "mi300x_ddp8_r0_rccl",
+    "rtx2080ti_dataloader_nostep",
+    "sampled_2rank_a2a",
+    "v100x2_r1",
+]
 # sets with at least three ProfilerStep ranges (a found user range must recur three times)
 STEPPED = ["a100x2_r0_pgcfg", "a100x8_r3", "mi300x_ddp8_r0_rccl", "v100x2_r1"]
 STARTUP_S = 3.0
@@ -48,15 +59,21 @@ def _transformed(src: Path, out: Path, fn) -> tuple[Path, list[tuple[float, floa
 
 
 def _figures(d: gpudiag.Diagnosis) -> tuple:
-    return (d.run.steps, [(s.rank, s.duration_ns, s.compute_ns, s.comm_wait_ns, s.data_wait_ns)
-                          for s in d.steps], d.run.shares.as_dict())  # fmt: skip
+    return (
+        d.run.steps,
+        [(s.rank, s.duration_ns, s.compute_ns, s.comm_wait_ns, s.data_wait_ns) for s in d.steps],
+        d.run.shares.as_dict(),
+    )
 
 
 @pytest.mark.parametrize("name", SETS)
 def test_prepended_startup_leaves_steady_figures_and_is_named(name, kineto_sets, tmp_path):
     before = gpudiag.analyze(kineto_sets / name, jobs=1)
-    path, spans = _transformed(kineto_sets / name, tmp_path / name,
-                               lambda d: mp.prepend_startup(d, STARTUP_S, STARTUP_CALL))  # fmt: skip
+    path, spans = _transformed(
+        kineto_sets / name,
+        tmp_path / name,
+        lambda d: mp.prepend_startup(d, STARTUP_S, STARTUP_CALL),
+    )
     after = gpudiag.analyze(path, jobs=1)
     assert _figures(after) == _figures(before)
     r = after.reading
@@ -78,8 +95,7 @@ def test_prepended_startup_leaves_steady_figures_and_is_named(name, kineto_sets,
 @pytest.mark.parametrize("name", SETS)
 def test_idle_padding_at_the_edges_changes_nothing(name, kineto_sets, tmp_path):
     before = gpudiag.analyze(kineto_sets / name, jobs=1)
-    path, _ = _transformed(kineto_sets / name, tmp_path / name,
-                           lambda d: mp.pad_edges(d, 0.2, 0.5))  # fmt: skip
+    path, _ = _transformed(kineto_sets / name, tmp_path / name, lambda d: mp.pad_edges(d, 0.2, 0.5))
     after = gpudiag.analyze(path, jobs=1)
     assert _figures(after) == _figures(before)
     assert after.verdict.headline == before.verdict.headline
@@ -96,8 +112,9 @@ def _durations(d: gpudiag.Diagnosis) -> list[tuple[int, int]]:
 @pytest.mark.parametrize("name", STEPPED)
 def test_renamed_step_markers_give_the_same_steps(name, kineto_sets, tmp_path):
     before = gpudiag.analyze(kineto_sets / name, jobs=1)
-    path, _ = _transformed(kineto_sets / name, tmp_path / name,
-                           lambda d: mp.rename_markers(d, "train iteration {n}"))  # fmt: skip
+    path, _ = _transformed(
+        kineto_sets / name, tmp_path / name, lambda d: mp.rename_markers(d, "train iteration {n}")
+    )
     after = gpudiag.analyze(path, jobs=1)
     assert after.ranks[0].step_source == "user_range"
     assert [s.step for s in after.steps] == [s.step for s in before.steps]
@@ -110,9 +127,12 @@ def test_renamed_step_markers_give_the_same_steps(name, kineto_sets, tmp_path):
 def test_python_function_steps_by_step_marker(name, kineto_sets, tmp_path):
     before = gpudiag.analyze(kineto_sets / name, jobs=1)
     path, _ = _transformed(
-        kineto_sets / name, tmp_path / name,
-        lambda d: mp.rename_markers(d, "metamorphic.py(1): renamed_iteration", cat="python_function"),
-    )  # fmt: skip
+        kineto_sets / name,
+        tmp_path / name,
+        lambda d: mp.rename_markers(
+            d, "metamorphic.py(1): renamed_iteration", cat="python_function"
+        ),
+    )
     plain = gpudiag.analyze(path, jobs=1)  # Python functions are not steps by themselves
     assert plain.ranks[0].step_source != "marker"
     after = gpudiag.analyze(path, jobs=1, thresholds=Thresholds(step_re="renamed_iteration"))

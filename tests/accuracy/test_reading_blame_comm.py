@@ -117,8 +117,15 @@ def _per_element_case(pytorch: bool) -> dict[str, Any]:
         for _ in range(4_096):
             if pytorch:
                 g.host("cpu_op", "aten::_local_scalar_dense", h - 1.0, 10.5)
-            g.launch(h, "Memcpy DtoH (Device -> Pageable)", h + 4.0, 2.0, api="cudaMemcpyAsync",
-                     cat="gpu_memcpy", bytes=4)  # fmt: skip
+            g.launch(
+                h,
+                "Memcpy DtoH (Device -> Pageable)",
+                h + 4.0,
+                2.0,
+                api="cudaMemcpyAsync",
+                cat="gpu_memcpy",
+                bytes=4,
+            )
             g.ev[-2]["dur"] = 10.0  # the call returns once the copy is done
             h += 10.5
         t += 50_000.0
@@ -128,8 +135,9 @@ def _per_element_case(pytorch: bool) -> dict[str, Any]:
 @pytest.mark.parametrize("pytorch", [True, False])
 def test_a_per_element_copy_loop_is_told_to_vectorise(tmp_path: Path, pytorch: bool) -> None:
     marker = None if pytorch else r"^solve iteration (\d+)$"
-    d = gpudiag.analyze(_write(tmp_path, "loop", _per_element_case(pytorch)), jobs=1,
-                        step_marker=marker)  # fmt: skip
+    d = gpudiag.analyze(
+        _write(tmp_path, "loop", _per_element_case(pytorch)), jobs=1, step_marker=marker
+    )
     rec = next(r for r in d.recommendations if r.id == "blocking-copies")
     assert "4,096 copies of 4 B a step" in rec.detail
     assert "pin" not in rec.title.lower()

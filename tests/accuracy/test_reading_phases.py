@@ -37,27 +37,57 @@ class Kineto:
         self.corr = 0
 
     def host(self, cat: str, name: str, start: float, end: float) -> Kineto:
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID,
-                            "ts": start * US_PER_MS, "dur": (end - start) * US_PER_MS,
-                            "args": {}})  # fmt: skip
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": PID,
+                "tid": TID,
+                "ts": start * US_PER_MS,
+                "dur": (end - start) * US_PER_MS,
+                "args": {},
+            }
+        )
         return self
 
     def gpu(self, cat: str, name: str, launch: float, start: float, end: float) -> Kineto:
         self.corr += 1
-        self.events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
-                            "pid": PID, "tid": TID, "ts": launch * US_PER_MS, "dur": 10,
-                            "args": {"correlation": self.corr}})  # fmt: skip
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7,
-                            "ts": start * US_PER_MS, "dur": (end - start) * US_PER_MS,
-                            "args": {"correlation": self.corr, "device": 0, "stream": 7}})  # fmt: skip
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": PID,
+                "tid": TID,
+                "ts": launch * US_PER_MS,
+                "dur": 10,
+                "args": {"correlation": self.corr},
+            }
+        )
+        self.events.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": 0,
+                "tid": 7,
+                "ts": start * US_PER_MS,
+                "dur": (end - start) * US_PER_MS,
+                "args": {"correlation": self.corr, "device": 0, "stream": 7},
+            }
+        )
         return self
 
     def kernel(self, launch: float, start: float, end: float, name: str = "gemm") -> Kineto:
         return self.gpu("kernel", name, launch, start, end)
 
     def save(self, path: Path) -> Path:
-        doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
-               "traceEvents": self.events}  # fmt: skip
+        doc = {
+            "schemaVersion": 1,
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
+            "traceEvents": self.events,
+        }
         with gzip.open(path, "wt") as f:
             json.dump(doc, f)
         return path
@@ -222,9 +252,16 @@ def test_nsys_export_with_copies_but_no_kernels(tmp_path, shared_traces):
 
 def test_nsys_export_with_nvtx_ranges_only_gives_their_breakdown(tmp_path, shared_traces):
     src = shared_traces / "nsys" / "ai-profiler" / "baseline_nvtx.sqlite"
-    p = _nsys(src, tmp_path / "nvtx.sqlite", ["CUPTI_ACTIVITY_KIND_KERNEL",
-              "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
-              "CUPTI_ACTIVITY_KIND_RUNTIME"])  # fmt: skip
+    p = _nsys(
+        src,
+        tmp_path / "nvtx.sqlite",
+        [
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "CUPTI_ACTIVITY_KIND_MEMCPY",
+            "CUPTI_ACTIVITY_KIND_MEMSET",
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+        ],
+    )
     con = sqlite3.connect(p)
     name, total = con.execute(
         "SELECT COALESCE(n.text, s.value) AS nm, SUM(n.end - n.start) AS d FROM NVTX_EVENTS n "

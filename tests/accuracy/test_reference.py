@@ -18,10 +18,16 @@ from gpudiag.config import SteadyRules
 EVERY_STEP = gpudiag.Thresholds(steady=SteadyRules(include_warmup=True))
 # GPU-mode sets stepped by ProfilerStep#N (CPU-only traces and one-window sets are not
 # covered by the reference)
-KINETO = ["a100x2_r0_pgcfg/rank-0.json.gz", "a100x8_r3/rank-3.json.gz",
-          "v100x2_r1/rank-1.json.gz", "sampled_2rank_a2a/rank-0.json.gz",
-          "sampled_2rank_a2a/rank-1.json.gz", "mi300x_ddp8_r0_rccl/rank-0.json.gz",
-          "edge_h100_infer_1step/h100.json.gz", "edge_amd_mi250/mi250.json.gz"]  # fmt: skip
+KINETO = [
+    "a100x2_r0_pgcfg/rank-0.json.gz",
+    "a100x8_r3/rank-3.json.gz",
+    "v100x2_r1/rank-1.json.gz",
+    "sampled_2rank_a2a/rank-0.json.gz",
+    "sampled_2rank_a2a/rank-1.json.gz",
+    "mi300x_ddp8_r0_rccl/rank-0.json.gz",
+    "edge_h100_infer_1step/h100.json.gz",
+    "edge_amd_mi250/mi250.json.gz",
+]
 
 
 def _agree(got, ref):
@@ -56,8 +62,10 @@ def test_nsys_without_loader_ranges_matches_the_reference(shared_traces, tmp_pat
     path.chmod(0o644)
     con = sqlite3.connect(path)
     text = "COALESCE(text, (SELECT value FROM StringIds WHERE id = textId))"
-    con.execute(f"DELETE FROM NVTX_EVENTS WHERE {text} = 'Data loading' "
-                f"OR {text} LIKE 'enumerate(DataLoader)%'")  # fmt: skip
+    con.execute(
+        f"DELETE FROM NVTX_EVENTS WHERE {text} = 'Data loading' "
+        f"OR {text} LIKE 'enumerate(DataLoader)%'"
+    )
     con.commit()
     con.close()
     d = gpudiag.analyze(path, jobs=1, thresholds=EVERY_STEP)

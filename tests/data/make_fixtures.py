@@ -63,27 +63,75 @@ def legacy_2021() -> dict[str, Any]:
         ev.append(_x("Operator", f"ProfilerStep#{s + 7}", pid, tid, base, 9_800))
         ev.append(_x("Operator", "aten::mm", pid, tid, base + 100, 300, **{"external id": 1}))
         ev.append(_x("Runtime", "cudaLaunchKernel", pid, tid, base + 200, 20, correlation=corr))
-        ev.append(_x("Kernel", "volta_sgemm_128x64_nn", 0, "stream 7", base + 1_000, 6_000,
-                     correlation=corr, device=0, stream=7))  # fmt: skip
+        ev.append(
+            _x(
+                "Kernel",
+                "volta_sgemm_128x64_nn",
+                0,
+                "stream 7",
+                base + 1_000,
+                6_000,
+                correlation=corr,
+                device=0,
+                stream=7,
+            )
+        )
         ev.append(_x("Runtime", "cudaLaunchKernel", pid, tid, base + 400, 20, correlation=corr + 1))
-        ev.append(_x("Kernel", "ncclKernel_AllReduce_RING_LL_Sum_float", 0, "stream 21", base + 6_000,
-                     2_000, correlation=corr + 1, device=0, stream=21))  # fmt: skip
+        ev.append(
+            _x(
+                "Kernel",
+                "ncclKernel_AllReduce_RING_LL_Sum_float",
+                0,
+                "stream 21",
+                base + 6_000,
+                2_000,
+                correlation=corr + 1,
+                device=0,
+                stream=21,
+            )
+        )
         ev.append(_x("Runtime", "cudaMemcpyAsync", pid, tid, base + 500, 10, correlation=corr + 2))
-        ev.append(_x("Memcpy", "Memcpy HtoD (Pageable -> Device)", 0, "stream 7", base + 8_500, 200,
-                     correlation=corr + 2, device=0, stream=7, bytes=4096))  # fmt: skip
+        ev.append(
+            _x(
+                "Memcpy",
+                "Memcpy HtoD (Pageable -> Device)",
+                0,
+                "stream 7",
+                base + 8_500,
+                200,
+                correlation=corr + 2,
+                device=0,
+                stream=7,
+                bytes=4096,
+            )
+        )
         corr += 3
-    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
-            "traceEvents": ev}  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},
+        "traceEvents": ev,
+    }
 
 
 def nccl219_data(rank: int) -> dict[str, Any]:
     pid = tid = 1000 + rank
     base_ns = 1_790_000_000_000_000_000
     ev: list[dict[str, Any]] = [
-        {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-         "args": {"name": f"thread {tid} (pt_main_thread)"}},
-        {"ph": "M", "name": "process_labels", "pid": rank, "tid": 0, "args": {"labels": f"GPU {rank}"}},
-    ]  # fmt: skip
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": pid,
+            "tid": tid,
+            "args": {"name": f"thread {tid} (pt_main_thread)"},
+        },
+        {
+            "ph": "M",
+            "name": "process_labels",
+            "pid": rank,
+            "tid": 0,
+            "args": {"labels": f"GPU {rank}"},
+        },
+    ]
     corr = 10
     dl = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
     for s in range(3):
@@ -95,16 +143,35 @@ def nccl219_data(rank: int) -> dict[str, Any]:
         ev.append(_x("cuda_runtime", "cudaLaunchKernel", pid, tid, launch, 5.0, correlation=corr))
         compute = 4_000.0 if rank == 1 else 8_000.0
         k0 = t + 200.0 + data
-        ev.append(_x("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32", rank, 7, k0, compute,
-                     correlation=corr, device=rank, stream=7))  # fmt: skip
+        ev.append(
+            _x(
+                "kernel",
+                "sm90_xmma_gemm_bf16bf16_bf16f32",
+                rank,
+                7,
+                k0,
+                compute,
+                correlation=corr,
+                device=rank,
+                stream=7,
+            )
+        )
         ev.append({"ph": "s", "cat": "ac2g", "id": corr, "pid": pid, "tid": tid, "ts": launch})
         ev.append(
             {"ph": "f", "cat": "ac2g", "id": corr, "pid": rank, "tid": 7, "ts": k0, "bp": "e"}
         )
-        comm_args = {"Collective name": "allreduce", "dtype": "BFloat16", "In msg nelems": 1 << 20,
-                     "Out msg nelems": 1 << 20, "Group size": 2, "Process Group Name": "0",
-                     "Process Group Description": "default_pg", "Seq": s + 1,
-                     "Comms Id": 77_000 + s, "Rank": rank}  # fmt: skip
+        comm_args = {
+            "Collective name": "allreduce",
+            "dtype": "BFloat16",
+            "In msg nelems": 1 << 20,
+            "Out msg nelems": 1 << 20,
+            "Group size": 2,
+            "Process Group Name": "0",
+            "Process Group Description": "default_pg",
+            "Seq": s + 1,
+            "Comms Id": 77_000 + s,
+            "Rank": rank,
+        }
         ev.append(_x("cpu_op", "c10d::allreduce_", pid, tid, launch + 10.0, 30.0))
         ev.append(_x("cpu_op", "record_param_comms", pid, tid, launch + 12.0, 25.0, **comm_args))
         ev.append(
@@ -124,20 +191,44 @@ def nccl219_data(rank: int) -> dict[str, Any]:
             if s < 2
             else "ncclSymDevKernel_AllReduce_RSxLD_bf16"
         )
-        ev.append(_x("kernel", name, rank, 40, k0 + compute - 1_000.0, 2_000.0,
-                     correlation=corr + 1, device=rank, stream=40, **comm_args))  # fmt: skip
+        ev.append(
+            _x(
+                "kernel",
+                name,
+                rank,
+                40,
+                k0 + compute - 1_000.0,
+                2_000.0,
+                correlation=corr + 1,
+                device=rank,
+                stream=40,
+                **comm_args,
+            )
+        )
         corr += 2
-    return {"schemaVersion": 1, "baseTimeNanoseconds": base_ns, "displayTimeUnit": "ms",
-            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2, "nccl_version": "2.27.3"},
-            "deviceProperties": [{"id": rank, "name": "NVIDIA H100 80GB HBM3"}],
-            "traceEvents": ev}  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": base_ns,
+        "displayTimeUnit": "ms",
+        "distributedInfo": {
+            "backend": "nccl",
+            "rank": rank,
+            "world_size": 2,
+            "nccl_version": "2.27.3",
+        },
+        "deviceProperties": [{"id": rank, "name": "NVIDIA H100 80GB HBM3"}],
+        "traceEvents": ev,
+    }
 
 
 def _modern(rank: int, world: int, ev: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"schemaVersion": 1, "baseTimeNanoseconds": 1_790_000_000_000_000_000,
-            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
-            "deviceProperties": [{"id": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)],
-            "traceEvents": ev}  # fmt: skip
+    return {
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": 1_790_000_000_000_000_000,
+        "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+        "deviceProperties": [{"id": i, "name": "NVIDIA H100 80GB HBM3"} for i in range(8)],
+        "traceEvents": ev,
+    }
 
 
 class _Gpu:
@@ -146,16 +237,43 @@ class _Gpu:
     def __init__(self, rank: int) -> None:
         self.rank, self.pid, self.corr = rank, 2000 + rank, 1
         self.ev: list[dict[str, Any]] = [
-            {"ph": "M", "name": "thread_name", "pid": self.pid, "tid": self.pid,
-             "args": {"name": "python3"}},
-        ]  # fmt: skip
+            {
+                "ph": "M",
+                "name": "thread_name",
+                "pid": self.pid,
+                "tid": self.pid,
+                "args": {"name": "python3"},
+            },
+        ]
 
-    def kernel(self, name: str, start: float, dur: float, launch: float, stream: int = 7,
-               **args: Any) -> None:  # fmt: skip
-        self.ev.append(_x("cuda_runtime", "cudaLaunchKernel", self.pid, self.pid, launch, 2.0,
-                          correlation=self.corr))  # fmt: skip
-        self.ev.append(_x("kernel", name, self.rank, stream, start, dur, correlation=self.corr,
-                          device=self.rank, stream=stream, **args))  # fmt: skip
+    def kernel(
+        self, name: str, start: float, dur: float, launch: float, stream: int = 7, **args: Any
+    ) -> None:
+        self.ev.append(
+            _x(
+                "cuda_runtime",
+                "cudaLaunchKernel",
+                self.pid,
+                self.pid,
+                launch,
+                2.0,
+                correlation=self.corr,
+            )
+        )
+        self.ev.append(
+            _x(
+                "kernel",
+                name,
+                self.rank,
+                stream,
+                start,
+                dur,
+                correlation=self.corr,
+                device=self.rank,
+                stream=stream,
+                **args,
+            )
+        )
         self.corr += 1
 
 
@@ -167,11 +285,24 @@ def straggler_comms_id(rank: int) -> dict[str, Any]:
         compute = 8_000.0 if rank == 1 else 3_000.0
         g.kernel("sm90_gemm", t + 100.0, compute, launch=t + 10.0)
         ready, end = t + 100.0 + compute, t + 100.0 + 8_000.0 + 2_000.0
-        args = {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 4 << 20,
-                "Out msg nelems": 4 << 20, "Group size": 2, "Process Group Name": "0",
-                "Seq": s + 1, "Comms Id": 9_000_000_000 + s}  # fmt: skip
-        g.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", ready, end - ready, launch=t + 20.0,
-                 stream=40, **args)  # fmt: skip
+        args = {
+            "Collective name": "allreduce",
+            "dtype": "Float",
+            "In msg nelems": 4 << 20,
+            "Out msg nelems": 4 << 20,
+            "Group size": 2,
+            "Process Group Name": "0",
+            "Seq": s + 1,
+            "Comms Id": 9_000_000_000 + s,
+        }
+        g.kernel(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            ready,
+            end - ready,
+            launch=t + 20.0,
+            stream=40,
+            **args,
+        )
     return _modern(rank, 2, g.ev)
 
 
@@ -186,8 +317,14 @@ def pipeline_stage(
     def recv(start: float, src: int) -> None:
         # NCCL's receive kernel runs from its launch until the data has arrived
         begin = min(free, start - 20.0)
-        g.kernel("ncclDevKernel_SendRecv", begin, start - begin, launch=t0 + 1.0, stream=40,
-                 **{"Collective name": "recv", "Src Rank": src})  # fmt: skip
+        g.kernel(
+            "ncclDevKernel_SendRecv",
+            begin,
+            start - begin,
+            launch=t0 + 1.0,
+            stream=40,
+            **{"Collective name": "recv", "Src Rank": src},
+        )
 
     for j in range(m):  # forward of micro-batch j on this stage
         start = t0 + (stage + j) * f
@@ -196,8 +333,14 @@ def pipeline_stage(
         g.kernel("fwd_gemm", start, f, launch=t0 + 2.0)
         free = start + f
         if stage < p - 1:
-            g.kernel("ncclDevKernel_SendRecv", start + f, 20.0, launch=t0 + 3.0, stream=40,
-                     **{"Collective name": "send", "Dst Rank": stage + 1})  # fmt: skip
+            g.kernel(
+                "ncclDevKernel_SendRecv",
+                start + f,
+                20.0,
+                launch=t0 + 3.0,
+                stream=40,
+                **{"Collective name": "send", "Dst Rank": stage + 1},
+            )
     back0 = t0 + (p - 1 + m) * f
     for k in range(m):  # backward, last micro-batch first
         start = back0 + (p - 1 - stage + k) * b
@@ -206,8 +349,14 @@ def pipeline_stage(
         g.kernel("bwd_gemm", start, b, launch=t0 + 5.0)
         free = start + b
         if stage > 0:
-            g.kernel("ncclDevKernel_SendRecv", start + b, 20.0, launch=t0 + 6.0, stream=40,
-                     **{"Collective name": "send", "Dst Rank": stage - 1})  # fmt: skip
+            g.kernel(
+                "ncclDevKernel_SendRecv",
+                start + b,
+                20.0,
+                launch=t0 + 6.0,
+                stream=40,
+                **{"Collective name": "send", "Dst Rank": stage - 1},
+            )
     return _modern(stage, p, g.ev)
 
 

@@ -206,65 +206,147 @@ def kineto_nan_token(d: Path) -> list[Path]:
 # ---- Kineto: damaged events (dropped and counted; the rest analysed)
 
 CASES += [
-    Case("kineto_ts_minus_1e308", with_event_change(_set("ts", -1e308)), "diagnosis",
-         "invalid timestamps", cli=True),
-    Case("kineto_dur_1e308", with_event_change(_set("dur", 1e308)), "diagnosis",
-         "invalid timestamps"),
-    Case("kineto_ts_1e400", with_event_change(_set("ts", 10**400)), "diagnosis",
-         "`ts` of the wrong type or out of range"),
-    Case("kineto_dur_negative", with_event_change(_set("dur", -5)), "diagnosis",
-         "invalid timestamps"),
-    Case("kineto_ts_string", with_event_change(_set("ts", "12.5")), "diagnosis",
-         "`ts` of the wrong type"),
-    Case("kineto_dur_list", with_event_change(_set("dur", [1])), "diagnosis",
-         "`dur` of the wrong type"),
-    Case("kineto_pid_list", with_event_change(_set("pid", [1, 2])), "diagnosis",
-         "`pid` of the wrong type"),
-    Case("kineto_pid_2_70", with_event_change(_set("pid", 2**70)), "diagnosis",
-         "`pid` of the wrong type or out of range"),
-    Case("kineto_name_number", with_event_change(_set("name", 7)), "diagnosis",
-         "`name` of the wrong type"),
-    Case("kineto_cat_null", with_event_change(_set("cat", None)), "diagnosis",
-         "`cat` of the wrong type"),
+    Case(
+        "kineto_ts_minus_1e308",
+        with_event_change(_set("ts", -1e308)),
+        "diagnosis",
+        "invalid timestamps",
+        cli=True,
+    ),
+    Case(
+        "kineto_dur_1e308", with_event_change(_set("dur", 1e308)), "diagnosis", "invalid timestamps"
+    ),
+    Case(
+        "kineto_ts_1e400",
+        with_event_change(_set("ts", 10**400)),
+        "diagnosis",
+        "`ts` of the wrong type or out of range",
+    ),
+    Case(
+        "kineto_dur_negative", with_event_change(_set("dur", -5)), "diagnosis", "invalid timestamps"
+    ),
+    Case(
+        "kineto_ts_string",
+        with_event_change(_set("ts", "12.5")),
+        "diagnosis",
+        "`ts` of the wrong type",
+    ),
+    Case(
+        "kineto_dur_list",
+        with_event_change(_set("dur", [1])),
+        "diagnosis",
+        "`dur` of the wrong type",
+    ),
+    Case(
+        "kineto_pid_list",
+        with_event_change(_set("pid", [1, 2])),
+        "diagnosis",
+        "`pid` of the wrong type",
+    ),
+    Case(
+        "kineto_pid_2_70",
+        with_event_change(_set("pid", 2**70)),
+        "diagnosis",
+        "`pid` of the wrong type or out of range",
+    ),
+    Case(
+        "kineto_name_number",
+        with_event_change(_set("name", 7)),
+        "diagnosis",
+        "`name` of the wrong type",
+    ),
+    Case(
+        "kineto_cat_null",
+        with_event_change(_set("cat", None)),
+        "diagnosis",
+        "`cat` of the wrong type",
+    ),
     Case("kineto_no_ts", with_event_change(_drop("ts")), "diagnosis", "without ts or dur"),
     Case("kineto_no_dur", with_event_change(_drop("dur")), "diagnosis", "without ts or dur"),
     Case("kineto_no_pid", with_event_change(_drop("pid")), "diagnosis", "without pid or tid"),
     Case("kineto_no_name", with_event_change(_drop("name")), "diagnosis", "without a name"),
     Case("kineto_no_ph", with_event_change(_drop("ph")), "diagnosis", "without ph"),
-    Case("kineto_unknown_ph", with_event_change(_set("ph", "Q")), "diagnosis",
-         "unknown phase"),
-    Case("kineto_args_list", with_event_change(_set("args", [1])), "diagnosis",
-         "`args` values"),
-    Case("kineto_correlation_2_64", with_event_change(_arg("correlation", 2**64)), "diagnosis",
-         "`args.correlation` values"),
-    Case("kineto_nelems_huge", with_event_change(_arg("In msg nelems", 2**62), k=200),
-         "diagnosis"),
-    Case("kineto_deep_args", with_event_change(_arg("x", "@@DEEP@@")), "error",
-         "nested deeper"),
-    Case("kineto_deep_unknown_key", with_event_change(_set("zz", "@@DEEP@@")), "error",
-         "nested deeper", cli=True),
-    Case("kineto_all_ts_invalid", with_event_change(_set("ts", -1e308), k=10**6), "error",
-         "no usable events"),
-    Case("kineto_base_2_63_minus_1", _top("baseTimeNanoseconds", 2**63 - 1), "error",
-         "baseTimeNanoseconds is 9223372036854775807"),
-    Case("kineto_base_2_70", _top("baseTimeNanoseconds", 2**70), "error",
-         "baseTimeNanoseconds is 1180591620717411303424", cli=True),
-    Case("kineto_base_string", _top("baseTimeNanoseconds", "0"), "error",
-         "baseTimeNanoseconds is a string"),
-    Case("kineto_rank_minus_1", _top("distributedInfo.rank", -1), "error",
-         "distributedInfo.rank is -1"),
-    Case("kineto_rank_2_70", _top("distributedInfo.rank", 2**70), "error",
-         "distributedInfo.rank is 1180591620717411303424"),
-    Case("kineto_rank_true", _top("distributedInfo.rank", True), "error",
-         "distributedInfo.rank is true", cli=True),
-    Case("kineto_world_size_zero", _top("distributedInfo.world_size", 0), "error",
-         "distributedInfo.world_size is 0"),
-    Case("kineto_distinfo_list", _top("distributedInfo", [1]), "diagnosis",
-         "distributedInfo is a list"),
-    Case("kineto_device_props_string", _top("deviceProperties", "x"), "diagnosis",
-         "deviceProperties is a string"),
+    Case("kineto_unknown_ph", with_event_change(_set("ph", "Q")), "diagnosis", "unknown phase"),
+    Case("kineto_args_list", with_event_change(_set("args", [1])), "diagnosis", "`args` values"),
+    Case(
+        "kineto_correlation_2_64",
+        with_event_change(_arg("correlation", 2**64)),
+        "diagnosis",
+        "`args.correlation` values",
+    ),
+    Case("kineto_nelems_huge", with_event_change(_arg("In msg nelems", 2**62), k=200), "diagnosis"),
+    Case("kineto_deep_args", with_event_change(_arg("x", "@@DEEP@@")), "error", "nested deeper"),
+    Case(
+        "kineto_deep_unknown_key",
+        with_event_change(_set("zz", "@@DEEP@@")),
+        "error",
+        "nested deeper",
+        cli=True,
+    ),
+    Case(
+        "kineto_all_ts_invalid",
+        with_event_change(_set("ts", -1e308), k=10**6),
+        "error",
+        "no usable events",
+    ),
+    Case(
+        "kineto_base_2_63_minus_1",
+        _top("baseTimeNanoseconds", 2**63 - 1),
+        "error",
+        "baseTimeNanoseconds is 9223372036854775807",
+    ),
+    Case(
+        "kineto_base_2_70",
+        _top("baseTimeNanoseconds", 2**70),
+        "error",
+        "baseTimeNanoseconds is 1180591620717411303424",
+        cli=True,
+    ),
+    Case(
+        "kineto_base_string",
+        _top("baseTimeNanoseconds", "0"),
+        "error",
+        "baseTimeNanoseconds is a string",
+    ),
+    Case(
+        "kineto_rank_minus_1",
+        _top("distributedInfo.rank", -1),
+        "error",
+        "distributedInfo.rank is -1",
+    ),
+    Case(
+        "kineto_rank_2_70",
+        _top("distributedInfo.rank", 2**70),
+        "error",
+        "distributedInfo.rank is 1180591620717411303424",
+    ),
+    Case(
+        "kineto_rank_true",
+        _top("distributedInfo.rank", True),
+        "error",
+        "distributedInfo.rank is true",
+        cli=True,
+    ),
+    Case(
+        "kineto_world_size_zero",
+        _top("distributedInfo.world_size", 0),
+        "error",
+        "distributedInfo.world_size is 0",
+    ),
+    Case(
+        "kineto_distinfo_list",
+        _top("distributedInfo", [1]),
+        "diagnosis",
+        "distributedInfo is a list",
+    ),
+    Case(
+        "kineto_device_props_string",
+        _top("deviceProperties", "x"),
+        "diagnosis",
+        "deviceProperties is a string",
+    ),
     Case("kineto_deep_top_level", _top("zz", "@@DEEP@@"), "error", "nested deeper"),
-]  # fmt: skip
+]
 
 
 def _steps_named(number: str) -> Callable[[Path], list[Path]]:
@@ -280,10 +362,15 @@ def _steps_named(number: str) -> Callable[[Path], list[Path]]:
 
 
 CASES += [
-    Case("kineto_step_3e9", _steps_named("3000000000"), "error",
-         "step number 3000000000 is out of range", cli=True),
+    Case(
+        "kineto_step_3e9",
+        _steps_named("3000000000"),
+        "error",
+        "step number 3000000000 is out of range",
+        cli=True,
+    ),
     Case("kineto_step_2_70", _steps_named(str(2**70)), "error", "is out of range"),
-]  # fmt: skip
+]
 
 
 @case(outcome="diagnosis", expect="`traceEvents` arrays besides the last")
@@ -406,8 +493,14 @@ def export_copy(d: Path, name: str = "report.sqlite", base: str = EXPORT) -> Pat
     return p
 
 
-def sql_case(name: str, statements: list[str], outcome: str = "error", expect: str = "",
-             cli: bool = False, base: str = EXPORT) -> None:  # fmt: skip
+def sql_case(
+    name: str,
+    statements: list[str],
+    outcome: str = "error",
+    expect: str = "",
+    cli: bool = False,
+    base: str = EXPORT,
+) -> None:
     """A case: a shared export with ``statements`` applied to a copy."""
 
     def build(d: Path) -> list[Path]:
@@ -426,35 +519,74 @@ K = "CUPTI_ACTIVITY_KIND_KERNEL"
 R = "CUPTI_ACTIVITY_KIND_RUNTIME"
 sql_case("nsys_no_kernel_table", [f"DROP TABLE {K}"], expect="no CUDA kernel table")
 sql_case("nsys_no_stringids", ["DROP TABLE StringIds"], expect="not an Nsight Systems export")
-sql_case("nsys_kernel_start_renamed", [f"ALTER TABLE {K} RENAME COLUMN start TO begin"],
-         expect="has no column start (renamed?)", cli=True)  # fmt: skip
-sql_case("nsys_kernel_device_renamed", [f"ALTER TABLE {K} RENAME COLUMN deviceId TO dev"],
-         expect="has no column deviceId")  # fmt: skip
-sql_case("nsys_kernel_view", [f"ALTER TABLE {K} RENAME TO K_REAL",
-                              f"CREATE VIEW {K} AS SELECT * FROM K_REAL"],
-         expect="is a view, not a table")  # fmt: skip
-sql_case("nsys_runtime_view", [f"ALTER TABLE {R} RENAME TO R_REAL",
-                               f"CREATE VIEW {R} AS SELECT * FROM R_REAL"],
-         outcome="diagnosis", expect="is a view, not a table: not read")  # fmt: skip
-sql_case("nsys_kernel_text_cells",
-         [f"UPDATE {K} SET start = 'abc' WHERE rowid % 7 = 0",
-          f"UPDATE {K} SET deviceId = '' WHERE rowid % 11 = 0"],
-         outcome="diagnosis", expect="not integers, or out of range")  # fmt: skip
-sql_case("nsys_kernel_blob_cells", [f"UPDATE {K} SET \"end\" = x'00ff' WHERE rowid % 5 = 0"],
-         outcome="diagnosis", expect="rows of CUPTI_ACTIVITY_KIND_KERNEL ignored")  # fmt: skip
-sql_case("nsys_kernel_null_cells", [f"UPDATE {K} SET streamId = NULL WHERE rowid % 3 = 0"],
-         outcome="diagnosis", expect="rows of CUPTI_ACTIVITY_KIND_KERNEL ignored")  # fmt: skip
-sql_case("nsys_kernel_int64_extremes",
-         [f"UPDATE {K} SET start = -9223372036854775808 WHERE rowid % 4 = 0",
-          f"UPDATE {K} SET \"end\" = 9223372036854775807 WHERE rowid % 4 = 1"],
-         outcome="diagnosis", expect="out of range")  # fmt: skip
-sql_case("nsys_kernel_all_text", [f"UPDATE {K} SET start = 'x'"],
-         expect="export holds no GPU kernels")  # fmt: skip
+sql_case(
+    "nsys_kernel_start_renamed",
+    [f"ALTER TABLE {K} RENAME COLUMN start TO begin"],
+    expect="has no column start (renamed?)",
+    cli=True,
+)
+sql_case(
+    "nsys_kernel_device_renamed",
+    [f"ALTER TABLE {K} RENAME COLUMN deviceId TO dev"],
+    expect="has no column deviceId",
+)
+sql_case(
+    "nsys_kernel_view",
+    [f"ALTER TABLE {K} RENAME TO K_REAL", f"CREATE VIEW {K} AS SELECT * FROM K_REAL"],
+    expect="is a view, not a table",
+)
+sql_case(
+    "nsys_runtime_view",
+    [f"ALTER TABLE {R} RENAME TO R_REAL", f"CREATE VIEW {R} AS SELECT * FROM R_REAL"],
+    outcome="diagnosis",
+    expect="is a view, not a table: not read",
+)
+sql_case(
+    "nsys_kernel_text_cells",
+    [
+        f"UPDATE {K} SET start = 'abc' WHERE rowid % 7 = 0",
+        f"UPDATE {K} SET deviceId = '' WHERE rowid % 11 = 0",
+    ],
+    outcome="diagnosis",
+    expect="not integers, or out of range",
+)
+sql_case(
+    "nsys_kernel_blob_cells",
+    [f"UPDATE {K} SET \"end\" = x'00ff' WHERE rowid % 5 = 0"],
+    outcome="diagnosis",
+    expect="rows of CUPTI_ACTIVITY_KIND_KERNEL ignored",
+)
+sql_case(
+    "nsys_kernel_null_cells",
+    [f"UPDATE {K} SET streamId = NULL WHERE rowid % 3 = 0"],
+    outcome="diagnosis",
+    expect="rows of CUPTI_ACTIVITY_KIND_KERNEL ignored",
+)
+sql_case(
+    "nsys_kernel_int64_extremes",
+    [
+        f"UPDATE {K} SET start = -9223372036854775808 WHERE rowid % 4 = 0",
+        f'UPDATE {K} SET "end" = 9223372036854775807 WHERE rowid % 4 = 1',
+    ],
+    outcome="diagnosis",
+    expect="out of range",
+)
+sql_case(
+    "nsys_kernel_all_text", [f"UPDATE {K} SET start = 'x'"], expect="export holds no GPU kernels"
+)
 sql_case("nsys_kernel_name_text", [f"UPDATE {K} SET shortName = 'abc'"], outcome="diagnosis")
-sql_case("nsys_runtime_text_tid", [f"UPDATE {R} SET globalTid = 'abc' WHERE rowid % 2 = 0"],
-         outcome="diagnosis", expect="rows of CUPTI_ACTIVITY_KIND_RUNTIME ignored")  # fmt: skip
-sql_case("nsys_runtime_renamed", [f"ALTER TABLE {R} RENAME COLUMN globalTid TO gtid"],
-         outcome="diagnosis", expect="runtime calls are not read")  # fmt: skip
+sql_case(
+    "nsys_runtime_text_tid",
+    [f"UPDATE {R} SET globalTid = 'abc' WHERE rowid % 2 = 0"],
+    outcome="diagnosis",
+    expect="rows of CUPTI_ACTIVITY_KIND_RUNTIME ignored",
+)
+sql_case(
+    "nsys_runtime_renamed",
+    [f"ALTER TABLE {R} RENAME COLUMN globalTid TO gtid"],
+    outcome="diagnosis",
+    expect="runtime calls are not read",
+)
 sql_case(
     "nsys_nvtx_text_start",
     ["UPDATE NVTX_EVENTS SET start = 'x' WHERE rowid % 2 = 0"],
@@ -469,23 +601,45 @@ sql_case(
     expect="NVTX ranges are not read",
     base=NVTX_EXPORT,
 )
-sql_case("nsys_nvtx_null_tid", ["UPDATE NVTX_EVENTS SET globalTid = NULL WHERE rowid % 3 = 0",
-                                "UPDATE NVTX_EVENTS SET domainId = NULL"],
-         outcome="diagnosis", base=NVTX_EXPORT)  # fmt: skip
-sql_case("nsys_stringids_blob", ["UPDATE StringIds SET value = x'ff00' WHERE id % 2 = 0",
-                                 "UPDATE StringIds SET value = NULL WHERE id % 2 = 1"],
-         outcome="diagnosis")  # fmt: skip
-sql_case("nsys_schema_9", ["UPDATE META_DATA_EXPORT SET value = '9.0.0' "
-                           "WHERE name = 'EXPORT_SCHEMA_VERSION'"],
-         expect="not supported")  # fmt: skip
-sql_case("nsys_env_rank_superscript",
-         ["CREATE TABLE IF NOT EXISTS META_DATA_CAPTURE (name TEXT, value TEXT)",
-          "INSERT INTO META_DATA_CAPTURE VALUES ('ENVIRONMENT_VARIABLE', 'RANK=²')"],
-         outcome="diagnosis")  # fmt: skip
-sql_case("nsys_mpi_rank_huge",
-         ["INSERT INTO NVTX_EVENTS (start, eventType, globalTid, text) "
-          "VALUES (0, 39, 281474976710656, 'MPI Rank 99999999999')"],
-         expect="not a rank", base=NVTX_EXPORT)  # fmt: skip
+sql_case(
+    "nsys_nvtx_null_tid",
+    [
+        "UPDATE NVTX_EVENTS SET globalTid = NULL WHERE rowid % 3 = 0",
+        "UPDATE NVTX_EVENTS SET domainId = NULL",
+    ],
+    outcome="diagnosis",
+    base=NVTX_EXPORT,
+)
+sql_case(
+    "nsys_stringids_blob",
+    [
+        "UPDATE StringIds SET value = x'ff00' WHERE id % 2 = 0",
+        "UPDATE StringIds SET value = NULL WHERE id % 2 = 1",
+    ],
+    outcome="diagnosis",
+)
+sql_case(
+    "nsys_schema_9",
+    ["UPDATE META_DATA_EXPORT SET value = '9.0.0' WHERE name = 'EXPORT_SCHEMA_VERSION'"],
+    expect="not supported",
+)
+sql_case(
+    "nsys_env_rank_superscript",
+    [
+        "CREATE TABLE IF NOT EXISTS META_DATA_CAPTURE (name TEXT, value TEXT)",
+        "INSERT INTO META_DATA_CAPTURE VALUES ('ENVIRONMENT_VARIABLE', 'RANK=²')",
+    ],
+    outcome="diagnosis",
+)
+sql_case(
+    "nsys_mpi_rank_huge",
+    [
+        "INSERT INTO NVTX_EVENTS (start, eventType, globalTid, text) "
+        "VALUES (0, 39, 281474976710656, 'MPI Rank 99999999999')"
+    ],
+    expect="not a rank",
+    base=NVTX_EXPORT,
+)
 sql_case("nsys_quote_in_table_name", ['CREATE TABLE "NVTX""_EVENTS" (x)'], outcome="diagnosis")
 
 
@@ -557,21 +711,45 @@ def nsys_wal_mode_in_read_only_dir(d: Path) -> list[Path]:
 def run_dir(d: Path, **manifest: Any) -> Path:
     """A small valid run directory: manifest, one rank's trace, telemetry, NVML samples."""
     r = d / "run"
-    doc = {"schema_version": 1, "gpudiag_version": "0.1.0", "argv": ["train.py"],
-           "hosts": ["h"], "world_size": 1, "ranks": [{"rank": 0, "host": "h"}],
-           "sources": {"kineto": {"captured": True}, "nvml": {"captured": True}}}  # fmt: skip
+    doc = {
+        "schema_version": 1,
+        "gpudiag_version": "0.1.0",
+        "argv": ["train.py"],
+        "hosts": ["h"],
+        "world_size": 1,
+        "ranks": [{"rank": 0, "host": "h"}],
+        "sources": {"kineto": {"captured": True}, "nvml": {"captured": True}},
+    }
     doc.update(manifest)
     write(r, "manifest.json", json.dumps(doc))
     write(r, "ranks/rank-0.pt.trace.json.gz", json.dumps(trace(STEP_TRACE)))
     hdr = {"type": "header", "format": "gpudiag.steps", "version": 1, "rank": 0, "host": "h"}
     t0 = 1_700_000_000_000_000_000
-    steps = [{"type": "step", "step": i, "start_ns": t0 + i * 10**8,
-              "end_ns": t0 + (i + 1) * 10**8, "data_wait_ns": 10**6, "comm_wait_ns": None,
-              "backward_ns": None, "profiled": False} for i in range(12)]  # fmt: skip
+    steps = [
+        {
+            "type": "step",
+            "step": i,
+            "start_ns": t0 + i * 10**8,
+            "end_ns": t0 + (i + 1) * 10**8,
+            "data_wait_ns": 10**6,
+            "comm_wait_ns": None,
+            "backward_ns": None,
+            "profiled": False,
+        }
+        for i in range(12)
+    ]
     write(r, "ranks/rank-0.steps.jsonl", "\n".join(json.dumps(x) for x in [hdr, *steps]) + "\n")
     nv = {"type": "header", "format": "gpudiag.nvml", "version": 1, "host": "h"}
-    samples = [{"type": "sample", "time_ns": t0 + i * 10**8, "gpu_uuid": "GPU-1", "index": 0,
-                "util_ratio": 0.9} for i in range(12)]  # fmt: skip
+    samples = [
+        {
+            "type": "sample",
+            "time_ns": t0 + i * 10**8,
+            "gpu_uuid": "GPU-1",
+            "index": 0,
+            "util_ratio": 0.9,
+        }
+        for i in range(12)
+    ]
     write(r, "nvml/h.jsonl", "\n".join(json.dumps(x) for x in [nv, *samples]) + "\n")
     return r
 
@@ -582,21 +760,39 @@ def _manifest(**fields: Any) -> Callable[[Path], list[Path]]:
 
 CASES += [
     Case("run_dir_valid", _manifest(), "diagnosis"),
-    Case("manifest_schema_null", _manifest(schema_version=None), "error",
-         "schema_version: expected an integer", cli=True),
+    Case(
+        "manifest_schema_null",
+        _manifest(schema_version=None),
+        "error",
+        "schema_version: expected an integer",
+        cli=True,
+    ),
     Case("manifest_schema_list", _manifest(schema_version=[1]), "error", "schema_version"),
     Case("manifest_schema_newer", _manifest(schema_version=99), "error", "newer than"),
-    Case("manifest_ranks_string", _manifest(ranks="0,1"), "error",
-         "ranks: expected a list, got a string"),
-    Case("manifest_ranks_numbers", _manifest(ranks=[0, 1]), "error",
-         "ranks[0]: expected an object"),
-    Case("manifest_rank_negative", _manifest(ranks=[{"rank": -1}]), "error",
-         "ranks[0].rank: expected an integer 0"),
-    Case("manifest_sources_list", _manifest(sources=["kineto"]), "error",
-         "sources: expected an object, got a list"),
+    Case(
+        "manifest_ranks_string",
+        _manifest(ranks="0,1"),
+        "error",
+        "ranks: expected a list, got a string",
+    ),
+    Case(
+        "manifest_ranks_numbers", _manifest(ranks=[0, 1]), "error", "ranks[0]: expected an object"
+    ),
+    Case(
+        "manifest_rank_negative",
+        _manifest(ranks=[{"rank": -1}]),
+        "error",
+        "ranks[0].rank: expected an integer 0",
+    ),
+    Case(
+        "manifest_sources_list",
+        _manifest(sources=["kineto"]),
+        "error",
+        "sources: expected an object, got a list",
+    ),
     Case("manifest_world_size_string", _manifest(world_size="2"), "error", "world_size"),
     Case("manifest_exit_code_float", _manifest(exit_code=1.5), "error", "exit_code"),
-]  # fmt: skip
+]
 
 
 def _run_dir_edit(edit: Callable[[Path], None]) -> Callable[[Path], list[Path]]:
@@ -637,8 +833,13 @@ def _lines(rel: str, extra: list[str]) -> Callable[[Path], None]:
 
 
 def _step(**kw: Any) -> str:
-    rec = {"type": "step", "step": 20, "start_ns": 1_700_000_010_000_000_000,
-           "end_ns": 1_700_000_010_100_000_000, "profiled": False}  # fmt: skip
+    rec = {
+        "type": "step",
+        "step": 20,
+        "start_ns": 1_700_000_010_000_000_000,
+        "end_ns": 1_700_000_010_100_000_000,
+        "profiled": False,
+    }
     rec.update(kw)
     return json.dumps(rec)
 
@@ -646,44 +847,135 @@ def _step(**kw: Any) -> str:
 T = "ranks/rank-0.steps.jsonl"
 N = "nvml/h.jsonl"
 CASES += [
-    Case("manifest_deep", _run_dir_edit(_replace("manifest.json",
-         '{"schema_version": 1, "extra": ' + DEEP_JSON + "}")), "error", "nested too deeply"),
-    Case("manifest_not_json", _run_dir_edit(_replace("manifest.json", "{schema")), "error",
-         "unreadable manifest"),
-    Case("manifest_huge", _run_dir_edit(_replace("manifest.json",
-         '{"schema_version": 1, "x": "' + "a" * (17 << 20) + '"}')), "error", "larger than"),
-    Case("manifest_fifo", _run_dir_edit(_special("manifest.json", "fifo")), "error",
-         "not a regular file (a FIFO", cli=True),
-    Case("manifest_dev_zero", _run_dir_edit(_special("manifest.json", "/dev/zero")), "error",
-         "not a regular file"),
-    Case("telemetry_rank_negative", _run_dir_edit(_replace(T, json.dumps(
-         {"type": "header", "format": "gpudiag.steps", "version": 1, "rank": -1}) + "\n")),
-         "error", "the header's rank is -1"),
-    Case("telemetry_step_3e9", _run_dir_edit(_lines(T, [_step(step=3_000_000_000)])), "error",
-         "step number 3000000000 is out of range"),
-    Case("telemetry_step_strings", _run_dir_edit(_lines(T, [_step(start_ns="x"),
-         _step(end_ns=None), _step(step="3"), _step(data_wait_ns="slow")])), "diagnosis",
-         "step records without a valid step"),
-    Case("telemetry_step_no_start", _run_dir_edit(_lines(T, [
-         json.dumps({"type": "step", "step": 21})])), "diagnosis", "ignored"),
-    Case("telemetry_deep_line", _run_dir_edit(_lines(T, ['{"type": "step", "x": '
-         + DEEP_JSON + "}"])), "error", "nested too deeply"),
-    Case("telemetry_long_line", _run_dir_edit(_lines(T, ['{"type": "step", "x": "'
-         + "a" * (2 << 20) + '"}'])), "error", "longer than"),
-    Case("telemetry_dev_zero", _run_dir_edit(_special(T, "/dev/zero")), "error",
-         "not a regular file"),
-    Case("telemetry_type_list", _run_dir_edit(_lines(T, ['{"type": ["step"]}'])), "error",
-         "is not a telemetry record"),
-    Case("nvml_no_time", _run_dir_edit(_lines(N, [json.dumps(
-         {"type": "sample", "gpu_uuid": "GPU-1", "util_ratio": 0.5})])), "diagnosis",
-         "samples without a valid time_ns"),
-    Case("nvml_strings", _run_dir_edit(_lines(N, [json.dumps(
-         {"type": "sample", "time_ns": "now", "gpu_uuid": "GPU-1"}), json.dumps(
-         {"type": "sample", "time_ns": 1_700_000_000_500_000_000, "gpu_uuid": "GPU-1",
-          "util_ratio": "high", "index": "0", "throttle_reasons": -1})])), "diagnosis",
-         "util_ratio values that are not numbers"),
+    Case(
+        "manifest_deep",
+        _run_dir_edit(
+            _replace("manifest.json", '{"schema_version": 1, "extra": ' + DEEP_JSON + "}")
+        ),
+        "error",
+        "nested too deeply",
+    ),
+    Case(
+        "manifest_not_json",
+        _run_dir_edit(_replace("manifest.json", "{schema")),
+        "error",
+        "unreadable manifest",
+    ),
+    Case(
+        "manifest_huge",
+        _run_dir_edit(
+            _replace("manifest.json", '{"schema_version": 1, "x": "' + "a" * (17 << 20) + '"}')
+        ),
+        "error",
+        "larger than",
+    ),
+    Case(
+        "manifest_fifo",
+        _run_dir_edit(_special("manifest.json", "fifo")),
+        "error",
+        "not a regular file (a FIFO",
+        cli=True,
+    ),
+    Case(
+        "manifest_dev_zero",
+        _run_dir_edit(_special("manifest.json", "/dev/zero")),
+        "error",
+        "not a regular file",
+    ),
+    Case(
+        "telemetry_rank_negative",
+        _run_dir_edit(
+            _replace(
+                T,
+                json.dumps({"type": "header", "format": "gpudiag.steps", "version": 1, "rank": -1})
+                + "\n",
+            )
+        ),
+        "error",
+        "the header's rank is -1",
+    ),
+    Case(
+        "telemetry_step_3e9",
+        _run_dir_edit(_lines(T, [_step(step=3_000_000_000)])),
+        "error",
+        "step number 3000000000 is out of range",
+    ),
+    Case(
+        "telemetry_step_strings",
+        _run_dir_edit(
+            _lines(
+                T,
+                [
+                    _step(start_ns="x"),
+                    _step(end_ns=None),
+                    _step(step="3"),
+                    _step(data_wait_ns="slow"),
+                ],
+            )
+        ),
+        "diagnosis",
+        "step records without a valid step",
+    ),
+    Case(
+        "telemetry_step_no_start",
+        _run_dir_edit(_lines(T, [json.dumps({"type": "step", "step": 21})])),
+        "diagnosis",
+        "ignored",
+    ),
+    Case(
+        "telemetry_deep_line",
+        _run_dir_edit(_lines(T, ['{"type": "step", "x": ' + DEEP_JSON + "}"])),
+        "error",
+        "nested too deeply",
+    ),
+    Case(
+        "telemetry_long_line",
+        _run_dir_edit(_lines(T, ['{"type": "step", "x": "' + "a" * (2 << 20) + '"}'])),
+        "error",
+        "longer than",
+    ),
+    Case(
+        "telemetry_dev_zero", _run_dir_edit(_special(T, "/dev/zero")), "error", "not a regular file"
+    ),
+    Case(
+        "telemetry_type_list",
+        _run_dir_edit(_lines(T, ['{"type": ["step"]}'])),
+        "error",
+        "is not a telemetry record",
+    ),
+    Case(
+        "nvml_no_time",
+        _run_dir_edit(
+            _lines(N, [json.dumps({"type": "sample", "gpu_uuid": "GPU-1", "util_ratio": 0.5})])
+        ),
+        "diagnosis",
+        "samples without a valid time_ns",
+    ),
+    Case(
+        "nvml_strings",
+        _run_dir_edit(
+            _lines(
+                N,
+                [
+                    json.dumps({"type": "sample", "time_ns": "now", "gpu_uuid": "GPU-1"}),
+                    json.dumps(
+                        {
+                            "type": "sample",
+                            "time_ns": 1_700_000_000_500_000_000,
+                            "gpu_uuid": "GPU-1",
+                            "util_ratio": "high",
+                            "index": "0",
+                            "throttle_reasons": -1,
+                        }
+                    ),
+                ],
+            )
+        ),
+        "diagnosis",
+        "util_ratio values that are not numbers",
+    ),
     Case("nvml_fifo", _run_dir_edit(_special(N, "fifo")), "error", "not a regular file"),
-]  # fmt: skip
+]
 
 
 # ---- saved diagnoses (inputs of analyze, gate, diff, report)
@@ -720,31 +1012,85 @@ def _put(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
 SCRIPT = "<script>alert(1)</script>"
 CASES += [
     Case("diagnosis_valid", _diag(lambda doc: None), "diagnosis"),
-    Case("diagnosis_script_in_step", _diag(_put("steps.0.step", SCRIPT)), "error",
-         "steps[0].step: expected an integer, got a string", cli=True),
-    Case("diagnosis_script_in_rank", _diag(_put("steps.0.rank", SCRIPT)), "error",
-         "steps[0].rank: expected an integer"),
-    Case("diagnosis_script_in_run_ranks", _diag(_put("run.ranks", SCRIPT)), "error",
-         "run.ranks: expected an integer"),
-    Case("diagnosis_script_in_rank_steps", _diag(_put("ranks.0.steps", SCRIPT)), "error",
-         "ranks[0].steps: expected an integer"),
-    Case("diagnosis_list_for_object", _diag(_put("run", [1, 2])), "error",
-         "run: expected an object, got a list"),
+    Case(
+        "diagnosis_script_in_step",
+        _diag(_put("steps.0.step", SCRIPT)),
+        "error",
+        "steps[0].step: expected an integer, got a string",
+        cli=True,
+    ),
+    Case(
+        "diagnosis_script_in_rank",
+        _diag(_put("steps.0.rank", SCRIPT)),
+        "error",
+        "steps[0].rank: expected an integer",
+    ),
+    Case(
+        "diagnosis_script_in_run_ranks",
+        _diag(_put("run.ranks", SCRIPT)),
+        "error",
+        "run.ranks: expected an integer",
+    ),
+    Case(
+        "diagnosis_script_in_rank_steps",
+        _diag(_put("ranks.0.steps", SCRIPT)),
+        "error",
+        "ranks[0].steps: expected an integer",
+    ),
+    Case(
+        "diagnosis_list_for_object",
+        _diag(_put("run", [1, 2])),
+        "error",
+        "run: expected an object, got a list",
+    ),
     Case("diagnosis_string_for_list", _diag(_put("findings", "none")), "error", "findings"),
     Case("diagnosis_newer_schema", _diag(_put("schema_version", 99)), "error", "newer than"),
-    Case("diagnosis_unknown_kind", _diag(_put("findings", [{"kind": "bogus",
-         "severity": "info", "message": "m", "ranks": [], "steps": [], "metrics": {},
-         "cause": None, "persistent": None, "wait_caused_ns": None}])), "error",
-         "findings[0].kind"),
-    Case("diagnosis_what_if_partial", _diag(_put("what_if", {"step_time_ns": 5})), "error",
-         "what_if"),
-    Case("diagnosis_comm_names_numbers", _diag(_put("ranks.0.evidence", {"comm_names": [1]})),
-         "error", "ranks[0].evidence.comm_names[0]"),
+    Case(
+        "diagnosis_unknown_kind",
+        _diag(
+            _put(
+                "findings",
+                [
+                    {
+                        "kind": "bogus",
+                        "severity": "info",
+                        "message": "m",
+                        "ranks": [],
+                        "steps": [],
+                        "metrics": {},
+                        "cause": None,
+                        "persistent": None,
+                        "wait_caused_ns": None,
+                    }
+                ],
+            )
+        ),
+        "error",
+        "findings[0].kind",
+    ),
+    Case(
+        "diagnosis_what_if_partial", _diag(_put("what_if", {"step_time_ns": 5})), "error", "what_if"
+    ),
+    Case(
+        "diagnosis_comm_names_numbers",
+        _diag(_put("ranks.0.evidence", {"comm_names": [1]})),
+        "error",
+        "ranks[0].evidence.comm_names[0]",
+    ),
     Case("diagnosis_nan", _diag(_put("run.idle_ratio", float("nan"))), "error", "run.idle_ratio"),
-    Case("diagnosis_deep", lambda d: [write(d, "saved.json",
-         '{"gpudiag_version": "x", "schema_version": 1, "a": ' + DEEP_JSON + "}")], "error",
-         "nested too deeply"),
-]  # fmt: skip
+    Case(
+        "diagnosis_deep",
+        lambda d: [
+            write(
+                d,
+                "saved.json",
+                '{"gpudiag_version": "x", "schema_version": 1, "a": ' + DEEP_JSON + "}",
+            )
+        ],
+        "error",
+        "nested too deeply",
+    ),
+]
 
 
 @case(expect="corrupt SQLite database")

@@ -175,9 +175,14 @@ def run_cli_case(name: str, root: Path, args: list[str], timeout: float = 120) -
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "gpudiag", *args], capture_output=True, text=True, env=env,
-            timeout=timeout, check=False, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [sys.executable, "-m", "gpudiag", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
     except subprocess.TimeoutExpired:
         return Outcome(name, "other", f"timed out after {timeout} s", timeout, None)
     wall = time.perf_counter() - t0

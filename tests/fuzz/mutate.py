@@ -33,17 +33,68 @@ WINDOW_EVENTS = 1500
 
 # Values that break assumptions: extremes of every numeric range, non-numbers, markup.
 NASTY: list[Any] = [
-    -1e308, 1e308, -1.0, -1, 0, 0.0, 1e-300, 2**31, 3_000_000_000, 2**53 + 1, 2**63 - 1, 2**63,
-    2**64, 2**70, -(2**63), -(2**70), 10**30, 1.5, "", "x", "123", "-1", "1e308",
-    "<script>alert(1)</script>", None, True, False, [], {}, [1, 2], {"a": 1}, "ProfilerStep#1",
-    "\u0000", "\ud7ff\uffff", "nccl:all_reduce",
-]  # fmt: skip
+    -1e308,
+    1e308,
+    -1.0,
+    -1,
+    0,
+    0.0,
+    1e-300,
+    2**31,
+    3_000_000_000,
+    2**53 + 1,
+    2**63 - 1,
+    2**63,
+    2**64,
+    2**70,
+    -(2**63),
+    -(2**70),
+    10**30,
+    1.5,
+    "",
+    "x",
+    "123",
+    "-1",
+    "1e308",
+    "<script>alert(1)</script>",
+    None,
+    True,
+    False,
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
+    "ProfilerStep#1",
+    "\u0000",
+    "\ud7ff\uffff",
+    "nccl:all_reduce",
+]
 FIELDS = ["ts", "dur", "pid", "tid", "name", "cat", "ph", "args", "id"]
-ARG_FIELDS = ["correlation", "External id", "device", "stream", "bytes", "Collective name",
-              "In msg nelems", "Out msg nelems", "dtype", "Group size", "Seq", "Comms Id",
-              "Process Group Name", "name", "labels"]  # fmt: skip
-TOP_FIELDS = ["distributedInfo", "deviceProperties", "baseTimeNanoseconds", "schemaVersion",
-              "traceEvents", "displayTimeUnit"]  # fmt: skip
+ARG_FIELDS = [
+    "correlation",
+    "External id",
+    "device",
+    "stream",
+    "bytes",
+    "Collective name",
+    "In msg nelems",
+    "Out msg nelems",
+    "dtype",
+    "Group size",
+    "Seq",
+    "Comms Id",
+    "Process Group Name",
+    "name",
+    "labels",
+]
+TOP_FIELDS = [
+    "distributedInfo",
+    "deviceProperties",
+    "baseTimeNanoseconds",
+    "schemaVersion",
+    "traceEvents",
+    "displayTimeUnit",
+]
 
 
 @dataclass
@@ -180,8 +231,9 @@ def replace_event(rng: random.Random, doc: dict[str, Any]) -> tuple[dict[str, An
 
 def perturb_top(rng: random.Random, doc: dict[str, Any]) -> tuple[dict[str, Any], str]:
     doc = dict(doc)
-    key = rng.choice([*TOP_FIELDS, "distributedInfo.rank", "distributedInfo.rank",
-                      "distributedInfo.world_size"])  # fmt: skip
+    key = rng.choice(
+        [*TOP_FIELDS, "distributedInfo.rank", "distributedInfo.rank", "distributedInfo.world_size"]
+    )
     if key.startswith("distributedInfo."):
         sub = key.split(".", 1)[1]
         info = dict(doc["distributedInfo"]) if isinstance(doc.get("distributedInfo"), dict) else {}
@@ -196,8 +248,20 @@ def perturb_top(rng: random.Random, doc: dict[str, Any]) -> tuple[dict[str, Any]
 
 def step_numbers(rng: random.Random, doc: dict[str, Any]) -> tuple[dict[str, Any], str]:
     ev = _events(doc)
-    big = rng.choice(["3000000000", "2147483648", "9223372036854775808", str(2**70), "-5",
-                      "99999999999999999999999", "0", "00", "1e3", ""])  # fmt: skip
+    big = rng.choice(
+        [
+            "3000000000",
+            "2147483648",
+            "9223372036854775808",
+            str(2**70),
+            "-5",
+            "99999999999999999999999",
+            "0",
+            "00",
+            "1e3",
+            "",
+        ]
+    )
     hit = 0
     for i, e in enumerate(ev):
         step = isinstance(e, dict) and str(e.get("name", "")).startswith("ProfilerStep#")
@@ -235,10 +299,17 @@ def deep_nesting(rng: random.Random, doc: dict[str, Any]) -> tuple[dict[str, Any
 
 
 MUTATIONS: list[tuple[Callable[..., tuple[dict[str, Any], str]], int]] = [
-    (drop_events, 3), (duplicate_events, 2), (shuffle_events, 1), (perturb_field, 8),
-    (delete_field, 3), (replace_event, 1), (perturb_top, 3), (step_numbers, 2),
-    (shift_times, 2), (deep_nesting, 1),
-]  # fmt: skip
+    (drop_events, 3),
+    (duplicate_events, 2),
+    (shuffle_events, 1),
+    (perturb_field, 8),
+    (delete_field, 3),
+    (replace_event, 1),
+    (perturb_top, 3),
+    (step_numbers, 2),
+    (shift_times, 2),
+    (deep_nesting, 1),
+]
 DEEP = 100_000
 
 
@@ -293,11 +364,30 @@ def mutants(bases: list[Base], seed: int, count: int, start: int = 0) -> Iterato
 # ---- Nsight exports: SQL mutations of a copy, then damage to the file's bytes
 
 NSYS_BASES = ["nsys-ai/healthy_1pct.sqlite", "nsys-ai/mfu_2gpu_before.sqlite"]
-NSYS_TABLES = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME",
-               "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "NVTX_EVENTS",
-               "StringIds", "TARGET_INFO_GPU", "META_DATA_EXPORT"]  # fmt: skip
-SQL_NASTY = ["'x'", "''", "x'00ff'", "NULL", "-9223372036854775808", "9223372036854775807",
-             "1.5", "-1", "0", "'²'", "'MPI Rank 3'", "1e300"]  # fmt: skip
+NSYS_TABLES = [
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "NVTX_EVENTS",
+    "StringIds",
+    "TARGET_INFO_GPU",
+    "META_DATA_EXPORT",
+]
+SQL_NASTY = [
+    "'x'",
+    "''",
+    "x'00ff'",
+    "NULL",
+    "-9223372036854775808",
+    "9223372036854775807",
+    "1.5",
+    "-1",
+    "0",
+    "'²'",
+    "'MPI Rank 3'",
+    "1e300",
+]
 
 
 def _sql_ops(rng: random.Random, con: Any) -> list[str]:
@@ -311,8 +401,9 @@ def _sql_ops(rng: random.Random, con: Any) -> list[str]:
         if not cols:
             continue
         c = rng.choice(cols)
-        op = rng.choices(["set", "delete", "drop", "rename", "view", "insert"],
-                         [10, 2, 1, 2, 1, 2])[0]  # fmt: skip
+        op = rng.choices(
+            ["set", "delete", "drop", "rename", "view", "insert"], [10, 2, 1, 2, 1, 2]
+        )[0]
         frac = rng.choice([1, 2, 5, 50])
         stmt = {
             "set": f'UPDATE "{t}" SET "{c}" = {rng.choice(SQL_NASTY)} WHERE abs(random()) % {frac} = 0',

@@ -66,9 +66,14 @@ def run_direct(cmd: list[str], timeout: float = 120) -> subprocess.CompletedProc
 
     def once() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            cmd, capture_output=True, text=True, env=job_env(), timeout=timeout, cwd=ROOT,
+            cmd,
+            capture_output=True,
+            text=True,
+            env=job_env(),
+            timeout=timeout,
+            cwd=ROOT,
             check=False,
-        )  # fmt: skip
+        )
 
     r = once()
     if r.returncode != 0 and TEARDOWN_CRASH in r.stderr:

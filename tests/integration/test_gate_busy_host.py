@@ -24,14 +24,34 @@ from run_helpers import DEMO, run_gpudiag
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("torch_required")]
 
-TORCHRUN = ["torchrun", "--standalone", "--nproc-per-node", "2", str(DEMO), "--pin",
-            "--steps", "40", "--batch", "1024", "--hidden", "256", "--layers", "3",
-            "--dim", "128"]  # fmt: skip
+TORCHRUN = [
+    "torchrun",
+    "--standalone",
+    "--nproc-per-node",
+    "2",
+    str(DEMO),
+    "--pin",
+    "--steps",
+    "40",
+    "--batch",
+    "1024",
+    "--hidden",
+    "256",
+    "--layers",
+    "3",
+    "--dim",
+    "128",
+]
 JOBS = {
-    "base1": [], "base2": [], "base3": [], "same1": [], "same2": [],
-    "slow60": ["--extra-work", "0.6"], "slow150": ["--extra-work", "1.5"],
+    "base1": [],
+    "base2": [],
+    "base3": [],
+    "same1": [],
+    "same2": [],
+    "slow60": ["--extra-work", "0.6"],
+    "slow150": ["--extra-work", "1.5"],
     "raised": ["--raise-at", "25"],
-}  # fmt: skip
+}
 BASELINE = ("base1", "base2", "base3")
 
 
@@ -43,24 +63,48 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     try:
         for name, args in JOBS.items():
             d = root / name
-            r = run_gpudiag(["run", "--out", str(d), "-q", "--no-analyze", "--profile-steps",
-                             "5:10", "--", *TORCHRUN, *args], timeout=300)  # fmt: skip
+            r = run_gpudiag(
+                [
+                    "run",
+                    "--out",
+                    str(d),
+                    "-q",
+                    "--no-analyze",
+                    "--profile-steps",
+                    "5:10",
+                    "--",
+                    *TORCHRUN,
+                    *args,
+                ],
+                timeout=300,
+            )
             assert (r.returncode != 0) == (name == "raised"), r.stderr[-3000:]
             out[name] = d
     finally:
         hog.kill()
         hog.wait()
     base = root / "baseline.json"
-    r = run_gpudiag(["gate", "--save-baseline", str(base), *(str(out[b]) for b in BASELINE)],
-                    timeout=600)  # fmt: skip
+    r = run_gpudiag(
+        ["gate", "--save-baseline", str(base), *(str(out[b]) for b in BASELINE)], timeout=600
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     out["baseline.json"] = base
     return out
 
 
 def gate(runs: dict[str, Path], name: str, *extra: str) -> tuple[int, dict]:
-    r = run_gpudiag(["gate", str(runs[name]), "--baseline", str(runs["baseline.json"]),
-                     "--format", "json", *extra], timeout=600)  # fmt: skip
+    r = run_gpudiag(
+        [
+            "gate",
+            str(runs[name]),
+            "--baseline",
+            str(runs["baseline.json"]),
+            "--format",
+            "json",
+            *extra,
+        ],
+        timeout=600,
+    )
     assert r.returncode in (0, 1, 5), r.stderr[-2000:]
     return r.returncode, json.loads(r.stdout)
 
@@ -83,9 +127,11 @@ def results(runs: dict[str, Path]) -> dict[tuple[str, bool], tuple[int, dict]]:
                 v = c.get(key)
                 return "-" if v is None else format(v, form)
 
-            lines.append(f"{name:7s} {ok!s:18s} {code:4d}  {cell(cpu, 'effect_ratio', '+.1%'):10s}"
-                         f"  {cell(cpu, 'p_value', '.2g'):7s}  {cell(wall, 'effect_ratio', '+.1%'):11s}"
-                         f"  {cell(wall, 'p_value', '.2g'):7s}  {', '.join(fails) or '-'}")  # fmt: skip
+            lines.append(
+                f"{name:7s} {ok!s:18s} {code:4d}  {cell(cpu, 'effect_ratio', '+.1%'):10s}"
+                f"  {cell(cpu, 'p_value', '.2g'):7s}  {cell(wall, 'effect_ratio', '+.1%'):11s}"
+                f"  {cell(wall, 'p_value', '.2g'):7s}  {', '.join(fails) or '-'}"
+            )
     text = "\n".join(lines)
     (runs["baseline.json"].parent / "gate-runs.txt").write_text(text + "\n")
     print("\n" + text)
@@ -115,15 +161,17 @@ def test_much_more_own_work_fails(results: dict, ok: bool) -> None:
     assert rows["cpu_time_regression"]["status"] == "fail"
 
 
-def test_a_run_whose_rank_raised_fails_and_is_no_baseline(runs: dict, results: dict,
-                                                          tmp_path: Path) -> None:  # fmt: skip
+def test_a_run_whose_rank_raised_fails_and_is_no_baseline(
+    runs: dict, results: dict, tmp_path: Path
+) -> None:
     for ok in (False, True):
         code, res = results[("raised", ok)]
         rows = {c["name"]: c for c in res["checks"]}
         assert code == 1 and rows["run_outcome"]["status"] == "fail"
         assert "raised" in rows["run_outcome"]["message"]
     out = tmp_path / "bad.json"
-    r = run_gpudiag(["gate", "--save-baseline", str(out), str(runs["base1"]),
-                     str(runs["raised"])], timeout=600)  # fmt: skip
+    r = run_gpudiag(
+        ["gate", "--save-baseline", str(out), str(runs["base1"]), str(runs["raised"])], timeout=600
+    )
     assert r.returncode == 4 and not out.exists(), r.stderr
     assert "refused as a baseline" in r.stderr and "Traceback" not in r.stderr

@@ -38,11 +38,31 @@ def test_plain_run_reports_a_stall_within_two_minutes(tmp_path: Path) -> None:
     err = tmp_path / "stderr.txt"
     with err.open("w") as f:
         p = subprocess.Popen(
-            [sys.executable, "-m", "gpudiag", "run", "--out", str(out), "--profile-steps", "off",
-             "--no-nvml", "--", *TORCHRUN, str(JOB), "--cause", "loader", "--gloo-timeout", "400"],
-            env=job_env(), stdout=subprocess.DEVNULL, stderr=f, text=True, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "gpudiag",
+                "run",
+                "--out",
+                str(out),
+                "--profile-steps",
+                "off",
+                "--no-nvml",
+                "--",
+                *TORCHRUN,
+                str(JOB),
+                "--cause",
+                "loader",
+                "--gloo-timeout",
+                "400",
+            ],
+            env=job_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=f,
+            text=True,
+            cwd=ROOT,
             start_new_session=True,
-        )  # fmt: skip
+        )
         try:
             stalled_at = None
             end = time.monotonic() + 300

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 import pytest
-from test_issue22_alerts_run import ONSET, check_first_alert, offline, run_job
+from test_live_alerts import ONSET, check_first_alert, offline, run_job
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow

@@ -14,14 +14,28 @@ from pathlib import Path
 import pytest
 from cli_runner import ROOT, run_cli
 
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "report"))
 from test_html_matches_console import SHARED, _unmarked
-from test_issue5_html import run_chromium
+from test_html_report import run_chromium
 
 from gpudiag.collect.samplers.nvml import nvidia_driver_loaded
 
-JOB = ["torchrun", "--standalone", "--nproc-per-node", "2", "-m", "gpudiag.demo.train",
-       "--steps", "14", "--batch", "512", "--sleep-rank", "1", "--sleep-s", "0.1"]  # fmt: skip
+JOB = [
+    "torchrun",
+    "--standalone",
+    "--nproc-per-node",
+    "2",
+    "-m",
+    "gpudiag.demo.train",
+    "--steps",
+    "14",
+    "--batch",
+    "512",
+    "--sleep-rank",
+    "1",
+    "--sleep-s",
+    "0.1",
+]
 PROBE = """<script>
 addEventListener('load', () => {
   const p = document.createElement('pre'); p.id = 'probe';
@@ -38,8 +52,9 @@ def test_report_of_a_run_says_what_its_console_said(tmp_path: Path) -> None:
 
     out = tmp_path / "run"
     # 1000 columns: the console's lines unwrapped, one logical line each
-    r = run_cli("run", "--out", str(out), "--", *JOB, cwd=tmp_path, timeout=600,
-                env={"COLUMNS": "1000"})  # fmt: skip
+    r = run_cli(
+        "run", "--out", str(out), "--", *JOB, cwd=tmp_path, timeout=600, env={"COLUMNS": "1000"}
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [" ".join(x.split()) for x in r.stdout.splitlines() if x.strip()]
     shared = [x for x in lines if x.startswith(SHARED)]

@@ -33,11 +33,34 @@ def doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("blame") / "run"
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"], cwd=ROOT)
     try:
-        r = run_cli("run", "--no-analyze", "--quiet", "--out", str(out), "--",
-                    sys.executable, "-m", "torch.distributed.run", "--standalone",
-                    "--nproc-per-node", "2", JOB, "--steps", "24", "--onset", "0",
-                    "--work-ms", str(WORK_MS), "--compute", "--straggle-rank", "1",
-                    "--straggle-s", str(EXTRA_S), "--straggle-compute", timeout=240)  # fmt: skip
+        r = run_cli(
+            "run",
+            "--no-analyze",
+            "--quiet",
+            "--out",
+            str(out),
+            "--",
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            JOB,
+            "--steps",
+            "24",
+            "--onset",
+            "0",
+            "--work-ms",
+            str(WORK_MS),
+            "--compute",
+            "--straggle-rank",
+            "1",
+            "--straggle-s",
+            str(EXTRA_S),
+            "--straggle-compute",
+            timeout=240,
+        )
     finally:
         hog.kill()
         hog.wait()

@@ -60,8 +60,19 @@ def _start(tmp_path: Path, job_text: str, *job_args: str) -> tuple[str, Path]:
     job, rc = tmp_path / "job.py", tmp_path / "rc"
     job.write_text(job_text)
     env = job_env({"TERM": "xterm-256color"})
-    gpudiag = [sys.executable, "-m", "gpudiag", "run", "--out", str(tmp_path / "run"),
-               "--no-analyze", "--", sys.executable, str(job), *job_args]  # fmt: skip
+    gpudiag = [
+        sys.executable,
+        "-m",
+        "gpudiag",
+        "run",
+        "--out",
+        str(tmp_path / "run"),
+        "--no-analyze",
+        "--",
+        sys.executable,
+        str(job),
+        *job_args,
+    ]
     script = tmp_path / "run.sh"
     script.write_text(
         "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items() if k.isidentifier())
@@ -107,8 +118,11 @@ def test_every_job_line_survives_in_order_on_a_terminal(tmp_path: Path) -> None:
     assert steps == [f"step {i} loss {1.0 / (i + 1):.4f}" for i in range(12)], "\n".join(after)
     job_lines = [line.rstrip() for line in after if line.startswith(("step ", "job stderr"))]
     assert job_lines[:3] == ["step 0 loss 1.0000", "job stderr 0", "step 1 loss 0.5000"]
-    assert [x for x in job_lines if x.startswith("job")] == ["job stderr 0", "job stderr 4",
-                                                            "job stderr 8"]  # fmt: skip
+    assert [x for x in job_lines if x.startswith("job")] == [
+        "job stderr 0",
+        "job stderr 4",
+        "job stderr 8",
+    ]
     assert not any(STATUS.match(line) for line in after)  # the status is erased at the end
     assert rc.read_text().strip() == "7"  # the job's exit code, exactly
     # the job's lines are whole lines of the pane: nothing of gpudiag's is written into them
@@ -130,8 +144,12 @@ except KeyboardInterrupt:
 def test_ctrl_c_on_the_terminal_reaches_the_job_once(tmp_path: Path) -> None:
     session, rc = _start(tmp_path, INTERRUPTIBLE)
     try:
-        assert _wait(lambda: any(STATUS.match(line) for line in _pane(session))
-                     and "line 2" in _pane(session), 60), "\n".join(_pane(session))  # fmt: skip
+        assert _wait(
+            lambda: (
+                any(STATUS.match(line) for line in _pane(session)) and "line 2" in _pane(session)
+            ),
+            60,
+        ), "\n".join(_pane(session))
         _tmux("send-keys", "-t", session, "C-c")
         assert _wait(rc.exists, 60), "\n".join(_pane(session))
         # the terminal echoes ^C where the cursor is, as it would without gpudiag
@@ -140,5 +158,9 @@ def test_ctrl_c_on_the_terminal_reaches_the_job_once(tmp_path: Path) -> None:
         subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
     assert rc.read_text().strip() == "130"  # an interrupted run exits 130 (issue 21), as before
     assert [x for x in after if x.startswith(("line", "job"))] == [
-        "line 0", "line 1", "line 2", "job got SIGINT"]  # fmt: skip
+        "line 0",
+        "line 1",
+        "line 2",
+        "job got SIGINT",
+    ]
     assert not any(STATUS.match(line) for line in after)

@@ -42,8 +42,9 @@ def step_samples_and_basis(
 ) -> tuple[list[int], str]:
     """:func:`step_samples` and what they rest on: ``WHOLE_RUN`` or ``PROFILED``."""
     th = th or Thresholds()
-    window = [RunStep(s.rank, s.step, s.start_ns, s.duration_ns, None, None, None, False)
-              for s in d.steps]  # fmt: skip
+    window = [
+        RunStep(s.rank, s.step, s.start_ns, s.duration_ns, None, None, None, False) for s in d.steps
+    ]
     tele = list(d.whole_run.steps) if d.whole_run else []
     # The window's first step is not the job's: only --warmup-steps drops it there.
     keep = steady_steps(window, th.steady, warmup_steps or 0)
@@ -137,12 +138,19 @@ def run_stat(
     """Reduce a Diagnosis (and its recorded run conditions) to a :class:`RunStat`."""
     samples = step_samples(d, warmup_steps, th)
     median = step_time_stats(d, warmup_steps, th)[0]
-    stragglers = sorted({r for f in d.findings if f.kind == FindingKind.STRAGGLER
-                         for r in f.ranks})  # fmt: skip
-    return RunStat(name, median, samples, d.run.shares.as_dict(), d.run.idle_ratio,
-                   fingerprint(d), stragglers,
-                   conditions.to_json() if conditions is not None else None,
-                   cpu_samples(d, warmup_steps, th), run_outcome(d))  # fmt: skip
+    stragglers = sorted({r for f in d.findings if f.kind == FindingKind.STRAGGLER for r in f.ranks})
+    return RunStat(
+        name,
+        median,
+        samples,
+        d.run.shares.as_dict(),
+        d.run.idle_ratio,
+        fingerprint(d),
+        stragglers,
+        conditions.to_json() if conditions is not None else None,
+        cpu_samples(d, warmup_steps, th),
+        run_outcome(d),
+    )
 
 
 BASELINE_FORMAT = "gpudiag.baseline"
@@ -168,8 +176,10 @@ def is_baseline_json(doc: Any) -> bool:
 def baseline_from_json(doc: dict[str, Any]) -> list[RunStat]:
     """The runs of a baseline file; ValueError on a newer or malformed one."""
     if int(doc.get("version", 0)) > BASELINE_VERSION:
-        raise ValueError(f"baseline file version {doc.get('version')} is newer than this "
-                         f"gpudiag understands ({BASELINE_VERSION})")  # fmt: skip
+        raise ValueError(
+            f"baseline file version {doc.get('version')} is newer than this "
+            f"gpudiag understands ({BASELINE_VERSION})"
+        )
     try:
         return [RunStat(**r) for r in doc["runs"]]
     except (KeyError, TypeError) as e:

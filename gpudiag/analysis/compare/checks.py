@@ -35,8 +35,13 @@ class GateStatus(StrEnum):
         )
 
 
-PASS, FAIL, WARN, INCONCLUSIVE, OFF = (CheckStatus.PASS, CheckStatus.FAIL, CheckStatus.WARN,
-                                       CheckStatus.INCONCLUSIVE, CheckStatus.OFF)  # fmt: skip
+PASS, FAIL, WARN, INCONCLUSIVE, OFF = (
+    CheckStatus.PASS,
+    CheckStatus.FAIL,
+    CheckStatus.WARN,
+    CheckStatus.INCONCLUSIVE,
+    CheckStatus.OFF,
+)
 
 
 @dataclass(frozen=True)

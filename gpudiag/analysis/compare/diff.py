@@ -63,8 +63,9 @@ _METRICS: list[tuple[str, str, bool]] = [
 ]
 
 
-def _values(s: RunSummary | RankSummary, d: Diagnosis | None = None,
-            th: Thresholds | None = None) -> dict[str, float | None]:  # fmt: skip
+def _values(
+    s: RunSummary | RankSummary, d: Diagnosis | None = None, th: Thresholds | None = None
+) -> dict[str, float | None]:
     out = {
         "step_time_median": float(s.step_time_ns_median),
         "step_time_p90": float(s.step_time_ns_p90),
@@ -88,18 +89,31 @@ def _basis_note(a: Diagnosis, b: Diagnosis, th: Thresholds | None) -> str:
     run = ba if ba == bb else f"A: {ba}, B: {bb}"
     ra, rb = (_rank_basis(x) for x in (a, b))
     ranks = ra if ra == rb else f"A: {ra}, B: {rb}"
-    return (f"step times: the run rows are the steady job step (the slowest rank each step) "
-            f"over the {run}; the rank rows, each rank's {ranks}")  # fmt: skip
+    return (
+        f"step times: the run rows are the steady job step (the slowest rank each step) "
+        f"over the {run}; the rank rows, each rank's {ranks}"
+    )
 
 
 def _rank_basis(d: Diagnosis) -> str:
     """What a diagnosis's rank rows rest on: the profiled window, or the steady telemetry."""
-    return ("steady steps (telemetry: no profiled window)" if d.run.mode == Mode.TELEMETRY
-            else "steps in the profiled window")  # fmt: skip
+    return (
+        "steady steps (telemetry: no profiled window)"
+        if d.run.mode == Mode.TELEMETRY
+        else "steps in the profiled window"
+    )
 
 
-def _row(scope: str, rank: int | None, metric: str, unit: str, lower: bool,
-         a: float | None, b: float | None, rules: DiffRules) -> DiffRow:  # fmt: skip
+def _row(
+    scope: str,
+    rank: int | None,
+    metric: str,
+    unit: str,
+    lower: bool,
+    a: float | None,
+    b: float | None,
+    rules: DiffRules,
+) -> DiffRow:
     if a is None or b is None:
         return DiffRow(scope, rank, metric, unit, a, b, None, "n/a", lower)
     if unit == "ns":
@@ -116,9 +130,13 @@ def _row(scope: str, rank: int | None, metric: str, unit: str, lower: bool,
 
 
 def diff(
-    a: Diagnosis, b: Diagnosis, a_name: str = "A", b_name: str = "B",
-    rules: DiffRules | None = None, th: Thresholds | None = None,
-) -> RunDiff:  # fmt: skip
+    a: Diagnosis,
+    b: Diagnosis,
+    a_name: str = "A",
+    b_name: str = "B",
+    rules: DiffRules | None = None,
+    th: Thresholds | None = None,
+) -> RunDiff:
     """Compare run summaries, then each rank present in either run.
 
     The run's median and p90 step time come from
@@ -129,19 +147,22 @@ def diff(
     notes = []
     fa, fb = fingerprint(a), fingerprint(b)
     if fa != fb:
-        notes.append(f"different setups (A vs B: {describe_fingerprint_difference(fa, fb)}); "
-                     "differences may come from that")  # fmt: skip
+        notes.append(
+            f"different setups (A vs B: {describe_fingerprint_difference(fa, fb)}); "
+            "differences may come from that"
+        )
     va_run, vb_run = _values(a.run, a, th), _values(b.run, b, th)
     notes.append(_basis_note(a, b, th))
-    rows = [_row("run", None, m, u, lo, va_run[m], vb_run[m], rules)
-            for m, u, lo in _METRICS]  # fmt: skip
+    rows = [_row("run", None, m, u, lo, va_run[m], vb_run[m], rules) for m, u, lo in _METRICS]
     ra = {r.rank: r for r in a.ranks}
     rb = {r.rank: r for r in b.ranks}
     for rank in sorted(set(ra) | set(rb)):
         va = _values(ra[rank]) if rank in ra else {}
         vb = _values(rb[rank]) if rank in rb else {}
-        rows += [_row(f"rank {rank}", rank, m, u, lo, va.get(m), vb.get(m), rules)
-                 for m, u, lo in _METRICS]  # fmt: skip
+        rows += [
+            _row(f"rank {rank}", rank, m, u, lo, va.get(m), vb.get(m), rules)
+            for m, u, lo in _METRICS
+        ]
     comm = []
     for rank in sorted(set(ra) & set(rb)):
         na = list(ra[rank].evidence.comm_names or [])

@@ -91,8 +91,16 @@ from gpudiag.config import GateConfig, Thresholds
 from gpudiag.rundir.conditions import RunConditions, contention
 from gpudiag.rundir.conditions import describe as describe_run_conditions
 
-__all__ = ["Check", "CheckStatus", "GateResult", "GateStatus", "baseline_summary", "evaluate",
-           "regression_check", "runs_needed"]  # fmt: skip
+__all__ = [
+    "Check",
+    "CheckStatus",
+    "GateResult",
+    "GateStatus",
+    "baseline_summary",
+    "evaluate",
+    "regression_check",
+    "runs_needed",
+]
 
 
 # ---- the gate ----
@@ -101,11 +109,15 @@ __all__ = ["Check", "CheckStatus", "GateResult", "GateStatus", "baseline_summary
 def _limit_checks(d: Diagnosis, cfg: GateConfig, th: Thresholds, note: str = "") -> list[Check]:
     out: list[Check] = []
     specs: list[tuple[str, str, float | None, str]] = [
-        ("idle_ratio", "idle ratio", cfg.idle_limit(th, str(d.run.mode)),
-         "on a CPU-only run (set --max-idle-ratio)"),
+        (
+            "idle_ratio",
+            "idle ratio",
+            cfg.idle_limit(th, str(d.run.mode)),
+            "on a CPU-only run (set --max-idle-ratio)",
+        ),
         ("comm_wait_share", "comm-wait share", cfg.max_comm_wait_ratio, "(set --max-comm-wait)"),
         ("data_wait_share", "data-wait share", cfg.max_data_wait_ratio, "(set --max-data-wait)"),
-    ]  # fmt: skip
+    ]
     for name, label, limit, how in specs:
         if limit is None:
             out.append(Check(name, None, OFF, None, None, f"not applied {how}"))
@@ -131,12 +143,21 @@ def _limit_checks(d: Diagnosis, cfg: GateConfig, th: Thresholds, note: str = "")
     return out
 
 
-def _straggler_checks(d: Diagnosis, cfg: GateConfig, base: Sequence[RunStat],
-                      contended: Sequence[str] = ()) -> list[Check]:  # fmt: skip
+def _straggler_checks(
+    d: Diagnosis, cfg: GateConfig, base: Sequence[RunStat], contended: Sequence[str] = ()
+) -> list[Check]:
     """One check per straggler finding's rank; a contended run's cannot fail (inconclusive)."""
     if cfg.stragglers == "off":
-        return [Check("straggler", None, OFF, None, None,
-                      "not applied (--stragglers off; set fail or warn)")]  # fmt: skip
+        return [
+            Check(
+                "straggler",
+                None,
+                OFF,
+                None,
+                None,
+                "not applied (--stragglers off; set fail or warn)",
+            )
+        ]
     found = [f for f in d.findings if f.kind == FindingKind.STRAGGLER]
     if not found:
         return [Check("straggler", None, PASS, None, None, "no straggler findings")]
@@ -169,35 +190,59 @@ def baseline_summary(runs: Sequence[RunStat], cfg: GateConfig, name: str = "") -
         label = r.name or f"run {i + 1}"
         n, med = len(r.step_time_ns), r.step_time_ns_median
         few = n < cfg.min_samples
-        text = (f"{label}: {n} steady steps, median step time "
-                f"{'n/a' if med is None else duration(med)}")  # fmt: skip
+        text = (
+            f"{label}: {n} steady steps, median step time {'n/a' if med is None else duration(med)}"
+        )
         if few:
             text += f"; fewer than {cfg.min_samples}: comparisons with it will be inconclusive"
-        checks.append(Check("baseline_run", None, WARN if few else PASS, med, None, text,
-                            samples=[n], details={"run": label}))  # fmt: skip
+        checks.append(
+            Check(
+                "baseline_run",
+                None,
+                WARN if few else PASS,
+                med,
+                None,
+                text,
+                samples=[n],
+                details={"run": label},
+            )
+        )
     meds = [float(r.step_time_ns_median) for r in runs if r.step_time_ns_median]
     if len(meds) >= 2:
         m = float(np.mean(meds))
         cv = float(np.std(meds, ddof=1)) / m if m > 0 else 0.0
         mde = t_ppf(1.0 - cfg.run_alpha, len(meds) - 1) * cv * math.sqrt(1 + 1 / len(meds))
         floor = max(mde, cfg.min_effect_ratio)
-        checks.append(Check("baseline_spread", None, PASS, cv, None,
-                            f"{len(meds)} runs vary by ±{cv:.1%}: a later run fails on timing "
-                            f"only when slower by more than {floor:.1%} (level "
-                            f"{cfg.run_alpha:g}, min effect {cfg.min_effect_ratio:.0%})",
-                            mde_ratio=mde))  # fmt: skip
+        checks.append(
+            Check(
+                "baseline_spread",
+                None,
+                PASS,
+                cv,
+                None,
+                f"{len(meds)} runs vary by ±{cv:.1%}: a later run fails on timing "
+                f"only when slower by more than {floor:.1%} (level "
+                f"{cfg.run_alpha:g}, min effect {cfg.min_effect_ratio:.0%})",
+                mde_ratio=mde,
+            )
+        )
     fp = runs[0].fingerprint if runs else {}
-    return GateResult(GateStatus.PASSED, checks, name, None, fp, None, cfg.inconclusive_ok,
-                      asdict(cfg), None)  # fmt: skip
+    return GateResult(
+        GateStatus.PASSED, checks, name, None, fp, None, cfg.inconclusive_ok, asdict(cfg), None
+    )
 
 
-def _as_runs(baseline: Diagnosis | RunStat | Sequence[Diagnosis | RunStat] | None,
-             cfg: GateConfig, th: Thresholds) -> list[RunStat]:  # fmt: skip
+def _as_runs(
+    baseline: Diagnosis | RunStat | Sequence[Diagnosis | RunStat] | None,
+    cfg: GateConfig,
+    th: Thresholds,
+) -> list[RunStat]:
     if baseline is None:
         return []
     items = [baseline] if isinstance(baseline, (Diagnosis, RunStat)) else list(baseline)
-    return [b if isinstance(b, RunStat) else run_stat(b, "", None, cfg.warmup_steps, th)
-            for b in items]  # fmt: skip
+    return [
+        b if isinstance(b, RunStat) else run_stat(b, "", None, cfg.warmup_steps, th) for b in items
+    ]
 
 
 def evaluate(
@@ -221,18 +266,35 @@ def evaluate(
     recorded = conditions.to_json() if conditions is not None else None
     note = f" (run contended: {describe_run_conditions(conditions)})" if contended else ""
     ended = run_outcome(d)
-    checks = [Check("run_outcome", None, FAIL, None, None, f"the run did not end well: {ended}")
-              if ended else Check("run_outcome", None, PASS, None, None,
-                                  "no failure, crash, interruption or hang")]  # fmt: skip
+    checks = [
+        Check("run_outcome", None, FAIL, None, None, f"the run did not end well: {ended}")
+        if ended
+        else Check("run_outcome", None, PASS, None, None, "no failure, crash, interruption or hang")
+    ]
     checks += _limit_checks(d, cfg, th, note) + _straggler_checks(d, cfg, base, contended)
     checks.append(
-        Check("run_conditions", None, WARN if contended else PASS, None, None,
-              ("contended: " + "; ".join(contended)) if contended else
-              f"quiet: {describe_run_conditions(conditions)}", details=recorded)
-        if recorded else
-        Check("run_conditions", None, OFF, None, None, "not applied: no run conditions "
-              "recorded (traces or a saved diagnosis; `gpudiag run` records them)")
-    )  # fmt: skip
+        Check(
+            "run_conditions",
+            None,
+            WARN if contended else PASS,
+            None,
+            None,
+            ("contended: " + "; ".join(contended))
+            if contended
+            else f"quiet: {describe_run_conditions(conditions)}",
+            details=recorded,
+        )
+        if recorded
+        else Check(
+            "run_conditions",
+            None,
+            OFF,
+            None,
+            None,
+            "not applied: no run conditions "
+            "recorded (traces or a saved diagnosis; `gpudiag run` records them)",
+        )
+    )
     checks += _baseline_checks(d, base, fp, cfg, th, subject, conditions, contended)
     if cfg.inconclusive_ok:
         checks = [hold_to_own_test(c) for c in checks]
@@ -249,13 +311,29 @@ def evaluate(
     else:
         status = GateStatus.PASSED
     base_fp = base[0].fingerprint if base else None
-    return GateResult(status, checks, subject, baseline_name, fp, base_fp, cfg.inconclusive_ok,
-                      asdict(cfg), recorded)  # fmt: skip
+    return GateResult(
+        status,
+        checks,
+        subject,
+        baseline_name,
+        fp,
+        base_fp,
+        cfg.inconclusive_ok,
+        asdict(cfg),
+        recorded,
+    )
 
 
-def _baseline_checks(d: Diagnosis, base: list[RunStat], fp: dict[str, object], cfg: GateConfig,
-                     th: Thresholds, subject: str, conditions: RunConditions | None,
-                     contended: list[str]) -> list[Check]:  # fmt: skip
+def _baseline_checks(
+    d: Diagnosis,
+    base: list[RunStat],
+    fp: dict[str, object],
+    cfg: GateConfig,
+    th: Thresholds,
+    subject: str,
+    conditions: RunConditions | None,
+    contended: list[str],
+) -> list[Check]:
     """The fingerprint and the two timing checks, or why they are not applied."""
     if not base:
         why = "not applied: no baseline (give --baseline B1 B2 B3)"
@@ -264,17 +342,33 @@ def _baseline_checks(d: Diagnosis, base: list[RunStat], fp: dict[str, object], c
     bad = [b for b in base if b.outcome]
     if bad:
         names = ", ".join(f"{b.name or 'a run'} ({b.outcome})" for b in bad)
-        out.append(Check("baseline_outcome", None, INCONCLUSIVE, None, None,
-                         f"baseline runs that did not end well are left out: {names}"))  # fmt: skip
+        out.append(
+            Check(
+                "baseline_outcome",
+                None,
+                INCONCLUSIVE,
+                None,
+                None,
+                f"baseline runs that did not end well are left out: {names}",
+            )
+        )
         base = [b for b in base if not b.outcome]
         if not base:
             return out
     odd = next((b for b in base if b.fingerprint != fp), None)
     if odd is not None:
         diffs = describe_fingerprint_difference(fp, odd.fingerprint)
-        return [*out, Check("fingerprint", None, INCONCLUSIVE, None, None,
-                            f"baseline {odd.name or 'run'} is from a different setup "
-                            f"({diffs}): not compared")]  # fmt: skip
+        return [
+            *out,
+            Check(
+                "fingerprint",
+                None,
+                INCONCLUSIVE,
+                None,
+                None,
+                f"baseline {odd.name or 'run'} is from a different setup ({diffs}): not compared",
+            ),
+        ]
     out.append(Check("fingerprint", None, PASS, None, None, "same setup as the baseline"))
     cand = run_stat(d, subject, conditions, cfg.warmup_steps, th)
     out.append(regression_check(cand, base, cfg, contended))

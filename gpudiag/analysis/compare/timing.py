@@ -50,10 +50,14 @@ def _advice(cv: float, effect: float, limit: float, cfg: GateConfig) -> str:
     need = runs_needed(cv, max(effect, limit), cfg)
     target = f"{max(effect, limit):.0%}"
     if need is not None:
-        return (f"the baseline runs vary by ±{cv:.1%}; need ≥ {need} runs or a quieter runner "
-                f"to detect {target}")  # fmt: skip
-    return (f"the baseline runs vary by ±{cv:.1%}; more runs will not detect {target}: "
-            "use a quieter runner")  # fmt: skip
+        return (
+            f"the baseline runs vary by ±{cv:.1%}; need ≥ {need} runs or a quieter runner "
+            f"to detect {target}"
+        )
+    return (
+        f"the baseline runs vary by ±{cv:.1%}; more runs will not detect {target}: "
+        "use a quieter runner"
+    )
 
 
 def run_level_test(c: float, medians: Sequence[float], cfg: GateConfig) -> dict[str, Any]:
@@ -69,13 +73,21 @@ def run_level_test(c: float, medians: Sequence[float], cfg: GateConfig) -> dict[
     scale = s * math.sqrt(1.0 + 1.0 / n)
     p = t_sf((c - m) / scale, n - 1) if scale > 0 else (0.0 if c > m else 1.0)
     effect = c / m - 1.0 if m > 0 else 0.0
-    return {"effect": effect, "mean": m, "cv": cv, "t_quantile": tq, "p": p,
-            "mde": tq * cv * math.sqrt(1.0 + 1.0 / n)}  # fmt: skip
+    return {
+        "effect": effect,
+        "mean": m,
+        "cv": cv,
+        "t_quantile": tq,
+        "p": p,
+        "mde": tq * cv * math.sqrt(1.0 + 1.0 / n),
+    }
 
 
+# hand-laid (over 80 lines once formatted; to be split)
+# fmt: off
 def timing_check(name: str, cand: Sequence[int], base: Sequence[Sequence[int]],
                  cfg: GateConfig, contended: Sequence[str] = (),
-                 noisy: Sequence[str] = ()) -> Check:  # fmt: skip
+                 noisy: Sequence[str] = ()) -> Check:
     """One timing check (``WALL`` or ``CPU``) of a candidate's per-step samples (the rule above).
 
     ``contended``: why a slowdown cannot fail (the wall clock: the candidate's run
@@ -89,14 +101,14 @@ def timing_check(name: str, cand: Sequence[int], base: Sequence[Sequence[int]],
         return Check(name, None, INCONCLUSIVE, None, limit,
                      f"too few steady steps to compare: {counts[0]} (subject) and {counts[1]} "
                      f"(smallest baseline run); need {cfg.min_samples} each",
-                     samples=counts)  # fmt: skip
+                     samples=counts)
     medians = [_median(b) for b in base]
     n, c = len(medians), _median(cand)
     pooled = [v for b in base for v in b]
     _, p_mw = mann_whitney_u(list(cand), pooled, alternative="greater")
     details: dict[str, Any] = {"baseline_runs": n, "baseline_medians_ns": medians,
                                "candidate_median_ns": c,
-                               "within_run_mann_whitney_p": p_mw}  # fmt: skip
+                               "within_run_mann_whitney_p": p_mw}
     ci: list[float] = []
     if n == 1:
         m = medians[0]
@@ -104,9 +116,9 @@ def timing_check(name: str, cand: Sequence[int], base: Sequence[Sequence[int]],
         floor, mde, p, signal = cfg.single_run_min_effect_ratio, None, p_mw, p_mw < cfg.alpha
         head = f"{what} {duration(c, 'ms')} vs {duration(m, 'ms')} baseline ({effect:+.1%}"
         desc = (f"{head}; one baseline run: no between-run spread, so timing fails only above "
-                f"+{floor:.0%}; within-run Mann-Whitney p={p_mw:.2g})")  # fmt: skip
+                f"+{floor:.0%}; within-run Mann-Whitney p={p_mw:.2g})")
         advice = ("give 3 or more baseline runs (--baseline B1 B2 B3) to measure the "
-                  "runner's noise")  # fmt: skip
+                  "runner's noise")
     else:
         t = run_level_test(c, medians, cfg)
         m, effect, mde, p, cv = t["mean"], t["effect"], t["mde"], t["p"], t["cv"]
@@ -116,7 +128,7 @@ def timing_check(name: str, cand: Sequence[int], base: Sequence[Sequence[int]],
         head = f"{what} {duration(c, 'ms')} vs {duration(m, 'ms')} baseline ({effect:+.1%}"
         desc = (f"{head}, {1.0 - 2.0 * cfg.run_alpha:.0%} CI {ci[0]:+.1%} to {ci[1]:+.1%}); "
                 f"{n} baseline runs vary by ±{cv:.1%}, smallest detectable effect {mde:.1%}; "
-                f"run-level p={p:.2g}, within-run Mann-Whitney p={p_mw:.2g}")  # fmt: skip
+                f"run-level p={p:.2g}, within-run Mann-Whitney p={p_mw:.2g}")
         advice = _advice(cv, effect, limit, cfg)
     details.update(baseline_mean_ns=m, min_effect_ratio=limit)
     if noisy:
@@ -124,7 +136,7 @@ def timing_check(name: str, cand: Sequence[int], base: Sequence[Sequence[int]],
         desc += f"; contended baseline runs: {', '.join(noisy)}"
         details["contended_baseline_runs"] = list(noisy)
     kw: dict[str, Any] = {"p_value": p, "effect_ratio": effect, "samples": counts, "ci": ci,
-                          "mde_ratio": mde, "details": details}  # fmt: skip
+                          "mde_ratio": mde, "details": details}
     if effect <= limit:
         verdict = "not slower" if effect <= 0 else f"within min effect +{limit:.0%}"
         return Check(name, None, PASS, effect, limit, f"{verdict}: {desc}", **kw)
@@ -135,33 +147,48 @@ def timing_check(name: str, cand: Sequence[int], base: Sequence[Sequence[int]],
             return Check(name, None, INCONCLUSIVE, effect, limit,
                          f"inconclusive: slower, but the run was contended "
                          f"({'; '.join(contended)}), so the wall clock cannot fail it (the "
-                         f"job's own work decides: {CPU}): {desc}", **kw)  # fmt: skip
+                         f"job's own work decides: {CPU}): {desc}", **kw)
         if contended:
             return Check(name, None, INCONCLUSIVE, effect, limit,
                          f"inconclusive: more CPU time, but {'; '.join(contended)}: {desc}",
-                         **kw)  # fmt: skip
+                         **kw)
         return Check(name, None, FAIL, effect, limit, f"slower: {desc}", **kw)
     return Check(name, None, INCONCLUSIVE, effect, limit, f"inconclusive: {advice}: {desc}",
-                 **kw)  # fmt: skip
+                 **kw)
+# fmt: on
 
 
-def cpu_check(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig, mode: str,
-              gpu: bool) -> Check:  # fmt: skip
+def cpu_check(
+    cand: RunStat, base: Sequence[RunStat], cfg: GateConfig, mode: str, gpu: bool
+) -> Check:
     """``cpu_time_regression``, or why it is not applied (a GPU run, runs without CPU times)."""
     if gpu or mode == "gpu":
-        return Check(CPU, None, OFF, None, None,
-                     "not applied on a GPU run (the training thread's CPU time is not the "
-                     "step's work there)")  # fmt: skip
+        return Check(
+            CPU,
+            None,
+            OFF,
+            None,
+            None,
+            "not applied on a GPU run (the training thread's CPU time is not the "
+            "step's work there)",
+        )
     noisy = noisy_runs(base, cfg)
     missing = [r.name or f"run {i}" for i, r in enumerate([cand, *base]) if not r.cpu_ns]
     if missing:
-        return Check(CPU, None, OFF, None, None,
-                     f"not applied: no training-thread CPU time recorded for "
-                     f"{', '.join(missing[:3])}{' …' if len(missing) > 3 else ''} (recorded "
-                     "by `gpudiag run`'s step telemetry; traces, older runs and saved "
-                     "diagnoses without it)")  # fmt: skip
-    return timing_check(CPU, cand.cpu_ns, [b.cpu_ns for b in base], cfg, host_cost(cand, base, cfg),
-                        noisy)  # fmt: skip
+        return Check(
+            CPU,
+            None,
+            OFF,
+            None,
+            None,
+            f"not applied: no training-thread CPU time recorded for "
+            f"{', '.join(missing[:3])}{' …' if len(missing) > 3 else ''} (recorded "
+            "by `gpudiag run`'s step telemetry; traces, older runs and saved "
+            "diagnoses without it)",
+        )
+    return timing_check(
+        CPU, cand.cpu_ns, [b.cpu_ns for b in base], cfg, host_cost(cand, base, cfg), noisy
+    )
 
 
 HOST_COST = "sample_cost_us_mean"  # the run-conditions sampler's CPU time per sample
@@ -181,9 +208,11 @@ def host_cost(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig) -> list[s
     c, top = float(costs[0]), max(float(x) for x in costs[1:])  # type: ignore[arg-type]
     if c <= top * (1.0 + cfg.max_host_cost_increase_ratio):
         return []
-    return [f"the host made the same work dearer: the run-conditions sampler's fixed work "
-            f"took {c / top - 1.0:+.0%} CPU time against the costliest baseline run (limit "
-            f"+{cfg.max_host_cost_increase_ratio:.0%})"]  # fmt: skip
+    return [
+        f"the host made the same work dearer: the run-conditions sampler's fixed work "
+        f"took {c / top - 1.0:+.0%} CPU time against the costliest baseline run (limit "
+        f"+{cfg.max_host_cost_increase_ratio:.0%})"
+    ]
 
 
 def noisy_runs(base: Sequence[RunStat], cfg: GateConfig) -> list[str]:
@@ -195,12 +224,14 @@ def noisy_runs(base: Sequence[RunStat], cfg: GateConfig) -> list[str]:
     ]
 
 
-def regression_check(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig,
-                     contended: Sequence[str]) -> Check:  # fmt: skip
+def regression_check(
+    cand: RunStat, base: Sequence[RunStat], cfg: GateConfig, contended: Sequence[str]
+) -> Check:
     """``step_time_regression``: the wall-clock step time of the candidate against the baseline."""
     samples = cand.step_time_ns if cand.step_time_ns_median is not None else []
-    return timing_check(WALL, samples, [b.step_time_ns for b in base], cfg, contended,
-                        noisy_runs(base, cfg))  # fmt: skip
+    return timing_check(
+        WALL, samples, [b.step_time_ns for b in base], cfg, contended, noisy_runs(base, cfg)
+    )
 
 
 def hold_to_own_test(c: Check) -> Check:
@@ -208,7 +239,18 @@ def hold_to_own_test(c: Check) -> Check:
     if c.status != INCONCLUSIVE or not c.details.get(OWN_TEST_SLOWER):
         return c
     p = "" if c.p_value is None else f" (p={c.p_value:.2g}, effect {c.effect_ratio:+.1%})"
-    return Check(c.name, c.rank, FAIL, c.value, c.limit,
-                 f"slower by its own test{p}; --inconclusive-ok accepts undecided checks, not a "
-                 f"measured slowdown: {c.message}", c.p_value, c.effect_ratio, c.samples, c.ci,
-                 c.mde_ratio, c.details)  # fmt: skip
+    return Check(
+        c.name,
+        c.rank,
+        FAIL,
+        c.value,
+        c.limit,
+        f"slower by its own test{p}; --inconclusive-ok accepts undecided checks, not a "
+        f"measured slowdown: {c.message}",
+        c.p_value,
+        c.effect_ratio,
+        c.samples,
+        c.ci,
+        c.mde_ratio,
+        c.details,
+    )

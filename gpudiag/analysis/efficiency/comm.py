@@ -35,9 +35,20 @@ _COMM_OP = re.compile(r"^(c10d::|nccl:|record_param_comms$)")
 _TOTAL_FIRST = re.compile(r"allgather_base|all_gather_into_tensor|_allgather_base_", re.I)
 _TOTAL_SECOND = re.compile(r"reduce_scatter_base|reduce_scatter_tensor", re.I)
 _PARTS = re.compile(r"allgather_$|all_gather$|allgather$", re.I)
-_BYTES = {"float": 4, "double": 8, "c10::half": 2, "c10::bfloat16": 2, "int": 4,
-          "long int": 8, "short int": 2, "bool": 1, "unsigned char": 1, "signed char": 1,
-          "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1}  # fmt: skip
+_BYTES = {
+    "float": 4,
+    "double": 8,
+    "c10::half": 2,
+    "c10::bfloat16": 2,
+    "int": 4,
+    "long int": 8,
+    "short int": 2,
+    "bool": 1,
+    "unsigned char": 1,
+    "signed char": 1,
+    "c10::float8_e4m3fn": 1,
+    "c10::float8_e5m2": 1,
+}
 
 
 def sizes_from_operators(tl: RankTimeline, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
@@ -125,8 +136,10 @@ def likely_cause(device: str, group: int, host_gpus: int) -> str:
     if link is None:
         return ""
     if re.search(r"GeForce|RTX [2-5]0\d0", device):
-        return ("a consumer card without peer-to-peer: NCCL copies through host memory "
-                "(check NCCL_P2P_DISABLE / `nvidia-smi topo -m`)")  # fmt: skip
+        return (
+            "a consumer card without peer-to-peer: NCCL copies through host memory "
+            "(check NCCL_P2P_DISABLE / `nvidia-smi topo -m`)"
+        )
     if link[0].startswith("PCIe") or "bridge" in link[0]:
         return "PCIe between the GPUs (no NVLink, or no bridge on this pair)"
     return "small messages or contention: latency-bound, or other traffic on the link"

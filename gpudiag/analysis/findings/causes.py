@@ -69,14 +69,22 @@ LABEL = {
 }
 # what to capture to see host work the trace does not show (verdict and remedy say it)
 CAPTURE_HINT = "capture NVTX ranges and step markers to see it"
-UNSEEN_HOST_WORK = ("No gain is given: the trace does not show what the host does in these "
-                    "gaps; mark the step's phases with NVTX ranges (torch.cuda.nvtx.range, "
-                    "record_function) and the steps with step markers to see it.")  # fmt: skip
+UNSEEN_HOST_WORK = (
+    "No gain is given: the trace does not show what the host does in these "
+    "gaps; mark the step's phases with NVTX ranges (torch.cuda.nvtx.range, "
+    "record_function) and the steps with step markers to see it."
+)
 # CPU traces: what to capture when the step's thread shows no operator
-CPU_CAPTURE_HINT = ("capture the step's phases with record_function ranges (or sample the "
-                    "process with py-spy) to see it")  # fmt: skip
-_WHO = {"compute": "its own kernels", "communication": "a collective (other ranks)",
-        "copy": "a copy", "nothing": "nothing on the GPU"}  # fmt: skip
+CPU_CAPTURE_HINT = (
+    "capture the step's phases with record_function ranges (or sample the "
+    "process with py-spy) to see it"
+)
+_WHO = {
+    "compute": "its own kernels",
+    "communication": "a collective (other ranks)",
+    "copy": "a copy",
+    "nothing": "nothing on the GPU",
+}
 
 
 def cause_of(f: Finding) -> dict[str, Any]:
@@ -127,8 +135,10 @@ def host_cause(
         rules=rules,
     )
     graphs = sum(_api(r, "graph", sc.kept)[0] for r in sc.mine)
-    base: dict[str, Any] = {"graphs_launched": graphs > 0,
-                            "other_ns_per_step": sc.other // sc.n_steps}  # fmt: skip
+    base: dict[str, Any] = {
+        "graphs_launched": graphs > 0,
+        "other_ns_per_step": sc.other // sc.n_steps,
+    }
     if sc.other <= 0:
         return {**base, **_done("unknown", "")}
     for rule in (_copies_cause, _api_cause, _launch_cause, _op_cause):
@@ -150,10 +160,16 @@ def cpu_host_cause(ranks: Sequence[RankSummary], flagged: Sequence[int]) -> dict
     if not cov or any(c.get("step_thread_ops_in_steps", 1) for c in cov):
         return {}
     host = sum(int(c.get("host_ops_in_steps", 0)) for c in cov)
-    where = (f"{words.plural(host, 'host event')} in them, all on other threads" if host
-             else "no host event in them")  # fmt: skip
-    return {**_done("unknown", f"the step's thread runs no operator in the analysed steps "
-                    f"({where})"), "capture": CPU_CAPTURE_HINT, "ns_per_step": 0}  # fmt: skip
+    where = (
+        f"{words.plural(host, 'host event')} in them, all on other threads"
+        if host
+        else "no host event in them"
+    )
+    return {
+        **_done("unknown", f"the step's thread runs no operator in the analysed steps ({where})"),
+        "capture": CPU_CAPTURE_HINT,
+        "ns_per_step": 0,
+    }
 
 
 def _copies_cause(sc: _Scope) -> dict[str, Any]:
@@ -161,11 +177,17 @@ def _copies_cause(sc: _Scope) -> dict[str, Any]:
     if copies < sc.rules.launch_bound_share * sc.other:
         return {}
     mem = _memory(sc.mine, sc.rules)
-    text = (f"GPU copies with nothing computing: {fmt_ns(copies / sc.n_steps)} a step "
-            f"({words.percent(copies / sc.total)} of step time, {_steps_text(sc.numbers)}; "
-            f"{mem} memory)")  # fmt: skip
-    return {**_done("copies", text), "share": copies / sc.other,
-            "pageable": mem == "pageable", **_own(sc, copies)}  # fmt: skip
+    text = (
+        f"GPU copies with nothing computing: {fmt_ns(copies / sc.n_steps)} a step "
+        f"({words.percent(copies / sc.total)} of step time, {_steps_text(sc.numbers)}; "
+        f"{mem} memory)"
+    )
+    return {
+        **_done("copies", text),
+        "share": copies / sc.other,
+        "pageable": mem == "pageable",
+        **_own(sc, copies),
+    }
 
 
 def _api_cause(sc: _Scope) -> dict[str, Any]:
@@ -182,17 +204,26 @@ def _api_cause(sc: _Scope) -> dict[str, Any]:
     in_steps = sorted({n for r in mine for n in _api(r, cls, sc.kept)[1]})
     longest = max((_entry(r, cls).get("longest_ns", 0) for r in mine), default=0)
     apis = list(dict.fromkeys(a for r in mine for a in _entry(r, cls).get("apis", [api])))
-    ops = [str(_entry(r, cls).get("longest_op")) for r in mine
-           if _entry(r, cls).get("longest_op")]  # fmt: skip
+    ops = [str(_entry(r, cls).get("longest_op")) for r in mine if _entry(r, cls).get("longest_op")]
     each = ns / max(len(in_steps), 1) / max(len(mine), 1)
-    where = (f"in each of {_steps_text(in_steps)}" if len(in_steps) > 1
-             else f"in {_steps_text(in_steps)}")  # fmt: skip
+    where = (
+        f"in each of {_steps_text(in_steps)}"
+        if len(in_steps) > 1
+        else f"in {_steps_text(in_steps)}"
+    )
     share = min(ns / sc.other, 1.0)
-    text = (f"{' and '.join(apis[:2])} {fmt_ns(each)} {where} ({words.percent(share)} of the "
-            f"host time); longest call {fmt_ns(longest)}"
-            + (f" in {ops[0]}" if ops else ""))  # fmt: skip
-    out = {**_done(cls, text), "api": api, **_own(sc, ns),
-           "share": share, "steps": in_steps, "longest_ns": longest}  # fmt: skip
+    text = (
+        f"{' and '.join(apis[:2])} {fmt_ns(each)} {where} ({words.percent(share)} of the "
+        f"host time); longest call {fmt_ns(longest)}" + (f" in {ops[0]}" if ops else "")
+    )
+    out = {
+        **_done(cls, text),
+        "api": api,
+        **_own(sc, ns),
+        "share": share,
+        "steps": in_steps,
+        "longest_ns": longest,
+    }
     if cls == "copy":
         calls = sum(int(_entry(r, cls).get("calls", 0)) for r in mine)
         out["calls_per_step"] = round(calls / max(len(in_steps), 1) / max(len(mine), 1))
@@ -209,28 +240,38 @@ def _api_cause(sc: _Scope) -> dict[str, Any]:
 def _launch_cause(sc: _Scope) -> dict[str, Any]:
     kps = [float(r.evidence.kernels_per_step or 0) for r in sc.mine]
     med = [int(r.evidence.kernel_ns_median or 0) for r in sc.mine]
-    short_gaps = sum(int(g.short_gaps_ns or 0) for r in sc.mine
-                     if (g := r.evidence.gpu_idle_in_steps) is not None)  # fmt: skip
+    short_gaps = sum(
+        int(g.short_gaps_ns or 0)
+        for r in sc.mine
+        if (g := r.evidence.gpu_idle_in_steps) is not None
+    )
     top = max(kps, default=0.0)
     apart = (sc.total / sc.n_steps) / top if top else 0.0
     many_short = (
-        bool(kps) and min(kps) >= sc.rules.launch_min_kernels
-        and 0 < max(med) <= sc.rules.short_kernel_ns and apart <= sc.rules.launch_interval_ns
-    )  # fmt: skip
+        bool(kps)
+        and min(kps) >= sc.rules.launch_min_kernels
+        and 0 < max(med) <= sc.rules.short_kernel_ns
+        and apart <= sc.rules.launch_interval_ns
+    )
     if not many_short and short_gaps < sc.rules.launch_bound_share * sc.other:
         return {}
     launch = sum(_api(r, "launch", sc.kept)[0] for r in sc.mine)
     sync = sum(_api(r, "sync", sc.kept)[0] for r in sc.mine) / sc.n_steps
     held = f"synchronisation {fmt_ns(sync)} a step" if sync else "no synchronisation"
-    text = (f"{top:.0f} kernels a step, median {fmt_ns(float(nputil.median(med)))}, issued "
-            f"{fmt_ns(apart)} apart (launch calls {fmt_ns(launch / sc.n_steps)} a step, GPU "
-            f"idle in gaps under {fmt_ns(sc.rules.launch_gap_ns)} "
-            f"{fmt_ns(min(short_gaps, sc.other) / sc.n_steps)} a step; {held}; "
-            f"{_steps_text(sc.numbers)})")  # fmt: skip
+    text = (
+        f"{top:.0f} kernels a step, median {fmt_ns(float(nputil.median(med)))}, issued "
+        f"{fmt_ns(apart)} apart (launch calls {fmt_ns(launch / sc.n_steps)} a step, GPU "
+        f"idle in gaps under {fmt_ns(sc.rules.launch_gap_ns)} "
+        f"{fmt_ns(min(short_gaps, sc.other) / sc.n_steps)} a step; {held}; "
+        f"{_steps_text(sc.numbers)})"
+    )
     # what launches hold: the launch calls or the short GPU-idle gaps between kernels
-    return {**_done("launch", text), "kernels_per_step": top,
-            "kernel_ns_median": int(nputil.median(med)),
-            **_own(sc, max(launch, short_gaps))}  # fmt: skip
+    return {
+        **_done("launch", text),
+        "kernels_per_step": top,
+        "kernel_ns_median": int(nputil.median(med)),
+        **_own(sc, max(launch, short_gaps)),
+    }
 
 
 def _op_cause(sc: _Scope) -> dict[str, Any]:
@@ -244,12 +285,23 @@ def _op_cause(sc: _Scope) -> dict[str, Any]:
         threads = max(int((r.evidence.host_ops or {}).get("threads") or 1) for r in sc.mine)
         kps = max((float(r.evidence.kernels_per_step or 0) for r in sc.mine), default=0.0)
         med = max((int(r.evidence.kernel_ns_median or 0) for r in sc.mine), default=0)
-        who = (f"training thread {fmt_ns(ops['training'] / sc.n_steps)} and "
-               + ("autograd thread" if threads == 2 else "autograd threads")
-               + f" {fmt_ns(ops['other_threads'] / sc.n_steps)} inside operators a step"
-               ) if threads > 1 else "all on the training thread"  # fmt: skip
-        kern = (f"; {kps:.0f} kernels a step, median {fmt_ns(med)}, launch calls "
-                f"{fmt_ns(ops['launch'] / sc.n_steps)} a step") if kps else ""  # fmt: skip
+        who = (
+            (
+                f"training thread {fmt_ns(ops['training'] / sc.n_steps)} and "
+                + ("autograd thread" if threads == 2 else "autograd threads")
+                + f" {fmt_ns(ops['other_threads'] / sc.n_steps)} inside operators a step"
+            )
+            if threads > 1
+            else "all on the training thread"
+        )
+        kern = (
+            (
+                f"; {kps:.0f} kernels a step, median {fmt_ns(med)}, launch calls "
+                f"{fmt_ns(ops['launch'] / sc.n_steps)} a step"
+            )
+            if kps
+            else ""
+        )
         text = f"CPU time inside operators with the GPU idle {_share_text(sc, inside, who + kern)}"
         return {**_done("eager", text), "share": inside / sc.other, **_own(sc, inside)}
     if between < sc.rules.host_cause_share * sc.other:
@@ -272,9 +324,11 @@ def _python_old(sc: _Scope) -> dict[str, Any]:
 def _share_text(sc: _Scope, ns: float, more: str = "") -> str:
     """``54% of each step (120.0 ms a step, steps 3–5)``: a cause's time, at most "other"."""
     ns = min(ns, sc.other)
-    return (f"{words.percent(ns / sc.total if sc.total else 0.0)} of each step "
-            f"({fmt_ns(ns / sc.n_steps)} a step, {_steps_text(sc.numbers)}"
-            + (f"; {more})" if more else ")"))  # fmt: skip
+    return (
+        f"{words.percent(ns / sc.total if sc.total else 0.0)} of each step "
+        f"({fmt_ns(ns / sc.n_steps)} a step, {_steps_text(sc.numbers)}"
+        + (f"; {more})" if more else ")")
+    )
 
 
 def _host_ops(r: RankSummary, key: str) -> dict[str, Any]:
@@ -361,9 +415,12 @@ def exposed_copies(
 
     Ranks whose host-bound finding already names copies as its cause are left out.
     """
-    named = {r for f in findings if f.kind == FindingKind.HOST_BOUND
-             and cause_of(f).get("kind") == "copies"
-             for r in f.ranks}  # fmt: skip
+    named = {
+        r
+        for f in findings
+        if f.kind == FindingKind.HOST_BOUND and cause_of(f).get("kind") == "copies"
+        for r in f.ranks
+    }
     kept = {(s.rank, s.step) for s in steps}
     totals: dict[int, int] = {}
     for s in steps:
@@ -377,20 +434,30 @@ def exposed_copies(
     if not per:
         return []
     lo, hi = min(per.values()), max(per.values())
-    span = words.percent(lo) if round(lo, 2) == round(hi, 2) else (
-        f"{words.percent(lo)}–{words.percent(hi)}")  # fmt: skip
+    span = (
+        words.percent(lo)
+        if round(lo, 2) == round(hi, 2)
+        else (f"{words.percent(lo)}–{words.percent(hi)}")
+    )
     mine = [r for r in ranks if r.rank in per]
-    names = sorted({str(e.name) for r in mine for e in r.evidence.top_kernels()
-                    if e.family == "memcpy"})  # fmt: skip
+    names = sorted(
+        {str(e.name) for r in mine for e in r.evidence.top_kernels() if e.family == "memcpy"}
+    )
     mem = _memory(mine, th.advice)
     what = f" ({', '.join(names[:2])}; {mem} memory)" if names else f" ({mem} memory)"
-    return [Finding(
-        kind=FindingKind.EXPOSED_COPIES,
-        severity=Severity.WARNING,
-        message=(f"{words.ranks(sorted(per))}: {span} of step time in host-device copies with "
-                 f"nothing computing beside them{what}"),
-        ranks=sorted(per),
-        metrics=ExposedCopiesMetrics(
-            per_rank={str(k): v for k, v in sorted(per.items())},
-            threshold=th.advice.exposed_copy_share, pageable=mem == "pageable"),
-    )]  # fmt: skip
+    return [
+        Finding(
+            kind=FindingKind.EXPOSED_COPIES,
+            severity=Severity.WARNING,
+            message=(
+                f"{words.ranks(sorted(per))}: {span} of step time in host-device copies with "
+                f"nothing computing beside them{what}"
+            ),
+            ranks=sorted(per),
+            metrics=ExposedCopiesMetrics(
+                per_rank={str(k): v for k, v in sorted(per.items())},
+                threshold=th.advice.exposed_copy_share,
+                pageable=mem == "pageable",
+            ),
+        )
+    ]

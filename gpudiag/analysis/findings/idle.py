@@ -83,9 +83,11 @@ def _ranks_text(values: dict[int, float]) -> str:
 
 
 def _steps_over(
-    steps: Sequence[StepBreakdown], ranks: set[int], value: Callable[[StepBreakdown], float],
+    steps: Sequence[StepBreakdown],
+    ranks: set[int],
+    value: Callable[[StepBreakdown], float],
     limit: float,
-) -> list[int]:  # fmt: skip
+) -> list[int]:
     return sorted({s.step for s in steps if s.rank in ranks and s.duration_ns and value(s) > limit})
 
 
@@ -175,8 +177,9 @@ def _data_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
         # the step telemetry's input wait: the DataLoader's, or the growth of the time before
         # the forward pass (analysis/run/phases.py), whatever makes the batch
         return "waiting for data before the forward pass (the DataLoader or the job's own code)"
-    between = [b for r in ranks
-               if r.rank in flagged and (b := r.evidence.between_steps) is not None]  # fmt: skip
+    between = [
+        b for r in ranks if r.rank in flagged and (b := r.evidence.between_steps) is not None
+    ]
     if not between:
         return "waiting for data in the data loader"
     blocked: dict[str, float] = {}
@@ -219,8 +222,11 @@ def _by_call(ranks: Sequence[RankSummary]) -> str:
 
 def _host_text(ranks: Sequence[RankSummary], flagged: set[int]) -> str:
     gpu = all(r.mode == Mode.GPU for r in ranks if r.rank in flagged)
-    why = ("host overhead, kernel-launch gaps, synchronisation or copies with the GPU "
-           "otherwise idle") if gpu else "Python/host overhead outside operators"  # fmt: skip
+    why = (
+        ("host overhead, kernel-launch gaps, synchronisation or copies with the GPU otherwise idle")
+        if gpu
+        else "Python/host overhead outside operators"
+    )
     return f"in neither compute, communication nor data: {why}"
 
 
@@ -251,15 +257,47 @@ def _comm_metrics(
 
 
 RULES: tuple[ShareRule, ...] = (
-    ShareRule(FindingKind.IDLE_RATIO, lambda r: r.idle_ratio, lambda s: s.idle_ratio,
-              lambda th: th.idle_ratio_max, True, False, _idle_text, _idle_metrics),
-    ShareRule(FindingKind.DATA_BOUND, lambda r: r.shares.data_wait, _frac("data_wait_ns"),
-              lambda th: th.data_bound_ratio, False, True, _data_text, _data_metrics),
-    ShareRule(FindingKind.COMM_BOUND, lambda r: r.shares.comm_wait, _frac("comm_wait_ns"),
-              lambda th: th.comm_bound_ratio, False, True, _comm_text, _comm_metrics),
-    ShareRule(FindingKind.HOST_BOUND, lambda r: r.shares.other, _frac("other_ns"),
-              lambda th: th.host_bound_ratio, False, False, _host_text, _host_metrics),
-)  # fmt: skip
+    ShareRule(
+        FindingKind.IDLE_RATIO,
+        lambda r: r.idle_ratio,
+        lambda s: s.idle_ratio,
+        lambda th: th.idle_ratio_max,
+        True,
+        False,
+        _idle_text,
+        _idle_metrics,
+    ),
+    ShareRule(
+        FindingKind.DATA_BOUND,
+        lambda r: r.shares.data_wait,
+        _frac("data_wait_ns"),
+        lambda th: th.data_bound_ratio,
+        False,
+        True,
+        _data_text,
+        _data_metrics,
+    ),
+    ShareRule(
+        FindingKind.COMM_BOUND,
+        lambda r: r.shares.comm_wait,
+        _frac("comm_wait_ns"),
+        lambda th: th.comm_bound_ratio,
+        False,
+        True,
+        _comm_text,
+        _comm_metrics,
+    ),
+    ShareRule(
+        FindingKind.HOST_BOUND,
+        lambda r: r.shares.other,
+        _frac("other_ns"),
+        lambda th: th.host_bound_ratio,
+        False,
+        False,
+        _host_text,
+        _host_metrics,
+    ),
+)
 
 
 def idle_findings(
@@ -282,22 +320,30 @@ def idle_findings(
         ):
             # telemetry alone cannot split compute from host work (NVML judges idle there)
             judged = [r for r in ranks if r.mode != Mode.TELEMETRY]
-        flagged = {r.rank: v for r in judged
-                   if (v := rule.value(r)) > limit or (not rule.strict and v == limit)}  # fmt: skip
+        flagged = {
+            r.rank: v
+            for r in judged
+            if (v := rule.value(r)) > limit or (not rule.strict and v == limit)
+        }
         flagged = _mostly(flagged, steps, rule.per_step, limit, th.most_steps_ratio)
         if not flagged:
             continue
         severe = rule.can_be_severe and max(flagged.values()) >= th.severe_share_ratio
         text = rule.text(ranks, set(flagged))
-        suffix = (f" (non-compute idle above the {limit:.0%} threshold"
-                  f"{_gpu_idle_words(ranks, set(flagged))})"
-                  if rule.kind == FindingKind.IDLE_RATIO else "")  # fmt: skip
-        out.append(Finding(
-            kind=rule.kind,
-            severity=Severity.ERROR if severe else Severity.WARNING,
-            message=f"{_ranks_text(flagged)} of step time {text}{suffix}",
-            ranks=sorted(flagged),
-            steps=_steps_over(steps, set(flagged), rule.per_step, limit),
-            metrics=rule.metrics(ranks, set(flagged), _per_rank(flagged), limit),
-        ))  # fmt: skip
+        suffix = (
+            f" (non-compute idle above the {limit:.0%} threshold"
+            f"{_gpu_idle_words(ranks, set(flagged))})"
+            if rule.kind == FindingKind.IDLE_RATIO
+            else ""
+        )
+        out.append(
+            Finding(
+                kind=rule.kind,
+                severity=Severity.ERROR if severe else Severity.WARNING,
+                message=f"{_ranks_text(flagged)} of step time {text}{suffix}",
+                ranks=sorted(flagged),
+                steps=_steps_over(steps, set(flagged), rule.per_step, limit),
+                metrics=rule.metrics(ranks, set(flagged), _per_rank(flagged), limit),
+            )
+        )
     return out

@@ -51,9 +51,13 @@ from gpudiag.config import SteadyRules, VariabilityRules
 
 
 def _ms(ns: float) -> str:
-    return f"{ns / 1e9:.2f} s" if ns >= 1e9 else f"{ns / 1e6:.1f} ms" if ns >= 1e5 else (
-        f"{ns / 1e3:.0f} µs"
-    )  # fmt: skip
+    return (
+        f"{ns / 1e9:.2f} s"
+        if ns >= 1e9
+        else f"{ns / 1e6:.1f} ms"
+        if ns >= 1e5
+        else (f"{ns / 1e3:.0f} µs")
+    )
 
 
 def job_steps(steps: Sequence[StepBreakdown]) -> tuple[list[int], list[int], dict[int, int]]:
@@ -84,9 +88,13 @@ def _regime(nums: list[int], dur: list[int], rules: VariabilityRules) -> tuple[i
 
 
 def _why(
-    named: Sequence[int], excess: float, slowest: dict[int, int], ranks: Sequence[RankSummary],
-    rules: VariabilityRules, waiting: bool = False,
-) -> tuple[str, dict[str, Any]]:  # fmt: skip
+    named: Sequence[int],
+    excess: float,
+    slowest: dict[int, int],
+    ranks: Sequence[RankSummary],
+    rules: VariabilityRules,
+    waiting: bool = False,
+) -> tuple[str, dict[str, Any]]:
     """The class of runtime calls that fills the slow steps' excess time, if one does.
 
     Of the host-call classes (analysis/hostcause.py) other than launches, the one with the
@@ -123,19 +131,27 @@ def _why(
     apis = list(dict.fromkeys(a for e in entries for a in e.get("apis", [])))[:2]
     ops = [str(e["longest_op"]) for e in entries if e.get("longest_op")]
     where = f" in {ops[0]}" if ops else ""
-    each = (fmt_ns(ns) if len(named) == 1
-            else f"{fmt_ns(ns / len(named))} more a slow step than usual")  # fmt: skip
+    each = (
+        fmt_ns(ns) if len(named) == 1 else f"{fmt_ns(ns / len(named))} more a slow step than usual"
+    )
     what = f"{' and '.join(apis) or cls} {each}{where}"
     cause: dict[str, Any] = {
-        "kind": cls, "label": LABEL[cls], "text": f"{what}, in {_steps(named)}",
-        "api": apis[0] if apis else cls, "ns_per_step": round(ns / len(named)),
-        "steps": list(named)}  # fmt: skip
+        "kind": cls,
+        "label": LABEL[cls],
+        "text": f"{what}, in {_steps(named)}",
+        "api": apis[0] if apis else cls,
+        "ns_per_step": round(ns / len(named)),
+        "steps": list(named),
+    }
     if cls in ("sync", "copy"):
         cause["waits_for"] = waits_for(slow_ranks, cls)
     if waiting:  # a note: the call waits for the GPU work that grows
         busy = words.percent(gpu_busy_share(cause["waits_for"]))
-        return (f"; {' and '.join(apis) or cls}{where} blocks {each} too, waiting for that "
-                f"GPU work {busy} of its time", {"blocking_call": cause})  # fmt: skip
+        return (
+            f"; {' and '.join(apis) or cls}{where} blocks {each} too, waiting for that "
+            f"GPU work {busy} of its time",
+            {"blocking_call": cause},
+        )
     return f" — {LABEL[cls]}: {what}", {"cause": cause}
 
 
@@ -146,14 +162,21 @@ def _waits_on_gpu(ranks: Sequence[RankSummary], cls: str, rules: VariabilityRule
     return gpu_busy_share(waits_for(ranks, cls)) >= rules.gpu_wait_share
 
 
-_PARTS = {"data_wait_ns": "data wait", "comm_wait_ns": "exposed communication",
-          "other_ns": "host time outside compute", "compute_ns": "compute"}  # fmt: skip
+_PARTS = {
+    "data_wait_ns": "data wait",
+    "comm_wait_ns": "exposed communication",
+    "other_ns": "host time outside compute",
+    "compute_ns": "compute",
+}
 
 
 def _part(
-    named: Sequence[int], excess: float, slowest: dict[int, int], steps: Sequence[StepBreakdown],
+    named: Sequence[int],
+    excess: float,
+    slowest: dict[int, int],
+    steps: Sequence[StepBreakdown],
     ranks: Sequence[RankSummary] = (),
-) -> tuple[str, dict[str, Any]]:  # fmt: skip
+) -> tuple[str, dict[str, Any]]:
     """The part of the step (data wait, communication, host, compute) that grows in them.
 
     Measured on each slow step's slowest rank, beyond that rank's median of the part in
@@ -207,10 +230,16 @@ def _kernels_grew(
     top = sorted(((v, k) for k, v in grew.items() if v > 0), reverse=True)[:3]
     top = [(v, k) for v, k in top if v >= 0.1 * top[0][0]] if top else []
     names = ", ".join(f"{kernels.display_name(k)} +{fmt_ns(v)}" for v, k in top)
-    text = (f" ({count_slow:,.0f} kernels a slow step against {count_usual:,.0f}"
-            + (f"; {names}" if names else "") + ")")  # fmt: skip
-    return text, {"count_slow": round(count_slow, 1), "count_usual": round(count_usual, 1),
-                  "grew": {k: round(v) for v, k in top}}  # fmt: skip
+    text = (
+        f" ({count_slow:,.0f} kernels a slow step against {count_usual:,.0f}"
+        + (f"; {names}" if names else "")
+        + ")"
+    )
+    return text, {
+        "count_slow": round(count_slow, 1),
+        "count_usual": round(count_usual, 1),
+        "grew": {k: round(v) for v, k in top},
+    }
 
 
 def variability(
@@ -289,9 +318,13 @@ def _cluster(nums: list[int], dur: list[int], med: float, rules: VariabilityRule
 
 
 def _pattern(
-    nums: list[int], dur: list[int], slowest: dict[int, int], rules: VariabilityRules,
-    steady: SteadyRules, metrics: dict[str, Any],
-) -> tuple[str, str, list[int], float] | None:  # fmt: skip
+    nums: list[int],
+    dur: list[int],
+    slowest: dict[int, int],
+    rules: VariabilityRules,
+    steady: SteadyRules,
+    metrics: dict[str, Any],
+) -> tuple[str, str, list[int], float] | None:
     """(message, pattern, the steps it names, the time their excess is over), or None.
 
     Adds the pattern's own figures to ``metrics``.
@@ -310,41 +343,59 @@ def _pattern(
         # two kinds of step: a median describes neither; name both (and the slow ones)
         fast, slow_kind = kinds
         metrics["modes"] = [dataclasses.asdict(k) for k in kinds]
-        both = (f"two kinds of step: {fast.steps} around {_ms(fast.median_ns)} "
-                f"({_ms(fast.min_ns)}–{_ms(fast.max_ns)}) and {slow_kind.steps} around "
-                f"{_ms(slow_kind.median_ns)} ({_ms(slow_kind.min_ns)}–{_ms(slow_kind.max_ns)}), "
-                f"{slow_kind.median_ns / fast.median_ns:.1f}× as long")  # fmt: skip
+        both = (
+            f"two kinds of step: {fast.steps} around {_ms(fast.median_ns)} "
+            f"({_ms(fast.min_ns)}–{_ms(fast.max_ns)}) and {slow_kind.steps} around "
+            f"{_ms(slow_kind.median_ns)} ({_ms(slow_kind.min_ns)}–{_ms(slow_kind.max_ns)}), "
+            f"{slow_kind.median_ns / fast.median_ns:.1f}× as long"
+        )
         if len(stalls) < 2:  # the slow kind is not a set of stalls over the median: name it
             named = [n for n, d in zip(nums, dur, strict=True) if d > fast.max_ns]
-            return (f"{both}; the slow ones: steps {_list(named)} (a median of {_ms(med)} "
-                    "describes neither)", "two_kinds", named, float(fast.median_ns))  # fmt: skip
+            text = (
+                f"{both}; the slow ones: steps {_list(named)} (a median of {_ms(med)} "
+                "describes neither)"
+            )
+            return text, "two_kinds", named, float(fast.median_ns)
     if regime is not None:
         k, r = regime
         before, after = float(nputil.median(arr[:k])), float(nputil.median(arr[k:]))
         what = "slower" if r > 1 else "faster"
-        text = (f"regime change: from step {nums[k]} on, steps take {_ms(after)} against "
-                f"{_ms(before)} before ({max(r, 1 / r):.1f}× {what}; "
-                f"steps {nums[0]}–{nums[k - 1]} then {nums[k]}–{nums[-1]})")  # fmt: skip
-        metrics |= {"change_at_step": nums[k], "regime_ratio": round(r, 3),
-                    "median_before_ns": round(before), "median_after_ns": round(after)}  # fmt: skip
+        text = (
+            f"regime change: from step {nums[k]} on, steps take {_ms(after)} against "
+            f"{_ms(before)} before ({max(r, 1 / r):.1f}× {what}; "
+            f"steps {nums[0]}–{nums[k - 1]} then {nums[k]}–{nums[-1]})"
+        )
+        metrics |= {"change_at_step": nums[k], "regime_ratio": round(r, 3)}
+        metrics |= {"median_before_ns": round(before), "median_after_ns": round(after)}
         return text, "regime_change", nums[k:] if r > 1 else nums[:k], med
     if len(slow) == 1:
         n = slow[0]
         d = dur[nums.index(n)]
-        return (f"single outlier: step {n} took {_ms(d)} (rank {slowest[n]}), "
-                f"{d / med:.1f}× the median {_ms(med)} ({OVER})", "outlier", slow, med)  # fmt: skip
+        text = (
+            f"single outlier: step {n} took {_ms(d)} (rank {slowest[n]}), "
+            f"{d / med:.1f}× the median {_ms(med)} ({OVER})"
+        )
+        return text, "outlier", slow, med
     if slow:
         low = min(dur[nums.index(n)] for n in slow)
         verb = "stall" if low > rules.outlier_factor * med else "are slow"
-        against = (f"; {both} (a median of {_ms(med)} describes neither)" if both
-                   else f" against a median of {_ms(med)} ({OVER})")  # fmt: skip
-        return (f"{len(slow)} of {len(nums)} steps {verb}: steps {_list(slow)} take "
-                f"{_ms(low)}–{_ms(hi)}{against}", "stalls", slow, med)  # fmt: skip
+        against = (
+            f"; {both} (a median of {_ms(med)} describes neither)"
+            if both
+            else f" against a median of {_ms(med)} ({OVER})"
+        )
+        text = (
+            f"{len(slow)} of {len(nums)} steps {verb}: steps {_list(slow)} take "
+            f"{_ms(low)}–{_ms(hi)}{against}"
+        )
+        return text, "stalls", slow, med
     if ratio > rules.p90_factor or spread > rules.spread_factor:
         top = sorted(sorted(nums, key=lambda n: -dur[nums.index(n)])[:3])
-        return (f"step times vary from {_ms(float(arr.min()))} to {_ms(hi)} (p90/median "
-                f"{ratio:.2f}, median {_ms(med)}; {OVER}); slowest: steps {_list(top)}",
-                "jitter", top, med)  # fmt: skip
+        text = (
+            f"step times vary from {_ms(float(arr.min()))} to {_ms(hi)} (p90/median "
+            f"{ratio:.2f}, median {_ms(med)}; {OVER}); slowest: steps {_list(top)}"
+        )
+        return text, "jitter", top, med
     return None
 
 

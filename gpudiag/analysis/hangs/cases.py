@@ -310,10 +310,14 @@ def _stall_message(
 def _disagree(culprits: Sequence[int], op: str, seq: int, group: str, m: Mismatch) -> str:
     who = _ranks_words(culprits)
     if m.what == "op":
-        return (f"{who} called {m.found} as collective #{seq} ({group}) where the others "
-                f"called {m.expected}: a skipped or reordered collective")  # fmt: skip
-    return (f"{who} called {op} #{seq} ({group}) with {m.what.replace('_', ' ')} {m.found} "
-            f"where the others use {m.expected}")  # fmt: skip
+        return (
+            f"{who} called {m.found} as collective #{seq} ({group}) where the others "
+            f"called {m.expected}: a skipped or reordered collective"
+        )
+    return (
+        f"{who} called {op} #{seq} ({group}) with {m.what.replace('_', ' ')} {m.found} "
+        f"where the others use {m.expected}"
+    )
 
 
 def _mismatch_message(m: GroupStall) -> str:

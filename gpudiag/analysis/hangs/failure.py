@@ -48,9 +48,14 @@ _SHAPE = re.compile(r"TensorShape=\[(.*?)\](?:, |\)|$)")
 _DTYPES = re.compile(r"TensorDtypes=\[?([\w, ]*?)\]?(?:, TensorDeviceTypes|\)|$)")
 # gloo's tcp pair (pair.cc): "op.preamble.length <= op.nbytes. 1000 vs 500. Received data
 # size doesn't match expected size. Is there a distributed collective mismatch in your code?"
-_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "alltoall": "all_to_all",
-        "alltoall_base": "all_to_all_single", "_allgather_base": "all_gather_into_tensor",
-        "_reduce_scatter_base": "reduce_scatter_tensor"}  # fmt: skip
+_OPS = {
+    "allreduce": "all_reduce",
+    "allgather": "all_gather",
+    "alltoall": "all_to_all",
+    "alltoall_base": "all_to_all_single",
+    "_allgather_base": "all_gather_into_tensor",
+    "_reduce_scatter_base": "reduce_scatter_tensor",
+}
 _GLOO_SIZES = re.compile(r"(\d+) vs (\d+)\. Received data size doesn't match expected size")
 
 
@@ -131,8 +136,9 @@ def classify(end: RankEnd) -> RankFailure | None:
         else:
             how = "error"
         detail = mismatch_words(line) if how == "mismatch" else None
-        return RankFailure(end.rank, end.steps, how, line, end.error_ns or end.last_ns,
-                           mismatch=detail)  # fmt: skip
+        return RankFailure(
+            end.rank, end.steps, how, line, end.error_ns or end.last_ns, mismatch=detail
+        )
     if not end.exited:
         line = "ended without an exit record or error (killed)"
         return RankFailure(end.rank, end.steps, "killed", line, end.last_ns)
@@ -200,6 +206,8 @@ def describe(f: RankFailure, first: bool = False) -> str:
     if f.where:
         msg += f", called from {f.where}" if f.collective else f" in {f.where}"
     if f.how == "signal" and f.collective and "Abort" in f.line:
-        msg += (" (gloo aborts a rank this way when a collective's sizes differ across ranks: "
-                "a possible collective mismatch; the sizes are on the rank's stderr)")  # fmt: skip
+        msg += (
+            " (gloo aborts a rank this way when a collective's sizes differ across ranks: "
+            "a possible collective mismatch; the sizes are on the rank's stderr)"
+        )
     return msg

@@ -182,8 +182,10 @@ def _failure_message(
         if others:
             msg += "; then " + describe(others[0])
         return msg + code
-    return (f"the training job exited with code {end.exit_code}; no rank recorded an error: "
-            "the diagnosis covers the steps it completed")  # fmt: skip
+    return (
+        f"the training job exited with code {end.exit_code}; no rank recorded an error: "
+        "the diagnosis covers the steps it completed"
+    )
 
 
 def _failure_finding(end: RunEnd, failed: list[Any], cases: list[HangCase]) -> Finding:
@@ -223,9 +225,14 @@ def _failure_finding(end: RunEnd, failed: list[Any], cases: list[HangCase]) -> F
         waited_for_evidence=basis or None,
         mismatch=first.mismatch if first is not None else None,
     )
-    return Finding(FindingKind.JOB_FAILED, severity, msg,
-                   ranks=culprits or ([first.rank] if first is not None else []),
-                   steps=[first.step] if first is not None else [], metrics=metrics)  # fmt: skip
+    return Finding(
+        FindingKind.JOB_FAILED,
+        severity,
+        msg,
+        ranks=culprits or ([first.rank] if first is not None else []),
+        steps=[first.step] if first is not None else [],
+        metrics=metrics,
+    )
 
 
 def evidence_only(

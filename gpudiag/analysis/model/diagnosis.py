@@ -254,8 +254,9 @@ class Finding:
     def metrics_as(self, cls: type[M]) -> M:
         """The metrics as the kind's class (TypeError if they are another's)."""
         if not isinstance(self.metrics, cls):
-            raise TypeError(f"{self.kind} finding has {type(self.metrics).__name__}, "
-                            f"not {cls.__name__}")  # fmt: skip
+            raise TypeError(
+                f"{self.kind} finding has {type(self.metrics).__name__}, not {cls.__name__}"
+            )
         return self.metrics
 
 
@@ -540,10 +541,26 @@ class Diagnosis:
         d["reading"] = d["reading"] or {}
         for fd, f in zip(d["findings"], self.findings, strict=True):
             fd["metrics"] = f.metrics.to_json()
-        order = ["schema_version", "gpudiag_version", "inputs", "verdict", "run", "ranks",
-                 "steps", "findings", "recommendations", "spread", "what_if", "collectives",
-                 "kernels", "efficiency", "reading", "whole_run", "thresholds",
-                 "notes"]  # fmt: skip
+        order = [
+            "schema_version",
+            "gpudiag_version",
+            "inputs",
+            "verdict",
+            "run",
+            "ranks",
+            "steps",
+            "findings",
+            "recommendations",
+            "spread",
+            "what_if",
+            "collectives",
+            "kernels",
+            "efficiency",
+            "reading",
+            "whole_run",
+            "thresholds",
+            "notes",
+        ]
         if self.alerts:  # only runs watched live have them
             order.append("alerts")
         return {k: d[k] for k in order}

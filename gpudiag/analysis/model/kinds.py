@@ -84,8 +84,12 @@ class StepSource(StrEnum):
     @property
     def is_marked(self) -> bool:
         """Steps the job itself marked (no note needed on how they were found)."""
-        return self in (StepSource.PROFILER_STEP, StepSource.MARKER, StepSource.USER_RANGE,
-                        StepSource.TELEMETRY)  # fmt: skip
+        return self in (
+            StepSource.PROFILER_STEP,
+            StepSource.MARKER,
+            StepSource.USER_RANGE,
+            StepSource.TELEMETRY,
+        )
 
 
 # The closed sets of words some fields take (typing.Literal: checked by mypy where they are
@@ -99,13 +103,33 @@ TimeUnit = Literal["kernel", "operator"]
 # what a hang finding was read from
 HangEvidence = Literal["flight recorder", "stacks"]
 # what a trace cannot support (analysis/rank/evidence.py) and what that does to the verdict
-LimitKind = Literal["sampled", "filtered", "no_gpu_activity", "no_kernels", "comm_only",
-                    "clock", "short", "unlinked"]  # fmt: skip
+LimitKind = Literal[
+    "sampled",
+    "filtered",
+    "no_gpu_activity",
+    "no_kernels",
+    "comm_only",
+    "clock",
+    "short",
+    "unlinked",
+]
 LimitEffect = Literal["withhold", "qualify"]
 # what the verdict names as the run's bottleneck (analysis/verdict.py, docs/definitions.md)
-Bottleneck = Literal["data", "communication", "straggler", "pipeline", "host", "copy",
-                     "variability", "none", "unknown", "hang", "mismatch", "failure",
-                     "interrupted"]  # fmt: skip
+Bottleneck = Literal[
+    "data",
+    "communication",
+    "straggler",
+    "pipeline",
+    "host",
+    "copy",
+    "variability",
+    "none",
+    "unknown",
+    "hang",
+    "mismatch",
+    "failure",
+    "interrupted",
+]
 # what the verdict's numbers are over: the profiled window, or gpudiag run's telemetry
 VerdictBasis = Literal["profiled window", "whole run"]
 # how collectives were matched across ranks

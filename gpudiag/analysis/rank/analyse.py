@@ -119,20 +119,41 @@ def telemetry_rank_results(steps: Sequence[RunStep]) -> list[RankResult]:
         for s in mine:
             data = min(max(s.data_wait_ns or 0, 0), s.duration_ns)
             comm = min(max(s.comm_wait_ns or 0, 0), s.duration_ns - data)
-            rows.append(StepBreakdown(rank, s.step, s.start_ns, s.duration_ns,
-                                      s.duration_ns - data - comm, comm, data, 0, 0))  # fmt: skip
+            rows.append(
+                StepBreakdown(
+                    rank,
+                    s.step,
+                    s.start_ns,
+                    s.duration_ns,
+                    s.duration_ns - data - comm,
+                    comm,
+                    data,
+                    0,
+                    0,
+                )
+            )
         if rows:
             meta = RankMeta(source="step telemetry", fmt="telemetry", rank_from="telemetry")
-            out.append(RankResult(rank=rank, meta=meta, mode=Mode.TELEMETRY,
-                                  step_source=StepSource.TELEMETRY, steps=rows,
-                                  source="step telemetry"))  # fmt: skip
+            out.append(
+                RankResult(
+                    rank=rank,
+                    meta=meta,
+                    mode=Mode.TELEMETRY,
+                    step_source=StepSource.TELEMETRY,
+                    steps=rows,
+                    source="step telemetry",
+                )
+            )
     return out
 
 
 def nvml_idle(whole: WholeRun, th: Thresholds) -> list[Finding]:
     """Without a trace, the idle ratio comes from NVML: 1 − mean GPU utilisation."""
-    idle = {g.rank: 1.0 - g.util_ratio for g in whole.gpus
-            if g.rank is not None and g.util_ratio is not None}  # fmt: skip
+    idle = {
+        g.rank: 1.0 - g.util_ratio
+        for g in whole.gpus
+        if g.rank is not None and g.util_ratio is not None
+    }
     return nvml_idle_findings(idle, th)
 
 
@@ -145,17 +166,25 @@ def nvml_idle_findings(
         return []
     lo, hi = min(flagged.values()), max(flagged.values())
     span = f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}–{hi:.0%}"
-    who = (f"rank {next(iter(flagged))}" if len(flagged) == 1
-           else "ranks " + ", ".join(map(str, sorted(flagged))))  # fmt: skip
-    return [Finding(
-        kind=FindingKind.IDLE_RATIO,
-        severity=Severity.WARNING,
-        message=(f"{who}: GPU idle {span} {over} by NVML's utilisation (idle ratio above "
-                 f"the {th.idle_ratio_max:.0%} threshold; no trace to split the steps)"),
-        ranks=sorted(flagged),
-        metrics=IdleMetrics({str(r): v for r, v in sorted(flagged.items())},
-                            th.idle_ratio_max, source="nvml"),
-    )]  # fmt: skip
+    who = (
+        f"rank {next(iter(flagged))}"
+        if len(flagged) == 1
+        else "ranks " + ", ".join(map(str, sorted(flagged)))
+    )
+    return [
+        Finding(
+            kind=FindingKind.IDLE_RATIO,
+            severity=Severity.WARNING,
+            message=(
+                f"{who}: GPU idle {span} {over} by NVML's utilisation (idle ratio above "
+                f"the {th.idle_ratio_max:.0%} threshold; no trace to split the steps)"
+            ),
+            ranks=sorted(flagged),
+            metrics=IdleMetrics(
+                {str(r): v for r, v in sorted(flagged.items())}, th.idle_ratio_max, source="nvml"
+            ),
+        )
+    ]
 
 
 def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -> RankResult:
@@ -188,9 +217,14 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
     evidence = _evidence(tl, win, keep, mode) | _launch_gaps(sets, win, mode, th)
     evidence |= _comm_calls(tl, win, keep)
     on_thread = _host_ops_in_steps(tl, win, keep, step_thread=True)
-    evidence["coverage"] = rank_facts(tl, len(steps), sum(s.gpu_ops or 0 for s in steps),
-                                      sum(s.duration_ns for s in steps),
-                                      _host_ops_in_steps(tl, win, keep), on_thread)  # fmt: skip
+    evidence["coverage"] = rank_facts(
+        tl,
+        len(steps),
+        sum(s.gpu_ops or 0 for s in steps),
+        sum(s.duration_ns for s in steps),
+        _host_ops_in_steps(tl, win, keep),
+        on_thread,
+    )
     evidence |= _workload_and_device(tl)
     evidence["reading"] = reading
     if mode == Mode.GPU:
@@ -235,8 +269,10 @@ def _workload_and_device(tl: RankTimeline) -> dict[str, Any]:
     out: dict[str, Any] = {"workload": recognise(name_counts(tl.names, tl.name))}
     m = tl.meta
     cc, sms = m.compute_capability, m.multiprocessors
-    caps = [capability(name, cc[i] if i < len(cc) else None, sms[i] if i < len(sms) else None)
-            for i, name in enumerate(m.devices)]  # fmt: skip
+    caps = [
+        capability(name, cc[i] if i < len(cc) else None, sms[i] if i < len(sms) else None)
+        for i, name in enumerate(m.devices)
+    ]
     cap = common_capability(caps)
     if cap.known:
         out["device"] = cap.as_dict()
@@ -250,8 +286,10 @@ def _calls_per_step(colls: Collectives, steps: int) -> dict[str, dict[str, float
     for t in sorted(set(colls.type)):
         sel = (types == t) & (colls.step >= 0)
         sizes = colls.nbytes[sel & (colls.nbytes >= 0)]
-        out[t] = {"per_step": round(int(sel.sum()) / max(steps, 1), 1),
-                  "bytes_median": float(nputil.median(sizes)) if sizes.size else -1.0}  # fmt: skip
+        out[t] = {
+            "per_step": round(int(sel.sum()) / max(steps, 1), 1),
+            "bytes_median": float(nputil.median(sizes)) if sizes.size else -1.0,
+        }
     return out
 
 
@@ -362,8 +400,10 @@ def _recv_wait(
         pending = iv.join(pending, iv.union(tl.start_ns[calls], tl.end_ns[calls]))
     s, e = win.start[keep], win.end[keep]
     waiting = iv.measure(iv.subtract(pending, sets.compute), s, e)
-    return {"p2p_recv_wait_ns": int(waiting.sum()),
-            "p2p_recv_wait_ns_per_step": [int(x) for x in waiting]}  # fmt: skip
+    return {
+        "p2p_recv_wait_ns": int(waiting.sum()),
+        "p2p_recv_wait_ns_per_step": [int(x) for x in waiting],
+    }
 
 
 def _launch_gaps(sets: RankSets, win: StepWindows, mode: Mode, th: Thresholds) -> dict[str, Any]:
@@ -373,13 +413,16 @@ def _launch_gaps(sets: RankSets, win: StepWindows, mode: Mode, th: Thresholds) -
     s, e = idle_in_steps(sets, win)
     length = e - s
     short = length < th.advice.launch_gap_ns
-    return {"copies_alone_ns": copies_alone(sets, win), "gpu_idle_in_steps": {
-        "total_ns": int(length.sum()),
-        "short_gaps": int(np.count_nonzero(short)),
-        "short_gaps_ns": int(length[short].sum()),
-        "long_gaps": int(np.count_nonzero(~short)),
-        "long_gap_ns_median": int(nputil.median(length[~short])) if (~short).any() else None,
-    }}  # fmt: skip
+    return {
+        "copies_alone_ns": copies_alone(sets, win),
+        "gpu_idle_in_steps": {
+            "total_ns": int(length.sum()),
+            "short_gaps": int(np.count_nonzero(short)),
+            "short_gaps_ns": int(length[short].sum()),
+            "long_gaps": int(np.count_nonzero(~short)),
+            "long_gap_ns_median": int(nputil.median(length[~short])) if (~short).any() else None,
+        },
+    }
 
 
 def _between_steps(tl: RankTimeline) -> dict[str, Any]:

@@ -118,9 +118,10 @@ def rank_sets(tl: RankTimeline, comm_op_re: str = DEFAULT_COMM_OP_RE) -> RankSet
     # CPU-only: the training thread and autograd threads do the compute.
     names = tl.meta.thread_names
     compute_lanes = [
-        i for i, ln in enumerate(tl.lanes)
+        i
+        for i, ln in enumerate(tl.lanes)
         if i == main or any("autograd" in n for n in names.get(ln, []))
-    ]  # fmt: skip
+    ]
     on_compute_lane = np.isin(tl.lane, compute_lanes)
     ops = _set(tl, (tl.kind == Kind.CPU_OP) & on_compute_lane)
     # A collective *call* on a compute thread blocks it (what runs inside it is the
@@ -270,7 +271,10 @@ def dominant_names(
         mask &= tl.gpu_lane_mask()[tl.lane] == gpu
     if not mask.any():
         return []
-    w = np.bincount(tl.name[mask], weights=(tl.end_ns[mask] - tl.start_ns[mask]).astype(np.float64),
-                    minlength=len(tl.names))  # fmt: skip
+    w = np.bincount(
+        tl.name[mask],
+        weights=(tl.end_ns[mask] - tl.start_ns[mask]).astype(np.float64),
+        minlength=len(tl.names),
+    )
     order = np.argsort(w)[::-1][:top]
     return [(tl.names[int(i)], int(w[i])) for i in order if w[i] > 0]

@@ -76,8 +76,12 @@ class Limit:
     ranks: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:  # noqa: D102
-        return {"kind": self.kind, "effect": self.effect, "message": self.message,
-                "ranks": list(self.ranks)}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "effect": self.effect,
+            "message": self.message,
+            "ranks": list(self.ranks),
+        }
 
 
 def rank_facts(
@@ -136,8 +140,11 @@ def _launch_facts(tl: RankTimeline, gpu: Any, busy: Any) -> dict[str, int]:
     empty = int(np.count_nonzero(~np.isin(calls, linked)))
     kernels = gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM])
     unlinked = int(np.count_nonzero(kernels & (tl.launch_ns < 0)))
-    return {"launch_calls": int(calls.size), "launch_calls_empty": empty,
-            "kernels_unlinked": unlinked}  # fmt: skip
+    return {
+        "launch_calls": int(calls.size),
+        "launch_calls_empty": empty,
+        "kernels_unlinked": unlinked,
+    }
 
 
 def _gpu_signs(tl: RankTimeline) -> list[str]:
@@ -192,8 +199,15 @@ def limits(
             each = "; ".join(f"rank {r}: {d}" for r, _, d in hits)
             message = lead.format(each)
         out.append(Limit(kind, effect, message, ranks))
-    order = {"clock": 0, "no_gpu_activity": 1, "no_kernels": 1, "comm_only": 2, "sampled": 3,
-             "filtered": 4, "short": 5}  # fmt: skip
+    order = {
+        "clock": 0,
+        "no_gpu_activity": 1,
+        "no_kernels": 1,
+        "comm_only": 2,
+        "sampled": 3,
+        "filtered": 4,
+        "short": 5,
+    }
     return sorted(out, key=lambda lim: (lim.effect != WITHHOLD, order.get(lim.kind, 9)))
 
 
@@ -206,6 +220,8 @@ def _short_range(fs: Sequence[Mapping[str, Any]]) -> str:
     return f"{n} GPU ops in 1 step of {dur}"
 
 
+# hand-laid (over 80 lines once formatted; to be split)
+# fmt: off
 def _rank_limits(
     f: Mapping[str, Any], rules: EvidenceRules, linked_min_ratio: float
 ) -> list[tuple[LimitKind, LimitEffect, str, str]]:
@@ -213,29 +229,29 @@ def _rank_limits(
     out: list[tuple[LimitKind, LimitEffect, str, str]] = []
     if f.get("clock_unreliable"):
         out.append(("clock", WITHHOLD, "GPU and host clocks disagree beyond correction{}: "
-                    "compute and host time cannot be split", ""))  # fmt: skip
+                    "compute and host time cannot be split", ""))
     if not f["gpu_ops"]:
         signs = f.get("gpu_signs") or []
         if signs:
             out.append(("no_gpu_activity", WITHHOLD,
                         "cannot split compute from host time: the trace holds no GPU activity, "
-                        "though the job used GPUs ({})", ", ".join(signs)))  # fmt: skip
+                        "though the job used GPUs ({})", ", ".join(signs)))
     elif not f["compute_kernels"] and not f["comm_kernels"]:
         out.append(("no_kernels", WITHHOLD,
                     "the trace holds {} but no kernel: tracing was on and the program stopped "
                     "before its first kernel ran, so there is no GPU compute to split",
-                    f"{f.get('copies', 0)} copies and {f.get('memsets', 0)} memsets"))  # fmt: skip
+                    f"{f.get('copies', 0)} copies and {f.get('memsets', 0)} memsets"))
     elif not f["compute_kernels"] and f["comm_kernels"]:
         out.append(("comm_only", WITHHOLD,
                     "the trace holds only communication on the GPU (no compute kernel){}: a "
-                    "communication-only extract cannot show compute or host time", ""))  # fmt: skip
+                    "communication-only extract cannot show compute or host time", ""))
     ids, holes = f.get("host_op_ids", 0), f.get("host_op_id_holes", 0)
     if ids >= rules.sampled_min_ids and holes >= rules.sampled_hole_ratio * ids:
         span = f.get("host_op_id_span", ids)
         out.append(("sampled", WITHHOLD,
                     "the trace is sampled or filtered ({}), so the gaps between kept events are "
                     "unseen time, not idle time",
-                    f"{ids / span:.1%} of the host operators' ids present"))  # fmt: skip
+                    f"{ids / span:.1%} of the host operators' ids present"))
     # launch calls whose kernels are not in the trace — beyond what kernels without a link
     # could be (a trace whose links are broken holds its kernels: that is "unlinked")
     calls, empty = f.get("launch_calls", 0), f.get("launch_calls_empty", 0)
@@ -244,22 +260,23 @@ def _rank_limits(
         out.append(("filtered", WITHHOLD,
                     "the trace is filtered ({}): the GPU work it left out is unseen time, not "
                     "idle time",
-                    f"{empty:,} of {calls:,} kernel launch calls have no GPU op"))  # fmt: skip
+                    f"{empty:,} of {calls:,} kernel launch calls have no GPU op"))
     if f["gpu_ops"] and f["steps"] <= 1 and f["gpu_ops_in_steps"] < rules.few_gpu_ops:
         out.append(("short", QUALIFY, "only {}: too little to generalise",
                     f"{f['gpu_ops_in_steps']} GPU ops in {f['steps']} step of "
-                    f"{words.duration(int(f['step_ns']))}"))  # fmt: skip
+                    f"{words.duration(int(f['step_ns']))}"))
     cpu_job = not f["gpu_ops"] and not f.get("gpu_signs")
     host_ops = int(f.get("host_ops_in_steps", 0))
     if cpu_job and f["steps"] <= 1 and host_ops < rules.few_host_ops:
         out.append(("short", QUALIFY, "only {}: too little to generalise",
                     f"{host_ops} host events in {f['steps']} step of "
-                    f"{words.duration(int(f['step_ns']))}"))  # fmt: skip
+                    f"{words.duration(int(f['step_ns']))}"))
     if f["gpu_ops"] and f["gpu_ops_linked"] < linked_min_ratio * f["gpu_ops"]:
         out.append(("unlinked", QUALIFY,
                     "only {} GPU ops have a launching call in the trace: steps are assigned by "
-                    "time", f"{f['gpu_ops_linked']} of {f['gpu_ops']}"))  # fmt: skip
+                    "time", f"{f['gpu_ops_linked']} of {f['gpu_ops']}"))
     return out
+# fmt: on
 
 
 def withheld(lims: Sequence[Limit]) -> list[Limit]:
@@ -268,8 +285,13 @@ def withheld(lims: Sequence[Limit]) -> list[Limit]:
 
 
 # Findings that rest on the split of step time: withheld with it.
-SPLIT_FINDINGS = (FindingKind.IDLE_RATIO, FindingKind.HOST_BOUND, FindingKind.DATA_BOUND,
-                  FindingKind.COMM_BOUND, FindingKind.COMPUTE_BOUND)  # fmt: skip
+SPLIT_FINDINGS = (
+    FindingKind.IDLE_RATIO,
+    FindingKind.HOST_BOUND,
+    FindingKind.DATA_BOUND,
+    FindingKind.COMM_BOUND,
+    FindingKind.COMPUTE_BOUND,
+)
 
 
 def apply_limits(findings: Sequence[Finding], lims: Sequence[Limit]) -> list[Finding]:
@@ -296,9 +318,15 @@ def apply_limits(findings: Sequence[Finding], lims: Sequence[Limit]) -> list[Fin
         out.append(f)
     for lim in lims:
         severity = Severity.WARNING if lim.effect == WITHHOLD else Severity.INFO
-        out.append(Finding(FindingKind.LIMITED_EVIDENCE, severity, lim.message,
-                           ranks=list(lim.ranks),
-                           metrics=LimitedEvidenceMetrics(lim.kind, lim.effect)))  # fmt: skip
+        out.append(
+            Finding(
+                FindingKind.LIMITED_EVIDENCE,
+                severity,
+                lim.message,
+                ranks=list(lim.ranks),
+                metrics=LimitedEvidenceMetrics(lim.kind, lim.effect),
+            )
+        )
     return out
 
 
@@ -326,15 +354,25 @@ def no_unseen_gains(recs: Sequence[Recommendation], lims: Sequence[Limit]) -> li
     if not stop:
         return list(recs)
     why = f" No gain is given: {stop[0].message}."
-    return [dataclasses.replace(r, estimated_gain_ns=None, estimated_gain_ratio=None,
-                                detail=r.detail if NO_GAIN in r.detail else r.detail + why)
-            for r in recs]  # fmt: skip
+    return [
+        dataclasses.replace(
+            r,
+            estimated_gain_ns=None,
+            estimated_gain_ratio=None,
+            detail=r.detail if NO_GAIN in r.detail else r.detail + why,
+        )
+        for r in recs
+    ]
 
 
 def dropped_event_notes(dropped: Mapping[int, Mapping[str, int]]) -> list[str]:
     """One note per rank and reason for events or rows the loaders dropped or clamped."""
-    return [f"rank {rank}: {n:,} {why}" for rank in sorted(dropped)
-            for why, n in sorted(dropped[rank].items()) if n]  # fmt: skip
+    return [
+        f"rank {rank}: {n:,} {why}"
+        for rank in sorted(dropped)
+        for why, n in sorted(dropped[rank].items())
+        if n
+    ]
 
 
 def judge_evidence(

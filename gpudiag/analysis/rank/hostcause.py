@@ -135,8 +135,11 @@ def op_lanes(tl: RankTimeline) -> list[int]:
         return []
     gpu = tl.gpu_lane_mask()
     names = tl.meta.thread_names
-    lanes = {main} | {i for i, ln in enumerate(tl.lanes) if not gpu[i]
-                      and any(AUTOGRAD_THREAD.search(n) for n in names.get(ln, []))}  # fmt: skip
+    lanes = {main} | {
+        i
+        for i, ln in enumerate(tl.lanes)
+        if not gpu[i] and any(AUTOGRAD_THREAD.search(n) for n in names.get(ln, []))
+    }
     ops = np.flatnonzero(tl.kind == Kind.CPU_OP)
     engine = _per_event(tl.names, tl.name[ops], _found(AUTOGRAD_OP)).astype(bool)
     lanes |= {int(x) for x in nputil.unique(tl.lane[ops[engine]]).tolist() if not gpu[int(x)]}
@@ -166,19 +169,23 @@ def _op_time(
     series = {
         "training_ns_per_step": iv.measure(iv.union(tl.start_ns[main], tl.end_ns[main]), w.s, w.e),
         "other_threads_ns_per_step": iv.measure(
-            iv.union(tl.start_ns[rest], tl.end_ns[rest]), w.s, w.e),
+            iv.union(tl.start_ns[rest], tl.end_ns[rest]), w.s, w.e
+        ),
         "in_ops_idle_ns_per_step": iv.measure(iv.subtract(inside, busy), w.s, w.e),
         "between_ns_per_step": length - in_ops,
         "between_idle_ns_per_step": length - iv.measure(iv.join(inside, busy), w.s, w.e),
         "launch_ns_per_step": iv.measure(
-            iv.union(tl.start_ns[launch], tl.end_ns[launch]), w.s, w.e),
-    }  # fmt: skip
+            iv.union(tl.start_ns[launch], tl.end_ns[launch]), w.s, w.e
+        ),
+    }
     return {
         "host_op_share": round(float(in_ops.sum() / max(int(length.sum()), 1)), 4),
-        "host_ops": {"steps": [int(x) for x in w.numbers],
-                     "threads": int(threads.size),
-                     **{k: [int(x) for x in v] for k, v in series.items()}},
-    }  # fmt: skip
+        "host_ops": {
+            "steps": [int(x) for x in w.numbers],
+            "threads": int(threads.size),
+            **{k: [int(x) for x in v] for k, v in series.items()},
+        },
+    }
 
 
 def _by_step(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[str, Any]:
@@ -196,9 +203,13 @@ def _by_step(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[s
     np.add.at(table, (inv, step_of[comp]), dur)
     spread = table.max(axis=1) - table.min(axis=1) if names.size else np.zeros(0)
     top = [j for j in np.argsort(-spread)[:_KERNELS_BY_STEP].tolist() if spread[j] > 0]
-    return {"kernels_by_step": {
-        "steps": [int(x) for x in w.numbers], "count": [int(x) for x in count],
-        "ns": {tl.names[int(names[j])]: [int(x) for x in table[j]] for j in top}}}  # fmt: skip
+    return {
+        "kernels_by_step": {
+            "steps": [int(x) for x in w.numbers],
+            "count": [int(x) for x in count],
+            "ns": {tl.names[int(names[j])]: [int(x) for x in table[j]] for j in top},
+        }
+    }
 
 
 @dataclass(frozen=True)
@@ -272,8 +283,10 @@ def _kernels(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[s
     if not kern.size:
         return {}
     dur = tl.end_ns[kern] - tl.start_ns[kern]
-    out: dict[str, Any] = {"kernels_per_step": round(kern.size / w.s.size, 1),
-                           "kernel_ns_median": int(nputil.median(dur))}  # fmt: skip
+    out: dict[str, Any] = {
+        "kernels_per_step": round(kern.size / w.s.size, 1),
+        "kernel_ns_median": int(nputil.median(dur)),
+    }
     comp = kern[tl.kind[kern] == Kind.COMPUTE]
     cdur = (tl.end_ns[comp] - tl.start_ns[comp]).astype(np.float64)
     if cdur.sum() > 0:
@@ -291,12 +304,16 @@ def _copies(
     if not cp.size:
         return out
     hd = cp[_per_event(tl.names, tl.name[cp], _found(HOST_DEVICE_COPY)).astype(bool)]
-    alone = iv.subtract(iv.union(tl.start_ns[hd], tl.end_ns[hd]),
-                        iv.join(iv.join(sets.compute, sets.comm), sets.data))  # fmt: skip
+    alone = iv.subtract(
+        iv.union(tl.start_ns[hd], tl.end_ns[hd]),
+        iv.join(iv.join(sets.compute, sets.comm), sets.data),
+    )
     per_alone = iv.measure(alone, w.s, w.e)
     if per_alone.sum():
-        out["copies_alone"] = {"steps": [int(x) for x in w.numbers],
-                               "ns_per_step": [int(x) for x in per_alone]}  # fmt: skip
+        out["copies_alone"] = {
+            "steps": [int(x) for x in w.numbers],
+            "ns_per_step": [int(x) for x in per_alone],
+        }
     page = cp[_per_event(tl.names, tl.name[cp], _found(PAGEABLE_COPY)).astype(bool)]
     out["copy_ns"] = int(iv.measure(iv.union(tl.start_ns[cp], tl.end_ns[cp]), w.s, w.e).sum())
     pdur = iv.measure(iv.union(tl.start_ns[page], tl.end_ns[page]), w.s, w.e)

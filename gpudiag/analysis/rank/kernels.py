@@ -45,23 +45,38 @@ from gpudiag.traces.schema import Kind, RankTimeline
 FAMILIES: tuple[tuple[str, str], ...] = (
     ("memcpy", r"^(memcpy|memset|cudamemcpy|hipmemcpy)|^aten::(copy_|to|_to_copy|contiguous)$"),
     ("attention", r"flash|fmha|attention|attn|sdpa|scaled_dot_product"),
-    ("convolution", r"(^|[^a-z])conv(olution|olve|_?[123]d|[^a-z]|$)|cudnn.*(fprop|dgrad|wgrad)"
-                    r"|\d(fprop|dgrad|wgrad)_|winograd|implicit_?gemm|miopen|^aten::(cudnn_)?convolution"),
-    ("GEMM", r"gemm|gemv|cutlass|cublas|hipblas|^cijk_|xmma|wgmma|matmul|(^|[^a-z])bmm([^a-z]|$)"
-             r"|^nvjet_"
-             r"|^aten::(mm|addmm|bmm|baddbmm|linear|matmul|addmv|mv|dot|einsum)$|_mm_|splitk"),
+    (
+        "convolution",
+        r"(^|[^a-z])conv(olution|olve|_?[123]d|[^a-z]|$)|cudnn.*(fprop|dgrad|wgrad)"
+        r"|\d(fprop|dgrad|wgrad)_|winograd|implicit_?gemm|miopen|^aten::(cudnn_)?convolution",
+    ),
+    (
+        "GEMM",
+        r"gemm|gemv|cutlass|cublas|hipblas|^cijk_|xmma|wgmma|matmul|(^|[^a-z])bmm([^a-z]|$)"
+        r"|^nvjet_"
+        r"|^aten::(mm|addmm|bmm|baddbmm|linear|matmul|addmv|mv|dot|einsum)$|_mm_|splitk",
+    ),
     ("normalisation", r"norm|rms_?norm|welford|(^|[^a-z])bn_(fw|bw)"),
-    ("reduction", r"softmax|reduce|reduction|cross_?entropy|nll_?loss|triton_(red|per)_|argmax"
-                  r"|^aten::(sum|mean|max|min|amax|var|std|log_softmax|_softmax)$|cumsum|topk|sort"),
+    (
+        "reduction",
+        r"softmax|reduce|reduction|cross_?entropy|nll_?loss|triton_(red|per)_|argmax"
+        r"|^aten::(sum|mean|max|min|amax|var|std|log_softmax|_softmax)$|cumsum|topk|sort",
+    ),
     ("embedding", r"embedding|embedding_bag|gather_kernel|index_select|scatter"),
-    ("optimizer", r"multi_tensor|foreach|fused_?adam|adamw?(functor|_|\b)|(^|[^a-z])sgd|lamb(?!da)"
-                  r"|adagrad|optimizer"),
-    ("elementwise", r"elementwise|triton_poi_|pointwise|vectorized|unrolled|fill|copy|cast"
-                    r"|gelu|silu|relu|sigmoid|tanh|dropout|transpose|^aten::(add|mul|sub|div|add_|mul_"
-                    r"|relu|gelu|silu|threshold_backward|where|clamp|neg|exp|pow|rsqrt|sqrt"
-                    r"|zero_|fill_|ones_like|zeros_like|empty|t|transpose|view|reshape"
-                    r"|permute|expand|cat|stack|index|embedding)"),
-)  # fmt: skip
+    (
+        "optimizer",
+        r"multi_tensor|foreach|fused_?adam|adamw?(functor|_|\b)|(^|[^a-z])sgd|lamb(?!da)"
+        r"|adagrad|optimizer",
+    ),
+    (
+        "elementwise",
+        r"elementwise|triton_poi_|pointwise|vectorized|unrolled|fill|copy|cast"
+        r"|gelu|silu|relu|sigmoid|tanh|dropout|transpose|^aten::(add|mul|sub|div|add_|mul_"
+        r"|relu|gelu|silu|threshold_backward|where|clamp|neg|exp|pow|rsqrt|sqrt"
+        r"|zero_|fill_|ones_like|zeros_like|empty|t|transpose|view|reshape"
+        r"|permute|expand|cat|stack|index|embedding)",
+    ),
+)
 _FAMILY_RES = [(f, lazyre.compile(p, re.IGNORECASE)) for f, p in FAMILIES]
 _TEMPLATE = re.compile(r"[<(]")
 _GENERIC = re.compile(r"(^|::)\s*(void\s+)?(device_)?kernel\d*\s*$", re.IGNORECASE)
@@ -185,8 +200,13 @@ def breakdown(
     )
 
 
-def _top(names: Sequence[str], time_by: npt.NDArray[Any], count_by: npt.NDArray[Any],
-         kind_of: npt.NDArray[Any], total: int) -> list[TopEntry]:  # fmt: skip
+def _top(
+    names: Sequence[str],
+    time_by: npt.NDArray[Any],
+    count_by: npt.NDArray[Any],
+    kind_of: npt.NDArray[Any],
+    total: int,
+) -> list[TopEntry]:
     """The largest rows, one per displayed name (:func:`display_name`), family of the largest."""
     rows: dict[str, list[float]] = {}  # display name → [time, count, largest part, raw index]
     for i in np.flatnonzero(time_by).tolist():
@@ -196,8 +216,16 @@ def _top(names: Sequence[str], time_by: npt.NDArray[Any], count_by: npt.NDArray[
         if time_by[i] > row[2]:
             row[2], row[3] = float(time_by[i]), i
     best = sorted(rows.items(), key=lambda kv: -kv[1][0])[:TOP]
-    return [TopEntry(name, family(names[int(r[3])], int(kind_of[int(r[3])])), int(r[0]), int(r[1]),
-                     r[0] / total) for name, r in best]  # fmt: skip
+    return [
+        TopEntry(
+            name,
+            family(names[int(r[3])], int(kind_of[int(r[3])])),
+            int(r[0]),
+            int(r[1]),
+            r[0] / total,
+        )
+        for name, r in best
+    ]
 
 
 def combine(per_rank: Sequence[KernelBreakdown | None]) -> KernelBreakdown | None:

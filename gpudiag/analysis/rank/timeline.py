@@ -93,8 +93,15 @@ def rank_lanes(
         if idx.size > MAX_KERNELS:
             longest = np.argsort(tl.end_ns[idx] - tl.start_ns[idx])[::-1][:MAX_KERNELS]
             idx = np.sort(idx[longest])
-        kernels = [(tl.names[int(tl.name[i])], tl.lanes[int(tl.lane[i])],
-                    int(tl.start_ns[i]), int(tl.end_ns[i])) for i in idx.tolist()]  # fmt: skip
+        kernels = [
+            (
+                tl.names[int(tl.name[i])],
+                tl.lanes[int(tl.lane[i])],
+                int(tl.start_ns[i]),
+                int(tl.end_ns[i]),
+            )
+            for i in idx.tolist()
+        ]
     return RankLanes(
         rank=tl.rank,
         step=win.step[keep].astype(np.int64),

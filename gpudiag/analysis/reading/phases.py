@@ -56,8 +56,10 @@ def read_rank(
         reading["gpu_in_steps_ratio"] = round(inside, 4)
         if inside < rules.step_gpu_coverage_ratio:
             what = f"ranges '{tl.steps.range_name}'" if tl.steps.range_name else "steps found"
-            note = (f"{what} ({len(win)}) hold only {inside:.0%} of the GPU time: not taken "
-                    "as iterations; the trace is analysed as one window")  # fmt: skip
+            note = (
+                f"{what} ({len(win)}) hold only {inside:.0%} of the GPU time: not taken "
+                "as iterations; the trace is analysed as one window"
+            )
             win = find_steps(dataclasses.replace(tl, steps=no_steps()), linked_min_ratio)
             win = dataclasses.replace(win, notes=[note])
             reading["refused"] = note
@@ -86,8 +88,10 @@ def read_rank(
             if start[i] >= startup_end:
                 break
             rest = int(end[i]) - startup_end
-            if rest <= 0 or (len(win) - i > 1 and rest < (1 - rules.startup_dominant_ratio)
-                             * int(end[i] - start[i])):  # fmt: skip
+            if rest <= 0 or (
+                len(win) - i > 1
+                and rest < (1 - rules.startup_dominant_ratio) * int(end[i] - start[i])
+            ):
                 keep[i] = False
             else:
                 start[i] = startup_end
@@ -139,8 +143,12 @@ def _holds(tl: RankTimeline, gpu: npt.NDArray[np.bool_]) -> dict[str, Any]:
     h = np.bincount(tl.kind[~gpu].astype(np.int64), minlength=len(Kind)) if len(tl) else None
     if k is None or h is None:
         return {"holds": {}}
-    holds = {"kernels": int(k[Kind.COMPUTE] + k[Kind.COMM]), "copies": int(k[Kind.MEMCPY]),
-             "memsets": int(k[Kind.MEMSET]), "runtime_calls": int(h[Kind.RUNTIME]),
-             "operators": int(h[Kind.CPU_OP]),
-             "ranges": int(h[Kind.ANNOTATION] + h[Kind.STEP] + h[Kind.DATALOADER])}  # fmt: skip
+    holds = {
+        "kernels": int(k[Kind.COMPUTE] + k[Kind.COMM]),
+        "copies": int(k[Kind.MEMCPY]),
+        "memsets": int(k[Kind.MEMSET]),
+        "runtime_calls": int(h[Kind.RUNTIME]),
+        "operators": int(h[Kind.CPU_OP]),
+        "ranges": int(h[Kind.ANNOTATION] + h[Kind.STEP] + h[Kind.DATALOADER]),
+    }
     return {"holds": {key: v for key, v in holds.items() if v}}

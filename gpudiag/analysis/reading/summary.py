@@ -10,9 +10,13 @@ from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import RankSummary, Reading, StepBreakdown, Verdict
 from gpudiag.config import ReadingRules
 
-_SOURCE = {"ProfilerStep": "ProfilerStep markers", "marker": "--step-marker",
-           "user_range": "ranges found", "optimizer": "Optimizer.step ends",
-           "whole": "no iterations: one window"}  # fmt: skip
+_SOURCE = {
+    "ProfilerStep": "ProfilerStep markers",
+    "marker": "--step-marker",
+    "user_range": "ranges found",
+    "optimizer": "Optimizer.step ends",
+    "whole": "no iterations: one window",
+}
 
 
 def run_reading(
@@ -25,14 +29,20 @@ def run_reading(
     rank, rd = max(read, key=lambda x: (_share(x[1]), -x[0]))
     analysed = sum(1 for s in steps if s.rank == rank)
     dominant = _share(rd) >= rules.startup_dominant_ratio
-    r = Reading(line="", rank=rank, window_ns=int(rd.get("window_ns", 0)),
-                startup_ns=int(rd.get("startup_ns", 0)),
-                startup_calls=dict(rd.get("startup_calls") or {}),
-                idle_head_ns=int(rd.get("idle_head_ns", 0)),
-                idle_tail_ns=int(rd.get("idle_tail_ns", 0)),
-                steps_found=int(rd.get("steps_found", 0)), steps_analysed=analysed,
-                source=str(rd.get("source", "")), holds=dict(rd.get("holds") or {}),
-                startup_dominant=dominant)  # fmt: skip
+    r = Reading(
+        line="",
+        rank=rank,
+        window_ns=int(rd.get("window_ns", 0)),
+        startup_ns=int(rd.get("startup_ns", 0)),
+        startup_calls=dict(rd.get("startup_calls") or {}),
+        idle_head_ns=int(rd.get("idle_head_ns", 0)),
+        idle_tail_ns=int(rd.get("idle_tail_ns", 0)),
+        steps_found=int(rd.get("steps_found", 0)),
+        steps_analysed=analysed,
+        source=str(rd.get("source", "")),
+        holds=dict(rd.get("holds") or {}),
+        startup_dominant=dominant,
+    )
     return dataclasses.replace(r, line=_line(r, rd, len(ranks)))
 
 
@@ -48,8 +58,10 @@ def _line(r: Reading, rd: dict[str, Any], ranks: int) -> str:
     """``rank 0: window 9.8 s · start-up 6.2 s (63%: cudaFree 6.2 s) · 10 steps …``."""
     parts = [f"window {words.duration(r.window_ns, 'brief')}"]
     if r.startup_ns:
-        parts.append(f"start-up {words.duration(r.startup_ns, 'brief')} "
-                     f"({words.percent(_share(rd))}: {_calls(r.startup_calls)})")  # fmt: skip
+        parts.append(
+            f"start-up {words.duration(r.startup_ns, 'brief')} "
+            f"({words.percent(_share(rd))}: {_calls(r.startup_calls)})"
+        )
     else:
         parts.append("no start-up")
     if r.source == "whole":
@@ -64,9 +76,11 @@ def _line(r: Reading, rd: dict[str, Any], ranks: int) -> str:
         if rd.get("steps_in_startup"):
             parts[-1] += f" ({rd['steps_in_startup']} in start-up left out)"
     # edges under 1% of the window are not worth a word (they are left out all the same)
-    edges = [f"{w} {words.duration(ns, 'brief')}" for w, ns in
-             (("idle head", r.idle_head_ns), ("idle tail", r.idle_tail_ns))
-             if ns >= 0.01 * r.window_ns]  # fmt: skip
+    edges = [
+        f"{w} {words.duration(ns, 'brief')}"
+        for w, ns in (("idle head", r.idle_head_ns), ("idle tail", r.idle_tail_ns))
+        if ns >= 0.01 * r.window_ns
+    ]
     if edges:
         parts.append(", ".join(edges) + " left out")
     who = f"rank {r.rank}" + (f" (1 of {ranks} traced)" if ranks > 1 else "")
@@ -80,9 +94,13 @@ def with_reading(v: Verdict, r: Reading | None) -> Verdict:
     share = words.percent(r.startup_ns / max(r.window_ns, 1))
     what = f"this window is {share} start-up ({_calls(r.startup_calls)})"
     if not r.holds.get("kernels"):
-        return dataclasses.replace(v, headline=(
-            f"start-up only: the capture ended during start-up ({what}, no kernel ran): "
-            "profile past start-up, after the first iterations"))  # fmt: skip
+        return dataclasses.replace(
+            v,
+            headline=(
+                f"start-up only: the capture ended during start-up ({what}, no kernel ran): "
+                "profile past start-up, after the first iterations"
+            ),
+        )
     n = r.steps_found - r.steps_analysed
     after = f"after {n + 1} warm-up iterations" if n > 0 else "after a few warm-up iterations"
     return dataclasses.replace(v, headline=f"{v.headline} — {what}: profile {after}")

@@ -98,16 +98,21 @@ def _single_loader(f: Finding, c: Context) -> bool:
 def _data_detail(f: Finding, c: Context) -> str:
     gpu = c.run.mode == Mode.GPU
     if _single_loader(f, c):
-        return ("The loader runs inside the training process (num_workers=0): set "
-                "DataLoader(num_workers=4..8 per GPU, persistent_workers=True"
-                + (", pin_memory=True" if gpu else "") + ") so batches are prepared in "
-                "parallel with the step.")  # fmt: skip
-    return ("The loader's workers do not keep up: raise num_workers and prefetch_factor, keep "
-            "persistent_workers=True"
-            + (", use pin_memory=True with non_blocking copies" if gpu else "")
-            + "; if the workers are already busy, the storage or decoding is the limit "
-            "(cache the dataset, use a faster format, or decode on the GPU with NVIDIA "
-            "DALI or torchvision.io's GPU decoders).")  # fmt: skip
+        return (
+            "The loader runs inside the training process (num_workers=0): set "
+            "DataLoader(num_workers=4..8 per GPU, persistent_workers=True"
+            + (", pin_memory=True" if gpu else "")
+            + ") so batches are prepared in "
+            "parallel with the step."
+        )
+    return (
+        "The loader's workers do not keep up: raise num_workers and prefetch_factor, keep "
+        "persistent_workers=True"
+        + (", use pin_memory=True with non_blocking copies" if gpu else "")
+        + "; if the workers are already busy, the storage or decoding is the limit "
+        "(cache the dataset, use a faster format, or decode on the GPU with NVIDIA "
+        "DALI or torchvision.io's GPU decoders)."
+    )
 
 
 def _data_gain(f: Finding, c: Context) -> int | None:
@@ -122,36 +127,41 @@ DATA = Remedy(
     title=_const("Feed the step faster: DataLoader workers, pinning and prefetch"),
     detail=_data_detail,
     gain=_data_gain,
-    evidence=lambda f, c: {"data_wait_ns_per_step": _data_gain(f, c), "ranks": f.ranks,
-                           "per_rank_share": f.metrics_as(ShareMetrics).per_rank,
-                           "single_process_loader": _single_loader(f, c)},
-)  # fmt: skip
+    evidence=lambda f, c: {
+        "data_wait_ns_per_step": _data_gain(f, c),
+        "ranks": f.ranks,
+        "per_rank_share": f.metrics_as(ShareMetrics).per_rank,
+        "single_process_loader": _single_loader(f, c),
+    },
+)
 
 
 # ---- stragglers ----
 
 _STRAGGLER_HINTS = {
     Cause.DATA: "its input pipeline is slower: check its data shard, storage and loader "
-                "workers; if the slow rank changes between epochs, balance sample sizes or "
-                "sequence lengths across ranks.",
+    "workers; if the slow rank changes between epochs, balance sample sizes or "
+    "sequence lengths across ranks.",
     Cause.COMPUTE: "it takes longer for the same work: check uneven sharding, its GPU's "
-                   "clocks and temperature (nvidia-smi -q -d CLOCK,TEMPERATURE) and other "
-                   "processes on that GPU.",
+    "clocks and temperature (nvidia-smi -q -d CLOCK,TEMPERATURE) and other "
+    "processes on that GPU.",
     Cause.HARDWARE: "its GPU is being slowed by the driver (thermal, power or hardware "
-                    "slowdown) or clocks low: move the job off that GPU or node and check its "
-                    "cooling and power.",
+    "slowdown) or clocks low: move the job off that GPU or node and check its "
+    "cooling and power.",
     Cause.HOST: "it spends more time on the host outside compute and data: garbage collection "
-                "(gc.freeze() after setup), logging or checkpointing on that rank only, or "
-                "CPU contention (bind ranks to cores/NUMA nodes).",
+    "(gc.freeze() after setup), logging or checkpointing on that rank only, or "
+    "CPU contention (bind ranks to cores/NUMA nodes).",
     Cause.UNKNOWN: "profile a window that contains its slow steps to see which part grows "
-                   "(gpudiag attach --run RUN_DIR --profile-next N).",
-}  # fmt: skip
+    "(gpudiag attach --run RUN_DIR --profile-next N).",
+}
 
 
 # a CPU job's compute is the host's: no GPU to check
-_CPU_COMPUTE = ("it takes longer for the same work: check uneven sharding, the CPU cores it "
-                "runs on (frequency, other processes on them) and its thread count "
-                "(OMP_NUM_THREADS, torch.set_num_threads) against the others'.")  # fmt: skip
+_CPU_COMPUTE = (
+    "it takes longer for the same work: check uneven sharding, the CPU cores it "
+    "runs on (frequency, other processes on them) and its thread count "
+    "(OMP_NUM_THREADS, torch.set_num_threads) against the others'."
+)
 
 
 def _cause(f: Finding) -> Cause:
@@ -199,17 +209,23 @@ def _straggler_gain(f: Finding, c: Context) -> int | None:
 
 
 STRAGGLER = Remedy(
-    id=lambda f, c: f"quiet-host-rank-{f.ranks[0]}" if _busy(f) else
-                    f"investigate-rank-{f.ranks[0]}",
+    id=lambda f, c: (
+        f"quiet-host-rank-{f.ranks[0]}" if _busy(f) else f"investigate-rank-{f.ranks[0]}"
+    ),
     title=_straggler_title,
     detail=_straggler_detail,
     gain=lambda f, c: _straggler_gain(f, c) if f.persistent else None,
-    evidence=lambda f, c: {"rank": f.ranks[0], "cause": _cause(f),
-                           "wait_caused_ns": f.wait_caused_ns, "persistent": f.persistent,
-                           "steps": f.steps, "median_excess_ns": _excess(f),
-                           **({"host_contention": _busy(f)} if _busy(f) else {})},
+    evidence=lambda f, c: {
+        "rank": f.ranks[0],
+        "cause": _cause(f),
+        "wait_caused_ns": f.wait_caused_ns,
+        "persistent": f.persistent,
+        "steps": f.steps,
+        "median_excess_ns": _excess(f),
+        **({"host_contention": _busy(f)} if _busy(f) else {}),
+    },
     applies=lambda f, c: bool(f.ranks),
-)  # fmt: skip
+)
 
 
 # ---- pipeline ----
@@ -226,9 +242,11 @@ def _pipe_gain(f: Finding, c: Context) -> int | None:
 
 def _pipe_title(f: Finding, _c: Context) -> str:
     pm = _pipe(f)
-    return (f"Use at least {pm.target_micro_batches} micro-batches per step "
-            f"({pm.target_micro_batches // pm.stages}× the {pm.stages} stages) and a 1F1B "
-            "schedule")  # fmt: skip
+    return (
+        f"Use at least {pm.target_micro_batches} micro-batches per step "
+        f"({pm.target_micro_batches // pm.stages}× the {pm.stages} stages) and a 1F1B "
+        "schedule"
+    )
 
 
 def _pipe_detail(f: Finding, _c: Context) -> str:
@@ -303,8 +321,15 @@ def recommend(
     of a rank's communication wait spent waiting for a slower rank, which no communication
     remedy can recover (see :mod:`gpudiag.analysis.run.collectives`).
     """
-    ctx = Context(run, {r.rank: r for r in ranks}, steps, sync_by_step or {},
-                  rules or AdviceRules(), wi, _straggler_wait(findings))  # fmt: skip
+    ctx = Context(
+        run,
+        {r.rank: r for r in ranks},
+        steps,
+        sync_by_step or {},
+        rules or AdviceRules(),
+        wi,
+        _straggler_wait(findings),
+    )
     out: list[Recommendation] = []
     groups: list[list[int]] = []  # remedies acting on the same time, by index into out
     data_stragglers: list[int] = []
@@ -317,11 +342,17 @@ def recommend(
             group.append(len(out))
             if f.kind == FindingKind.STRAGGLER and _cause(f) == Cause.DATA:
                 data_stragglers.append(len(out))
-            out.append(Recommendation(
-                id=remedy.id(f, ctx), title=remedy.title(f, ctx), detail=remedy.detail(f, ctx),
-                finding=f.kind, evidence=remedy.evidence(f, ctx), estimated_gain_ns=gain,
-                estimated_gain_ratio=(gain / ctx.step_ns) if gain else None,
-            ))  # fmt: skip
+            out.append(
+                Recommendation(
+                    id=remedy.id(f, ctx),
+                    title=remedy.title(f, ctx),
+                    detail=remedy.detail(f, ctx),
+                    finding=f.kind,
+                    evidence=remedy.evidence(f, ctx),
+                    estimated_gain_ns=gain,
+                    estimated_gain_ratio=(gain / ctx.step_ns) if gain else None,
+                )
+            )
         groups.append(group)
     # a straggler slowed by its own data waits for the same loader the data remedy fixes
     data = [i for i, r in enumerate(out) if r.id == "dataloader"]
@@ -355,5 +386,6 @@ def _with_overlaps(out: list[Recommendation], groups: list[list[int]]) -> list[R
     for g in groups:
         for i in g:
             links.setdefault(i, set()).update(out[j].id for j in g if j != i)
-    return [dataclasses.replace(r, overlaps_with=sorted(links.get(i, set())))
-            for i, r in enumerate(out)]  # fmt: skip
+    return [
+        dataclasses.replace(r, overlaps_with=sorted(links.get(i, set()))) for i, r in enumerate(out)
+    ]

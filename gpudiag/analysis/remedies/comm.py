@@ -57,9 +57,12 @@ def _is_transfer(f: Finding, c: Context) -> bool:
 
 
 def _comm_evidence(f: Finding, c: Context) -> dict[str, Any]:
-    return {"comm_wait_ns_per_step": _comm_wait(f, c), "ranks": f.ranks,
-            "comm_hidden_ratio": f.metrics_as(CommBoundMetrics).comm_hidden_ratio,
-            "transfer_wait_ns_per_step": _transfer(f, c)}  # fmt: skip
+    return {
+        "comm_wait_ns_per_step": _comm_wait(f, c),
+        "ranks": f.ranks,
+        "comm_hidden_ratio": f.metrics_as(CommBoundMetrics).comm_hidden_ratio,
+        "transfer_wait_ns_per_step": _transfer(f, c),
+    }
 
 
 def _k(c: Context) -> int:
@@ -74,9 +77,14 @@ def _backends(f: Finding, c: Context) -> set[str]:
 # (DDP's all-reduce, ZeRO/FSDP's reduce-scatter), parameter gathering (FSDP's all-gather),
 # token exchange (MoE's all-to-all), or point-to-point traffic outside a pipeline.
 PATTERNS = {
-    "allreduce": "gradients", "reducescatter": "gradients", "allgather": "parameters",
-    "alltoall": "tokens", "send": "p2p", "recv": "p2p", "sendrecv": "p2p",
-}  # fmt: skip
+    "allreduce": "gradients",
+    "reducescatter": "gradients",
+    "allgather": "parameters",
+    "alltoall": "tokens",
+    "send": "p2p",
+    "recv": "p2p",
+    "sendrecv": "p2p",
+}
 
 
 def _pattern(f: Finding, c: Context) -> str:
@@ -169,18 +177,22 @@ def _overlap_detail(f: Finding, c: Context) -> str:
     per, size = _allreduce_calls(f, c)
     # many small all-reduces a step: each pays the latency; larger buckets, not smaller
     if per >= c.rules.many_allreduce_calls and 0 <= size < c.rules.small_allreduce_bytes:
-        buckets = (f"It issues {per:.0f} all-reduces a step of {size / 1024:.0f} KiB (median): "
-                   "each pays the collective's latency, so raise bucket_cap_mb (fewer, larger "
-                   "buckets) — or, outside DDP, flatten the gradients into a few buffers "
-                   "(torch._utils._flatten_dense_tensors, a fused optimizer's "
-                   "buckets)")  # fmt: skip
+        buckets = (
+            f"It issues {per:.0f} all-reduces a step of {size / 1024:.0f} KiB (median): "
+            "each pays the collective's latency, so raise bucket_cap_mb (fewer, larger "
+            "buckets) — or, outside DDP, flatten the gradients into a few buffers "
+            "(torch._utils._flatten_dense_tensors, a fused optimizer's "
+            "buckets)"
+        )
     else:
         buckets = "tune bucket_cap_mb (smaller buckets start earlier)"
-    return ("Only part of the gradient synchronisation overlaps compute. With DDP keep "
-            "find_unused_parameters=False, set gradient_as_bucket_view=True and "
-            f"static_graph=True where the graph is static; {buckets}; make sure no "
-            "synchronising call (.item(), .cpu(), a barrier) sits between backward and the "
-            "optimizer step.")  # fmt: skip
+    return (
+        "Only part of the gradient synchronisation overlaps compute. With DDP keep "
+        "find_unused_parameters=False, set gradient_as_bucket_view=True and "
+        f"static_graph=True where the graph is static; {buckets}; make sure no "
+        "synchronising call (.item(), .cpu(), a barrier) sits between backward and the "
+        "optimizer step."
+    )
 
 
 def _comm_evidence_with_pattern(f: Finding, c: Context) -> dict[str, Any]:
@@ -219,24 +231,30 @@ def _compression_detail(f: Finding, c: Context) -> str:
             "(powerSGD_hook) cuts them far more for large layers at some accuracy cost."
         )
     share, dt = _narrow_grads(f, c)
-    return (f"The gradient collectives already carry {dt} ({share:.0%} of their time), so "
-            "bf16/fp16 compression hooks would not shrink them. PowerSGD "
-            "(powerSGD_hook, low-rank) cuts the bytes of large layers further, at some "
-            "accuracy cost; how much it saves depends on the rank chosen, so no gain is "
-            "given.")  # fmt: skip
+    return (
+        f"The gradient collectives already carry {dt} ({share:.0%} of their time), so "
+        "bf16/fp16 compression hooks would not shrink them. PowerSGD "
+        "(powerSGD_hook, low-rank) cuts the bytes of large layers further, at some "
+        "accuracy cost; how much it saves depends on the rank chosen, so no gain is "
+        "given."
+    )
 
 
 def _tuning_detail(f: Finding, c: Context) -> str:
     if _amd(f, c):
-        return ("Compare RCCL's algorithms and protocols for your message sizes (RCCL honours "
-                "NCCL_ALGO / NCCL_PROTO; see also RCCL_* settings), confirm traffic uses xGMI "
-                "within a node (rocm-smi --showtopo, rccl-tests) and RDMA across nodes "
-                "(NCCL_DEBUG=INFO shows the transport), and trace the transfers with "
-                "rocprofv3 or omnitrace.")  # fmt: skip
-    return ("Compare NCCL_ALGO=Ring and Tree for your message sizes, confirm NCCL uses NVLink "
-            "within a node and InfiniBand/RDMA across nodes (NCCL_DEBUG=INFO shows the "
-            "transport; nvidia-smi topo -m the links), and use hierarchical or topology-aware "
-            "collectives (HSDP, 2-D process groups) across nodes.")  # fmt: skip
+        return (
+            "Compare RCCL's algorithms and protocols for your message sizes (RCCL honours "
+            "NCCL_ALGO / NCCL_PROTO; see also RCCL_* settings), confirm traffic uses xGMI "
+            "within a node (rocm-smi --showtopo, rccl-tests) and RDMA across nodes "
+            "(NCCL_DEBUG=INFO shows the transport), and trace the transfers with "
+            "rocprofv3 or omnitrace."
+        )
+    return (
+        "Compare NCCL_ALGO=Ring and Tree for your message sizes, confirm NCCL uses NVLink "
+        "within a node and InfiniBand/RDMA across nodes (NCCL_DEBUG=INFO shows the "
+        "transport; nvidia-smi topo -m the links), and use hierarchical or topology-aware "
+        "collectives (HSDP, 2-D process groups) across nodes."
+    )
 
 
 COMM = (
@@ -278,7 +296,8 @@ COMM = (
     Remedy(
         id=_const("grad-compression"),
         title=lambda f, c: (
-            "Compress gradients further: PowerSGD" if _already_16bit(f, c)
+            "Compress gradients further: PowerSGD"
+            if _already_16bit(f, c)
             else "Compress gradients: bf16/fp16 hooks or PowerSGD"
         ),
         detail=_compression_detail,
@@ -315,10 +334,13 @@ COMM = (
             "the sharding plan (EmbeddingShardingPlanner: table-wise for small tables, "
             "row- or column-wise for large ones, data-parallel for tiny ones, so fewer "
             "lookups cross ranks)"
-            + ("; the embeddings are already exchanged in FP8, so quantising them further is "
-               "not the lever" if _quantised(c, f) else
-               ", and quantise the exchanged embeddings (QCommsConfig with fp16/bf16 "
-               "forward and backward precision)")
+            + (
+                "; the embeddings are already exchanged in FP8, so quantising them further is "
+                "not the lever"
+                if _quantised(c, f)
+                else ", and quantise the exchanged embeddings (QCommsConfig with fp16/bf16 "
+                "forward and backward precision)"
+            )
             + ". Mixture-of-experts and DDP gradient remedies do not apply to this traffic."
         ),
         gain=_transfer,
@@ -333,16 +355,22 @@ COMM = (
             f"({_names(c, f, 'moe')}): lower the capacity factor or drop overflow tokens, "
             "use a hierarchical all-to-all (intra-node first, then across nodes), and "
             "overlap dispatch/combine with expert compute"
-            + (" (DeepEP is already in use: overlap its low-latency kernels with the next "
-               "micro-batch, and balance experts across ranks)" if _deepep(c, f)
-               else " (chunked or pipelined all-to-all, e.g. DeepEP or Tutel)")
+            + (
+                " (DeepEP is already in use: overlap its low-latency kernels with the next "
+                "micro-batch, and balance experts across ranks)"
+                if _deepep(c, f)
+                else " (chunked or pipelined all-to-all, e.g. DeepEP or Tutel)"
+            )
             + ". DDP's gradient remedies do not apply to this traffic."
         ),
         gain=_transfer,
         evidence=lambda f, c: {**_comm_evidence_with_pattern(f, c), "workload": "moe"},
         # DeepEP's dispatch/combine kernels are no NCCL collective type: "other" counts
-        applies=lambda f, c: (_is_transfer(f, c) and workload.expert_parallel(c.workload())
-                              and _pattern(f, c) in ("tokens", "other")),
+        applies=lambda f, c: (
+            _is_transfer(f, c)
+            and workload.expert_parallel(c.workload())
+            and _pattern(f, c) in ("tokens", "other")
+        ),
     ),
     Remedy(
         id=_const("all-to-all"),
@@ -355,9 +383,11 @@ COMM = (
         ),
         gain=_overlap_gain,
         evidence=_comm_evidence_with_pattern,
-        applies=lambda f, c: (_for("tokens")(f, c)
-                              and not workload.sparse_embeddings(c.workload())
-                              and not workload.expert_parallel(c.workload())),
+        applies=lambda f, c: (
+            _for("tokens")(f, c)
+            and not workload.sparse_embeddings(c.workload())
+            and not workload.expert_parallel(c.workload())
+        ),
     ),
     Remedy(
         id=_const("inference-collectives"),
@@ -372,8 +402,11 @@ COMM = (
         ),
         gain=_transfer,
         evidence=lambda f, c: {**_comm_evidence_with_pattern(f, c), "workload": "inference"},
-        applies=lambda f, c: (_is_transfer(f, c) and workload.inference(c.workload())
-                              and _pattern(f, c) in ("gradients", "parameters")),
+        applies=lambda f, c: (
+            _is_transfer(f, c)
+            and workload.inference(c.workload())
+            and _pattern(f, c) in ("gradients", "parameters")
+        ),
     ),
     Remedy(
         id=_const("p2p-overlap"),
@@ -393,17 +426,25 @@ COMM = (
         detail=_const("init_process_group('nccl'): gloo stages GPU tensors through the host."),
         gain=lambda f, c: None,
         evidence=lambda f, c: {**_comm_evidence(f, c), "backend": "gloo"},
-        applies=lambda f, c: (_is_transfer(f, c) and c.run.mode == Mode.GPU
-                              and "gloo" in _backends(f, c)),
+        applies=lambda f, c: (
+            _is_transfer(f, c) and c.run.mode == Mode.GPU and "gloo" in _backends(f, c)
+        ),
     ),
     Remedy(
         id=lambda f, c: "rccl-tuning" if _amd(f, c) else "nccl-tuning",
-        title=lambda f, c: ("Check RCCL's algorithm, protocol and transport (xGMI, RDMA)"
-                            if _amd(f, c) else "Check NCCL's algorithm, protocol and transport"),
+        title=lambda f, c: (
+            "Check RCCL's algorithm, protocol and transport (xGMI, RDMA)"
+            if _amd(f, c)
+            else "Check NCCL's algorithm, protocol and transport"
+        ),
         detail=_tuning_detail,
         gain=lambda f, c: None,
         evidence=_comm_evidence_with_pattern,
-        applies=lambda f, c: (_is_transfer(f, c) and c.run.mode == Mode.GPU
-                              and "gloo" not in _backends(f, c) and not _native(c)),
+        applies=lambda f, c: (
+            _is_transfer(f, c)
+            and c.run.mode == Mode.GPU
+            and "gloo" not in _backends(f, c)
+            and not _native(c)
+        ),
     ),
-)  # fmt: skip
+)

@@ -26,10 +26,16 @@ def _cm(f: Finding) -> ComputeMetrics:
 
 def _compute_evidence(f: Finding, _c: Context) -> dict[str, Any]:
     m = _cm(f)
-    return {"compute_share": m.compute_share, "unit": m.unit, "fusable_share": m.fusable_share,
-            "gemm_share": m.gemm_share, "fp32_gemm_share": m.fp32_gemm_share,
-            "matrix_share": m.matrix_share, "fp32_matrix_share": m.fp32_matrix_share,
-            "top": list(m.top)}  # fmt: skip
+    return {
+        "compute_share": m.compute_share,
+        "unit": m.unit,
+        "fusable_share": m.fusable_share,
+        "gemm_share": m.gemm_share,
+        "fp32_gemm_share": m.fp32_gemm_share,
+        "matrix_share": m.matrix_share,
+        "fp32_matrix_share": m.fp32_matrix_share,
+        "top": list(m.top),
+    }
 
 
 def _fusion_detail(f: Finding, _c: Context) -> str:
@@ -112,8 +118,10 @@ def _precision_detail(f: Finding, c: Context) -> str:
 def _precision_text(f: Finding, c: Context) -> str:
     cpu = _cm(f).unit == "operator"
     fp32 = max(_cm(f).fp32_matrix_share, _cm(f).fp32_gemm_share)
-    text = (f"Matrix kernels take {_cm(f).matrix_share:.0%} of compute ({_matrix_text(f)}) "
-            f"and {fp32:.0%} of their time runs in full fp32: ")  # fmt: skip
+    text = (
+        f"Matrix kernels take {_cm(f).matrix_share:.0%} of compute ({_matrix_text(f)}) "
+        f"and {fp32:.0%} of their time runs in full fp32: "
+    )
     if not cpu and workload.inference(c.workload()):
         dev = c.device()
         half = "torch.bfloat16" if dev.bf16 or not dev.known else "torch.float16"
@@ -142,11 +150,23 @@ def _precision_text(f: Finding, c: Context) -> str:
             "convolutions use the tensor cores."
         )
     if dev.known and dev.bf16:
-        tf32 = (" or at least let fp32 matmuls and convolutions use TF32 with "
+        tf32 = (
+            (
+                " or at least let fp32 matmuls and convolutions use TF32 with "
                 "torch.backends.cuda.matmul.allow_tf32 = True and "
-                "torch.backends.cudnn.allow_tf32 = True") if dev.tf32 else ""  # fmt: skip
-        fp8 = (f"; on {dev.generation}, FP8 (Transformer Engine's fp8_autocast, "
-               "torchao float8) speeds up large GEMMs further") if dev.fp8 else ""  # fmt: skip
+                "torch.backends.cudnn.allow_tf32 = True"
+            )
+            if dev.tf32
+            else ""
+        )
+        fp8 = (
+            (
+                f"; on {dev.generation}, FP8 (Transformer Engine's fp8_autocast, "
+                "torchao float8) speeds up large GEMMs further"
+            )
+            if dev.fp8
+            else ""
+        )
         return text + (
             f"{on} runs bf16 on its matrix units: train under "
             f"torch.autocast('cuda', dtype=torch.bfloat16) (no loss scaling needed){tf32}"
@@ -171,20 +191,26 @@ COMPUTE = (
         detail=_fusion_detail,
         gain=lambda f, c: None,
         evidence=_compute_evidence,
-        applies=lambda f, c: (_cm(f).fusable_share >= c.rules.fusion_share
-                              and not _native(c) and not _compiled(c)),
+        applies=lambda f, c: (
+            _cm(f).fusable_share >= c.rules.fusion_share and not _native(c) and not _compiled(c)
+        ),
     ),
     Remedy(
         id=_const("reduced-precision"),
         title=_precision_title,
         detail=_precision_detail,
         gain=lambda f, c: None,
-        evidence=lambda f, c: {**_compute_evidence(f, c), "device": c.device().as_dict(),
-                               "low_precision_share": c.low_precision_share()},
+        evidence=lambda f, c: {
+            **_compute_evidence(f, c),
+            "device": c.device().as_dict(),
+            "low_precision_share": c.low_precision_share(),
+        },
         applies=lambda f, c: (
             _cm(f).matrix_share >= c.rules.gemm_share
             and max(_cm(f).fp32_matrix_share, _cm(f).fp32_gemm_share) >= c.rules.fp32_gemm_share
-            and not _amp_on(c) and not _native(c)
-            and (not c.device().known or c.device().fp16)),
+            and not _amp_on(c)
+            and not _native(c)
+            and (not c.device().known or c.device().fp16)
+        ),
     ),
-)  # fmt: skip
+)

@@ -49,9 +49,13 @@ def pageable(f: Finding) -> bool:
 
 def pinned_seen(f: Finding, c: Context) -> bool:
     """A top copy of the flagged ranks names pinned host memory (``… (Pinned -> Device)``)."""
-    return any("Pinned" in str(e.name) for r in f.ranks if r in c.ranks
-               for e in c.ranks[r].evidence.top_kernels()
-               if e.family == "memcpy")  # fmt: skip
+    return any(
+        "Pinned" in str(e.name)
+        for r in f.ranks
+        if r in c.ranks
+        for e in c.ranks[r].evidence.top_kernels()
+        if e.family == "memcpy"
+    )
 
 
 def dwarfed(f: Finding, c: Context) -> bool:
@@ -75,14 +79,22 @@ def _what(f: Finding) -> str:
 
 def _overlap_detail(f: Finding, c: Context) -> str:
     cp, comp = copies_ns(f, c), compute_ns(f, c)
-    head = ("Most of the time outside compute is memory copies with nothing running beside "
-            f"them ({_what(f)}). ")  # fmt: skip
-    bound = (f"Overlap can hide at most the compute there is to hide them behind: "
-             f"{fmt_ns(comp)} a step against {fmt_ns(cp)} of copies. ")  # fmt: skip
+    head = (
+        "Most of the time outside compute is memory copies with nothing running beside "
+        f"them ({_what(f)}). "
+    )
+    bound = (
+        f"Overlap can hide at most the compute there is to hide them behind: "
+        f"{fmt_ns(comp)} a step against {fmt_ns(cp)} of copies. "
+    )
     if _native(c):
-        pin = ("allocate host buffers pinned (cudaMallocHost) and " if pageable(f) else
-               "the host memory is already pinned: " if pinned_seen(f, c) else
-               "if the host buffers are pageable, pin them (cudaMallocHost); ")  # fmt: skip
+        pin = (
+            "allocate host buffers pinned (cudaMallocHost) and "
+            if pageable(f)
+            else "the host memory is already pinned: "
+            if pinned_seen(f, c)
+            else "if the host buffers are pageable, pin them (cudaMallocHost); "
+        )
         return (
             head
             + bound
@@ -93,29 +105,47 @@ def _overlap_detail(f: Finding, c: Context) -> str:
                 "kernels."
             )
         )
-    pin = ("allocate host tensors in pinned memory (DataLoader(pin_memory=True) or "
-           ".pin_memory()), " if pageable(f) else "the host memory is already pinned: "
-           if pinned_seen(f, c) else "if the host tensors are pageable, pin them "
-           "(DataLoader(pin_memory=True), .pin_memory()); ")  # fmt: skip
-    return head + bound + pin[:1].upper() + pin[1:] + (
-        "copy with .to(device, non_blocking=True), prefetch the next batch on a side CUDA "
-        "stream, and avoid device-to-host copies inside the step (.cpu(), .item(), "
-        ".tolist()).")  # fmt: skip
+    pin = (
+        "allocate host tensors in pinned memory (DataLoader(pin_memory=True) or .pin_memory()), "
+        if pageable(f)
+        else "the host memory is already pinned: "
+        if pinned_seen(f, c)
+        else "if the host tensors are pageable, pin them "
+        "(DataLoader(pin_memory=True), .pin_memory()); "
+    )
+    return (
+        head
+        + bound
+        + pin[:1].upper()
+        + pin[1:]
+        + (
+            "copy with .to(device, non_blocking=True), prefetch the next batch on a side CUDA "
+            "stream, and avoid device-to-host copies inside the step (.cpu(), .item(), "
+            ".tolist())."
+        )
+    )
 
 
 def _less_detail(f: Finding, c: Context) -> str:
     cp, comp = copies_ns(f, c), compute_ns(f, c)
-    return (f"The copies ({fmt_ns(cp)} a step) dwarf the compute ({fmt_ns(comp)} a step): no "
-            "overlap can hide them, only moving less data can. Keep weights and inputs "
-            "resident on the GPU instead of re-uploading them each step, turn off CPU "
-            "offload where the GPU memory allows it, and if this is loading (a one-off), "
-            "leave it out of the measured steps. Moving none of this data would save at "
-            f"most {fmt_ns(cp)} a step; moving half saves about half.")  # fmt: skip
+    return (
+        f"The copies ({fmt_ns(cp)} a step) dwarf the compute ({fmt_ns(comp)} a step): no "
+        "overlap can hide them, only moving less data can. Keep weights and inputs "
+        "resident on the GPU instead of re-uploading them each step, turn off CPU "
+        "offload where the GPU memory allows it, and if this is loading (a one-off), "
+        "leave it out of the measured steps. Moving none of this data would save at "
+        f"most {fmt_ns(cp)} a step; moving half saves about half."
+    )
 
 
 def _evidence(f: Finding, c: Context) -> dict[str, Any]:
-    return {"copies_alone_ns_per_step": copies_ns(f, c), "compute_ns_per_step": compute_ns(f, c),
-            "pageable": pageable(f), "ranks": f.ranks, "cause": _cause(f)}  # fmt: skip
+    return {
+        "copies_alone_ns_per_step": copies_ns(f, c),
+        "compute_ns_per_step": compute_ns(f, c),
+        "pageable": pageable(f),
+        "ranks": f.ranks,
+        "cause": _cause(f),
+    }
 
 
 def _gpu(f: Finding, c: Context) -> bool:

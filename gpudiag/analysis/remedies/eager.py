@@ -35,22 +35,28 @@ def title(f: Finding, c: Context) -> str:
 
 def detail(f: Finding, c: Context) -> str:
     """Why the host is the limit, and the remedies in the order they usually pay."""
-    head = (f"The host is busy executing operators one by one while the GPU waits — "
-            f"{_cause(f).get('text') or 'CPU time inside operators'}. ")  # fmt: skip
+    head = (
+        f"The host is busy executing operators one by one while the GPU waits — "
+        f"{_cause(f).get('text') or 'CPU time inside operators'}. "
+    )
     if _native(c):
         return head + (
             "Give each kernel more work, fuse small kernels, and capture the "
             "iteration in a CUDA graph (cudaStreamBeginCapture / cudaGraphLaunch)."
         )
-    compile_ = ("extend torch.compile to the parts still run eagerly (it is in use) — the "
-                "model, the loss and the optimizer step (fused=True or foreach=True) — "
-                if _compiled(c) else
-                "torch.compile the model and loss and use fused optimizers (fused=True or "
-                "foreach=True), so far fewer operators are dispatched a step; ")  # fmt: skip
-    graphs = ("capture the parts still run eagerly in CUDA graphs; "
-              if _cause(f).get("graphs_launched") else
-              "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
-              "torch.cuda.graphs) so the host no longer issues each kernel; ")  # fmt: skip
+    compile_ = (
+        "extend torch.compile to the parts still run eagerly (it is in use) — the "
+        "model, the loss and the optimizer step (fused=True or foreach=True) — "
+        if _compiled(c)
+        else "torch.compile the model and loss and use fused optimizers (fused=True or "
+        "foreach=True), so far fewer operators are dispatched a step; "
+    )
+    graphs = (
+        "capture the parts still run eagerly in CUDA graphs; "
+        if _cause(f).get("graphs_launched")
+        else "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
+        "torch.cuda.graphs) so the host no longer issues each kernel; "
+    )
     return head + (
         "Each eager operator costs tens of microseconds of CPU time in dispatch, autograd "
         "and launch however small its kernels: " + compile_ + graphs + "and raise the "

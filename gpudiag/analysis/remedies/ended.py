@@ -38,30 +38,43 @@ def _hang_detail(f: Finding, _c: Context) -> str:
     where = _where(m, r)
     at = f"was in {where}" if where else "was elsewhere"
     w = m.waiting_ranks
-    waiting = (f"rank {w[0]}" if len(w) == 1 else "ranks " + ", ".join(map(str, w))) if w else (
-        "the others")  # fmt: skip
-    return (f"Rank {r} {at} while {waiting} waited in {_what(m)}: look there for a "
-            "path that skips or delays the collective on some ranks (a rank-dependent "
-            "condition, an early exit or swallowed exception, a blocking call or I/O). "
-            f"Every rank's stack and flight record are in {HANG_DIR_WORDS}.")  # fmt: skip
+    waiting = (
+        (f"rank {w[0]}" if len(w) == 1 else "ranks " + ", ".join(map(str, w)))
+        if w
+        else ("the others")
+    )
+    return (
+        f"Rank {r} {at} while {waiting} waited in {_what(m)}: look there for a "
+        "path that skips or delays the collective on some ranks (a rank-dependent "
+        "condition, an early exit or swallowed exception, a blocking call or I/O). "
+        f"Every rank's stack and flight record are in {HANG_DIR_WORDS}."
+    )
 
 
 def _hang_evidence(f: Finding, _c: Context) -> dict[str, Any]:
     m = f.metrics_as(HangMetrics)
-    return {"ranks": f.ranks, "op": m.op, "seq": m.seq, "waiting_ranks": m.waiting_ranks,
-            "step": m.step, "evidence": m.evidence}  # fmt: skip
+    return {
+        "ranks": f.ranks,
+        "op": m.op,
+        "seq": m.seq,
+        "waiting_ranks": m.waiting_ranks,
+        "step": m.step,
+        "evidence": m.evidence,
+    }
 
 
 HANG = Remedy(
     id=lambda f, c: f"hang-rank-{f.ranks[0]}",
-    title=lambda f, c: f"Find why rank {f.ranks[0]} never entered "
-    f"{_what(f.metrics_as(HangMetrics))}",
+    title=lambda f, c: (
+        f"Find why rank {f.ranks[0]} never entered {_what(f.metrics_as(HangMetrics))}"
+    ),
     detail=_hang_detail,
     gain=lambda f, c: None,
     evidence=_hang_evidence,
-    applies=lambda f, c: bool(f.ranks) and f.severity == Severity.ERROR
-    and isinstance(f.metrics, HangMetrics),
-)  # fmt: skip
+    applies=lambda f, c: (
+        bool(f.ranks) and f.severity == Severity.ERROR and isinstance(f.metrics, HangMetrics)
+    ),
+)
 
 _MATCH_WORDS = (
     "Every rank of a group must issue the same collectives in the same order with the same "
@@ -80,13 +93,14 @@ def _mismatch_text(f: Finding) -> str:
 
 MISMATCH = Remedy(
     id=lambda f, c: "collective-mismatch",
-    title=lambda f, c: "Make every rank call the collective with the same operation, sizes "
-    "and dtypes",
+    title=lambda f, c: (
+        "Make every rank call the collective with the same operation, sizes and dtypes"
+    ),
     detail=lambda f, c: f"{_mismatch_text(f)}. {_MATCH_WORDS}",
     gain=lambda f, c: None,
     evidence=lambda f, c: {"ranks": f.ranks, "mismatch": _mismatch_text(f)},
     applies=lambda f, c: f.severity == Severity.ERROR and bool(_mismatch_text(f)),
-)  # fmt: skip
+)
 
 
 def _failed(f: Finding) -> JobFailedMetrics | None:
@@ -106,13 +120,17 @@ def _failure_title(f: Finding, _c: Context) -> str:
 def _failure_detail(f: Finding, _c: Context) -> str:
     m = f.metrics_as(JobFailedMetrics)
     if m.interrupted:
-        return ("The run was interrupted: the figures and gains below are those of the steps "
-                "it finished, before any later phase of the job (evaluation, checkpoints, a "
-                "changed learning rate) ran.")  # fmt: skip
+        return (
+            "The run was interrupted: the figures and gains below are those of the steps "
+            "it finished, before any later phase of the job (evaluation, checkpoints, a "
+            "changed learning rate) ran."
+        )
     line = f" ({m.error})" if m.error else ""
     where = f" at {m.where}" if m.where else ""
-    return (f"{f.message}{line}{where}. A run that fails is not sped up by any remedy below: "
-            "fix the failure, re-run, and act on the new diagnosis.")  # fmt: skip
+    return (
+        f"{f.message}{line}{where}. A run that fails is not sped up by any remedy below: "
+        "fix the failure, re-run, and act on the new diagnosis."
+    )
 
 
 def _failure_evidence(f: Finding, _c: Context) -> dict[str, Any]:

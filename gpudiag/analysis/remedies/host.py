@@ -34,10 +34,12 @@ def _other(f: Finding, c: Context) -> int:
 def _idle_in_steps(f: Finding, c: Context) -> dict[str, Any]:
     """The flagged ranks' GPU-idle gaps inside their steps, summed (analysis evidence)."""
     gaps = [g for e in c.evidence(f.ranks) if (g := e.gpu_idle_in_steps) is not None]
-    return {"total_ns": sum(g.total_ns for g in gaps),
-            "short_gaps": sum(g.short_gaps for g in gaps),
-            "short_gaps_ns": sum(g.short_gaps_ns for g in gaps),
-            "long_gaps": sum(g.long_gaps for g in gaps)}  # fmt: skip
+    return {
+        "total_ns": sum(g.total_ns for g in gaps),
+        "short_gaps": sum(g.short_gaps for g in gaps),
+        "short_gaps_ns": sum(g.short_gaps_ns for g in gaps),
+        "long_gaps": sum(g.long_gaps for g in gaps),
+    }
 
 
 def _launch_share(f: Finding, c: Context) -> float:
@@ -58,9 +60,14 @@ def _is(*kinds: str) -> Callable[[Finding, Context], bool]:
 
 
 def _host_evidence(f: Finding, c: Context) -> dict[str, Any]:
-    return {"other_ns_per_step": _other(f, c), "ranks": f.ranks,
-            "launch_gap_share": _launch_share(f, c), "copies_alone_share": _copy_share(f, c),
-            "gpu_idle_in_steps": _idle_in_steps(f, c), "cause": _host_cause(f)}  # fmt: skip
+    return {
+        "other_ns_per_step": _other(f, c),
+        "ranks": f.ranks,
+        "launch_gap_share": _launch_share(f, c),
+        "copies_alone_share": _copy_share(f, c),
+        "gpu_idle_in_steps": _idle_in_steps(f, c),
+        "cause": _host_cause(f),
+    }
 
 
 def _cause_gain(f: Finding, c: Context) -> int | None:
@@ -82,20 +89,31 @@ def _cause_gain(f: Finding, c: Context) -> int | None:
 
 def _stall_detail(f: Finding, c: Context) -> str:
     gaps = _idle_in_steps(f, c)
-    many = (f" ({gaps['long_gaps']} gaps of {c.rules.launch_gap_ns / 1e3:.0f} µs or more in the "
-            "profiled steps)") if gaps["long_gaps"] else ""  # fmt: skip
+    many = (
+        (
+            f" ({gaps['long_gaps']} gaps of {c.rules.launch_gap_ns / 1e3:.0f} µs or more in the "
+            "profiled steps)"
+        )
+        if gaps["long_gaps"]
+        else ""
+    )
     if _host_cause(f).get("kind") == "python":
-        return ("The host spends its time between operators — "
-                + str(_host_cause(f)["text"])
-                + ": Python-side work in the loop — logging, metrics, data reshaping, "
-                "small tensor ops issued one by one. torch.compile the model and loss, move "
-                "logging and metrics out of the step (every N steps), and look at "
-                "py-spy or torch.profiler(with_stack=True) for the Python frames.")  # fmt: skip
-    return ("The GPU sits idle for long stretches while the host is inside the step" + many
-            + ": look for synchronising calls (.item(), .cpu(), torch.cuda.synchronize, "
-            "printing tensors), Python-side preprocessing, logging or checkpointing in the "
-            "loop; py-spy or torch.profiler(with_stack=True) shows where the host spends "
-            "them. " + UNSEEN_HOST_WORK)  # fmt: skip
+        return (
+            "The host spends its time between operators — "
+            + str(_host_cause(f)["text"])
+            + ": Python-side work in the loop — logging, metrics, data reshaping, "
+            "small tensor ops issued one by one. torch.compile the model and loss, move "
+            "logging and metrics out of the step (every N steps), and look at "
+            "py-spy or torch.profiler(with_stack=True) for the Python frames."
+        )
+    return (
+        "The GPU sits idle for long stretches while the host is inside the step"
+        + many
+        + ": look for synchronising calls (.item(), .cpu(), torch.cuda.synchronize, "
+        "printing tensors), Python-side preprocessing, logging or checkpointing in the "
+        "loop; py-spy or torch.profiler(with_stack=True) shows where the host spends "
+        "them. " + UNSEEN_HOST_WORK
+    )
 
 
 def _sync_detail(f: Finding, c: Context) -> str:
@@ -105,39 +123,51 @@ def _sync_detail(f: Finding, c: Context) -> str:
     api = cause.get("api", "a synchronising call")
     head = f"The training thread blocks in {api} ({cause['text']}). "
     if _native(c):
-        return head + ("Synchronise only where the host needs the result: replace "
-                       "cudaDeviceSynchronize/cudaStreamSynchronize in the loop with events "
-                       "(cudaEventRecord + cudaStreamWaitEvent) between streams, and check "
-                       "convergence every N iterations instead of every one.")  # fmt: skip
+        return head + (
+            "Synchronise only where the host needs the result: replace "
+            "cudaDeviceSynchronize/cudaStreamSynchronize in the loop with events "
+            "(cudaEventRecord + cudaStreamWaitEvent) between streams, and check "
+            "convergence every N iterations instead of every one."
+        )
     if who == "communication":
-        return head + ("It waits for a collective: the time is set by the slowest rank's "
-                       "arrival or by the transfer itself. Find the late rank (the straggler "
-                       "findings), and drop host-side waits on collectives (.item() on a "
-                       "reduced loss, work.wait() right after launch): let the GPU stream "
-                       "order the work.")  # fmt: skip
+        return head + (
+            "It waits for a collective: the time is set by the slowest rank's "
+            "arrival or by the transfer itself. Find the late rank (the straggler "
+            "findings), and drop host-side waits on collectives (.item() on a "
+            "reduced loss, work.wait() right after launch): let the GPU stream "
+            "order the work."
+        )
     if who == "copy":
-        return head + ("It waits for a copy to or from the host: .item(), .cpu(), .tolist() "
-                       "or a pageable copy. Copy into pinned buffers with non_blocking=True "
-                       "and read them one step later, or keep the value on the GPU.")  # fmt: skip
-    return head + ("It waits for the GPU to drain its queue (.item(), .cpu(), print of a "
-                   "tensor, torch.cuda.synchronize, _local_scalar_dense): the host cannot "
-                   "queue the next kernels meanwhile. Log scalars every N steps, accumulate "
-                   "metrics on the GPU, and use non_blocking copies to pinned memory.")  # fmt: skip
+        return head + (
+            "It waits for a copy to or from the host: .item(), .cpu(), .tolist() "
+            "or a pageable copy. Copy into pinned buffers with non_blocking=True "
+            "and read them one step later, or keep the value on the GPU."
+        )
+    return head + (
+        "It waits for the GPU to drain its queue (.item(), .cpu(), print of a "
+        "tensor, torch.cuda.synchronize, _local_scalar_dense): the host cannot "
+        "queue the next kernels meanwhile. Log scalars every N steps, accumulate "
+        "metrics on the GPU, and use non_blocking copies to pinned memory."
+    )
 
 
 def _alloc_detail(f: Finding, c: Context) -> str:
     cause = _host_cause(f)
     head = f"Memory is allocated and freed through the driver inside the steps ({cause['text']}). "
     if _native(c):
-        return head + ("Allocate device and pinned buffers once, before the loop, and reuse "
-                       "them; where sizes vary, use stream-ordered pools (cudaMallocAsync / "
-                       "cudaMemPool) instead of cudaMalloc/cudaFree.")  # fmt: skip
+        return head + (
+            "Allocate device and pinned buffers once, before the loop, and reuse "
+            "them; where sizes vary, use stream-ordered pools (cudaMallocAsync / "
+            "cudaMemPool) instead of cudaMalloc/cudaFree."
+        )
     env = "PYTORCH_HIP_ALLOC_CONF" if c.device().vendor == "amd" else "PYTORCH_CUDA_ALLOC_CONF"
-    return head + ("PyTorch's caching allocator should make these rare: make sure "
-                   "PYTORCH_NO_CUDA_MEMORY_CACHING is not set and torch.cuda.empty_cache() is "
-                   f"not called in the loop; set {env}=expandable_segments:True so a "
-                   "fragmented cache grows instead of freeing and retrying, and keep tensor "
-                   "shapes stable (pad variable-length batches to a few sizes).")  # fmt: skip
+    return head + (
+        "PyTorch's caching allocator should make these rare: make sure "
+        "PYTORCH_NO_CUDA_MEMORY_CACHING is not set and torch.cuda.empty_cache() is "
+        f"not called in the loop; set {env}=expandable_segments:True so a "
+        "fragmented cache grows instead of freeing and retrying, and keep tensor "
+        "shapes stable (pad variable-length batches to a few sizes)."
+    )
 
 
 def _per_element(f: Finding, c: Context) -> str:
@@ -156,18 +186,24 @@ def _copy_detail(f: Finding, c: Context) -> str:
     loop = _per_element(f, c)
     if loop:  # the shape decides: thousands of tiny copies are a loop over elements
         if _native(c):
-            return head + (f"They are a per-element loop ({loop}): copy the whole array with "
-                           "one cudaMemcpy (or compute the values on the GPU and copy the "
-                           "result once) instead of one call per element.")  # fmt: skip
-        return head + (f"They are a per-element loop ({loop}): vectorise it — gather the "
-                       "values into one tensor on the GPU and copy it once (.tolist() or "
-                       ".cpu() of the whole tensor instead of .item() per element); pinning "
-                       "memory would not help copies this small.")  # fmt: skip
+            return head + (
+                f"They are a per-element loop ({loop}): copy the whole array with "
+                "one cudaMemcpy (or compute the values on the GPU and copy the "
+                "result once) instead of one call per element."
+            )
+        return head + (
+            f"They are a per-element loop ({loop}): vectorise it — gather the "
+            "values into one tensor on the GPU and copy it once (.tolist() or "
+            ".cpu() of the whole tensor instead of .item() per element); pinning "
+            "memory would not help copies this small."
+        )
     if _native(c):
-        return head + ("Allocate the host buffers pinned (cudaMallocHost / cudaHostRegister) "
-                       "and copy with cudaMemcpyAsync on a stream of its own, so copies "
-                       "overlap the kernels; copy only what the host needs (a residual, not "
-                       "the grid) and only every N iterations.")  # fmt: skip
+        return head + (
+            "Allocate the host buffers pinned (cudaMallocHost / cudaHostRegister) "
+            "and copy with cudaMemcpyAsync on a stream of its own, so copies "
+            "overlap the kernels; copy only what the host needs (a residual, not "
+            "the grid) and only every N iterations."
+        )
     busy = gpu_busy_share(cause.get("waits_for") or {})
     if busy >= c.rules.gpu_busy_share:
         return head + (
@@ -208,11 +244,13 @@ def _jit_detail(f: Finding, c: Context) -> str:
             "CUDA_CACHE_MAXSIZE), or compile ahead of time for the target "
             "architecture (-gencode): nothing is JIT-compiled at run time."
         )
-    return head + ("Run warm-up iterations before measuring, keep shapes and dtypes stable so "
-                   "nothing recompiles (TORCH_LOGS=recompiles shows why; mark_dynamic for "
-                   "varying dimensions), and keep compiled artefacts across runs "
-                   "(TORCHINDUCTOR_FX_GRAPH_CACHE / the Inductor cache; nvFuser and NVRTC "
-                   "reuse their kernels once the same fusion is seen).")  # fmt: skip
+    return head + (
+        "Run warm-up iterations before measuring, keep shapes and dtypes stable so "
+        "nothing recompiles (TORCH_LOGS=recompiles shows why; mark_dynamic for "
+        "varying dimensions), and keep compiled artefacts across runs "
+        "(TORCHINDUCTOR_FX_GRAPH_CACHE / the Inductor cache; nvFuser and NVRTC "
+        "reuse their kernels once the same fusion is seen)."
+    )
 
 
 def _launch_title(f: Finding, c: Context) -> str:
@@ -234,18 +272,31 @@ def _launch_detail(f: Finding, c: Context) -> str:
     why = cause.get("text") or "short launch gaps"
     head = f"The GPU waits for the host to issue work ({why}). "
     if _native(c):
-        return head + ("Capture the iteration in a CUDA graph (cudaStreamBeginCapture / "
-                       "cudaGraphLaunch) and replay it, fuse small kernels, or give each "
-                       "kernel more work.")  # fmt: skip
+        return head + (
+            "Capture the iteration in a CUDA graph (cudaStreamBeginCapture / "
+            "cudaGraphLaunch) and replay it, fuse small kernels, or give each "
+            "kernel more work."
+        )
     inf = workload.inference(c.workload())
-    graphs = ("CUDA graphs are already launched (cudaGraphLaunch/hipGraphLaunch): capture the "
-              "parts still run eagerly, " if cause.get("graphs_launched") else
-              "capture the step in a CUDA graph (torch.cuda.graphs / "
-              "torch.compile(mode='reduce-overhead')" + (
-                  "; in an inference engine, keep its CUDA-graph mode on — vLLM without "
-                  "enforce_eager — for decode steps" if inf else "") + "), ")  # fmt: skip
-    fuse = ("extend torch.compile to the parts still run eagerly (it is in use), "
-            if _compiled(c) else "fuse small kernels with torch.compile, ")  # fmt: skip
+    graphs = (
+        "CUDA graphs are already launched (cudaGraphLaunch/hipGraphLaunch): capture the "
+        "parts still run eagerly, "
+        if cause.get("graphs_launched")
+        else "capture the step in a CUDA graph (torch.cuda.graphs / "
+        "torch.compile(mode='reduce-overhead')"
+        + (
+            "; in an inference engine, keep its CUDA-graph mode on — vLLM without "
+            "enforce_eager — for decode steps"
+            if inf
+            else ""
+        )
+        + "), "
+    )
+    fuse = (
+        "extend torch.compile to the parts still run eagerly (it is in use), "
+        if _compiled(c)
+        else "fuse small kernels with torch.compile, "
+    )
     rest = graphs + fuse + "and raise the batch size so each kernel does more work."
     return head + rest[:1].upper() + rest[1:]
 
@@ -254,8 +305,9 @@ HOST = (
     COPY_OVERLAP,
     Remedy(
         id=_const("host-sync"),
-        title=lambda f, c: ("Take the synchronisation out of the step "
-                            f"({_host_cause(f).get('api')})"),
+        title=lambda f, c: (
+            f"Take the synchronisation out of the step ({_host_cause(f).get('api')})"
+        ),
         detail=_sync_detail,
         gain=_cause_gain,
         evidence=_host_evidence,
@@ -264,8 +316,10 @@ HOST = (
     Remedy(
         id=_const("caching-allocator"),
         title=lambda f, c: (
-            "Allocate once, outside the loop (cudaMalloc/cudaFree in the steps)" if _native(c)
-            else f"Keep the caching allocator on: {_host_cause(f).get('api')} inside the steps"),
+            "Allocate once, outside the loop (cudaMalloc/cudaFree in the steps)"
+            if _native(c)
+            else f"Keep the caching allocator on: {_host_cause(f).get('api')} inside the steps"
+        ),
         detail=_alloc_detail,
         gain=_cause_gain,
         evidence=_host_evidence,
@@ -305,14 +359,18 @@ HOST = (
     ),
     Remedy(
         id=_const("host-stalls"),
-        title=lambda f, c: ("Cut Python overhead between operators"
-                            if _host_cause(f).get("kind") == "python"
-                            else "Find the host work that stalls the GPU inside the step"),
+        title=lambda f, c: (
+            "Cut Python overhead between operators"
+            if _host_cause(f).get("kind") == "python"
+            else "Find the host work that stalls the GPU inside the step"
+        ),
         detail=_stall_detail,
         gain=_cause_gain,
         evidence=_host_evidence,
-        applies=lambda f, c: (c.run.mode == Mode.GPU
-                              and _host_cause(f).get("kind", "unknown") in ("python", "unknown")),
+        applies=lambda f, c: (
+            c.run.mode == Mode.GPU
+            and _host_cause(f).get("kind", "unknown") in ("python", "unknown")
+        ),
     ),
     Remedy(
         id=_const("host-overhead"),
@@ -336,9 +394,12 @@ HOST = (
             "py-spy. No gain is given: the trace does not show what the step's thread does."
         ),
         gain=lambda f, c: None,
-        evidence=lambda f, c: {"other_ns_per_step": _other(f, c), "ranks": f.ranks,
-                               "cause": _host_cause(f)},
+        evidence=lambda f, c: {
+            "other_ns_per_step": _other(f, c),
+            "ranks": f.ranks,
+            "cause": _host_cause(f),
+        },
         applies=lambda f, c: c.run.mode != Mode.GPU and _host_cause(f).get("kind") == "unknown",
     ),
     COPY_LESS,
-)  # fmt: skip
+)

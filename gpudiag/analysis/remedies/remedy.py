@@ -54,8 +54,11 @@ class PerRankStats:
             n = len(self._steps)
             if part == "exposed_transfer":
                 sync = self._sync
-                vals = np.fromiter((max(0, s.comm_wait_ns - sync.get((s.rank, s.step), 0))
-                                    for s in self._steps), np.int64, n)  # fmt: skip
+                vals = np.fromiter(
+                    (max(0, s.comm_wait_ns - sync.get((s.rank, s.step), 0)) for s in self._steps),
+                    np.int64,
+                    n,
+                )
             else:
                 vals = np.fromiter((getattr(s, part) for s in self._steps), np.int64, n)
             if stat == "median":
@@ -155,14 +158,16 @@ class Context:
 
     def device(self) -> Capability:
         """What every rank's GPUs support (analysis/devices.py)."""
-        caps = [Capability(**r.evidence.device) for r in self.ranks.values()
-                if r.evidence.device]  # fmt: skip
+        caps = [Capability(**r.evidence.device) for r in self.ranks.values() if r.evidence.device]
         return common_capability(caps)
 
     def low_precision_share(self) -> float:
         """The share of compute kernel time in half-precision kernels, over every rank."""
-        vals = [float(r.evidence.low_precision_share) for r in self.ranks.values()
-                if r.evidence.low_precision_share is not None]  # fmt: skip
+        vals = [
+            float(r.evidence.low_precision_share)
+            for r in self.ranks.values()
+            if r.evidence.low_precision_share is not None
+        ]
         return max(vals, default=0.0)
 
 

@@ -59,37 +59,80 @@ from gpudiag.config import CollectiveRules
 from gpudiag.traces.schema import I32, I64, Kind, RankTimeline
 
 ABOVE_LINK = 1.02  # a rounding margin over the link's peak
-BUCKETS = [(0, 64 << 10, "<64KiB"), (64 << 10, 1 << 20, "64KiB-1MiB"),
-           (1 << 20, 16 << 20, "1-16MiB"), (16 << 20, 256 << 20, "16-256MiB"),
-           (256 << 20, 1 << 62, ">=256MiB")]  # fmt: skip
+BUCKETS = [
+    (0, 64 << 10, "<64KiB"),
+    (64 << 10, 1 << 20, "64KiB-1MiB"),
+    (1 << 20, 16 << 20, "1-16MiB"),
+    (16 << 20, 256 << 20, "16-256MiB"),
+    (256 << 20, 1 << 62, ">=256MiB"),
+]
 
 _KERNEL_TYPE = re.compile(r"nccl(?:Sym)?(?:Dev)?Kernel_([A-Za-z]+)")
 _ALIASES = {
-    "allreduce": "allreduce", "allgather": "allgather", "allgatherbase": "allgather",
-    "allgatherintocoalesced": "allgather", "reducescatter": "reducescatter",
-    "reducescatterbase": "reducescatter", "alltoall": "alltoall", "alltoallv": "alltoall",
-    "alltoallbase": "alltoall", "broadcast": "broadcast", "reduce": "reduce",
-    "send": "send", "recv": "recv", "sendrecv": "sendrecv", "barrier": "barrier",
-    "gather": "gather", "scatter": "scatter",
-}  # fmt: skip
+    "allreduce": "allreduce",
+    "allgather": "allgather",
+    "allgatherbase": "allgather",
+    "allgatherintocoalesced": "allgather",
+    "reducescatter": "reducescatter",
+    "reducescatterbase": "reducescatter",
+    "alltoall": "alltoall",
+    "alltoallv": "alltoall",
+    "alltoallbase": "alltoall",
+    "broadcast": "broadcast",
+    "reduce": "reduce",
+    "send": "send",
+    "recv": "recv",
+    "sendrecv": "sendrecv",
+    "barrier": "barrier",
+    "gather": "gather",
+    "scatter": "scatter",
+}
 BUS_FACTOR: dict[str, Callable[[int], float]] = {
-    "allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
-    "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n,
-}  # fmt: skip
+    "allreduce": lambda n: 2 * (n - 1) / n,
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
+}
 
 
 # Element types of collectives, as Kineto's ``dtype`` arg (c10 ScalarType names) or an NCCL
 # kernel name (``…_bf16_RING_LL``, older ``…_Sum_bfloat16``) gives them: canonical short names.
 _DTYPES = {
-    "bfloat16": "bf16", "bf16": "bf16", "half": "fp16", "float16": "fp16", "f16": "fp16",
-    "float": "fp32", "float32": "fp32", "f32": "fp32", "double": "fp64", "float64": "fp64",
-    "f64": "fp64", "float8e4m3fn": "fp8", "float8e5m2": "fp8", "float8e4m3fnuz": "fp8",
-    "float8e5m2fnuz": "fp8", "f8e4m3": "fp8", "f8e5m2": "fp8", "byte": "uint8",
-    "uint8": "uint8", "u8": "uint8", "char": "int8", "int8": "int8", "i8": "int8",
-    "short": "int16", "int16": "int16", "int": "int32", "int32": "int32", "i32": "int32",
-    "u32": "uint32", "long": "int64", "int64": "int64", "i64": "int64", "u64": "uint64",
+    "bfloat16": "bf16",
+    "bf16": "bf16",
+    "half": "fp16",
+    "float16": "fp16",
+    "f16": "fp16",
+    "float": "fp32",
+    "float32": "fp32",
+    "f32": "fp32",
+    "double": "fp64",
+    "float64": "fp64",
+    "f64": "fp64",
+    "float8e4m3fn": "fp8",
+    "float8e5m2": "fp8",
+    "float8e4m3fnuz": "fp8",
+    "float8e5m2fnuz": "fp8",
+    "f8e4m3": "fp8",
+    "f8e5m2": "fp8",
+    "byte": "uint8",
+    "uint8": "uint8",
+    "u8": "uint8",
+    "char": "int8",
+    "int8": "int8",
+    "i8": "int8",
+    "short": "int16",
+    "int16": "int16",
+    "int": "int32",
+    "int32": "int32",
+    "i32": "int32",
+    "u32": "uint32",
+    "long": "int64",
+    "int64": "int64",
+    "i64": "int64",
+    "u64": "uint64",
     "bool": "bool",
-}  # fmt: skip
+}
 # floating types of at most 16 bits: compressing them to 16 bits saves nothing
 NARROW_FLOAT = frozenset({"bf16", "fp16", "fp8"})
 _KERNEL_DTYPE = re.compile(
@@ -167,8 +210,9 @@ def extract(tl: RankTimeline, mode: str, step_of: I32, comm_op_re: str) -> Colle
     idx = idx[keep]
     # once per distinct (dtype argument, name) pair, not per collective
     pairs = list(zip(tl.coll_dtype[idx].tolist(), tl.name[idx].tolist(), strict=True))
-    known = {p: collective_dtype(tl.names[p[0]] if p[0] >= 0 else "", tl.names[p[1]])
-             for p in set(pairs)}  # fmt: skip
+    known = {
+        p: collective_dtype(tl.names[p[0]] if p[0] >= 0 else "", tl.names[p[1]]) for p in set(pairs)
+    }
     dtypes = [known[p] for p in pairs]
     devs = tl.meta.devices
     return Collectives(
@@ -209,8 +253,9 @@ def comm_dtype_shares(c: Collectives) -> dict[str, dict[str, float]]:
     for ty, row in total.items():
         whole = sum(row.values())
         if whole and any(row.keys() - {""}):
-            out[ty] = {k: round(v / whole, 4) for k, v in sorted(row.items(), key=lambda kv: -kv[1])
-                       if k}  # fmt: skip
+            out[ty] = {
+                k: round(v / whole, 4) for k, v in sorted(row.items(), key=lambda kv: -kv[1]) if k
+            }
     return out
 
 
@@ -258,14 +303,18 @@ def host_comm_types(tl: RankTimeline, comm_op_re: str) -> dict[str, float]:
     ops = np.array([bool(rx.search(n)) for n in tl.names], bool)
     mask = (tl.kind == Kind.COMM) & ~tl.gpu_lane_mask()[tl.lane] & ops[tl.name]
     total: dict[str, int] = {}
-    for i, d in zip(tl.name[mask].tolist(), (tl.end_ns[mask] - tl.start_ns[mask]).tolist(),
-                    strict=True):  # fmt: skip
+    for i, d in zip(
+        tl.name[mask].tolist(), (tl.end_ns[mask] - tl.start_ns[mask]).tolist(), strict=True
+    ):
         t = collective_type(tl.names[i])
         if t not in ("barrier", "wait", "unknown"):
             total[t] = total.get(t, 0) + int(d)
     whole = sum(total.values())
-    return {t: round(v / whole, 4) for t, v in sorted(total.items(), key=lambda kv: -kv[1])
-            } if whole else {}  # fmt: skip
+    return (
+        {t: round(v / whole, 4) for t, v in sorted(total.items(), key=lambda kv: -kv[1])}
+        if whole
+        else {}
+    )
 
 
 def _peak(device: str) -> float | None:
@@ -293,8 +342,10 @@ def match(colls: Sequence[Collectives]) -> tuple[MatchMethod, list[dict[int, int
     if len(colls) < 2 or not all(len(c.type) for c in colls):
         return "none", []
     if all((c.key >= 0).all() for c in colls):
-        maps = [{int(k): i for i, k in enumerate(c.key.tolist()) if c.type[i] not in POINT_TO_POINT}
-                for c in colls]  # fmt: skip
+        maps = [
+            {int(k): i for i, k in enumerate(c.key.tolist()) if c.type[i] not in POINT_TO_POINT}
+            for c in colls
+        ]
         common = set.intersection(*[set(m) for m in maps])
         keys = sorted(common, key=lambda k: int(colls[0].start[maps[0][k]]))
         return "comms_id", [{c.rank: m[k] for c, m in zip(colls, maps, strict=True)} for k in keys]
@@ -333,8 +384,11 @@ def summarize_collectives(
     sync, transfer_total, sync_by_step, late, rows = _matched_waits(colls, matched, rules)
     lower_bound = not matched
     if lower_bound:
-        rows = [(ty, float(c.nbytes[i]), float(c.dur[i]), 0)
-                for c in colls for i, ty in enumerate(c.type)]  # fmt: skip
+        rows = [
+            (ty, float(c.nbytes[i]), float(c.dur[i]), 0)
+            for c in colls
+            for i, ty in enumerate(c.type)
+        ]
     table = _bandwidth_table(rows, world_size or len(colls), lower_bound, colls[0])
     per_rank = (
         {str(r): RankSync(sync[r], transfer_total[r]) for r in sorted(sync)} if matched else {}
@@ -343,8 +397,9 @@ def summarize_collectives(
         str(r): LateArrival(len(w), sum(w) * (len(by_rank) - 1), min(w), max(w))
         for r, w in sorted(late.items())
     }
-    summary = CollectivesSummary(method, len(matched), lower_bound, table, per_rank,
-                                 late_arrival=late_arrival)  # fmt: skip
+    summary = CollectivesSummary(
+        method, len(matched), lower_bound, table, per_rank, late_arrival=late_arrival
+    )
     return summary, sync_by_step
 
 
@@ -390,9 +445,10 @@ def _matched_waits(
         for k in np.flatnonzero(waited >= rules.late_wait_ns).tolist():
             late.setdefault(ranks[int(last[k])], []).append(int(waited[k]))
     types = colls[0].type
-    rows = [(types[int(i)], float(nbk), float(tk), n)
-            for i, nbk, tk in zip(idx[:, 0].tolist(), nb.tolist(), t.tolist(),
-                                  strict=True)]  # fmt: skip
+    rows = [
+        (types[int(i)], float(nbk), float(tk), n)
+        for i, nbk, tk in zip(idx[:, 0].tolist(), nb.tolist(), t.tolist(), strict=True)
+    ]
     return sync, transfer_total, sync_by_step, late, rows
 
 
@@ -415,8 +471,10 @@ def _sum_by_rank_step(ranks: npt.NDArray[np.int64], step: Any, wait: Any) -> Syn
     met = np.flatnonzero(first < key.size)
     met = met[np.argsort(first[met], kind="stable")]
     col, sid = np.divmod(met, steps.size)
-    return {(int(ranks[c]), int(steps[j])): int(sums[m])
-            for c, j, m in zip(col.tolist(), sid.tolist(), met.tolist(), strict=True)}  # fmt: skip
+    return {
+        (int(ranks[c]), int(steps[j])): int(sums[m])
+        for c, j, m in zip(col.tolist(), sid.tolist(), met.tolist(), strict=True)
+    }
 
 
 def _bandwidth_table(
@@ -449,12 +507,21 @@ def _bandwidth_table(
                 # range that only enqueued it): no share of peak is claimed
                 peak_gbps = eff = None
                 cause = "faster than the link: the timed range is not the transfer"
-        table.append(CollectiveRow(
-            type=ty, size_bucket=label, count=len(items),
-            bytes_median=int(nputil.median(nbs[known])) if known.any() else None,
-            transfer_ns_median=int(nputil.median(ts)), algbw_gbps=algbw, busbw_gbps=busbw,
-            peak_gbps=peak_gbps, efficiency=eff, link=link, likely_cause=cause,
-        ))  # fmt: skip
+        table.append(
+            CollectiveRow(
+                type=ty,
+                size_bucket=label,
+                count=len(items),
+                bytes_median=int(nputil.median(nbs[known])) if known.any() else None,
+                transfer_ns_median=int(nputil.median(ts)),
+                algbw_gbps=algbw,
+                busbw_gbps=busbw,
+                peak_gbps=peak_gbps,
+                efficiency=eff,
+                link=link,
+                likely_cause=cause,
+            )
+        )
     return table
 
 
@@ -478,13 +545,25 @@ def bandwidth_findings(section: CollectivesSummary | None, rules: CollectiveRule
             or eff >= rules.low_bandwidth_ratio
         ):
             continue
-        out.append(Finding(
-            kind=FindingKind.LOW_BANDWIDTH, severity=Severity.WARNING,
-            message=(f"{row.type} of {row.size_bucket} reaches "
-                     f"{row.busbw_gbps:.0f} GB/s bus bandwidth, {eff:.0%} of the "
-                     f"{row.peak_gbps:.0f} GB/s {row.link or 'link'} peak"
-                     + (f"; likely {row.likely_cause}" if row.likely_cause else "")),
-            metrics=BandwidthMetrics(row.type, row.size_bucket, row.count, row.bytes_median,
-                                     row.busbw_gbps, row.peak_gbps, eff),
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                kind=FindingKind.LOW_BANDWIDTH,
+                severity=Severity.WARNING,
+                message=(
+                    f"{row.type} of {row.size_bucket} reaches "
+                    f"{row.busbw_gbps:.0f} GB/s bus bandwidth, {eff:.0%} of the "
+                    f"{row.peak_gbps:.0f} GB/s {row.link or 'link'} peak"
+                    + (f"; likely {row.likely_cause}" if row.likely_cause else "")
+                ),
+                metrics=BandwidthMetrics(
+                    row.type,
+                    row.size_bucket,
+                    row.count,
+                    row.bytes_median,
+                    row.busbw_gbps,
+                    row.peak_gbps,
+                    eff,
+                ),
+            )
+        )
     return out

@@ -49,8 +49,10 @@ def step_modes(durations: Sequence[int], rules: SteadyRules | None = None) -> li
     if ratios[i] < rules.mode_gap_factor:
         return []
     lo, hi = xs[: i + 1], xs[i + 1 :]
-    return [StepMode(len(g), round(float(nputil.median(g))), round(float(g[0])),
-                     round(float(g[-1]))) for g in (lo, hi)]  # fmt: skip
+    return [
+        StepMode(len(g), round(float(nputil.median(g))), round(float(g[0])), round(float(g[-1])))
+        for g in (lo, hi)
+    ]
 
 
 def describe(
@@ -62,11 +64,15 @@ def describe(
     read from it), so a saved diagnosis is described by the rules it was made with.
     """
     steady = (thresholds or {}).get("steady")
-    known = {k: v for k, v in steady.items() if k in SteadyRules.__dataclass_fields__} if (
-        isinstance(steady, dict)) else {}  # fmt: skip
+    known = (
+        {k: v for k, v in steady.items() if k in SteadyRules.__dataclass_fields__}
+        if (isinstance(steady, dict))
+        else {}
+    )
     modes = step_modes(durations, SteadyRules(**known))
     if not modes:
         return ""
-    parts = [f"{m.steps} around {fmt(m.median_ns)} "
-             f"({fmt(m.min_ns)}–{fmt(m.max_ns)})" for m in modes]  # fmt: skip
+    parts = [
+        f"{m.steps} around {fmt(m.median_ns)} ({fmt(m.min_ns)}–{fmt(m.max_ns)})" for m in modes
+    ]
     return "two kinds of step: " + ", ".join(parts)

@@ -170,8 +170,9 @@ class LiveRules:
                 if s.step >= self.rules.warmup_steps and not s.profiled:
                     floor = s.pre_forward_ns if floor is None else min(floor, s.pre_forward_ns)
                     self.floor[s.rank] = floor
-                s = dataclasses.replace(s, loader_wait_ns=s.data_wait_ns,
-                                        data_wait_ns=input_wait(s, floor))  # fmt: skip
+                s = dataclasses.replace(
+                    s, loader_wait_ns=s.data_wait_ns, data_wait_ns=input_wait(s, floor)
+                )
             self.steps.setdefault(s.rank, {})[s.step] = s
             if s.profiled:
                 self.profiled.add(s.step)

@@ -35,8 +35,10 @@ from gpudiag.analysis.model.diagnosis import PhaseFrontier, RunStep
 from gpudiag.config import SteadyRules
 
 PHASES = ("pre_forward", "forward")
-PHASE_WORDS = {"pre_forward": "before its forward pass (input and host work)",
-               "forward": "in its forward pass"}  # fmt: skip
+PHASE_WORDS = {
+    "pre_forward": "before its forward pass (input and host work)",
+    "forward": "in its forward pass",
+}
 
 
 def input_floor(values: Sequence[int], rules: SteadyRules) -> float | None:
@@ -67,11 +69,13 @@ def with_input_wait(
         return list(steps)
     floors = {r: input_floor(v, rules) for r, v in pre.items()}
     return [
-        dataclasses.replace(s, loader_wait_ns=s.data_wait_ns,
-                            data_wait_ns=input_wait(s, floors.get(s.rank)))
-        if s.pre_forward_ns is not None else s
+        dataclasses.replace(
+            s, loader_wait_ns=s.data_wait_ns, data_wait_ns=input_wait(s, floors.get(s.rank))
+        )
+        if s.pre_forward_ns is not None
+        else s
         for s in steps
-    ]  # fmt: skip
+    ]
 
 
 def phase_frontier(
@@ -102,5 +106,10 @@ def phase_frontier(
     if not votes or not counted:
         return None
     (rank, phase), ex = max(votes.items(), key=lambda kv: (len(kv[1]), -kv[0][0]))
-    return PhaseFrontier(rank=rank, phase=phase, steps=len(ex), steps_compared=counted,
-                         excess_ns_median=round(float(nputil.median(ex))))  # fmt: skip
+    return PhaseFrontier(
+        rank=rank,
+        phase=phase,
+        steps=len(ex),
+        steps_compared=counted,
+        excess_ns_median=round(float(nputil.median(ex))),
+    )

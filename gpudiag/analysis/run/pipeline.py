@@ -78,8 +78,9 @@ def schedule_of(first: Collectives, p: int, m: int) -> PipelineSchedule:
     for s in sorted(set(first.step.tolist()) - {-1}):
         idx = np.flatnonzero(first.step == s)
         idx = idx[np.argsort(first.start[idx], kind="stable")]
-        seq = "".join("s" if first.type[i] == "send" else "r" for i in idx.tolist()
-                      if first.type[i] in P2P)  # fmt: skip
+        seq = "".join(
+            "s" if first.type[i] == "send" else "r" for i in idx.tolist() if first.type[i] in P2P
+        )
         name: PipelineSchedule = next((k for k, v in expected.items() if v == seq), "unknown")
         votes[name] = votes.get(name, 0) + 1
     return max(votes, key=lambda k: votes[k]) if votes else "unknown"
@@ -102,8 +103,11 @@ def find_pipeline(
     for s in sorted(set(first.step.tolist()) - {-1}) or [-1]:
         in_step = first.step == s
         sends = np.asarray([t == "send" for t in first.type]) & in_step
-        per_step.append(int(np.count_nonzero(sends)) if any(t == "send" for t in first.type)
-                        else int(np.count_nonzero(in_step)) // 2)  # fmt: skip
+        per_step.append(
+            int(np.count_nonzero(sends))
+            if any(t == "send" for t in first.type)
+            else int(np.count_nonzero(in_step)) // 2
+        )
     m = max(1, round(float(nputil.median(per_step))))
     p = len(stages)
     stage_ranks = sorted(c.rank for c in stages)
@@ -114,8 +118,9 @@ def find_pipeline(
     schedule = schedule_of(first, p, m)
     ideal = ideal_bubble(p, m)
     target_m = rules.micro_batches_per_stage * p
-    compute = {r: float(np.mean([s.compute_ns for s in mine.get(r, [])] or [0.0]))
-               for r in summaries}  # fmt: skip
+    compute = {
+        r: float(np.mean([s.compute_ns for s in mine.get(r, [])] or [0.0])) for r in summaries
+    }
     section = PipelineSummary(
         stages=p,
         stage_ranks=stage_ranks,
@@ -132,17 +137,24 @@ def find_pipeline(
     within = max(measured, ideal) <= idle_ratio_max and excess <= rules.imbalance_margin
     why = []
     if m < target_m:
-        why.append(f"{m} micro-batches for {p} stages leave a schedule bubble of {ideal:.0%}; "
-                   f"with {target_m} it would be {ideal_bubble(p, target_m):.0%}")  # fmt: skip
+        why.append(
+            f"{m} micro-batches for {p} stages leave a schedule bubble of {ideal:.0%}; "
+            f"with {target_m} it would be {ideal_bubble(p, target_m):.0%}"
+        )
     if schedule == "unknown":
-        why.append("the schedule is neither GPipe nor 1F1B, so the measured bubble is not "
-                   "compared with a schedule's")  # fmt: skip
+        why.append(
+            "the schedule is neither GPipe nor 1F1B, so the measured bubble is not "
+            "compared with a schedule's"
+        )
     elif excess > rules.imbalance_margin:
         why.append(_excess_cause(excess, compute, rules))
     if within:
         # recognised at any bubble size: its receive waits are the bubble, said once
-        why.insert(0, f"within the {idle_ratio_max:.0%} idle threshold: the stages' receive "
-                   "waits are this bubble, not communication left unhidden")  # fmt: skip
+        why.insert(
+            0,
+            f"within the {idle_ratio_max:.0%} idle threshold: the stages' receive "
+            "waits are this bubble, not communication left unhidden",
+        )
     finding = Finding(
         kind=FindingKind.PIPELINE_BUBBLE,
         severity=Severity.INFO if within else Severity.WARNING,
@@ -157,10 +169,12 @@ def _message(pipe: PipelineSummary, bubbles: dict[int, float]) -> str:
     """What the finding says first: stages, schedule, m, measured and schedule bubble."""
     name = {"gpipe": "GPipe", "1f1b": "1F1B"}.get(pipe.schedule, "unknown schedule")
     stages_text = ", ".join(f"rank {r}: {v:.0%}" for r, v in bubbles.items())
-    return (f"pipeline of {pipe.stages} stages ({name}, m = {pipe.micro_batches}): "
-            f"{pipe.bubble_ratio:.0%} of step time blocked waiting for the neighbouring stage "
-            f"({stages_text}); the schedule's bubble (p−1)/(m+p−1) is "
-            f"{pipe.ideal_bubble_ratio:.0%}")  # fmt: skip
+    return (
+        f"pipeline of {pipe.stages} stages ({name}, m = {pipe.micro_batches}): "
+        f"{pipe.bubble_ratio:.0%} of step time blocked waiting for the neighbouring stage "
+        f"({stages_text}); the schedule's bubble (p−1)/(m+p−1) is "
+        f"{pipe.ideal_bubble_ratio:.0%}"
+    )
 
 
 def _bubble(rank: RankSummary, steps: Sequence[StepBreakdown]) -> float:
@@ -177,10 +191,14 @@ def _excess_cause(excess: float, compute: dict[int, float], rules: PipelineRules
     heavy = max(compute, key=lambda r: compute[r])
     light = min(compute, key=lambda r: compute[r])
     if compute[light] > 0 and compute[heavy] / compute[light] > 1 + rules.imbalance_margin:
-        return (f"the stages wait {excess:.0%} of the step beyond the schedule's bubble: "
-                f"unbalanced stages — rank {heavy} computes {duration(compute[heavy], 'human')} a "
-                f"step against {duration(compute[light], 'human')} on rank {light}; move layers "
-                "off the heavy stage")  # fmt: skip
-    return (f"the stages wait {excess:.0%} of the step beyond the schedule's bubble with "
-            "balanced compute: slow point-to-point transfers or host overhead between "
-            "micro-batches")  # fmt: skip
+        return (
+            f"the stages wait {excess:.0%} of the step beyond the schedule's bubble: "
+            f"unbalanced stages — rank {heavy} computes {duration(compute[heavy], 'human')} a "
+            f"step against {duration(compute[light], 'human')} on rank {light}; move layers "
+            "off the heavy stage"
+        )
+    return (
+        f"the stages wait {excess:.0%} of the step beyond the schedule's bubble with "
+        "balanced compute: slow point-to-point transfers or host overhead between "
+        "micro-batches"
+    )

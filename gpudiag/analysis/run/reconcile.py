@@ -48,8 +48,9 @@ def without_warmup(
     warm = warmup_steps([s for r in results for s in r.steps], th.steady)
     if not warm:
         return results, []
-    kept = [dataclasses.replace(r, steps=[s for s in r.steps if s.step not in warm])
-            for r in results]  # fmt: skip
+    kept = [
+        dataclasses.replace(r, steps=[s for s in r.steps if s.step not in warm]) for r in results
+    ]
     rest = [s.duration_ns for r in kept for s in r.steps]
     median = float(nputil.median(rest)) if rest else 0.0
     nums = sorted(warm)
@@ -58,11 +59,18 @@ def without_warmup(
     )
     which = f"step {nums[0]}" if len(nums) == 1 else f"steps {nums[0]}–{nums[-1]}"
     ratio = max(warm.values()) / median if median else 0.0
-    msg = (f"{which}: {took}, warm-up ({ratio:.0f}× the median of the steps after it), left "
-           "out of the statistics (--include-warmup keeps it)")  # fmt: skip
-    finding = Finding(FindingKind.WARMUP, Severity.INFO, msg, ranks=sorted(r.rank for r in results),
-                      steps=nums, metrics=WarmupMetrics({str(n): round(warm[n]) for n in nums},
-                                                          round(median)))  # fmt: skip
+    msg = (
+        f"{which}: {took}, warm-up ({ratio:.0f}× the median of the steps after it), left "
+        "out of the statistics (--include-warmup keeps it)"
+    )
+    finding = Finding(
+        FindingKind.WARMUP,
+        Severity.INFO,
+        msg,
+        ranks=sorted(r.rank for r in results),
+        steps=nums,
+        metrics=WarmupMetrics({str(n): round(warm[n]) for n in nums}, round(median)),
+    )
     return kept, [finding]
 
 
@@ -123,9 +131,11 @@ def explained_by_pipeline(
 
 
 def with_host_cause(
-    findings: list[Finding], ranks: Sequence[RankSummary], steps: Sequence[StepBreakdown],
+    findings: list[Finding],
+    ranks: Sequence[RankSummary],
+    steps: Sequence[StepBreakdown],
     th: Thresholds,
-) -> list[Finding]:  # fmt: skip
+) -> list[Finding]:
     """Name the host-side cause of each host-bound finding (analysis/causes.py).
 
     GPU traces: the cause the runtime calls, gaps and operators show. CPU traces: none
@@ -138,8 +148,13 @@ def with_host_cause(
         if f.kind != FindingKind.HOST_BOUND or not f.ranks:
             out.append(f)
             continue
-        cause = (host_cause(ranks, steps, f.ranks, th.advice) if set(f.ranks) <= gpu
-                 else cpu_host_cause(ranks, f.ranks) if set(f.ranks) <= cpu else {})  # fmt: skip
+        cause = (
+            host_cause(ranks, steps, f.ranks, th.advice)
+            if set(f.ranks) <= gpu
+            else cpu_host_cause(ranks, f.ranks)
+            if set(f.ranks) <= cpu
+            else {}
+        )
         if cause:
             msg = f.message
             if cause["text"]:
@@ -189,34 +204,52 @@ def source_findings(results: Sequence[RankResult], run: RunSummary) -> list[Find
         if not r.step_source.is_marked:
             by_note.setdefault(r.step_note or f"steps from {r.step_source}", []).append(r.rank)
     for note, ranks in by_note.items():
-        out.append(Finding(FindingKind.SOURCE_MISSING, Severity.INFO, note, ranks=ranks,
-                           metrics=SourceMissingMetrics("steps")))  # fmt: skip
+        out.append(
+            Finding(
+                FindingKind.SOURCE_MISSING,
+                Severity.INFO,
+                note,
+                ranks=ranks,
+                metrics=SourceMissingMetrics("steps"),
+            )
+        )
     cpu_with_gpus = [r.rank for r in results if r.mode == Mode.CPU and r.meta.devices]
     if cpu_with_gpus:
-        out.append(Finding(
-            FindingKind.SOURCE_MISSING, Severity.WARNING,
-            "the trace lists GPUs but holds no GPU activity: classified from CPU threads "
-            "(profile with ProfilerActivity.CUDA to see the GPU)",
-            ranks=cpu_with_gpus, metrics=SourceMissingMetrics("gpu_events"),
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                FindingKind.SOURCE_MISSING,
+                Severity.WARNING,
+                "the trace lists GPUs but holds no GPU activity: classified from CPU threads "
+                "(profile with ProfilerActivity.CUDA to see the GPU)",
+                ranks=cpu_with_gpus,
+                metrics=SourceMissingMetrics("gpu_events"),
+            )
+        )
     truncated = [(r.rank, r.truncated_step) for r in results if r.truncated_step is not None]
     if truncated:
-        out.append(Finding(
-            FindingKind.TRUNCATED_STEP, Severity.INFO,
-            "the last profiled step was cut off (far fewer GPU ops than the step before) "
-            "and is left out of the statistics",
-            ranks=[r for r, _ in truncated],
-            steps=sorted({s for _, s in truncated if s is not None}),
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                FindingKind.TRUNCATED_STEP,
+                Severity.INFO,
+                "the last profiled step was cut off (far fewer GPU ops than the step before) "
+                "and is left out of the statistics",
+                ranks=[r for r, _ in truncated],
+                steps=sorted({s for _, s in truncated if s is not None}),
+            )
+        )
     if run.world_size and run.world_size > run.ranks:
         present = sorted(r.rank for r in results)
-        out.append(Finding(
-            FindingKind.SOURCE_MISSING, Severity.INFO,
-            f"{run.ranks} of {run.world_size} ranks {'has' if run.ranks == 1 else 'have'} traces "
-            f"({_span(present)}); "
-            "cross-rank findings cover only those",
-            ranks=present, metrics=SourceMissingMetrics("ranks", world_size=run.world_size),
-        ))  # fmt: skip
+        out.append(
+            Finding(
+                FindingKind.SOURCE_MISSING,
+                Severity.INFO,
+                f"{run.ranks} of {run.world_size} ranks "
+                f"{'has' if run.ranks == 1 else 'have'} traces ({_span(present)}); "
+                "cross-rank findings cover only those",
+                ranks=present,
+                metrics=SourceMissingMetrics("ranks", world_size=run.world_size),
+            )
+        )
     return out
 
 

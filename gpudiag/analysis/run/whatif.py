@@ -56,12 +56,18 @@ def what_if(
     by_step: dict[int, list[StepBreakdown]] = {}
     for s in steps:
         by_step.setdefault(s.step, []).append(s)
-    persistent = [f for f in findings
-                  if f.kind == FindingKind.STRAGGLER and f.persistent and f.ranks]  # fmt: skip
+    persistent = [
+        f for f in findings if f.kind == FindingKind.STRAGGLER and f.persistent and f.ranks
+    ]
     # a straggler of the step telemetry: its cost on its own steps (the same model, on every
     # steady step with backward as the wait), which a window may not show (one rank's)
-    tele = [f.metrics for f in persistent if isinstance(f.metrics, StragglerMetrics)
-            and f.metrics.source == "telemetry" and f.metrics.step_time_ns_mean]  # fmt: skip
+    tele = [
+        f.metrics
+        for f in persistent
+        if isinstance(f.metrics, StragglerMetrics)
+        and f.metrics.source == "telemetry"
+        and f.metrics.step_time_ns_mean
+    ]
     cost = sum((m.step_time_ns_mean or 0) - m.step_time_ns_if_median_speed for m in tele)
     stragglers = {f.ranks[0] for f in persistent if f.metrics not in tele}
     slow = {f.ranks[0] for f in persistent}  # every straggler: the rest is the critical path
@@ -93,8 +99,9 @@ def what_if(
         # without a measured wait the others' busy time holds their waiting: no floor here
         # (a telemetry straggler's cost is its own model's, bounded by its critical path)
         floor_all.append(fed[last] if comm_measured else 0.0)
-        floor_strag.append(max(busy[r] for r in rest) + min(wait.values()) if comm_measured
-                           else 0.0)  # fmt: skip
+        floor_strag.append(
+            max(busy[r] for r in rest) + min(wait.values()) if comm_measured else 0.0
+        )
         if stragglers:
             no_strag.append(model(at_median(busy), wait))
         everything.append(max(at_median(fed).values()))

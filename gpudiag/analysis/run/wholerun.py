@@ -75,16 +75,21 @@ def whole_run(
     records: list[dict[str, Any]] = telemetry.to_dict("records")  # type: ignore[assignment]
     steps = [
         RunStep(
-            rank=int(r["rank"]), step=int(r["step"]), start_ns=int(r["start_ns"]),
-            duration_ns=int(r["duration_ns"]), data_wait_ns=_opt_int(r["data_wait_ns"]),
-            comm_wait_ns=_opt_int(r["comm_wait_ns"]), backward_ns=_opt_int(r["backward_ns"]),
-            profiled=bool(r["profiled"]), cpu_ns=_opt_int(r.get("cpu_ns")),
+            rank=int(r["rank"]),
+            step=int(r["step"]),
+            start_ns=int(r["start_ns"]),
+            duration_ns=int(r["duration_ns"]),
+            data_wait_ns=_opt_int(r["data_wait_ns"]),
+            comm_wait_ns=_opt_int(r["comm_wait_ns"]),
+            backward_ns=_opt_int(r["backward_ns"]),
+            profiled=bool(r["profiled"]),
+            cpu_ns=_opt_int(r.get("cpu_ns")),
             pre_forward_ns=_opt_int(r.get("pre_forward_ns")),
             forward_ns=_opt_int(r.get("forward_ns")),
             optimizer_ns=_opt_int(r.get("optimizer_ns")),
         )
         for r in records
-    ]  # fmt: skip
+    ]
     rules = steady_rules or SteadyRules()
     keep = steady_steps(steps, rules)
     # the input wait: the DataLoader's, or the pre-forward phase's growth (phases.py)
@@ -116,8 +121,13 @@ def whole_run(
         )
     gpus = _gpu_stats(telemetry, samples, manifest)
     exit_code = getattr(manifest, "exit_code", None)
-    return WholeRun(ranks=ranks, steps=steps, gpus=gpus, job_exit_code=exit_code,
-                    frontier=phase_frontier(steps, keep)), findings  # fmt: skip
+    return WholeRun(
+        ranks=ranks,
+        steps=steps,
+        gpus=gpus,
+        job_exit_code=exit_code,
+        frontier=phase_frontier(steps, keep),
+    ), findings
 
 
 def _gpu_stats(
@@ -186,26 +196,42 @@ def _source_findings(manifest: Any) -> list[Finding]:
     if manifest is None:
         return []
     out = []
-    labels = {"nvml": "GPU samples (NVML)", "kineto": "profiler traces",
-              "telemetry": "step telemetry"}  # fmt: skip
+    labels = {
+        "nvml": "GPU samples (NVML)",
+        "kineto": "profiler traces",
+        "telemetry": "step telemetry",
+    }
     out += [
         Finding(
-            kind=FindingKind.SOURCE_MISSING, severity=Severity.INFO,
+            kind=FindingKind.SOURCE_MISSING,
+            severity=Severity.INFO,
             message=f"{labels[name]} not captured: {src.reason}",
             metrics=SourceMissingMetrics(name, reason=src.reason),
         )
         for name, src in sorted(getattr(manifest, "sources", {}).items())
-        if name in labels and not src.captured and src.reason != "not requested"
+        if name in labels
+        and not src.captured
+        and src.reason != "not requested"
         and not (name == "nvml" and gpu_telemetry_note(manifest))
-    ]  # fmt: skip
+    ]
     for problem in getattr(manifest, "diagnosis_incomplete", []):
-        out.append(Finding(kind=FindingKind.SOURCE_MISSING, severity=Severity.WARNING,
-                           message=f"capture incomplete: {problem}",
-                           metrics=SourceMissingMetrics("capture")))  # fmt: skip
+        out.append(
+            Finding(
+                kind=FindingKind.SOURCE_MISSING,
+                severity=Severity.WARNING,
+                message=f"capture incomplete: {problem}",
+                metrics=SourceMissingMetrics("capture"),
+            )
+        )
     code = getattr(manifest, "exit_code", None)
     if code not in (None, 0):
-        out.append(Finding(kind=FindingKind.JOB_FAILED, severity=Severity.WARNING,
-                           message=f"the training job exited with code {code}; "
-                                   "the diagnosis covers the steps it completed",
-                           metrics=JobFailedMetrics(code)))  # fmt: skip
+        out.append(
+            Finding(
+                kind=FindingKind.JOB_FAILED,
+                severity=Severity.WARNING,
+                message=f"the training job exited with code {code}; "
+                "the diagnosis covers the steps it completed",
+                metrics=JobFailedMetrics(code),
+            )
+        )
     return out

@@ -52,14 +52,20 @@ def own_straggler(f: Finding, rules: StragglerRules) -> bool:
 def own_words(f: Finding) -> str:
     """Why a straggler is the job's own: where its excess stays and how steady it is."""
     m = f.metrics_as(StragglerMetrics)
-    return (f"its excess stays on rank {f.ranks[0]} ({m.slow_steps} of {m.steps_compared} steps; "
-            f"another rank slow in {m.moved_steps_ratio or 0:.0%}) at a steady size (spread "
-            f"{m.excess_spread_ratio or 0:.0%} of it), which contention shared by every rank "
-            "does not do: the job's own")  # fmt: skip
+    return (
+        f"its excess stays on rank {f.ranks[0]} ({m.slow_steps} of {m.steps_compared} steps; "
+        f"another rank slow in {m.moved_steps_ratio or 0:.0%}) at a steady size (spread "
+        f"{m.excess_spread_ratio or 0:.0%} of it), which contention shared by every rank "
+        "does not do: the job's own"
+    )
 
 
-def on_busy_host(findings: Sequence[Finding], busy: Mapping[str, float],
-                 gpu: bool, rules: StragglerRules | None = None) -> list[Finding]:  # fmt: skip
+def on_busy_host(
+    findings: Sequence[Finding],
+    busy: Mapping[str, float],
+    gpu: bool,
+    rules: StragglerRules | None = None,
+) -> list[Finding]:
     """Stragglers that the run's recorded host contention likely explains, qualified.
 
     ``busy``: the host's CPU figures over the gate's limits
@@ -89,10 +95,17 @@ def on_busy_host(findings: Sequence[Finding], busy: Mapping[str, float],
         ):
             out.append(f)
         elif f.cause in (Cause.HOST, Cause.DATA) and (not gpu or f.cause == Cause.HOST):
-            why = ("a starved launch thread could explain it" if gpu else
-                   "contention stretches a job's CPU compute, not its time outside it")  # fmt: skip
-            out.append(dataclasses.replace(f, message=f"{f.message} (the host was busy too: "
-                                           f"{busy_host_words(busy)}; {why})"))  # fmt: skip
+            why = (
+                "a starved launch thread could explain it"
+                if gpu
+                else "contention stretches a job's CPU compute, not its time outside it"
+            )
+            out.append(
+                dataclasses.replace(
+                    f,
+                    message=f"{f.message} (the host was busy too: {busy_host_words(busy)}; {why})",
+                )
+            )
         elif gpu:
             out.append(f)
         elif own_straggler(f, rules):
@@ -101,9 +114,12 @@ def on_busy_host(findings: Sequence[Finding], busy: Mapping[str, float],
                 dataclasses.replace(f, message=f"{f.message} (the host was busy too: {why})")
             )
         else:
-            out.append(dataclasses.replace(
-                f, severity=Severity.WARNING,
-                message=f"{f.message} — {busy_host_words(busy)}: {BUSY_HOST}",
-                metrics=dataclasses.replace(m, host_contention=dict(busy)),
-            ))  # fmt: skip
+            out.append(
+                dataclasses.replace(
+                    f,
+                    severity=Severity.WARNING,
+                    message=f"{f.message} — {busy_host_words(busy)}: {BUSY_HOST}",
+                    metrics=dataclasses.replace(m, host_contention=dict(busy)),
+                )
+            )
     return out

@@ -31,8 +31,9 @@ class StragglerContext:
     sync_totals: dict[int, int]  # every rank's sync wait per step, summed once
 
 
-def cause_of(m: StepMatrix, ctx: StragglerContext, rank: int, flagged_steps: list[int],
-           persistent: bool) -> tuple[Cause, dict[str, float]]:  # fmt: skip
+def cause_of(
+    m: StepMatrix, ctx: StragglerContext, rank: int, flagged_steps: list[int], persistent: bool
+) -> tuple[Cause, dict[str, float]]:
     """Which part of the straggler's busy time exceeds the others' (ns per slow step)."""
     trace = ctx.trace
     src, cols = m, [m.steps.index(s) for s in flagged_steps if s in m.steps]
@@ -77,10 +78,13 @@ def also_parts(
     if top <= 0:
         return []
     return [
-        k for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
-        if k != key and k in ("data", "compute", "host")
-        and v >= rules.also_ratio * top and v >= rules.also_step_ratio * step_median
-    ]  # fmt: skip
+        k
+        for k, v in sorted(parts.items(), key=lambda kv: -kv[1])
+        if k != key
+        and k in ("data", "compute", "host")
+        and v >= rules.also_ratio * top
+        and v >= rules.also_step_ratio * step_median
+    ]
 
 
 def _hardware(rank: int, gpus: Sequence[GpuStats], rules: StragglerRules) -> bool:
@@ -108,5 +112,8 @@ CAUSE_WORDS = {
 }
 
 
-PART_WORDS = {"data": "waiting for data", "compute": "computing longer",
-          "host": "in host-side work (Python, launches, sleeps)"}  # fmt: skip
+PART_WORDS = {
+    "data": "waiting for data",
+    "compute": "computing longer",
+    "host": "in host-side work (Python, launches, sleeps)",
+}

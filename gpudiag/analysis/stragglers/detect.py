@@ -144,10 +144,13 @@ def find_stragglers(
         named = {f.ranks[0] for f in findings}
         for f in _detect(trace, ctx, persistent_only=True):
             if f.ranks[0] not in named and _leans_slow(tele, f.ranks[0], rules):
-                findings.append(dataclasses.replace(
-                    f, message=f"{f.message} (seen in the profiled steps: the step telemetry "
-                    "cannot split compute from waiting inside backward)",
-                ))  # fmt: skip
+                findings.append(
+                    dataclasses.replace(
+                        f,
+                        message=f"{f.message} (seen in the profiled steps: the step telemetry "
+                        "cannot split compute from waiting inside backward)",
+                    )
+                )
     return findings
 
 
@@ -210,8 +213,11 @@ def _with_blame(f: Finding, own: F64, slow: npt.NDArray[np.bool_], i: int) -> Fi
     moved = float(others.any(axis=0).mean()) if others.size else 0.0
     med = float(nputil.median(own)) if own.size else 0.0
     spread = jitter_ns(own) / med if med > 0 else float("inf")
-    m = dataclasses.replace(f.metrics_as(StragglerMetrics), moved_steps_ratio=round(moved, 4),
-                            excess_spread_ratio=round(min(spread, 99.0), 4))  # fmt: skip
+    m = dataclasses.replace(
+        f.metrics_as(StragglerMetrics),
+        moved_steps_ratio=round(moved, 4),
+        excess_spread_ratio=round(min(spread, 99.0), 4),
+    )
     return dataclasses.replace(f, metrics=m)
 
 
@@ -264,9 +270,10 @@ def _confirmed_in_window(
     tex = excess(trace.busy)
     typical = float(nputil.median(m.duration))
     return [
-        s for j, s in enumerate(trace.steps)
+        s
+        for j, s in enumerate(trace.steps)
         if s % n == steps[0] % n and s not in m.steps and tex[ti, j] >= rules.spike_ratio * typical
-    ]  # fmt: skip
+    ]
 
 
 def _short(m: StepMatrix, rules: StragglerRules) -> bool:
@@ -297,8 +304,9 @@ def _period(steps: list[int], compared: Sequence[int]) -> int | None:
     return n if set(same) <= set(steps) else None
 
 
-def _caused(m: StepMatrix, ctx: StragglerContext, i: int, flagged: npt.NDArray[np.intp],
-            steps: list[int]) -> tuple[int, str]:  # fmt: skip
+def _caused(
+    m: StepMatrix, ctx: StragglerContext, i: int, flagged: npt.NDArray[np.intp], steps: list[int]
+) -> tuple[int, str]:
     """The other ranks' waiting attributed to rank ``i`` over its slow steps, and how."""
     if m.source == "trace" and ctx.sync:
         # matched collectives: the others' synchronisation wait in its slow steps
@@ -313,11 +321,15 @@ def _caused(m: StepMatrix, ctx: StragglerContext, i: int, flagged: npt.NDArray[n
 
 def _cost_words(now: float, after: float, source: str) -> str:
     """One number: its cost to the mean step, as the verdict, what-if and remedy quote it."""
-    text = (f"the others wait for it {duration(now - after, 'human')} a step "
-            f"({(now - after) / now:.0%} of the mean step {duration(now, 'human')})")  # fmt: skip
+    text = (
+        f"the others wait for it {duration(now - after, 'human')} a step "
+        f"({(now - after) / now:.0%} of the mean step {duration(now, 'human')})"
+    )
     if source == "telemetry":
-        text += ("; it works longer outside backward and they wait inside it, so every "
-                 "rank's step takes about as long")  # fmt: skip
+        text += (
+            "; it works longer outside backward and they wait inside it, so every "
+            "rank's step takes about as long"
+        )
     return text
 
 
@@ -341,13 +353,15 @@ def _finding(
     cause, parts = cause_of(m, ctx, rank, steps, persistent)
     short = not persistent and _short(m, ctx.rules)
     now, after = at_median_speed(m, i) if persistent else (step_median, step_median)
+    of_steps = f"{len(steps)} of {len(m.steps)} steps"
     if persistent:
-        what = (f"rank {rank} is a persistent straggler, slower than the other ranks in "
-                f"{len(steps)} of {len(m.steps)} steps")  # fmt: skip
+        what = f"rank {rank} is a persistent straggler, slower than the other ranks in {of_steps}"
     elif short:
-        what = (f"rank {rank} stalled in {len(steps)} of {len(m.steps)} profiled "
-                f"step{'s' if len(m.steps) != 1 else ''} ({_and(steps)}, "
-                f"~{duration(median_excess, 'brief')} behind the others each time)")  # fmt: skip
+        what = (
+            f"rank {rank} stalled in {len(steps)} of {len(m.steps)} profiled "
+            f"step{'s' if len(m.steps) != 1 else ''} ({_and(steps)}, "
+            f"~{duration(median_excess, 'brief')} behind the others each time)"
+        )
     else:
         n = _period(steps, sorted(set(m.steps) | set(confirmed)))
         when = (
@@ -355,8 +369,10 @@ def _finding(
             if n
             else f"in step{'s' if len(steps) > 1 else ''} " + ", ".join(map(str, steps[:8]))
         )
-        what = (f"rank {rank} stalls {when} ({len(steps)} of {len(m.steps)} steps), "
-                f"{duration(median_excess, 'human')} behind the others each time")  # fmt: skip
+        what = (
+            f"rank {rank} stalls {when} ({of_steps}), "
+            f"{duration(median_excess, 'human')} behind the others each time"
+        )
     why = CAUSE_WORDS[cause]
     also = also_parts(cause, parts, step_median, ctx.rules)
     if also:
@@ -364,13 +380,14 @@ def _finding(
         top = parts["compute" if cause == Cause.HARDWARE else str(cause)]
         more = " and ".join(f"{PART_WORDS[k]} (+{duration(parts[k], 'human', 0)})" for k in also)
         why = f"{why} (+{duration(top, 'human', 0)} a step) and {more}"
-    msg = (f"{what}, {why}; the other ranks waited {duration(caused, 'human')} in total "
-           "for it")  # fmt: skip
+    msg = f"{what}, {why}; the other ranks waited {duration(caused, 'human')} in total for it"
     if persistent:
         msg = f"{what}, {why}: {_cost_words(now, after, m.source)}"
     if short:
-        msg += (f"; too few steps to tell persistent from periodic — profile at least "
-                f"{ctx.rules.short_window_steps} steps or use `gpudiag run`")  # fmt: skip
+        msg += (
+            f"; too few steps to tell persistent from periodic — profile at least "
+            f"{ctx.rules.short_window_steps} steps or use `gpudiag run`"
+        )
     return Finding(
         kind=FindingKind.STRAGGLER,
         severity=Severity.ERROR if persistent else Severity.WARNING,

@@ -71,16 +71,22 @@ def late_arrival(
     others = np.median(np.delete(trace.wait, i, axis=0), axis=0)
     per_step = float(np.mean(np.clip(others - trace.wait[i], 0, None)))
     chance = sign_test(top.last, coll.matched, 1 / max(len(trace.ranks), 2))
-    often = (top.last >= crules.late_share * coll.matched and top.last >= 2 * second
-             and chance < rules.persistent_alpha)  # fmt: skip
+    often = (
+        top.last >= crules.late_share * coll.matched
+        and top.last >= 2 * second
+        and chance < rules.persistent_alpha
+    )
     # one late entry makes everyone wait at the first collective; the later ones of the
     # step are then a race that host noise decides: the waiting is the evidence
     late = wait_share >= crules.late_share and top.waited_ns >= 2 * next_wait
     if not (often or late) or per_step < rules.excess_ratio * step:
         return []
     then = f" (then rank {rest[0][0]}: {rest[0][1].last})" if rest and rest[0][1].last else ""
-    return [_late_finding(trace, rules, coll.matched, int(rank_s), top, then, second,
-                          wait_share, per_step)]  # fmt: skip
+    return [
+        _late_finding(
+            trace, rules, coll.matched, int(rank_s), top, then, second, wait_share, per_step
+        )
+    ]
 
 
 def _late_finding(
@@ -100,11 +106,13 @@ def _late_finding(
     cause, parts = cause_of(trace, ctx, rank, trace.steps, True)
     low, high = duration(top.waited_ns_min, "brief"), duration(top.waited_ns_max, "brief")
     span = low if top.waited_ns_min == top.waited_ns_max else f"{low}–{high}"
-    msg = (f"rank {rank} arrives last at {top.last} of {matched} collectives{then}, "
-           f"{wait_share:.0%} of all waiting for the last rank; "
-           f"the other ranks wait {span} for it each time "
-           f"({duration(per_step, 'brief')} a step each, "
-           f"{per_step / step:.0%} of a step), {CAUSE_WORDS[cause]}")  # fmt: skip
+    msg = (
+        f"rank {rank} arrives last at {top.last} of {matched} collectives{then}, "
+        f"{wait_share:.0%} of all waiting for the last rank; "
+        f"the other ranks wait {span} for it each time "
+        f"({duration(per_step, 'brief')} a step each, "
+        f"{per_step / step:.0%} of a step), {CAUSE_WORDS[cause]}"
+    )
     return Finding(
         kind=FindingKind.STRAGGLER,
         severity=Severity.WARNING,

@@ -43,8 +43,12 @@ class StepMatrix:
     source: StragglerSource
 
 
-def _matrix(ranks: list[int], steps: list[int], rows: Mapping[tuple[int, int], tuple[float, ...]],
-            source: StragglerSource) -> StepMatrix:  # fmt: skip
+def _matrix(
+    ranks: list[int],
+    steps: list[int],
+    rows: Mapping[tuple[int, int], tuple[float, ...]],
+    source: StragglerSource,
+) -> StepMatrix:
     arr = np.full((6, len(ranks), len(steps)), np.nan)
     for i, r in enumerate(ranks):
         for j, s in enumerate(steps):
@@ -63,10 +67,17 @@ def trace_matrix(steps: Sequence[StepBreakdown]) -> StepMatrix | None:
         return None
     keep = set(common)
     rows = {
-        (s.rank, s.step): (s.duration_ns, s.duration_ns - s.comm_wait_ns, s.comm_wait_ns,
-                           s.compute_ns, s.data_wait_ns, s.other_ns)
-        for s in steps if s.step in keep
-    }  # fmt: skip
+        (s.rank, s.step): (
+            s.duration_ns,
+            s.duration_ns - s.comm_wait_ns,
+            s.comm_wait_ns,
+            s.compute_ns,
+            s.data_wait_ns,
+            s.other_ns,
+        )
+        for s in steps
+        if s.step in keep
+    }
     return _matrix(ranks, common, rows, "trace")
 
 

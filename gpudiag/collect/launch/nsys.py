@@ -45,8 +45,15 @@ def profile_command(nsys: str, base: Path, command: list[str], range_: str) -> l
     """``nsys profile … COMMAND`` writing ``base.nsys-rep``."""
     if range_ not in RANGES:
         raise ValueError(f"nsys range {range_!r} not in {RANGES}")
-    cmd = [nsys, "profile", "--trace=cuda,nvtx,osrt", "--sample=none", "--cpuctxsw=none",
-           "--force-overwrite=true", f"--output={base}"]  # fmt: skip
+    cmd = [
+        nsys,
+        "profile",
+        "--trace=cuda,nvtx,osrt",
+        "--sample=none",
+        "--cpuctxsw=none",
+        "--force-overwrite=true",
+        f"--output={base}",
+    ]
     if range_ == "window":
         cmd += ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"]
     return [*cmd, *command]
@@ -75,10 +82,24 @@ def collect(nsys: str, run_dir: Path, node_rank: int) -> rundir.SourceStatus:
     files = [str(report.relative_to(run_dir))]
     try:
         r = subprocess.run(
-            [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--quiet", "true",
-             "-o", str(tmp), str(report)],
-            capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False,
-        )  # fmt: skip
+            [
+                nsys,
+                "export",
+                "--type",
+                "sqlite",
+                "--force-overwrite",
+                "true",
+                "--quiet",
+                "true",
+                "-o",
+                str(tmp),
+                str(report),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=EXPORT_TIMEOUT_S,
+            check=False,
+        )
         if r.returncode != 0 or not tmp.is_file():
             tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]
             return rundir.SourceStatus(False, f"nsys export failed: {tail[0]}", files=files)

@@ -131,12 +131,21 @@ def _job_profiler_extras(per_rank: dict[int, list[dict[str, Any]]], m: rundir.Ru
             kind = ev.get("type")
             if kind == "job_trace":
                 traces.append(
-                    {"rank": r, **{k: ev.get(k) for k in ("path", "api", "step", "time_ns")},
-                     "exists": os.path.exists(str(ev.get("path")))}
-                )  # fmt: skip
+                    {
+                        "rank": r,
+                        **{k: ev.get(k) for k in ("path", "api", "step", "time_ns")},
+                        "exists": os.path.exists(str(ev.get("path"))),
+                    }
+                )
             elif kind == "job_profiler" and ev.get("event") == "start":
-                s = {"rank": r, "api": ev.get("api"), "start_step": ev.get("step"),
-                     "start_ns": ev.get("time_ns"), "stop_step": None, "stop_ns": None}  # fmt: skip
+                s = {
+                    "rank": r,
+                    "api": ev.get("api"),
+                    "start_step": ev.get("step"),
+                    "start_ns": ev.get("time_ns"),
+                    "stop_step": None,
+                    "stop_ns": None,
+                }
                 open_[str(ev.get("api"))] = s
                 sessions.append(s)
             elif kind == "job_profiler" and ev.get("event") == "stop":
@@ -145,9 +154,22 @@ def _job_profiler_extras(per_rank: dict[int, list[dict[str, Any]]], m: rundir.Ru
                     s["stop_step"], s["stop_ns"] = ev.get("step"), ev.get("time_ns")
             elif kind == "window":
                 windows.append(
-                    {"rank": r, **{k: ev.get(k) for k in ("window", "status", "step", "reason",
-                                                          "kept", "job_api", "job_since_step")}}
-                )  # fmt: skip
+                    {
+                        "rank": r,
+                        **{
+                            k: ev.get(k)
+                            for k in (
+                                "window",
+                                "status",
+                                "step",
+                                "reason",
+                                "kept",
+                                "job_api",
+                                "job_since_step",
+                            )
+                        },
+                    }
+                )
     if traces:
         m.extra["job_traces"] = traces
     if sessions:

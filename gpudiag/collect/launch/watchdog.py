@@ -170,8 +170,10 @@ class Watchdog:
         if not self.tail.durations_ns:
             return f"the minimum {self.min_timeout_s:g} s"
         median_s = statistics.median(self.tail.durations_ns) / 1e9
-        return (f"the larger of {self.min_timeout_s:g} s and {self.step_factor:g} × the "
-                f"median step {median_s:.3g} s")  # fmt: skip
+        return (
+            f"the larger of {self.min_timeout_s:g} s and {self.step_factor:g} × the "
+            f"median step {median_s:.3g} s"
+        )
 
     def timeout_s(self) -> float:
         """The hang timeout now: fixed, or max(min, factor × median step so far)."""
@@ -270,8 +272,11 @@ def kill_job(
     import signal
 
     last = ""
-    for sig, grace in ((signal.SIGINT, interrupt_grace_s), (signal.SIGTERM, kill_grace_s),
-                       (signal.SIGKILL, None)):  # fmt: skip
+    for sig, grace in (
+        (signal.SIGINT, interrupt_grace_s),
+        (signal.SIGTERM, kill_grace_s),
+        (signal.SIGKILL, None),
+    ):
         try:
             os.killpg(pid, sig)
         except (ProcessLookupError, PermissionError):
@@ -366,8 +371,10 @@ def ended_words(m: rundir.RunManifest, code: int) -> str:
     """How the job ended, for the log line after it: its code, or why gpudiag's differs."""
     hang = m.extra.get("hang") or {}
     if hang.get("killed"):
-        return (f"the hang watchdog ended the job (--on-hang kill; the job's code "
-                f"{m.exit_code}); exit {code}")  # fmt: skip
+        return (
+            f"the hang watchdog ended the job (--on-hang kill; the job's code "
+            f"{m.exit_code}); exit {code}"
+        )
     if m.extra.get("interrupted"):
         return f"interrupted (Ctrl-C): the job stopped with {m.exit_code}; exit {code}"
     return f"job exited with {code}"

@@ -365,10 +365,14 @@ class RankHook:
             argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in list(args)[:16]]
             if self.file.header_written:
                 self.write(
-                    {"type": "exec", "time_ns": time.time_ns(), "step": self.step,
-                     "path": os.fsdecode(path) if isinstance(path, bytes) else str(path),
-                     "argv": argv}
-                )  # fmt: skip
+                    {
+                        "type": "exec",
+                        "time_ns": time.time_ns(),
+                        "step": self.step,
+                        "path": os.fsdecode(path) if isinstance(path, bytes) else str(path),
+                        "argv": argv,
+                    }
+                )
             self.file.close()
             state = json.dumps(self._exec_state())
             if env is None:

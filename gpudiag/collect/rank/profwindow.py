@@ -310,9 +310,14 @@ class ProfilerWindow:
         self.job_sessions[key] = {"api": api, "step": step, "time_ns": time.time_ns()}
         self.job_in_step = True
         self.host.write(
-            {"type": "job_profiler", "event": "start", "api": api, "step": step,
-             "time_ns": time.time_ns()}
-        )  # fmt: skip
+            {
+                "type": "job_profiler",
+                "event": "start",
+                "api": api,
+                "step": step,
+                "time_ns": time.time_ns(),
+            }
+        )
         if self.prof is not None:
             self.close(save=True, status="cut", why=f"the job started its own profiler ({api})")
 
@@ -321,14 +326,25 @@ class ProfilerWindow:
         s = self.job_sessions.pop(id(obj), None)
         if s is not None:
             self.host.write(
-                {"type": "job_profiler", "event": "stop", "api": s["api"],
-                 "step": self.host.step, "time_ns": time.time_ns()}
-            )  # fmt: skip
+                {
+                    "type": "job_profiler",
+                    "event": "stop",
+                    "api": s["api"],
+                    "step": self.host.step,
+                    "time_ns": time.time_ns(),
+                }
+            )
 
     def on_job_trace(self, path: Any, api: str) -> None:
         """The job exported a trace to ``path``."""
         p = os.path.abspath(os.fspath(path))
         self.host.write(
-            {"type": "job_trace", "time_ns": time.time_ns(), "step": self.host.step, "path": p,
-             "api": api, "exists": os.path.exists(p)}
-        )  # fmt: skip
+            {
+                "type": "job_trace",
+                "time_ns": time.time_ns(),
+                "step": self.host.step,
+                "path": p,
+                "api": api,
+                "exists": os.path.exists(p),
+            }
+        )

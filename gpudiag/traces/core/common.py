@@ -119,8 +119,10 @@ class NamePatterns:
         self.explicit_step = opts.step_marker is not None
         self.rules = opts.rules
         self.step_re = opts.step_marker if opts.step_marker is not None else AUTO_STEP_RE
-        self.rx = [re.compile(p) for p in (opts.comm_kernel_re, opts.comm_host_re,
-                                           opts.data_re, self.step_re)]  # fmt: skip
+        self.rx = [
+            re.compile(p)
+            for p in (opts.comm_kernel_re, opts.comm_host_re, opts.data_re, self.step_re)
+        ]
 
     def flags(self, names: Sequence[str]) -> npt.NDArray[np.bool_]:
         """One row per name: matches comm kernel, comm host, data, step."""

@@ -115,8 +115,12 @@ def _lower_bounds(
     blk = blocking[cols.name[c]] & dtoh[cols.name[o]]
     synced = (nx >= 0) & copy[cols.name[o]]
     synced[synced] = ssync[cols.name[nx[synced]]]
-    tight = np.concatenate([cols.end_ns[o[blk]] - cols.end_ns[c[blk]],
-                            cols.end_ns[o[synced]] - cols.end_ns[nx[synced]]])  # fmt: skip
+    tight = np.concatenate(
+        [
+            cols.end_ns[o[blk]] - cols.end_ns[c[blk]],
+            cols.end_ns[o[synced]] - cols.end_ns[nx[synced]],
+        ]
+    )
     loose = []
     for d in lk.rt[dsync[cols.name[lk.rt]]].tolist():
         before = cols.launch_ns[o] < cols.start_ns[d]
@@ -178,8 +182,10 @@ def check_clocks(
         if upper < -tol:
             evidence.append(f"GPU ops start up to {-upper / 1e6:.3f} ms before their launch calls")
         if lower is not None and lower > tol:
-            evidence.append(f"GPU work ends up to {lower / 1e6:.3f} ms after the calls that "
-                            "wait for it returned")  # fmt: skip
+            evidence.append(
+                f"GPU work ends up to {lower / 1e6:.3f} ms after the calls that "
+                "wait for it returned"
+            )
         what = " and ".join(evidence)
         if shift is None or (tight is None and loose is not None and loose > shift + tol):
             meta.clock_unreliable = True
@@ -246,16 +252,41 @@ def build_rank(
     linked = int(np.count_nonzero(is_gpu & (cols.launch_ns >= 0)))
     meta.has_gpu = meta.has_gpu or n_gpu > 0
     if n_gpu and linked < patterns.rules.launch_linked_min_ratio * n_gpu:
-        meta.notes.append(f"only {linked} of {n_gpu} GPU ops have a launching runtime call in "
-                          "the trace; steps are assigned by time instead")  # fmt: skip
+        meta.notes.append(
+            f"only {linked} of {n_gpu} GPU ops have a launching runtime call in "
+            "the trace; steps are assigned by time instead"
+        )
     steps, step_col, meta.main_lane = resolve_steps(
-        cols.start_ns, cols.end_ns, kind, cols.lane, cols.name, cols.names, cols.lanes,
-        meta.main_lane, patterns, path, range_label=range_label, no_ranges_hint=no_ranges_hint,
-    )  # fmt: skip
+        cols.start_ns,
+        cols.end_ns,
+        kind,
+        cols.lane,
+        cols.name,
+        cols.names,
+        cols.lanes,
+        meta.main_lane,
+        patterns,
+        path,
+        range_label=range_label,
+        no_ranges_hint=no_ranges_hint,
+    )
     return RankTimeline.from_columns(
-        rank, start_ns=cols.start_ns, end_ns=cols.end_ns, kind=kind, lane=cols.lane,
-        name=cols.name, lanes=cols.lanes, names=cols.names, step=step_col,
-        launch_ns=cols.launch_ns, nbytes=cols.nbytes, coll_id=cols.coll_id,
-        coll_name=cols.coll_name, coll_dtype=cols.coll_dtype, meta=meta, steps=steps,
-        shape=cols.shape, shapes=cols.shapes,
-    )  # fmt: skip
+        rank,
+        start_ns=cols.start_ns,
+        end_ns=cols.end_ns,
+        kind=kind,
+        lane=cols.lane,
+        name=cols.name,
+        lanes=cols.lanes,
+        names=cols.names,
+        step=step_col,
+        launch_ns=cols.launch_ns,
+        nbytes=cols.nbytes,
+        coll_id=cols.coll_id,
+        coll_name=cols.coll_name,
+        coll_dtype=cols.coll_dtype,
+        meta=meta,
+        steps=steps,
+        shape=cols.shape,
+        shapes=cols.shapes,
+    )

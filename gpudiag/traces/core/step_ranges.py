@@ -61,8 +61,7 @@ def resolve_steps(
     if steps.size:
         steps = _marker_steps(steps, start, end, lane, lanes, main, patterns, path)
         numbers = _step_numbers(steps, name, names, patterns, path)
-        _, first_of = unique_index(numbers)  # drop repeated numbers
-        keep = np.sort(first_of)
+        keep = np.sort(unique_index(numbers)[1])  # drop repeated numbers
         steps, numbers = steps[keep], numbers[keep]
         step_col[steps] = numbers
         source = "marker" if patterns.explicit_step else "ProfilerStep"
@@ -70,14 +69,14 @@ def resolve_steps(
         return hs, step_col, int(lane[steps[0]])
     if patterns.explicit_step:
         _no_match(kind, name, names, patterns, path)
-    user = find_user_steps(start, end, kind, lane, name, names, lanes, range_label,
-                           rules=patterns.rules)  # fmt: skip
+    user = find_user_steps(
+        start, end, kind, lane, name, names, lanes, range_label, rules=patterns.rules
+    )
     if user is not None:
         idx, numbers, note, family = user
         step_col[idx] = numbers
         hs = HostSteps(start[idx], end[idx], numbers, "user_range", [note], family)
         return hs, step_col, int(lane[idx[0]])
-
     work = kind != Kind.OS_WAIT  # waits alone do not widen the window
     lo, hi = (int(start[work].min()), int(end[work].max())) if work.any() else (0, 0)
     opt_names = [i for i, s in enumerate(names) if s.startswith(OPTIMIZER_STEP)]
@@ -87,12 +86,15 @@ def resolve_steps(
     if opt.size >= 2:
         ends = np.sort(end[opt])
         host_s = np.concatenate(([lo], ends[:-1]))
-        note = (f"no step markers or iteration ranges: {opt.size} steps inferred from the "
-                "ends of Optimizer.step ranges")  # fmt: skip
+        note = (
+            f"no step markers or iteration ranges: {opt.size} steps inferred from the "
+            "ends of Optimizer.step ranges"
+        )
         hs = HostSteps(host_s, ends, np.arange(opt.size, dtype=np.int64), "optimizer", [note])
         return hs, step_col, main
-    phase = find_user_steps(start, end, kind, lane, name, names, lanes, range_label, phase=True,
-                            rules=patterns.rules)  # fmt: skip
+    phase = find_user_steps(
+        start, end, kind, lane, name, names, lanes, range_label, phase=True, rules=patterns.rules
+    )
     if phase is not None:
         idx, numbers, note, family = phase
         step_col[idx] = numbers
@@ -101,13 +103,17 @@ def resolve_steps(
     ranges = kind == Kind.ANNOTATION
     if ranges.any():
         often = frequent_ranges(names, name[ranges])
-        note = ("no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
-                "Optimizer.step: the whole trace is one window (most frequent ranges: "
-                f"{often}; pick one with --step-marker REGEX)")  # fmt: skip
+        note = (
+            "no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
+            "Optimizer.step: the whole trace is one window (most frequent ranges: "
+            f"{often}; pick one with --step-marker REGEX)"
+        )
     else:
         hint = f" ({no_ranges_hint})" if no_ranges_hint else ""
-        note = ("no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
-                f"Optimizer.step: the whole trace is one window{hint}")  # fmt: skip
+        note = (
+            "no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
+            f"Optimizer.step: the whole trace is one window{hint}"
+        )
     one = np.zeros(1, np.int64)
     return HostSteps(one + lo, one + hi, one * 0, "whole", [note]), step_col, main
 
@@ -167,9 +173,11 @@ def _no_match(
         f"step marker '{patterns.step_re}' matches no range"
         + ("" if annotations.any() else " (the trace has no host ranges)"),
         f"most frequent ranges: {hint}; pass a regex that matches one of them (group 1 = "
-        "the step number)" if hint else "mark steps with torch.profiler's schedule "
+        "the step number)"
+        if hint
+        else "mark steps with torch.profiler's schedule "
         "(ProfilerStep#N), torch.cuda.nvtx.range or `gpudiag run`",
-    )  # fmt: skip
+    )
 
 
 def _step_numbers(
@@ -258,18 +266,21 @@ def find_user_steps(
     """
     anchors, events, what = _anchor_lanes(lanes, lane, kind)
     for anchor in anchors:
-        found = _user_step_families(start, end, kind, lane, name, names, anchor, events, phase,
-                                    rules)  # fmt: skip
+        found = _user_step_families(
+            start, end, kind, lane, name, names, anchor, events, phase, rules
+        )
         if phase:
             found = _bounding(found, start, end, lane, anchor, kind, rules.phase_max_share)
         if found:
             idx, numbers, note, fam = _choose(found, start, end, name, names, range_label, what)
             if phase:
                 cov = max(f[2] for f in found if f[0] == fam)
-                note = (f"the analysed phase is {range_label} '{fam}' ({idx.size} "
-                        f"{'range' if idx.size == 1 else 'ranges'}, {cov:.0%} of the thread's "
-                        f"{what} inside; each is one window): setup and teardown outside it "
-                        "are left out")  # fmt: skip
+                note = (
+                    f"the analysed phase is {range_label} '{fam}' ({idx.size} "
+                    f"{'range' if idx.size == 1 else 'ranges'}, {cov:.0%} of the thread's "
+                    f"{what} inside; each is one window): setup and teardown outside it "
+                    "are left out"
+                )
             return idx, numbers, note, fam
     return None
 
@@ -288,8 +299,7 @@ def _bounding(
     if not mine.any():
         return []
     span = int(end[mine].max() - start[mine].min())
-    return [f for f in found
-            if int((end[f[1]] - start[f[1]]).sum()) <= max_share * span]  # fmt: skip
+    return [f for f in found if int((end[f[1]] - start[f[1]]).sum()) <= max_share * span]
 
 
 def _user_step_families(
@@ -350,14 +360,17 @@ def _choose(
     what: str,
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64], str, str]:
     """The outermost qualifying family, then the most ranges, a name hint, coverage."""
-    outer = [f for f in found if not any(g is not f and _nested(f[1], g[1], start, end)
-                                         for g in found)]  # fmt: skip
+    outer = [
+        f for f in found if not any(g is not f and _nested(f[1], g[1], start, end) for g in found)
+    ]
     fam, idx, coverage = max(
         outer or found,
         key=lambda f: (len(f[1]), bool(STEP_NAME_HINT.search(f[0])), f[2], f[0]),
     )
-    note = (f"steps from {range_label} '{fam}' ({idx.size} ranges, {coverage:.0%} of the "
-            f"thread's {what} inside)")  # fmt: skip
+    note = (
+        f"steps from {range_label} '{fam}' ({idx.size} ranges, {coverage:.0%} of the "
+        f"thread's {what} inside)"
+    )
     return idx, _user_numbers(idx, name, names), note, fam
 
 

@@ -61,16 +61,35 @@ PYTHON_CATEGORIES = {"python_function", "python"}  # kept only as --step-marker'
 _STREAM_NUM = re.compile(r"(\d+)")
 _NBYTES_MAX = 2**62
 _DTYPE_BYTES = {
-    "float": 4, "float32": 4, "int": 4, "int32": 4, "half": 2, "float16": 2, "bfloat16": 2,
-    "double": 8, "float64": 8, "long": 8, "int64": 8, "byte": 1, "char": 1, "bool": 1,
-    "int8": 1, "uint8": 1, "short": 2, "int16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
-}  # fmt: skip
+    "float": 4,
+    "float32": 4,
+    "int": 4,
+    "int32": 4,
+    "half": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "double": 8,
+    "float64": 8,
+    "long": 8,
+    "int64": 8,
+    "byte": 1,
+    "char": 1,
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "short": 2,
+    "int16": 2,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
 
 # Kineto writes µs; these bound ts and dur before scaling (base_ns is checked on its own).
 TS_MAX_US = TIME_MAX_NS / 1000.0
 _TS_MIN_US = TIME_MIN_NS / 1000.0
-BAD_TIME = ("events with invalid timestamps ignored (ts or dur not a finite number, dur < 0, "
-            "or beyond ±146 years)")  # fmt: skip
+BAD_TIME = (
+    "events with invalid timestamps ignored (ts or dur not a finite number, dur < 0, "
+    "or beyond ±146 years)"
+)
 _NO_TIME = "events without ts or dur ignored"
 _NO_ID = "events without pid or tid ignored"
 _NO_NAME = "events without a name kept, named ''"
@@ -264,8 +283,9 @@ class Columns:
         py = np.flatnonzero((kind == -2) & self.python_cat[cat])
         if not py.size:
             return kind
-        ids = np.fromiter(map(self.names.__getitem__, map(_GET_NAME, _take(events, py))),
-                          np.int64, py.size)  # fmt: skip
+        ids = np.fromiter(
+            map(self.names.__getitem__, map(_GET_NAME, _take(events, py))), np.int64, py.size
+        )
         self._grow()
         hit = self.name_flags[ids, NamePatterns.STEP]
         if not hit.any():
@@ -426,8 +446,11 @@ class Columns:
         if ids.size < 2:
             return {}
         holes = int(np.count_nonzero(np.diff(ids) > 1))
-        return {"host_op_ids": int(ids.size), "host_op_id_span": int(ids[-1] - ids[0] + 1),
-                "host_op_id_holes": holes}  # fmt: skip
+        return {
+            "host_op_ids": int(ids.size),
+            "host_op_id_span": int(ids[-1] - ids[0] + 1),
+            "host_op_id_holes": holes,
+        }
 
     def columns(self) -> EventColumns:
         """Every slice's columns joined; each slice is freed once copied (peak memory)."""
@@ -480,8 +503,13 @@ def _host_collective_sizes(
             nbytes[i] = _input_bytes(args[i], str(events[i].name))
 
 
-_TYPE_WORDS = {"long int": "long", "short int": "short", "unsigned char": "uint8",
-               "signed char": "int8", "long long": "long"}  # fmt: skip
+_TYPE_WORDS = {
+    "long int": "long",
+    "short int": "short",
+    "unsigned char": "uint8",
+    "signed char": "int8",
+    "long long": "long",
+}
 
 
 def _input_bytes(a: Args, name: str) -> int:
@@ -505,8 +533,9 @@ def _input_bytes(a: Args, name: str) -> int:
             continue
         word = tp.lower().removeprefix("c10::").strip()
         size = _DTYPE_BYTES.get(_TYPE_WORDS.get(word, word), 0)
-        if not size or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0
-                               for x in shape):  # fmt: skip
+        if not size or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in shape
+        ):
             continue
         total += math.prod(shape) * size
     return total if 0 < total <= _NBYTES_MAX else -1

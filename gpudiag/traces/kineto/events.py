@@ -79,8 +79,29 @@ class MEvent(XEvent, frozen=True, gc=False, tag="M"):
 # Every other Chrome-trace phase decodes to an empty struct: its values are parsed but no
 # objects are made for them (flow events alone are a third of a Kineto trace). A phase not
 # listed here, or an event without ``ph``, fails the block and the file is decoded whole.
-SKIPPED_PHASES = ("B", "E", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D",
-                  "V", "v", "R", "c", "(", ")")  # fmt: skip
+SKIPPED_PHASES = (
+    "B",
+    "E",
+    "i",
+    "I",
+    "C",
+    "b",
+    "n",
+    "e",
+    "s",
+    "t",
+    "f",
+    "P",
+    "N",
+    "O",
+    "D",
+    "V",
+    "v",
+    "R",
+    "c",
+    "(",
+    ")",
+)
 _SKIP_TYPES = tuple(
     msgspec.defstruct(f"_Skip{i}", [], tag_field="ph", tag=ph, frozen=True, gc=False)
     for i, ph in enumerate(SKIPPED_PHASES)

@@ -49,8 +49,9 @@ def to_timelines(path: Path, trace: Trace, cols: Columns, rank: int | None) -> l
         )
     notes = []
     if cols.unknown_cats:
-        notes.append(f"skipped {cols.skipped} events of unknown categories "
-                     f"{sorted(cols.unknown_cats)[:5]}")  # fmt: skip
+        notes.append(
+            f"skipped {cols.skipped} events of unknown categories {sorted(cols.unknown_cats)[:5]}"
+        )
     events = _plausible(cols.columns(), base, cols.dropped)
     notes += dropped_notes(cols.dropped)
     if not len(events.ts_us):

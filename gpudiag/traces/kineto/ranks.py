@@ -23,8 +23,10 @@ from gpudiag.traces.kineto.columns import I8, I64, Columns, TimedColumns, name_s
 from gpudiag.traces.kineto.events import Trace
 from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 
-_RANK_HINT = ("the trace is damaged: fix distributedInfo in the file, or give each rank's "
-              "trace a name with its rank (rank-<N>.json.gz) and remove the bad value")  # fmt: skip
+_RANK_HINT = (
+    "the trace is damaged: fix distributedInfo in the file, or give each rank's "
+    "trace a name with its rank (rank-<N>.json.gz) and remove the bad value"
+)
 _RANK_LABEL = lazyre.compile(r"\brank[\s_:#=-]*(\d+)\b", re.IGNORECASE)
 _INT_TEXT = re.compile(r"-?[0-9]{1,18}")
 
@@ -71,8 +73,9 @@ def timelines(
         part = timed.take(np.flatnonzero(ev_rank == r))
         sub = cols.for_lanes({k: v for k, v in cols.lanes.items() if lane_rank.get(k) == r})
         tl = _one_rank(path, trace, sub, part, r, how, notes if r == ranks[0] else [])
-        tl.meta.notes.append(f"rank {r} of a file that holds ranks {rank_list(ranks)} "
-                             f"(told apart by {how})")  # fmt: skip
+        tl.meta.notes.append(
+            f"rank {r} of a file that holds ranks {rank_list(ranks)} (told apart by {how})"
+        )
         out.append(tl)
     if unknown:
         out[0].meta.notes.append(f"{unknown} events of processes with no rank left out")
@@ -146,25 +149,41 @@ def _one_rank(
     pid_of = list(cols.ids)
     mine = {pid_of[k >> 32] for k in cols.lanes}
     meta.thread_names = {
-        f"cpu:{t}": sorted(set(v)) for (p, t), v in cols.thread_names.items()
+        f"cpu:{t}": sorted(set(v))
+        for (p, t), v in cols.thread_names.items()
         if f"cpu:{t}" in lanes and p in mine
-    }  # fmt: skip
+    }
     # merged files offset the pid: the main thread is the one whose tid is the raw pid
     raw_of = {pid_of[k >> 32]: v for k, v in cols.lane_pid_raw.items() if k in cols.lanes}
-    main = next((raw_of.get(p, p) for p, t in cols.thread_names
-                 if raw_of.get(p, p) == t and p in mine and f"cpu:{t}" in lanes), None)  # fmt: skip
+    main = next(
+        (
+            raw_of.get(p, p)
+            for p, t in cols.thread_names
+            if raw_of.get(p, p) == t and p in mine and f"cpu:{t}" in lanes
+        ),
+        None,
+    )
     meta.pid = int(main) if main is not None and _INT_TEXT.fullmatch(main) else None
     meta.era = _era(trace, cols.first_cat)
     raw = RawColumns(
-        start_ns=timed.start_ns, end_ns=timed.end_ns, kind=timed.kind.astype(np.int64),
-        lane=lane.astype(np.int64), name=timed.name.astype(np.int64), lanes=lanes,
-        names=[name_str(x) for x in cols.names], launch_ns=timed.launch_ns,
-        nbytes=timed.nbytes, coll_id=timed.coll_id, coll_name=timed.coll_name.astype(np.int64),
-        coll_dtype=timed.coll_dtype.astype(np.int64), shape=timed.shape.astype(np.int64),
+        start_ns=timed.start_ns,
+        end_ns=timed.end_ns,
+        kind=timed.kind.astype(np.int64),
+        lane=lane.astype(np.int64),
+        name=timed.name.astype(np.int64),
+        lanes=lanes,
+        names=[name_str(x) for x in cols.names],
+        launch_ns=timed.launch_ns,
+        nbytes=timed.nbytes,
+        coll_id=timed.coll_id,
+        coll_name=timed.coll_name.astype(np.int64),
+        coll_dtype=timed.coll_dtype.astype(np.int64),
+        shape=timed.shape.astype(np.int64),
         shapes=list(cols.shapes),
-    )  # fmt: skip
-    return build_rank(rank, raw, meta, cols.patterns, path, kinds_final=True,
-                      range_label="record_function range")  # fmt: skip
+    )
+    return build_rank(
+        rank, raw, meta, cols.patterns, path, kinds_final=True, range_label="record_function range"
+    )
 
 
 def _rank_meta(path: Path, trace: Trace, rank: int | None) -> tuple[int, RankMeta]:
@@ -198,8 +217,9 @@ def _rank_meta(path: Path, trace: Trace, rank: int | None) -> tuple[int, RankMet
     else:
         rank, meta.rank_from = 0, "default"
     if dist.get("world_size") is not None:
-        meta.world_size = check_rank(dist["world_size"], path, "distributedInfo.world_size",
-                                     _RANK_HINT, low=1)  # fmt: skip
+        meta.world_size = check_rank(
+            dist["world_size"], path, "distributedInfo.world_size", _RANK_HINT, low=1
+        )
     backend = dist.get("backend")
     if isinstance(backend, str) and backend:
         meta.backend = backend
@@ -229,8 +249,9 @@ def _era(trace: Trace, first_cat: str | None) -> str:
 
 def _cc(major: Any, minor: Any) -> str:
     """``"8.0"`` from deviceProperties' computeMajor/computeMinor, else ``""``."""
-    ok = all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 100
-             for v in (major, minor))  # fmt: skip
+    ok = all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 100 for v in (major, minor)
+    )
     return f"{major}.{minor}" if ok else ""
 
 

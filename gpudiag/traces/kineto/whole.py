@@ -36,8 +36,9 @@ except ImportError:  # pragma: no cover - depends on the environment
 # The whole-file path (odd layouts, malformed files) holds the whole JSON text in memory;
 # past this size a trace must be streamable (a gzip bomb stops here, not in the OOM killer).
 MAX_WHOLE_FILE_BYTES = 4 << 30
-NOT_A_TRACE_HINT = ("expected the output of torch.profiler export_chrome_trace / "
-                    "tensorboard_trace_handler")  # fmt: skip
+NOT_A_TRACE_HINT = (
+    "expected the output of torch.profiler export_chrome_trace / tensorboard_trace_handler"
+)
 EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 
 
@@ -137,9 +138,10 @@ def decode(path: Path, data: bytes) -> Trace:
 
 def _malformed(path: Path, e: Exception) -> InputError:
     return InputError(
-        path, f"malformed or truncated JSON ({e})",
+        path,
+        f"malformed or truncated JSON ({e})",
         "the trace was probably cut off while being written; re-capture or copy it again",
-    )  # fmt: skip
+    )
 
 
 def _decode_lenient(path: Path, data: bytes) -> Trace:
@@ -155,9 +157,11 @@ def _decode_lenient(path: Path, data: bytes) -> Trace:
     except msgspec.DecodeError as e:
         raise _malformed(path, e) from e
     trace = Trace(
-        distributedInfo=raw.distributedInfo, deviceProperties=raw.deviceProperties,
-        baseTimeNanoseconds=raw.baseTimeNanoseconds, schemaVersion=raw.schemaVersion,
-    )  # fmt: skip
+        distributedInfo=raw.distributedInfo,
+        deviceProperties=raw.deviceProperties,
+        baseTimeNanoseconds=raw.baseTimeNanoseconds,
+        schemaVersion=raw.schemaVersion,
+    )
     trace.dropped = Counter()
     if bytes(raw.traceEvents) == b"null":
         return trace

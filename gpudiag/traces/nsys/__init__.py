@@ -56,12 +56,32 @@ from gpudiag.traces.nsys.sql import (
 )
 from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 
-MEMCPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA",
-                8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH",
-                13: "UVM DtoD"}  # fmt: skip
+MEMCPY_KINDS = {
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "UVM HtoD",
+    12: "UVM DtoH",
+    13: "UVM DtoD",
+}
 # CUPTI memory kinds (srcKind, dstKind), named as Kineto does: "Memcpy HtoD (Pinned -> Device)"
-MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device",
-             6: "Managed", 7: "Unknown"}  # fmt: skip
+MEM_KINDS = {
+    0: "Pageable",
+    1: "Pinned",
+    2: "Device",
+    3: "Array",
+    4: "Managed",
+    5: "Device",
+    6: "Managed",
+    7: "Unknown",
+}
 
 
 def memcpy_name(code: int) -> str:
@@ -73,14 +93,22 @@ def memcpy_name(code: int) -> str:
     return f"Memcpy {kind} ({src} -> {dst})"
 
 
-NO_NVTX_HINT = ("the export has no NVTX ranges: capture with `nsys profile -t cuda,nvtx` and "
-                "mark steps with torch.cuda.nvtx.range or `gpudiag run`")  # fmt: skip
+NO_NVTX_HINT = (
+    "the export has no NVTX ranges: capture with `nsys profile -t cuda,nvtx` and "
+    "mark steps with torch.cuda.nvtx.range or `gpudiag run`"
+)
 _EMPTY = np.zeros(0, np.int64)
 
 __all__ = [
-    "HEADER_MAGIC", "REPORT_SUFFIXES", "export_report", "find_nsys", "load_nsys",
-    "report_version", "resolve_report", "resolve_tables",
-]  # fmt: skip
+    "HEADER_MAGIC",
+    "REPORT_SUFFIXES",
+    "export_report",
+    "find_nsys",
+    "load_nsys",
+    "report_version",
+    "resolve_report",
+    "resolve_tables",
+]
 
 
 def load_nsys(
@@ -110,9 +138,10 @@ class _Rows:
         self.gpu = gpu_rows(ex)
         if not len(self.gpu):
             raise InputError(
-                ex.path, "export holds no GPU kernels, copies or memsets",
+                ex.path,
+                "export holds no GPU kernels, copies or memsets",
                 "was the capture window empty? profile with `nsys profile -t cuda,nvtx …`",
-            )  # fmt: skip
+            )
         self.rt = runtime_rows(ex, by_pid)
         self.nv, nv_names = nvtx_rows(ex, by_pid)
         self.os = osrt_rows(ex, by_pid)
@@ -205,8 +234,12 @@ class _Rows:
         launch[:ng] = gpu[:, 8]
         nbytes = np.full(len(launch), -1, np.int64)
         nbytes[:ng] = np.where(gkind == Kind.COMPUTE, -1, gpu[:, 7])
-        kinds = [gkind, np.full(nr, int(Kind.RUNTIME), np.int64), self.nkind[ni],
-                 np.full(no, int(Kind.OS_WAIT), np.int64)]  # fmt: skip
+        kinds = [
+            gkind,
+            np.full(nr, int(Kind.RUNTIME), np.int64),
+            self.nkind[ni],
+            np.full(no, int(Kind.OS_WAIT), np.int64),
+        ]
         return RawColumns(
             start_ns=np.concatenate([gpu[:, 4], rt[:, 2], nv[:, 2], os_[:, 2]]),
             end_ns=np.concatenate([gpu[:, 5], rt[:, 3], nv[:, 3], os_[:, 3]]),
@@ -231,8 +264,9 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
     threads = thread_ranks(ex)
     file_rank = rank_from_filename(Path(source))
     if file_rank is not None:
-        file_rank = check_rank(file_rank, source, "the rank in the file name",
-                               "rename the file with a rank below 2^31")  # fmt: skip
+        file_rank = check_rank(
+            file_rank, source, "the rank in the file name", "rename the file with a rank below 2^31"
+        )
     capture = ex.install_version() or env.get("NSIGHT_SYSTEMS_VERSION")
     names_of = gpu_names(ex, sorted(set(rows.gpu[:, 2].tolist())))
     props_of = gpu_props(ex, sorted(set(rows.gpu[:, 2].tolist())))
@@ -240,8 +274,9 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
     others = len((set(rp) | set(npc)) - set(gp)) if len(pids) > 1 else 0
     out: list[RankTimeline] = []
     for order, pid in enumerate(pids):
-        meta = RankMeta(source=source, fmt="nsys", era=era, notes=list(notes), pid=pid,
-                        capture_version=capture)  # fmt: skip
+        meta = RankMeta(
+            source=source, fmt="nsys", era=era, notes=list(notes), pid=pid, capture_version=capture
+        )
         meta.dropped = dict(ex.dropped_rows)
         rank, meta.rank_from = _rank(order, pid, len(pids), env, threads, file_rank, ex.path)
         if len(pids) == 1:
@@ -264,8 +299,17 @@ def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]
         if others:
             meta.notes.append(f"{others} other process(es) in the report ran no GPU work")
         hint = "" if len(ni) else NO_NVTX_HINT
-        out.append(build_rank(rank, rows.process(gi, ri, ni, oi), meta, patterns, ex.path,
-                              range_label="NVTX range", no_ranges_hint=hint))  # fmt: skip
+        out.append(
+            build_rank(
+                rank,
+                rows.process(gi, ri, ni, oi),
+                meta,
+                patterns,
+                ex.path,
+                range_label="NVTX range",
+                no_ranges_hint=hint,
+            )
+        )
     return out
 
 

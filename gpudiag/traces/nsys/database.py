@@ -33,10 +33,17 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # EXPORT_SCHEMA_VERSION → the nsys release that wrote it (reference §2). Other minor
 # versions of a known major are read with the same rules and noted.
 KNOWN_SCHEMAS = {
-    "2.9.1": "2022.2", "3.0.0": "2022.4", "3.4.0": "2023.3", "3.7.2": "2023.4",
-    "3.16.1": "2024.6", "3.17.1": "2025.1", "3.24.0": "2025.5", "3.24.14": "2026.1",
-    "3.25.0": "2026.2", "3.28.1": "2026.4",
-}  # fmt: skip
+    "2.9.1": "2022.2",
+    "3.0.0": "2022.4",
+    "3.4.0": "2023.3",
+    "3.7.2": "2023.4",
+    "3.16.1": "2024.6",
+    "3.17.1": "2025.1",
+    "3.24.0": "2025.5",
+    "3.24.14": "2026.1",
+    "3.25.0": "2026.2",
+    "3.28.1": "2026.4",
+}
 
 
 SUPPORTED_MAJORS = (2, 3)
@@ -298,8 +305,10 @@ def check_schema(ex: Export, meta: dict[str, str]) -> tuple[str, list[str]]:
                 "(`nsys export --type sqlite`), or upgrade gpudiag",
             )
         if schema not in KNOWN_SCHEMAS:
-            notes.append(f"export schema {schema} is not one gpudiag was tested with; "
-                         "read with the rules of schema 3")  # fmt: skip
+            notes.append(
+                f"export schema {schema} is not one gpudiag was tested with; "
+                "read with the rules of schema 3"
+            )
     if not ex.table("CUPTI_ACTIVITY_KIND_KERNEL"):
         from gpudiag.traces.nsys.holds import no_kernels  # it reads this module's Export
 
@@ -317,11 +326,21 @@ def check_schema(ex: Export, meta: dict[str, str]) -> tuple[str, list[str]]:
 
 
 # The tables gpudiag reads; a view in their place is noted (or refused, for the kernels).
-READ_TABLES = {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-               "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS",
-               "StringIds", "TARGET_INFO_GPU", "GPU_METRICS", "TARGET_INFO_GPU_METRICS",
-               "META_DATA_EXPORT", "EXPORT_META_DATA", "META_DATA_CAPTURE",
-               "TARGET_INFO_SYSTEM_ENV"}  # fmt: skip
+READ_TABLES = {
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "NVTX_EVENTS",
+    "StringIds",
+    "TARGET_INFO_GPU",
+    "GPU_METRICS",
+    "TARGET_INFO_GPU_METRICS",
+    "META_DATA_EXPORT",
+    "EXPORT_META_DATA",
+    "META_DATA_CAPTURE",
+    "TARGET_INFO_SYSTEM_ENV",
+}
 
 
 GPU_COLUMNS = {"start", "end", "deviceId", "streamId"}

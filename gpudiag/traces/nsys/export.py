@@ -80,8 +80,19 @@ def cache_path(report: Path) -> Path:
 
 
 def _export_cmd(report: Path, out: Path, nsys: str = "nsys") -> list[str]:
-    return [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--quiet", "true",
-            "--output", str(out), str(report)]  # fmt: skip
+    return [
+        nsys,
+        "export",
+        "--type",
+        "sqlite",
+        "--force-overwrite",
+        "true",
+        "--quiet",
+        "true",
+        "--output",
+        str(out),
+        str(report),
+    ]
 
 
 def _manual(report: Path) -> str:
@@ -139,9 +150,13 @@ def export_report(report: Path, out: Path, nsys: str, local: str, captured: str)
     spin = _Spinner(f"exporting {report.name} with nsys {local}")
     try:
         proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            text=True, errors="replace",
-        )  # fmt: skip
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+        )
     except OSError as e:
         raise EnvironmentProblem(f"cannot run {nsys} ({e})", "check --nsys / GPUDIAG_NSYS") from e
     deadline = time.monotonic() + EXPORT_TIMEOUT_S

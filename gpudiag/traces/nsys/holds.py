@@ -24,21 +24,28 @@ def no_kernels(ex: Export) -> tuple[str, str]:
     copies = ex.count("CUPTI_ACTIVITY_KIND_MEMCPY")
     memsets = ex.count("CUPTI_ACTIVITY_KIND_MEMSET")
     if copies or memsets:
-        return (f"the export holds {copies} copies and {memsets} memsets but no kernel (no CUDA "
-                "kernel table, CUPTI_ACTIVITY_KIND_KERNEL): CUDA tracing was on and the program "
-                "stopped before its first kernel ran",
-                "profile past start-up and data preparation, into the training loop")  # fmt: skip
+        return (
+            f"the export holds {copies} copies and {memsets} memsets but no kernel (no CUDA "
+            "kernel table, CUPTI_ACTIVITY_KIND_KERNEL): CUDA tracing was on and the program "
+            "stopped before its first kernel ran",
+            "profile past start-up and data preparation, into the training loop",
+        )
     calls = _longest(ex, "CUPTI_ACTIVITY_KIND_RUNTIME", "nameId")
     if calls:
-        return ("the export holds CUDA runtime calls but no kernel (no CUDA "
-                f"kernel table, CUPTI_ACTIVITY_KIND_KERNEL): the capture ended during start-up "
-                f"({calls})", "profile past start-up, after the first iterations")  # fmt: skip
+        return (
+            "the export holds CUDA runtime calls but no kernel (no CUDA "
+            f"kernel table, CUPTI_ACTIVITY_KIND_KERNEL): the capture ended during start-up "
+            f"({calls})",
+            "profile past start-up, after the first iterations",
+        )
     ranges = _longest(ex, "NVTX_EVENTS", "text")
     if ranges:
-        return (f"the export holds NVTX ranges but no GPU activity (no CUDA kernel table); "
-                f"by range: {ranges}",
-                "that per-range breakdown is what it can show; for a diagnosis profile with "
-                "CUDA tracing on: `nsys profile -t cuda,nvtx …`")  # fmt: skip
+        return (
+            f"the export holds NVTX ranges but no GPU activity (no CUDA kernel table); "
+            f"by range: {ranges}",
+            "that per-range breakdown is what it can show; for a diagnosis profile with "
+            "CUDA tracing on: `nsys profile -t cuda,nvtx …`",
+        )
     return (
         "export has no CUDA kernel table (CUPTI_ACTIVITY_KIND_KERNEL): no GPU work was captured",
         "profile with CUDA tracing on: `nsys profile -t cuda,nvtx …`",
@@ -70,5 +77,8 @@ def _longest(ex: Export, table: str, name_col: str) -> str:
     if not rows or span[0] is None:
         return ""
     whole = max(int(span[1]) - int(span[0]), 1)
-    return ", ".join(f"{nm} {_ms(int(d))} of {_ms(whole)} ({int(d) / whole:.0%})"
-                     for nm, d in rows if nm is not None)  # fmt: skip
+    return ", ".join(
+        f"{nm} {_ms(int(d))} of {_ms(whole)} ({int(d) / whole:.0%})"
+        for nm, d in rows
+        if nm is not None
+    )

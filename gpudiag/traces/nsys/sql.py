@@ -67,38 +67,42 @@ def gpu_rows(ex: Export) -> I64A:
     by_pid = "globalPid" in kcols
     parts = []
     read: dict[int, tuple[str, int]] = {}
-    for canon, kind in (("CUPTI_ACTIVITY_KIND_KERNEL", Kind.COMPUTE),
-                        ("CUPTI_ACTIVITY_KIND_MEMCPY", Kind.MEMCPY),
-                        ("CUPTI_ACTIVITY_KIND_MEMSET", Kind.MEMSET)):  # fmt: skip
-        t = ex.table(canon)
-        c = ex.cols(canon)
+    for canon, kind in (
+        ("CUPTI_ACTIVITY_KIND_KERNEL", Kind.COMPUTE),
+        ("CUPTI_ACTIVITY_KIND_MEMCPY", Kind.MEMCPY),
+        ("CUPTI_ACTIVITY_KIND_MEMSET", Kind.MEMSET),
+    ):
+        t, c = ex.table(canon), ex.cols(canon)
         if t is None:
             continue
         lacking = sorted(GPU_COLUMNS - c)  # the kernel table was checked in check_schema
         if lacking:
-            ex.dropped(f"rows of {t}", ex.count(canon),
-                       f"no column {', '.join(lacking)}: renamed?")  # fmt: skip
+            ex.dropped(f"rows of {t}", ex.count(canon), f"no column {', '.join(lacking)}: renamed?")
             continue
-        ok = (f'{_times_ok("start", quoted("end"))} AND {_is_int("deviceId", 0, 2**31 - 1)} '
-              f'AND {_is_int("streamId", 0, 2**32 - 1)}')  # fmt: skip
+        ok = (
+            f"{_times_ok('start', quoted('end'))} AND {_is_int('deviceId', 0, 2**31 - 1)} "
+            f"AND {_is_int('streamId', 0, 2**32 - 1)}"
+        )
         pid = "0"
         if by_pid and "globalPid" in c:
             pid = _PID.format(col="globalPid")
             ok += f" AND {_is_int('globalPid')}"
         if kind == Kind.COMPUTE:
             # the demangled name: a short name can be just "Kernel" (CUTLASS, cuDNN)
-            nm = next((_int_or(n, -1, 0, 2**62) for n in ("demangledName", "shortName")
-                       if n in c), "-1")  # fmt: skip
+            nm = next(
+                (_int_or(n, -1, 0, 2**62) for n in ("demangledName", "shortName") if n in c), "-1"
+            )
         elif kind == Kind.MEMCPY:
             nm = _int_or("copyKind", -1, 0, 2**31 - 1) if "copyKind" in c else "-1"
             if "copyKind" in c and {"srcKind", "dstKind"} <= c:  # the memory kinds: see MEM_KINDS
-                nm = (f"({_int_or('copyKind', 0, 0, 255)} + 256 * {_int_or('srcKind', 7, 0, 15)}"
-                      f" + 4096 * {_int_or('dstKind', 7, 0, 15)})")  # fmt: skip
+                nm = (
+                    f"({_int_or('copyKind', 0, 0, 255)} + 256 * {_int_or('srcKind', 7, 0, 15)}"
+                    f" + 4096 * {_int_or('dstKind', 7, 0, 15)})"
+                )
         else:
             nm = "-1"
-        dn = "-1"
-        if kind == Kind.COMPUTE and "demangledName" in c:
-            dn = _int_or("demangledName", -1, 0, 2**62)
+        has_dn = kind == Kind.COMPUTE and "demangledName" in c
+        dn = _int_or("demangledName", -1, 0, 2**62) if has_dn else "-1"
         nb = _int_or("bytes", -1, 0, 2**62) if "bytes" in c else "-1"
         corr = _int_or("correlationId") if "correlationId" in c else "-1"
         parts.append(
@@ -109,8 +113,7 @@ def gpu_rows(ex: Export) -> I64A:
         read[int(kind)] = (t, ex.count(canon))
     if not parts:
         return np.zeros((0, 10), np.int64)
-    rt = ex.table("CUPTI_ACTIVITY_KIND_RUNTIME")
-    rcols = ex.cols("CUPTI_ACTIVITY_KIND_RUNTIME")
+    rt, rcols = ex.table("CUPTI_ACTIVITY_KIND_RUNTIME"), ex.cols("CUPTI_ACTIVITY_KIND_RUNTIME")
     sql = "WITH g AS (" + " UNION ALL ".join(parts) + ")"
     if rt and {"correlationId", "start"} <= rcols:
         rpid = _PID.format(col="globalTid") if by_pid and "globalTid" in rcols else "0"
@@ -141,9 +144,11 @@ def runtime_rows(ex: Export, by_pid: bool) -> I64A:
     if t is None:
         return np.zeros((0, 5), np.int64)
     if not {"start", "end", "globalTid"} <= c:
-        ex.notes.append(f"{t} has no column {', '.join(sorted({'start', 'end', 'globalTid'} - c))} "
-                        "(renamed?): runtime calls are not read, so no kernel has a launch "
-                        "time")  # fmt: skip
+        ex.notes.append(
+            f"{t} has no column {', '.join(sorted({'start', 'end', 'globalTid'} - c))} "
+            "(renamed?): runtime calls are not read, so no kernel has a launch "
+            "time"
+        )
         return np.zeros((0, 5), np.int64)
     pid = _PID.format(col="globalTid") if by_pid else "0"
     nm = _int_or("nameId", -1, 0, 2**62) if "nameId" in c else "-1"
@@ -152,20 +157,44 @@ def runtime_rows(ex: Export, by_pid: bool) -> I64A:
         f"WHERE {_times_ok('start', quoted('end'))} AND {_is_int('globalTid')} ORDER BY 1, 3",
         5,
     )
-    ex.dropped(f"rows of {t}", ex.count(canon) - len(rows),
-               "start/end/globalTid missing, not integers, or out of range")  # fmt: skip
+    ex.dropped(
+        f"rows of {t}",
+        ex.count(canon) - len(rows),
+        "start/end/globalTid missing, not integers, or out of range",
+    )
     return rows
 
 
 # OS runtime calls in which a thread blocks (waiting on a queue, a pipe, a lock or a timer):
 # evidence of what the training thread waited for between step ranges.
 BLOCKING_CALLS = (
-    "pthread_cond_wait", "pthread_cond_timedwait", "pthread_cond_clockwait", "poll", "ppoll",
-    "select", "pselect6", "epoll_wait", "epoll_pwait", "sem_wait", "sem_timedwait",
-    "sem_clockwait", "futex", "read", "readv", "recv", "recvfrom", "recvmsg",
-    "pthread_mutex_lock", "pthread_join", "waitpid", "wait4", "nanosleep", "clock_nanosleep",
-    "usleep", "sleep",
-)  # fmt: skip
+    "pthread_cond_wait",
+    "pthread_cond_timedwait",
+    "pthread_cond_clockwait",
+    "poll",
+    "ppoll",
+    "select",
+    "pselect6",
+    "epoll_wait",
+    "epoll_pwait",
+    "sem_wait",
+    "sem_timedwait",
+    "sem_clockwait",
+    "futex",
+    "read",
+    "readv",
+    "recv",
+    "recvfrom",
+    "recvmsg",
+    "pthread_mutex_lock",
+    "pthread_join",
+    "waitpid",
+    "wait4",
+    "nanosleep",
+    "clock_nanosleep",
+    "usleep",
+    "sleep",
+)
 
 
 def osrt_rows(ex: Export, by_pid: bool) -> I64A:
@@ -211,8 +240,9 @@ def nvtx_rows(ex: Export, by_pid: bool) -> tuple[I64A, list[str]]:
     parts = _mpi_parts(ex, by_pid)
     if t is not None and not {"start", "end", "eventType", "globalTid"} <= c:
         need = {"start", "end", "eventType", "globalTid"}
-        ex.notes.append(f"{t} has no column {', '.join(sorted(need - c))} (renamed?): NVTX "
-                        "ranges are not read")  # fmt: skip
+        ex.notes.append(
+            f"{t} has no column {', '.join(sorted(need - c))} (renamed?): NVTX ranges are not read"
+        )
         t = None
     if t is not None:
         parts.insert(0, _nvtx_part(ex, t, c, by_pid))
@@ -229,14 +259,21 @@ def nvtx_rows(ex: Export, by_pid: bool) -> tuple[I64A, list[str]]:
     what = f"NVTX ranges of {t}" if t is not None else "MPI calls"
     if t is not None and len(parts) > 1:
         what += " and MPI calls"
-    ex.dropped(what, int(np.count_nonzero(~good)),
-               "start/end/globalTid not integers or out of range, or end < start")  # fmt: skip
+    ex.dropped(
+        what,
+        int(np.count_nonzero(~good)),
+        "start/end/globalTid not integers or out of range, or end < start",
+    )
     return np.ascontiguousarray(rows[good, :6]), names
 
 
 # Nsight's MPI trace (``-t mpi``): one table per kind of call, each row one call.
-MPI_TABLES = ("MPI_P2P_EVENTS", "MPI_COLLECTIVES_EVENTS", "MPI_START_WAIT_EVENTS",
-              "MPI_OTHER_EVENTS")  # fmt: skip
+MPI_TABLES = (
+    "MPI_P2P_EVENTS",
+    "MPI_COLLECTIVES_EVENTS",
+    "MPI_START_WAIT_EVENTS",
+    "MPI_OTHER_EVENTS",
+)
 
 
 def _mpi_parts(ex: Export, by_pid: bool) -> list[str]:
@@ -335,8 +372,12 @@ def thread_ranks(ex: Export) -> dict[int, int]:
     ):
         m = re.match(r"MPI Rank ([0-9]+)$", str(text))
         if m:
-            rank = check_rank(int(m.group(1)), ex.path, f"the NVTX thread name {text!r:.40}",
-                              "the export is damaged or edited; export it again")  # fmt: skip
+            rank = check_rank(
+                int(m.group(1)),
+                ex.path,
+                f"the NVTX thread name {text!r:.40}",
+                "the export is damaged or edited; export it again",
+            )
             out[(int(gtid) >> 24) & 0xFFFFFF] = rank
     return out
 
@@ -372,8 +413,11 @@ def gpu_props(ex: Export, nsys_dev: list[int]) -> dict[int, tuple[str, int]]:
 
 # GPU_METRICS counters gpudiag joins to steps: key → metricName prefix (names vary by
 # release and GPU: "SMs Active [Throughput %]", "SM Active", "Tensor Active [...]").
-GPU_METRIC_NAMES = {"sm_active": ("SMs Active", "SM Active"), "sm_issue": ("SM Issue",),
-                    "tensor_active": ("Tensor Active",)}  # fmt: skip
+GPU_METRIC_NAMES = {
+    "sm_active": ("SMs Active", "SM Active"),
+    "sm_issue": ("SM Issue",),
+    "tensor_active": ("Tensor Active",),
+}
 
 
 def gpu_metrics(ex: Export) -> dict[int, dict[str, tuple[list[int], list[float]]]]:

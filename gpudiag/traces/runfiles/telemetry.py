@@ -114,8 +114,12 @@ def usable_steps(steps: list[dict[str, Any]], dropped: Counter[str]) -> list[dic
     for rec in steps:
         start: Any = rec.get("start_ns")
         end: Any = rec.get("end_ns")
-        if not (_int_in(rec.get("step"), 0, STEP_MAX) and _int_in(start, 0, TIME_MAX_NS)
-                and _int_in(end, 0, TIME_MAX_NS) and start < end):  # fmt: skip
+        if not (
+            _int_in(rec.get("step"), 0, STEP_MAX)
+            and _int_in(start, 0, TIME_MAX_NS)
+            and _int_in(end, 0, TIME_MAX_NS)
+            and start < end
+        ):
             dropped[_NO_STEP] += 1
             continue
         rec = dict(rec)
@@ -155,9 +159,10 @@ def steps_files(run_dir: Path) -> list[Path]:
     found: list[Path] = []
     for base in bases:
         found += [
-            p for p in list_dir(base / rundir.RANKS_DIR)
+            p
+            for p in list_dir(base / rundir.RANKS_DIR)
             if p.name.startswith("rank-") and p.name.endswith(".steps.jsonl")
-        ]  # fmt: skip
+        ]
     return found
 
 

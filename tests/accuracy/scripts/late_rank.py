@@ -34,10 +34,11 @@ def main() -> None:
     model = nn.parallel.DistributedDataParallel(nn.Sequential(*layers), bucket_cap_mb=a.bucket_mb)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x, y = torch.randn(64, 256), torch.randn(64, 256)
-    with profile(activities=[ProfilerActivity.CPU],
-                 schedule=schedule(wait=1, warmup=1, active=1, repeat=1),
-                 on_trace_ready=tensorboard_trace_handler(a.out, worker_name=f"rank{rank}",
-                                                          use_gzip=True)) as prof:  # fmt: skip
+    with profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=1, warmup=1, active=1, repeat=1),
+        on_trace_ready=tensorboard_trace_handler(a.out, worker_name=f"rank{rank}", use_gzip=True),
+    ) as prof:
         for _ in range(4):
             if rank == a.late_rank:
                 time.sleep(a.late_s)

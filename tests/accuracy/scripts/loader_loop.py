@@ -52,12 +52,18 @@ def main() -> None:
     rank = dist.get_rank()
     torch.manual_seed(rank)
     model = nn.parallel.DistributedDataParallel(
-        nn.Sequential(nn.Linear(64, a.hidden), nn.ReLU(), nn.Linear(a.hidden, a.hidden),
-                      nn.ReLU(), nn.Linear(a.hidden, 1))
-    )  # fmt: skip
+        nn.Sequential(
+            nn.Linear(64, a.hidden),
+            nn.ReLU(),
+            nn.Linear(a.hidden, a.hidden),
+            nn.ReLU(),
+            nn.Linear(a.hidden, 1),
+        )
+    )
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    loader = DataLoader(SlowDataset(a.batch * (a.steps + 1), a.sample_delay),
-                        batch_size=a.batch, num_workers=0)  # fmt: skip
+    loader = DataLoader(
+        SlowDataset(a.batch * (a.steps + 1), a.sample_delay), batch_size=a.batch, num_workers=0
+    )
     starts, ends, fetch = [], [], []
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         it = iter(loader)
@@ -77,10 +83,13 @@ def main() -> None:
     out = Path(a.out)
     prof.export_chrome_trace(str(out / f"rank-{rank}.pt.trace.json.gz"))
     truth = [
-        {"step": i, "period_s": (starts[i + 1] if i + 1 < a.steps else ends[i]) - starts[i],
-         "fetch_s": fetch[i + 1] if i + 1 < a.steps else 0.0}
+        {
+            "step": i,
+            "period_s": (starts[i + 1] if i + 1 < a.steps else ends[i]) - starts[i],
+            "fetch_s": fetch[i + 1] if i + 1 < a.steps else 0.0,
+        }
         for i in range(a.steps)
-    ]  # fmt: skip
+    ]
     (out / f"truth-{rank}.json").write_text(json.dumps(truth))
     dist.destroy_process_group()
 

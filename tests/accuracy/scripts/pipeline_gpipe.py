@@ -83,8 +83,10 @@ def main() -> None:
         starts.append(time.perf_counter())
     out = Path(a.out)
     prof.export_chrome_trace(str(out / f"rank-{rank}.pt.trace.json.gz"))
-    truth = [{"step": i, "period_s": starts[i + 1] - starts[i], "recv_wait_s": recv_wait[i]}
-             for i in range(a.steps)]  # fmt: skip
+    truth = [
+        {"step": i, "period_s": starts[i + 1] - starts[i], "recv_wait_s": recv_wait[i]}
+        for i in range(a.steps)
+    ]
     (out / f"truth-{rank}.json").write_text(json.dumps({"micro": a.micro, "steps": truth}))
     dist.destroy_process_group()
 

@@ -80,12 +80,19 @@ def main() -> None:
             f.unlink()
         env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "64", "GPUDIAG_FR_SCENARIO": scenario}
         subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-             "4", __file__],
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                "4",
+                __file__,
+            ],
             env=env,
             check=False,
             timeout=180,
-        )  # fmt: skip
+        )
         stamps = {}
         for f in sorted(d.glob("dumped_ns_*.json")):
             stamps[f.stem.rsplit("_", 1)[1]] = json.loads(f.read_text())

@@ -89,8 +89,11 @@ def main() -> None:
     )
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     data = Batches(a.steps, 32, a.onset, a.slow_data_s)
-    loader = own_batches(data, a.onset, a.slow_batch_s) if a.own_batches else DataLoader(
-        data, batch_size=None)  # fmt: skip
+    loader = (
+        own_batches(data, a.onset, a.slow_batch_s)
+        if a.own_batches
+        else DataLoader(data, batch_size=None)
+    )
     mat = torch.randn(128, 128)
     for step, (x, y) in enumerate(loader):
         work(a.work_ms, a.compute, mat)

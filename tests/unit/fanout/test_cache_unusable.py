@@ -19,8 +19,12 @@ def _analyze(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.Comp
     full["PYTHONPATH"] = str(ROOT)
     return subprocess.run(
         [sys.executable, "-m", "gpudiag", "analyze", str(FIXTURE), *args],
-        capture_output=True, text=True, env=full, cwd=tmp_path, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=full,
+        cwd=tmp_path,
+        check=False,
+    )
 
 
 def test_a_home_whose_cache_cannot_be_made_analyses_without_it(tmp_path: Path) -> None:
@@ -60,7 +64,11 @@ def test_debug_after_the_command_name_works_and_the_hint_is_a_command(tmp_path: 
 
     assert _hoisted(["analyze", "x", "--debug"]) == ["--debug", "analyze", "x"]
     assert _hoisted(["run", "--", "python", "t.py", "--debug"]) == [
-        "run", "--", "python", "t.py", "--debug"
-    ]  # fmt: skip
+        "run",
+        "--",
+        "python",
+        "t.py",
+        "--debug",
+    ]
     assert _hoisted(["run", "python", "t.py", "--debug"]) == ["run", "python", "t.py", "--debug"]
     assert _debug_command(["analyze", "x"]) == "gpudiag --debug analyze x"
