@@ -469,22 +469,8 @@ def _build(
         th.loader.launch_linked_min_ratio,
     )
     facts = RunFacts(
-        th,
-        results,
-        warm,
-        ranks,
-        steps,
-        run,
-        whole_run,
-        extra_findings,
-        kernels,
-        colls,
-        coll,
-        sync_by_step,
-        pipe,
-        pipe_findings,
-        busy,
-        lims,
+        *(th, results, warm, ranks, steps, run, whole_run, extra_findings),
+        *(kernels, colls, coll, sync_by_step, pipe, pipe_findings, busy, lims),
     )
     findings: list[Finding] = []
     for p in PASSES:

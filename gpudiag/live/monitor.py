@@ -266,10 +266,10 @@ def _run_step(rank: int, r: dict[str, Any]) -> RunStep:
         r.get("comm_wait_ns"),
         r.get("backward_ns"),
         bool(r.get("profiled", False)),
-        r.get("cpu_ns"),
         _opt(r.get("pre_forward_ns")),
         _opt(r.get("forward_ns")),
         _opt(r.get("optimizer_ns")),
+        cpu_ns=r.get("cpu_ns"),
     )
 
 

@@ -162,7 +162,8 @@ def efficiency_lines(e: ComputeEfficiency) -> list[tuple[str, str]]:
         elif f.above_peak:
             rate += " (above the peak table)"
         parts.append(rate)
-    lines = [("efficiency: ", " · ".join(parts) + " of peak")] if parts else []
+    rated = any(f.peak_share is not None for f in shown)
+    lines = [("efficiency: ", " · ".join(parts) + (" of peak" if rated else ""))] if parts else []
     where = e.peak_model or f"{e.device}: no peak known"
     if e.model_tflops is not None:
         mfu = f"MFU {e.mfu:.1%} ({where}, {e.mfu_path})" if e.mfu is not None else where

@@ -126,7 +126,10 @@ def test_data_starved_run_fails_on_idle_ratio_with_junit(
         cwd=tmp_path,
     )
     unset = gate(str(runs["starved"]), "-f", "json", "--stragglers", "off", cwd=tmp_path)[1]
-    assert "idle_ratio" not in {c["name"] for c in json.loads(unset)["checks"]}
+    # shown, not applied: an "off" row that says how to apply it (issue 32)
+    idle = [c for c in json.loads(unset)["checks"] if c["name"] == "idle_ratio"]
+    assert idle and all(c["status"] == "off" for c in idle), idle
+    assert "--max-idle-ratio" in idle[0]["message"]
     assert code == 1, out + err
     assert "gate failed" in err
     shares = [c["value"] for c in json.loads(out)["checks"] if c["name"] == "data_wait_share"]

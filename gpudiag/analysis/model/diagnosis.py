@@ -375,11 +375,11 @@ class RunStep:
     comm_wait_ns: int | None
     backward_ns: int | None
     profiled: bool
-    cpu_ns: int | None = None
     pre_forward_ns: int | None = None
     forward_ns: int | None = None
     optimizer_ns: int | None = None
     loader_wait_ns: int | None = None
+    cpu_ns: int | None = None
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,21 @@ from gpudiag.analysis.model.diagnosis import Finding, FindingKind, StepBreakdown
 from gpudiag.analysis.model.metrics import StragglerMetrics
 
 
+def _telemetry_stragglers(persistent: Sequence[Finding]) -> list[StragglerMetrics]:
+    """Stragglers of the step telemetry, whose cost a window may not show.
+
+    Their cost is on their own steps: the same model, on every steady step, with backward as
+    the wait.
+    """
+    return [
+        f.metrics
+        for f in persistent
+        if isinstance(f.metrics, StragglerMetrics)
+        and f.metrics.source == "telemetry"
+        and f.metrics.step_time_ns_mean
+    ]
+
+
 def what_if(
     steps: Sequence[StepBreakdown], findings: Sequence[Finding], comm_measured: bool = True
 ) -> WhatIf | None:
@@ -59,15 +74,7 @@ def what_if(
     persistent = [
         f for f in findings if f.kind == FindingKind.STRAGGLER and f.persistent and f.ranks
     ]
-    # a straggler of the step telemetry: its cost on its own steps (the same model, on every
-    # steady step with backward as the wait), which a window may not show (one rank's)
-    tele = [
-        f.metrics
-        for f in persistent
-        if isinstance(f.metrics, StragglerMetrics)
-        and f.metrics.source == "telemetry"
-        and f.metrics.step_time_ns_mean
-    ]
+    tele = _telemetry_stragglers(persistent)
     cost = sum((m.step_time_ns_mean or 0) - m.step_time_ns_if_median_speed for m in tele)
     stragglers = {f.ranks[0] for f in persistent if f.metrics not in tele}
     slow = {f.ranks[0] for f in persistent}  # every straggler: the rest is the critical path
