@@ -24,10 +24,10 @@ import math
 import re
 from typing import Any
 
-import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag.analysis.efficiency.flops import TYPE_BYTES, decode_shape
 from gpudiag.analysis.efficiency.peaks import peak_of
 from gpudiag.traces.schema import Kind, RankTimeline
 
@@ -35,20 +35,6 @@ _COMM_OP = re.compile(r"^(c10d::|nccl:|record_param_comms$)")
 _TOTAL_FIRST = re.compile(r"allgather_base|all_gather_into_tensor|_allgather_base_", re.I)
 _TOTAL_SECOND = re.compile(r"reduce_scatter_base|reduce_scatter_tensor", re.I)
 _PARTS = re.compile(r"allgather_$|all_gather$|allgather$", re.I)
-_BYTES = {
-    "float": 4,
-    "double": 8,
-    "c10::half": 2,
-    "c10::bfloat16": 2,
-    "int": 4,
-    "long int": 8,
-    "short int": 2,
-    "bool": 1,
-    "unsigned char": 1,
-    "signed char": 1,
-    "c10::float8_e4m3fn": 1,
-    "c10::float8_e5m2": 1,
-}
 
 
 def sizes_from_operators(tl: RankTimeline, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
@@ -94,14 +80,10 @@ def _outermost(tl: RankTimeline, ops: npt.NDArray[np.intp]) -> npt.NDArray[np.in
 
 def operator_bytes(name: str, shape_text: str) -> int:
     """A communication operator's message in bytes (see the module docstring), -1 unknown."""
-    parts = shape_text.split("\n")
-    try:
-        dims = msgspec.json.decode(parts[0])
-        types = msgspec.json.decode(parts[1]) if len(parts) > 1 else []
-    except (msgspec.DecodeError, ValueError):
+    decoded = decode_shape(shape_text)
+    if decoded is None or _PARTS.search(name):
         return -1
-    if not isinstance(dims, list) or not isinstance(types, list) or _PARTS.search(name):
-        return -1
+    dims, types, _ = decoded
     sizes = [_tensor_bytes(d, t) for d, t in zip(dims, types, strict=False)]
     tensors = [b for b in sizes if b > 0]
     if not tensors:
@@ -118,7 +100,7 @@ def _tensor_bytes(d: Any, t: Any) -> int:
         return -1
     if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in d):
         return -1
-    size = _BYTES.get(t.lower(), 0)
+    size = TYPE_BYTES.get(t.lower(), 0)
     return math.prod(d) * size if size else -1
 
 

@@ -93,7 +93,7 @@ ELEMENTWISE_OPS = frozenset(
 FLOP_FAMILIES = ("GEMM", "convolution", "attention")
 BYTE_FAMILIES = ("normalisation", "elementwise")
 
-_TYPE_BYTES = {
+TYPE_BYTES = {
     "float": 4,
     "double": 8,
     "c10::half": 2,
@@ -155,7 +155,34 @@ def op_work(op: str, shape_text: str) -> OpWork | None:
     fam = family_of(op)
     if fam is None:
         return None
-    parts = shape_text.split("\n")
+    decoded = decode_shape(shape_text)
+    if decoded is None:
+        return None
+    dims, types, concrete = decoded
+    tensors = [
+        (d, t)
+        for d, t in zip(dims, types, strict=False)
+        if _is_shape(d) and d and isinstance(t, str) and t.lower() in TYPE_BYTES
+    ]
+    if not tensors:
+        return None
+    path = _path(tensors[0][1])
+    nbytes = float(sum(math.prod(d) * TYPE_BYTES[t.lower()] for d, t in tensors))
+    base = op.removeprefix("aten::")
+    if fam in BYTE_FAMILIES:
+        largest = max(math.prod(d) * TYPE_BYTES[t.lower()] for d, t in tensors)
+        return OpWork(fam, 0.0, nbytes + largest, path)
+    flops = _flops(base, fam, dims, concrete)
+    if flops is None or flops <= 0:
+        return None
+    if base == "_scaled_mm":
+        path = "fp8"
+    return OpWork(fam, float(flops), nbytes, path)
+
+
+def decode_shape(text: str) -> tuple[list[Any], list[Any], list[Any]] | None:
+    """The loader's shape text as (Input Dims, Input type, Concrete Inputs); None if odd."""
+    parts = text.split("\n")
     try:
         dims = msgspec.json.decode(parts[0])
         types = msgspec.json.decode(parts[1]) if len(parts) > 1 else []
@@ -164,25 +191,7 @@ def op_work(op: str, shape_text: str) -> OpWork | None:
         return None
     if not isinstance(dims, list) or not isinstance(types, list):
         return None
-    tensors = [
-        (d, t)
-        for d, t in zip(dims, types, strict=False)
-        if _is_shape(d) and d and isinstance(t, str) and t.lower() in _TYPE_BYTES
-    ]
-    if not tensors:
-        return None
-    path = _path(tensors[0][1])
-    nbytes = float(sum(math.prod(d) * _TYPE_BYTES[t.lower()] for d, t in tensors))
-    base = op.removeprefix("aten::")
-    if fam in BYTE_FAMILIES:
-        largest = max(math.prod(d) * _TYPE_BYTES[t.lower()] for d, t in tensors)
-        return OpWork(fam, 0.0, nbytes + largest, path)
-    flops = _flops(base, fam, dims, concrete if isinstance(concrete, list) else [])
-    if flops is None or flops <= 0:
-        return None
-    if base == "_scaled_mm":
-        path = "fp8"
-    return OpWork(fam, float(flops), nbytes, path)
+    return dims, types, concrete if isinstance(concrete, list) else []
 
 
 def _is_shape(d: Any) -> bool:

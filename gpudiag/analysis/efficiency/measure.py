@@ -171,19 +171,8 @@ def _families(
             gbps = nbytes / ns
             pk = peak.memory_gbps if peak is not None else None
             out.append(
-                FamilyEfficiency(
-                    fam,
-                    "memory",
-                    "",
-                    len(sel),
-                    int(ns),
-                    None,
-                    nbytes,
-                    None,
-                    gbps,
-                    pk,
-                    _share(gbps, pk),
-                    pk is not None and gbps > pk * ABOVE_PEAK_TOLERANCE,
+                _bytes_row(
+                    fam, len(sel), int(ns), nbytes, peak, gbps > (pk or gbps) * ABOVE_PEAK_TOLERANCE
                 )
             )
             continue
@@ -295,24 +284,7 @@ def _combined_families(
         basis = rows[0].path_basis if len(paths) == 1 else "most of the work"
         if fam in BYTE_FAMILIES:
             nbytes = sum(f.bytes or 0.0 for f in rows)
-            gbps = nbytes / ns if ns else 0.0
-            pk = peak.memory_gbps if peak is not None else None
-            fams.append(
-                FamilyEfficiency(
-                    fam,
-                    "memory",
-                    "",
-                    ops,
-                    ns,
-                    None,
-                    nbytes,
-                    None,
-                    gbps,
-                    pk,
-                    _share(gbps, pk),
-                    any(f.above_peak for f in rows),
-                )
-            )
+            fams.append(_bytes_row(fam, ops, ns, nbytes, peak, any(f.above_peak for f in rows)))
             continue
         flops = sum(f.flops or 0.0 for f in rows)
         tflops = flops / ns / 1e3 if ns else 0.0
@@ -334,3 +306,14 @@ def _combined_families(
             )
         )
     return fams
+
+
+def _bytes_row(
+    fam: str, ops: int, ns: int, nbytes: float, peak: Peak | None, above: bool
+) -> FamilyEfficiency:
+    """A bytes family's row: its GB/s against the device's memory bandwidth."""
+    gbps = nbytes / ns if ns else 0.0
+    pk = peak.memory_gbps if peak is not None else None
+    return FamilyEfficiency(
+        fam, "memory", "", ops, ns, None, nbytes, None, gbps, pk, _share(gbps, pk), above
+    )
