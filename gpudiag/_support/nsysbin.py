@@ -44,3 +44,20 @@ def version(nsys: str) -> str:
         return "?"
     m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", r.stdout + r.stderr)
     return m.group(1) if m else "?"
+
+
+def export_command(report: Path, out: Path, nsys: str = "nsys") -> list[str]:
+    """``nsys export`` of ``report`` to a SQLite file ``out`` (overwritten, quiet)."""
+    return [
+        nsys,
+        "export",
+        "--type",
+        "sqlite",
+        "--force-overwrite",
+        "true",
+        "--quiet",
+        "true",
+        "--output",
+        str(out),
+        str(report),
+    ]

@@ -43,21 +43,6 @@ from gpudiag.analysis.rank.evidence import WITHHOLD, Limit
 from gpudiag.analysis.stragglers.busy_host import BUSY_HOST, busy_host_words
 from gpudiag.config import VerdictRules
 
-BOTTLENECKS = (
-    "data",
-    "communication",
-    "straggler",
-    "pipeline",
-    "host",
-    "copy",
-    "variability",
-    "none",
-    "unknown",
-    "hang",
-    "mismatch",
-    "failure",
-    "interrupted",
-)
 PROFILED: Final = "profiled window"
 WHOLE_RUN: Final = "whole run"
 

@@ -83,7 +83,7 @@ def _line(r: Reading, rd: dict[str, Any], ranks: int) -> str:
     ]
     if edges:
         parts.append(", ".join(edges) + " left out")
-    who = f"rank {r.rank}" + (f" (1 of {ranks} traced)" if ranks > 1 else "")
+    who = f"rank {r.rank}" + (f" (of {ranks} ranks)" if ranks > 1 else "")
     return f"{who}: " + " · ".join(parts)
 
 

@@ -82,19 +82,7 @@ def collect(nsys: str, run_dir: Path, node_rank: int) -> rundir.SourceStatus:
     files = [str(report.relative_to(run_dir))]
     try:
         r = subprocess.run(
-            [
-                nsys,
-                "export",
-                "--type",
-                "sqlite",
-                "--force-overwrite",
-                "true",
-                "--quiet",
-                "true",
-                "-o",
-                str(tmp),
-                str(report),
-            ],
+            nsysbin.export_command(report, tmp, nsys),
             capture_output=True,
             text=True,
             timeout=EXPORT_TIMEOUT_S,

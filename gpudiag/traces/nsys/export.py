@@ -79,22 +79,6 @@ def cache_path(report: Path) -> Path:
     return cache_dir() / f"{hashlib.sha256(key).hexdigest()[:24]}.sqlite"
 
 
-def _export_cmd(report: Path, out: Path, nsys: str = "nsys") -> list[str]:
-    return [
-        nsys,
-        "export",
-        "--type",
-        "sqlite",
-        "--force-overwrite",
-        "true",
-        "--quiet",
-        "true",
-        "--output",
-        str(out),
-        str(report),
-    ]
-
-
 def _manual(report: Path) -> str:
     """The command a user runs to export ``report`` beside itself."""
     return f"nsys export --type sqlite -o {report.with_suffix('.sqlite')} {report}"
@@ -146,7 +130,7 @@ def export_report(report: Path, out: Path, nsys: str, local: str, captured: str)
     """Run ``nsys export`` to a temporary name; rename on success, delete on failure."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.stem}.{os.getpid()}.tmp.sqlite")
-    cmd = _export_cmd(report, tmp, nsys)
+    cmd = nsysbin.export_command(report, tmp, nsys)
     spin = _Spinner(f"exporting {report.name} with nsys {local}")
     try:
         proc = subprocess.Popen(
