@@ -156,7 +156,7 @@ def cpu_host_cause(ranks: Sequence[RankSummary], flagged: Sequence[int]) -> dict
     steps, nothing the trace holds says where the step's time goes.
     """
     which = set(flagged)
-    cov = [r.evidence.coverage or {} for r in ranks if r.rank in which]
+    cov: list[Mapping[str, Any]] = [r.evidence.coverage or {} for r in ranks if r.rank in which]
     if not cov or any(c.get("step_thread_ops_in_steps", 1) for c in cov):
         return {}
     host = sum(int(c.get("host_ops_in_steps", 0)) for c in cov)
@@ -282,7 +282,7 @@ def _op_cause(sc: _Scope) -> dict[str, Any]:
         return _python_old(sc)  # evidence recorded before host_ops
     inside, between = ops["in_ops_idle"], ops["between_idle"]
     if inside >= sc.rules.eager_op_share * sc.other and inside >= between:
-        threads = max(int((r.evidence.host_ops or {}).get("threads") or 1) for r in sc.mine)
+        threads = max((e["threads"] if (e := r.evidence.host_ops) else 0) or 1 for r in sc.mine)
         kps = max((float(r.evidence.kernels_per_step or 0) for r in sc.mine), default=0.0)
         med = max((int(r.evidence.kernel_ns_median or 0) for r in sc.mine), default=0)
         who = (
@@ -333,7 +333,7 @@ def _share_text(sc: _Scope, ns: float, more: str = "") -> str:
 
 def _host_ops(r: RankSummary, key: str) -> dict[str, Any]:
     """One per-step series of the rank's ``host_ops`` as ``{steps, ns_per_step}``."""
-    e = r.evidence.host_ops or {}
+    e: Mapping[str, Any] = r.evidence.host_ops or {}
     return {"steps": e.get("steps", []), "ns_per_step": e.get(f"{key}_ns_per_step", [])}
 
 

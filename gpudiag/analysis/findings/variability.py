@@ -29,7 +29,7 @@ symptom, its cause is in the other findings or in the slow steps themselves.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -113,7 +113,7 @@ def _why(
         ns = 0
         for n in named:
             r = by.get(slowest[n])
-            e = ((r.evidence.host_api or {}) if r else {}).get(cls) or {}
+            e: Mapping[str, Any] = ((r.evidence.host_api or {}) if r else {}).get(cls) or {}
             own = e.get("ns_per_step", [])
             if waiting:  # a call waiting for the GPU work: all of its time, busy part too
                 busy = e.get("gpu_busy_ns_per_step") or [0] * len(own)
@@ -127,7 +127,9 @@ def _why(
     ns, cls = best
     if not cls or ns < 0.5 * excess:
         return "", {}
-    entries = [((r.evidence.host_api or {}).get(cls) or {}) for r in slow_ranks]
+    entries: list[Mapping[str, Any]] = [
+        ((r.evidence.host_api or {}).get(cls) or {}) for r in slow_ranks
+    ]
     apis = list(dict.fromkeys(a for e in entries for a in e.get("apis", [])))[:2]
     ops = [str(e["longest_op"]) for e in entries if e.get("longest_op")]
     where = f" in {ops[0]}" if ops else ""
@@ -212,7 +214,7 @@ def _kernels_grew(
     ``({count_slow, count_usual, grew: {name: ns more a slow step}}``, up to three names
     that grew by at least a tenth of the largest.
     """
-    by = {r.rank: r.evidence.kernels_by_step or {} for r in ranks}
+    by: dict[int, Mapping[str, Any]] = {r.rank: r.evidence.kernels_by_step or {} for r in ranks}
     count_slow, count_usual, grew = 0.0, 0.0, dict[str, float]()
     for n in named:
         e = by.get(slowest[n]) or {}

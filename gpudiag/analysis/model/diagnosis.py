@@ -14,10 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, field
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model.efficiency import ComputeEfficiency
+from gpudiag.analysis.model.evidence import (
+    CopiesAlone,
+    Coverage,
+    DeviceFormats,
+    HostApiEntry,
+    HostOps,
+    KernelsByStep,
+    RankReading,
+    WorkloadTag,
+)
 from gpudiag.analysis.model.kinds import Bottleneck, MatchMethod, TimeUnit, VerdictBasis
 from gpudiag.analysis.model.kinds import Cause as Cause
 from gpudiag.analysis.model.kinds import FindingKind as FindingKind
@@ -25,7 +35,13 @@ from gpudiag.analysis.model.kinds import Mode as Mode
 from gpudiag.analysis.model.kinds import Severity as Severity
 from gpudiag.analysis.model.kinds import StepSource as StepSource
 from gpudiag.analysis.model.kinds import StrEnum as StrEnum
-from gpudiag.analysis.model.metrics import OMIT_IF_NONE, FindingMetrics, NoMetrics, without_omitted
+from gpudiag.analysis.model.metrics import (
+    OMIT_IF_NONE,
+    FindingMetrics,
+    JsonObject,
+    NoMetrics,
+    without_omitted,
+)
 from gpudiag.analysis.model.metrics import PipelineSummary as PipelineSummary
 
 SCHEMA_VERSION = 1
@@ -152,22 +168,22 @@ class RankEvidence:
     p2p_recv_wait_ns_per_step: list[int] | None = None  # … and per step
     host_comm_types: dict[str, float] | None = None  # by host-side operation
     # what the trace holds, for the evidence limits (analysis/evidence.py)
-    coverage: dict[str, Any] | None = None
+    coverage: Coverage | None = None
     # issue 20: what the rank runs and on what, and where its host time goes
-    workload: dict[str, dict[str, Any]] | None = None  # tag → {count, names}
-    device: dict[str, Any] | None = None  # the GPUs' generation and formats
-    host_api: dict[str, dict[str, Any]] | None = None  # runtime-call class → its time
+    workload: dict[str, WorkloadTag] | None = None  # tag → {count, names}
+    device: DeviceFormats | None = None  # the GPUs' generation and formats
+    host_api: dict[str, HostApiEntry] | None = None  # runtime-call class → its time
     host_op_share: float | None = None  # of the steps, an operator open on a host thread
     # per step: inside operators on the training/other threads, inside or between them idle
-    host_ops: dict[str, Any] | None = None
+    host_ops: HostOps | None = None
     # per step: kernels, and the compute kernels whose time varies most (name → ns a step)
-    kernels_by_step: dict[str, Any] | None = None
+    kernels_by_step: KernelsByStep | None = None
     kernels_per_step: float | None = None
     kernel_ns_median: int | None = None
     low_precision_share: float | None = None  # of compute kernel time, half precision
     copy_ns: int | None = None  # GPU copy time in the steps …
     pageable_copy_ns: int | None = None  # … from or to pageable memory
-    copies_alone: dict[str, list[int]] | None = None  # host-device copies alone, per step
+    copies_alone: CopiesAlone | None = None  # host-device copies alone, per step
     # collective type → calls per analysed step and median message bytes (-1: unknown)
     collective_calls: dict[str, dict[str, float]] | None = None
     # blocking host communication calls (MPI_*, gloo:*) → ns inside the analysed steps
@@ -177,25 +193,58 @@ class RankEvidence:
     # achieved FLOP/s and bandwidth of the modelled operators against the device's peak
     efficiency: ComputeEfficiency | None = None
     # what the trace was taken to be: start-up, edges, iterations (analysis/reading)
-    reading: dict[str, Any] | None = None
+    reading: RankReading | None = None
 
     @classmethod
-    def of(cls, parts: dict[str, Any]) -> RankEvidence:
-        """From the per-rank analysis' named parts (nested parts as plain dicts)."""
-        kw = dict(parts)
-        if kw.get("between_steps") is not None:
-            kw["between_steps"] = BetweenSteps(**kw["between_steps"])
-        if kw.get("gpu_idle_in_steps") is not None:
-            kw["gpu_idle_in_steps"] = GpuIdleInSteps(**kw["gpu_idle_in_steps"])
-        return cls(**kw)
+    def of(cls, parts: EvidenceParts) -> RankEvidence:
+        """From the per-rank analysis' named parts (those it did not find stay None)."""
+        return cls(**parts)
 
     def top_kernels(self) -> list[TopEntry]:
         """The kernels (operators) of :attr:`kernels` that took the most time; [] if unseen."""
         return self.kernels.top if self.kernels is not None else []
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``evidence`` object of a JSON rank: only what was seen (no nulls)."""
         return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+class EvidenceParts(TypedDict, total=False):
+    """The per-rank analysis' parts of :class:`RankEvidence`, by field, as it finds them."""
+
+    data_range: str
+    comm_top: str
+    comm_names: list[str]
+    gpu_ops: int
+    backend: str
+    gpu_metrics: dict[str, float | None]
+    gpu_metrics_per_step: dict[str, list[float | None]]
+    between_steps: BetweenSteps
+    copies_alone_ns: int
+    gpu_idle_in_steps: GpuIdleInSteps
+    kernels: KernelBreakdown
+    comm_types: dict[str, float]
+    p2p_recv_wait_ns: int
+    p2p_recv_wait_ns_per_step: list[int]
+    host_comm_types: dict[str, float]
+    coverage: Coverage
+    workload: dict[str, WorkloadTag]
+    device: DeviceFormats
+    host_api: dict[str, HostApiEntry]
+    host_op_share: float
+    host_ops: HostOps
+    kernels_by_step: KernelsByStep
+    kernels_per_step: float
+    kernel_ns_median: int
+    low_precision_share: float
+    copy_ns: int
+    pageable_copy_ns: int
+    copies_alone: CopiesAlone
+    collective_calls: dict[str, dict[str, float]]
+    comm_calls: dict[str, int]
+    comm_dtypes: dict[str, dict[str, float]]
+    efficiency: ComputeEfficiency
+    reading: RankReading
 
 
 @dataclass(frozen=True)
@@ -268,7 +317,8 @@ class Recommendation:
     title: str
     detail: str
     finding: FindingKind
-    evidence: dict[str, Any] = field(default_factory=dict)
+    # free-form: the numbers each remedy quotes (analysis/remedies), by its own names
+    evidence: JsonObject = field(default_factory=dict)
     estimated_gain_ns: int | None = None
     estimated_gain_ratio: float | None = None
     overlaps_with: list[str] = field(default_factory=list)  # remedies for the same time
@@ -346,7 +396,7 @@ class CollectivesSummary:
     pipeline: PipelineSummary | None = None
     late_arrival: dict[str, LateArrival] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The JSON section; ``pipeline`` only when stages were found."""
         d = asdict(self)
         if self.pipeline is None:
@@ -395,7 +445,8 @@ class LiveAlert:
     kind: str
     ranks: list[int]
     message: str
-    metrics: dict[str, Any] = field(default_factory=dict)
+    # free-form: the numbers the live rule judged (analysis/run/online.py), by rule
+    metrics: JsonObject = field(default_factory=dict)
     state: str = "raised"
 
     def line(self) -> str:
@@ -507,7 +558,7 @@ class Diagnosis:
     findings: list[Finding]
     recommendations: list[Recommendation] = field(default_factory=list)
     inputs: list[str] = field(default_factory=list)
-    thresholds: dict[str, Any] = field(default_factory=dict)
+    thresholds: JsonObject = field(default_factory=dict)  # Thresholds.as_dict(): the rules
     notes: list[str] = field(default_factory=list)
     gpudiag_version: str = ""
     schema_version: int = SCHEMA_VERSION
@@ -526,7 +577,7 @@ class Diagnosis:
     # what gpudiag took the trace to be before judging it (analysis/reading)
     reading: Reading | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The public JSON document (see docs/json-schema.md)."""
         d = asdict(self)
         d["run"]["shares"] = self.run.shares.as_dict()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, field, fields
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypedDict
 
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model.kinds import (
@@ -31,7 +31,18 @@ _OMIT = "omit_if_none"
 OMIT_IF_NONE = MappingProxyType({_OMIT: True})
 
 
-def without_omitted(obj: Any) -> dict[str, Any]:
+# A JSON value as ``json.dumps`` writes it, and a JSON object: what ``to_json`` methods give
+# and free-form sections hold. At run time any value (a saved diagnosis reads them as they are).
+if TYPE_CHECKING:
+    JsonValue: TypeAlias = (
+        "str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]"
+    )
+else:
+    JsonValue = Any
+JsonObject: TypeAlias = dict[str, JsonValue]
+
+
+def without_omitted(obj: Any) -> JsonObject:
     """A dataclass as a JSON object, less its :data:`OMIT_IF_NONE` fields that are None."""
     omit = {f.name for f in fields(obj) if f.metadata.get(_OMIT)}
     return {k: v for k, v in asdict(obj).items() if not (v is None and k in omit)}
@@ -51,7 +62,7 @@ class FindingMetrics:
         for k in cls.__dict__.get("kinds", ()):
             BY_KIND.setdefault(k, []).append(cls)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The ``metrics`` object of the JSON finding."""
         return without_omitted(self)
 
@@ -138,6 +149,14 @@ class ExposedCopiesMetrics(ShareMetrics):
     pageable: bool = False
 
 
+class KernelsGrew(TypedDict):
+    """Kernels a slow step and usually, and those whose time grew (name → ns more a step)."""
+
+    count_slow: float
+    count_usual: float
+    grew: dict[str, int]
+
+
 @dataclass(frozen=True)
 class VariabilityMetrics(FindingMetrics):
     """``step_variability``: how the job's step times spread, and what fills slow steps."""
@@ -161,7 +180,7 @@ class VariabilityMetrics(FindingMetrics):
     # otherwise the part of the step that grows in the slow steps ("data_wait", …)
     grows: str | None = field(default=None, metadata=OMIT_IF_NONE)
     # compute grows: kernels a slow step and usually, and those whose time grew (ns more)
-    kernels: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
+    kernels: KernelsGrew | None = field(default=None, metadata=OMIT_IF_NONE)
     # a blocking call that waits for the GPU work in the slow steps (a note, not the cause)
     blocking_call: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
     # two kinds of step (analysis/modes.py): each kind's steps, median_ns, min_ns, max_ns
@@ -309,6 +328,15 @@ class WarmupMetrics(FindingMetrics):
     steady_median_ns: int
 
 
+class OtherFailure(TypedDict):
+    """A rank that failed after the first: how, its error line, the step it was in."""
+
+    rank: int
+    how: str
+    error: str
+    step: int
+
+
 @dataclass(frozen=True)
 class JobFailedMetrics(FindingMetrics):
     """``job_failed``: the job's exit code and, from the ranks' ends, who failed first.
@@ -327,12 +355,36 @@ class JobFailedMetrics(FindingMetrics):
     error: str | None = field(default=None, metadata=OMIT_IF_NONE)
     where: str | None = field(default=None, metadata=OMIT_IF_NONE)
     collective: str | None = field(default=None, metadata=OMIT_IF_NONE)
-    others: list[dict[str, Any]] | None = field(default=None, metadata=OMIT_IF_NONE)
+    others: list[OtherFailure] | None = field(default=None, metadata=OMIT_IF_NONE)
     # a timeout or lost peer first: the ranks it waited for, and on what evidence
     waited_for: list[int] | None = field(default=None, metadata=OMIT_IF_NONE)
     waited_for_evidence: str | None = field(default=None, metadata=OMIT_IF_NONE)
     # a collective mismatch the first error line spells out (analysis/failure.py)
     mismatch: str | None = field(default=None, metadata=OMIT_IF_NONE)
+
+
+class HangFrame(TypedDict):
+    """One frame of a culprit rank's own code (innermost first)."""
+
+    name: str
+    filename: str
+    line: int
+
+
+class HangEffect(TypedDict):
+    """A stall this root explains: its collective's label and the ranks waiting in it."""
+
+    op: str
+    waiting_ranks: list[int]
+
+
+class RankMismatch(TypedDict):
+    """A rank that disagrees with the others on a collective's field, and the two values."""
+
+    rank: int
+    field: str  # "op", "input_sizes", "output_sizes", "dtypes"
+    expected: str
+    found: str
 
 
 @dataclass(frozen=True)
@@ -356,13 +408,13 @@ class HangMetrics(FindingMetrics):
     never_entered: list[int]
     unknown_ranks: list[int]
     members: list[int]
-    where: dict[str, list[dict[str, Any]]]
+    where: dict[str, list[HangFrame]]
     step: int | None
     explained_by: str | None
     incomplete: bool
     evidence: HangEvidence
     # the stalls this root explains: [{"op": label, "waiting_ranks": [...]}], earliest first
-    effects: list[dict[str, Any]] = field(default_factory=list)
+    effects: list[HangEffect] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -371,7 +423,7 @@ class CollectiveMismatchMetrics(HangMetrics):
 
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.COLLECTIVE_MISMATCH,)
 
-    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    mismatches: list[RankMismatch] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -388,7 +440,7 @@ class LimitedEvidenceMetrics(FindingMetrics):
 class SavedMetrics(FindingMetrics):
     """Metrics read back from a saved diagnosis in a shape this version does not define."""
 
-    values: dict[str, Any] = field(default_factory=dict)
+    values: JsonObject = field(default_factory=dict)  # free-form: whatever the file held
 
-    def to_json(self) -> dict[str, Any]:  # noqa: D102
+    def to_json(self) -> JsonObject:  # noqa: D102
         return dict(self.values)

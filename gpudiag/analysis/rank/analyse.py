@@ -21,8 +21,11 @@ from gpudiag._support import nputil
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.efficiency.measure import rank_efficiency
 from gpudiag.analysis.model.diagnosis import (
+    BetweenSteps,
+    EvidenceParts,
     Finding,
     FindingKind,
+    GpuIdleInSteps,
     Mode,
     RankEvidence,
     RunStep,
@@ -264,9 +267,9 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
     )
 
 
-def _workload_and_device(tl: RankTimeline) -> dict[str, Any]:
+def _workload_and_device(tl: RankTimeline) -> EvidenceParts:
     """What the rank runs (analysis/workload.py) and what its GPUs support (devices.py)."""
-    out: dict[str, Any] = {"workload": recognise(name_counts(tl.names, tl.name))}
+    out: EvidenceParts = {"workload": recognise(name_counts(tl.names, tl.name))}
     m = tl.meta
     cc, sms = m.compute_capability, m.multiprocessors
     caps = [
@@ -306,7 +309,7 @@ def _truncated(win: StepWindows, mode: Mode, th: Thresholds) -> int | None:
 _COMM_CALL = re.compile(r"^P?MPI_[A-Z]|^(gloo|mpi|ucc):")
 
 
-def _comm_calls(tl: RankTimeline, win: StepWindows, keep: Any) -> dict[str, Any]:
+def _comm_calls(tl: RankTimeline, win: StepWindows, keep: Any) -> EvidenceParts:
     """``comm_calls``: each blocking communication call's time on the host inside the steps.
 
     Name → ns (its calls' union over the analysed steps), the four longest: the cross-rank
@@ -354,9 +357,9 @@ def _compact(meta: RankMeta) -> RankMeta:
     return dataclasses.replace(meta, gpu_metrics={}, thread_names={})
 
 
-def _evidence(tl: RankTimeline, win: StepWindows, keep: Any, mode: Mode) -> dict[str, Any]:
+def _evidence(tl: RankTimeline, win: StepWindows, keep: Any, mode: Mode) -> EvidenceParts:
     """Names and counts that messages quote: the data range, top collectives, GPU metrics."""
-    evidence: dict[str, Any] = {}
+    evidence: EvidenceParts = {}
     data = dominant_names(tl, Kind.DATALOADER, top=1)
     if data:
         evidence["data_range"] = data[0][0]
@@ -372,14 +375,14 @@ def _evidence(tl: RankTimeline, win: StepWindows, keep: Any, mode: Mode) -> dict
         evidence.update(_gpu_metrics_by_step(tl.meta.gpu_metrics, win, keep))
     if tl.steps.user_ranges:
         between = _between_steps(tl)
-        if between:
+        if between is not None:
             evidence["between_steps"] = between
     return evidence
 
 
 def _recv_wait(
     tl: RankTimeline, colls: Collectives, sets: RankSets, win: StepWindows, keep: Any
-) -> dict[str, Any]:
+) -> EvidenceParts:
     """Time blocked in point-to-point receives with nothing computing, over the kept steps.
 
     A pipeline stage's bubble: while a ``recv`` is pending and the stage computes nothing,
@@ -406,7 +409,7 @@ def _recv_wait(
     }
 
 
-def _launch_gaps(sets: RankSets, win: StepWindows, mode: Mode, th: Thresholds) -> dict[str, Any]:
+def _launch_gaps(sets: RankSets, win: StepWindows, mode: Mode, th: Thresholds) -> EvidenceParts:
     """GPU-idle gaps while the host is inside its steps: short ones are launch overhead."""
     if mode != Mode.GPU:
         return {}
@@ -415,17 +418,17 @@ def _launch_gaps(sets: RankSets, win: StepWindows, mode: Mode, th: Thresholds) -
     short = length < th.advice.launch_gap_ns
     return {
         "copies_alone_ns": copies_alone(sets, win),
-        "gpu_idle_in_steps": {
-            "total_ns": int(length.sum()),
-            "short_gaps": int(np.count_nonzero(short)),
-            "short_gaps_ns": int(length[short].sum()),
-            "long_gaps": int(np.count_nonzero(~short)),
-            "long_gap_ns_median": int(nputil.median(length[~short])) if (~short).any() else None,
-        },
+        "gpu_idle_in_steps": GpuIdleInSteps(
+            total_ns=int(length.sum()),
+            short_gaps=int(np.count_nonzero(short)),
+            short_gaps_ns=int(length[short].sum()),
+            long_gaps=int(np.count_nonzero(~short)),
+            long_gap_ns_median=int(nputil.median(length[~short])) if (~short).any() else None,
+        ),
     }
 
 
-def _between_steps(tl: RankTimeline) -> dict[str, Any]:
+def _between_steps(tl: RankTimeline) -> BetweenSteps | None:
     """What the training thread did in the input gaps between its step ranges.
 
     Blocking OS calls (Nsight's OS-runtime trace) and the ranges inside the gaps, each
@@ -434,20 +437,20 @@ def _between_steps(tl: RankTimeline) -> dict[str, Any]:
     gaps = input_gaps(tl)
     total = iv.total(gaps)
     if not total:
-        return {}
+        return None
     main = tl.lane == tl.meta.main_lane
     blocked = time_by_name(tl, main & (tl.kind == Kind.OS_WAIT), gaps)
     ranges = time_by_name(tl, main & np.isin(tl.kind, [Kind.ANNOTATION, Kind.DATALOADER]), gaps)
-    return {
-        "gap_ns": total,
-        "blocked_in": {n: round(t / total, 3) for n, t in blocked},
-        "ranges": {n: round(t / total, 3) for n, t in ranges},
-    }
+    return BetweenSteps(
+        gap_ns=total,
+        blocked_in={n: round(t / total, 3) for n, t in blocked},
+        ranges={n: round(t / total, 3) for n, t in ranges},
+    )
 
 
 def _gpu_metrics_by_step(
     metrics: dict[str, tuple[list[int], list[float]]], win: StepWindows, keep: Any
-) -> dict[str, Any]:
+) -> EvidenceParts:
     """Mean of each sampled GPU counter (Nsight ``GPU_METRICS``) per step and over all steps.
 
     Samples are evenly spaced, so the mean of the samples inside a period is its

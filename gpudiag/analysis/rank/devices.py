@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict
-from typing import Any
 
 from gpudiag._support import lazyre
 from gpudiag._support.records import dataclass
+from gpudiag.analysis.model.evidence import DeviceFormats
 
 
 @dataclass(frozen=True)
@@ -43,9 +42,18 @@ class Capability:
         """Whether the generation was recognised."""
         return bool(self.generation)
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> DeviceFormats:
         """Plain dict for JSON evidence."""
-        return asdict(self)
+        return DeviceFormats(
+            vendor=self.vendor,
+            generation=self.generation,
+            fp16=self.fp16,
+            bf16=self.bf16,
+            tf32=self.tf32,
+            fp8=self.fp8,
+            fp4=self.fp4,
+            basis=self.basis,
+        )
 
 
 UNKNOWN = Capability("", "", False, False, False, False)

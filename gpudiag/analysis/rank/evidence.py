@@ -46,6 +46,7 @@ import numpy as np
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, Recommendation, Severity
+from gpudiag.analysis.model.evidence import Coverage
 from gpudiag.analysis.model.kinds import LimitEffect, LimitKind
 from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
 from gpudiag.config import LAUNCH_CALL_RE, EvidenceRules
@@ -75,14 +76,6 @@ class Limit:
     message: str
     ranks: list[int] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:  # noqa: D102
-        return {
-            "kind": self.kind,
-            "effect": self.effect,
-            "message": self.message,
-            "ranks": list(self.ranks),
-        }
-
 
 def rank_facts(
     tl: RankTimeline,
@@ -91,7 +84,7 @@ def rank_facts(
     step_ns: int,
     host_ops_in_steps: int = 0,
     step_thread_ops: int = 0,
-) -> dict[str, Any]:
+) -> Coverage:
     """What one rank's trace holds, for :func:`limits` (and the JSON evidence).
 
     ``host_ops_in_steps``: host operators and collective ranges starting in the analysed
@@ -102,7 +95,7 @@ def rank_facts(
     gpu = tl.gpu_lane_mask()[tl.lane] if len(tl) else np.zeros(0, bool)
     kinds = np.bincount(tl.kind[gpu].astype(np.int64), minlength=len(Kind)) if len(tl) else None
     busy = gpu & np.isin(tl.kind, [int(k) for k in GPU_BUSY_KINDS])
-    facts: dict[str, Any] = {
+    facts: Coverage = {
         "steps": steps,
         "step_ns": step_ns,
         "gpu_ops": int(np.count_nonzero(busy)),
@@ -111,8 +104,17 @@ def rank_facts(
         "comm_kernels": int(kinds[Kind.COMM]) if kinds is not None else 0,
         "gpu_ops_linked": int(np.count_nonzero(busy & (tl.launch_ns >= 0))),
     }
-    facts.update(_launch_facts(tl, gpu, busy))
-    facts.update({k: int(v) for k, v in meta.coverage.items()})
+    launches = _launch_facts(tl, gpu, busy)
+    if launches is not None:
+        facts["launch_calls"], facts["launch_calls_empty"], facts["kernels_unlinked"] = launches
+    # the loader's sampling facts (traces/kineto: host operators' ids, their span and holes)
+    cov = meta.coverage
+    if "host_op_ids" in cov:
+        facts["host_op_ids"] = int(cov["host_op_ids"])
+    if "host_op_id_span" in cov:
+        facts["host_op_id_span"] = int(cov["host_op_id_span"])
+    if "host_op_id_holes" in cov:
+        facts["host_op_id_holes"] = int(cov["host_op_id_holes"])
     if meta.clock_unreliable:
         facts["clock_unreliable"] = True
     if meta.clock_shift_ns:
@@ -127,24 +129,20 @@ def rank_facts(
     return facts
 
 
-def _launch_facts(tl: RankTimeline, gpu: Any, busy: Any) -> dict[str, int]:
-    """How many kernel-launch calls the trace holds, and how many have no GPU op linked."""
+def _launch_facts(tl: RankTimeline, gpu: Any, busy: Any) -> tuple[int, int, int] | None:
+    """Kernel-launch calls in the trace, those with no GPU op linked, kernels without a call."""
     if not len(tl) or not busy.any():
-        return {}
+        return None
     rx = re.compile(LAUNCH_CALL_RE)
     is_launch = np.array([bool(rx.search(n)) for n in tl.names], bool)[tl.name]
     calls = tl.start_ns[is_launch & ~gpu & (tl.kind == Kind.RUNTIME)]
     if not calls.size:
-        return {}
+        return None
     linked = np.unique(tl.launch_ns[busy & (tl.launch_ns >= 0)])
     empty = int(np.count_nonzero(~np.isin(calls, linked)))
     kernels = gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM])
     unlinked = int(np.count_nonzero(kernels & (tl.launch_ns < 0)))
-    return {
-        "launch_calls": int(calls.size),
-        "launch_calls_empty": empty,
-        "kernels_unlinked": unlinked,
-    }
+    return int(calls.size), empty, unlinked
 
 
 def _gpu_signs(tl: RankTimeline) -> list[str]:

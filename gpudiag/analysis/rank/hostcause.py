@@ -46,6 +46,8 @@ import numpy.typing as npt
 from gpudiag._support import lazyre, nputil
 from gpudiag._support.nputil import unique_inverse
 from gpudiag._support.records import dataclass
+from gpudiag.analysis.model.diagnosis import EvidenceParts
+from gpudiag.analysis.model.evidence import CopiesAlone, HostApiEntry, HostOps, KernelsByStep
 from gpudiag.analysis.rank import intervals as iv
 from gpudiag.analysis.rank.classify import RankSets
 from gpudiag.analysis.reading.steps import StepWindows
@@ -86,7 +88,7 @@ HOST_DEVICE_COPY = re.compile(r"HtoD|DtoH|Pageable|Pinned|Host", re.IGNORECASE)
 
 def host_evidence(
     tl: RankTimeline, win: StepWindows, keep: npt.NDArray[np.bool_], sets: RankSets
-) -> dict[str, Any]:
+) -> EvidenceParts:
     """Runtime-call classes, kernel counts and precision of a rank's analysed steps.
 
     ``host_api`` maps each class of :data:`API_CLASSES` with any call in the analysed
@@ -111,7 +113,7 @@ def host_evidence(
     gpu = tl.gpu_lane_mask()[tl.lane]
     main = tl.meta.main_lane
     host = (tl.lane == main) if main >= 0 else ~gpu
-    out: dict[str, Any] = {}
+    out: EvidenceParts = {}
     lanes = op_lanes(tl)
     threads = np.isin(tl.lane, lanes) if lanes else host
     api = _host_api(tl, threads, w, sets)
@@ -148,7 +150,7 @@ def op_lanes(tl: RankTimeline) -> list[int]:
 
 def _op_time(
     tl: RankTimeline, ops: npt.NDArray[np.int64], w: _Window, sets: RankSets
-) -> dict[str, Any]:
+) -> EvidenceParts:
     """Per step, the operator threads' time inside and between operators.
 
     ``training`` and ``other_threads``: operators open on the training thread and on the
@@ -166,29 +168,33 @@ def _op_time(
     threads = nputil.unique(tl.lane[ops])
     rt = np.flatnonzero(np.isin(tl.lane, threads) & (tl.kind == Kind.RUNTIME))
     launch = rt[_per_event(tl.names, tl.name[rt], _class_of) == _LAUNCH]
-    series = {
-        "training_ns_per_step": iv.measure(iv.union(tl.start_ns[main], tl.end_ns[main]), w.s, w.e),
-        "other_threads_ns_per_step": iv.measure(
-            iv.union(tl.start_ns[rest], tl.end_ns[rest]), w.s, w.e
-        ),
-        "in_ops_idle_ns_per_step": iv.measure(iv.subtract(inside, busy), w.s, w.e),
-        "between_ns_per_step": length - in_ops,
-        "between_idle_ns_per_step": length - iv.measure(iv.join(inside, busy), w.s, w.e),
-        "launch_ns_per_step": iv.measure(
-            iv.union(tl.start_ns[launch], tl.end_ns[launch]), w.s, w.e
-        ),
-    }
     return {
         "host_op_share": round(float(in_ops.sum() / max(int(length.sum()), 1)), 4),
-        "host_ops": {
-            "steps": [int(x) for x in w.numbers],
-            "threads": int(threads.size),
-            **{k: [int(x) for x in v] for k, v in series.items()},
-        },
+        "host_ops": HostOps(
+            steps=_ints(w.numbers),
+            threads=int(threads.size),
+            training_ns_per_step=_ints(
+                iv.measure(iv.union(tl.start_ns[main], tl.end_ns[main]), w.s, w.e)
+            ),
+            other_threads_ns_per_step=_ints(
+                iv.measure(iv.union(tl.start_ns[rest], tl.end_ns[rest]), w.s, w.e)
+            ),
+            in_ops_idle_ns_per_step=_ints(iv.measure(iv.subtract(inside, busy), w.s, w.e)),
+            between_ns_per_step=_ints(length - in_ops),
+            between_idle_ns_per_step=_ints(length - iv.measure(iv.join(inside, busy), w.s, w.e)),
+            launch_ns_per_step=_ints(
+                iv.measure(iv.union(tl.start_ns[launch], tl.end_ns[launch]), w.s, w.e)
+            ),
+        ),
     }
 
 
-def _by_step(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[str, Any]:
+def _ints(a: npt.NDArray[Any]) -> list[int]:
+    """A numpy series as a list of ints (JSON)."""
+    return [int(x) for x in a]
+
+
+def _by_step(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> EvidenceParts:
     """Kernels a step and the compute kernels whose time varies most between steps."""
     kern = np.flatnonzero(gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM]))
     kern = kern[_inside(tl.start_ns[kern], w.s, w.e)]
@@ -204,11 +210,11 @@ def _by_step(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[s
     spread = table.max(axis=1) - table.min(axis=1) if names.size else np.zeros(0)
     top = [j for j in np.argsort(-spread)[:_KERNELS_BY_STEP].tolist() if spread[j] > 0]
     return {
-        "kernels_by_step": {
-            "steps": [int(x) for x in w.numbers],
-            "count": [int(x) for x in count],
-            "ns": {tl.names[int(names[j])]: [int(x) for x in table[j]] for j in top},
-        }
+        "kernels_by_step": KernelsByStep(
+            steps=_ints(w.numbers),
+            count=_ints(count),
+            ns={tl.names[int(names[j])]: _ints(table[j]) for j in top},
+        )
     }
 
 
@@ -223,13 +229,13 @@ class _Window:
 
 def _host_api(
     tl: RankTimeline, host: npt.NDArray[np.bool_], w: _Window, sets: RankSets
-) -> dict[str, Any]:
+) -> dict[str, HostApiEntry]:
     """Each class of runtime calls on the training thread inside the steps (docstring above)."""
     rt = np.flatnonzero(host & (tl.kind == Kind.RUNTIME))
     if not rt.size:
         return {}
     cls_of = _per_event(tl.names, tl.name[rt], _class_of)
-    api: dict[str, Any] = {}
+    api: dict[str, HostApiEntry] = {}
     gpu_working = iv.join(sets.compute, sets.comm)
     for k, cls in enumerate(API_CLASSES):
         idx = rt[cls_of == k]
@@ -246,7 +252,7 @@ def _host_api(
         by_name = np.bincount(totals, weights=dur.astype(np.float64))
         longest = int(np.argmax(dur))
         k_step = int(np.searchsorted(w.s, tl.start_ns[idx[longest]], side="right") - 1)
-        entry: dict[str, Any] = {
+        entry: HostApiEntry = {
             "ns": int(per.sum()),
             "ns_per_step": [int(x) for x in per],
             "gpu_busy_ns": int(whole.sum() - per.sum()),
@@ -276,14 +282,14 @@ def _bytes_median(tl: RankTimeline, launches: npt.NDArray[np.int64]) -> int:
     return int(np.median(tl.nbytes[mine])) if mine.any() else -1
 
 
-def _kernels(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[str, Any]:
+def _kernels(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> EvidenceParts:
     """Kernels a step, their median duration, the half-precision share of compute time."""
     kern = np.flatnonzero(gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM]))
     kern = kern[_inside(tl.start_ns[kern], w.s, w.e)]
     if not kern.size:
         return {}
     dur = tl.end_ns[kern] - tl.start_ns[kern]
-    out: dict[str, Any] = {
+    out: EvidenceParts = {
         "kernels_per_step": round(kern.size / w.s.size, 1),
         "kernel_ns_median": int(nputil.median(dur)),
     }
@@ -297,9 +303,9 @@ def _kernels(tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window) -> dict[s
 
 def _copies(
     tl: RankTimeline, gpu: npt.NDArray[np.bool_], w: _Window, sets: RankSets
-) -> dict[str, Any]:
+) -> EvidenceParts:
     """GPU copy time, from pageable memory, and host-device copies with nothing beside them."""
-    out: dict[str, Any] = {}
+    out: EvidenceParts = {}
     cp = np.flatnonzero(gpu & (tl.kind == Kind.MEMCPY))
     if not cp.size:
         return out
@@ -310,10 +316,7 @@ def _copies(
     )
     per_alone = iv.measure(alone, w.s, w.e)
     if per_alone.sum():
-        out["copies_alone"] = {
-            "steps": [int(x) for x in w.numbers],
-            "ns_per_step": [int(x) for x in per_alone],
-        }
+        out["copies_alone"] = CopiesAlone(steps=_ints(w.numbers), ns_per_step=_ints(per_alone))
     page = cp[_per_event(tl.names, tl.name[cp], _found(PAGEABLE_COPY)).astype(bool)]
     out["copy_ns"] = int(iv.measure(iv.union(tl.start_ns[cp], tl.end_ns[cp]), w.s, w.e).sum())
     pdur = iv.measure(iv.union(tl.start_ns[page], tl.end_ns[page]), w.s, w.e)

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag.analysis.model.evidence import WorkloadTag
+
 SIGNS: dict[str, re.Pattern[str]] = {
     tag: re.compile(p)
     for tag, p in {
@@ -68,13 +70,13 @@ def _tags(name: str) -> tuple[str, ...]:
     return tuple(tag for tag, sign in SIGNS.items() if sign.search(name))
 
 
-def recognise(counts: Iterable[tuple[str, int]]) -> dict[str, dict[str, Any]]:
+def recognise(counts: Iterable[tuple[str, int]]) -> dict[str, WorkloadTag]:
     """Tag → ``{"count": intervals matched, "names": up to three of their names}``.
 
     ``counts`` holds each distinct name of a rank's intervals with how many intervals
     carry it.
     """
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, WorkloadTag] = {}
     for name, n in counts:
         if n <= 0:
             continue
@@ -86,9 +88,9 @@ def recognise(counts: Iterable[tuple[str, int]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def merged(per_rank: Iterable[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
+def merged(per_rank: Iterable[Mapping[str, WorkloadTag]]) -> dict[str, WorkloadTag]:
     """The tags of several ranks together (counts summed, first names kept)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, WorkloadTag] = {}
     for tags in per_rank:
         for tag, hit in tags.items():
             cur = out.setdefault(tag, {"count": 0, "names": []})

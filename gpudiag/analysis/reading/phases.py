@@ -24,11 +24,11 @@ Pure: the timeline is read, never written.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag.analysis.model.evidence import RankReading
 from gpudiag.analysis.model.kinds import StepSource
 from gpudiag.analysis.rank import intervals as iv
 from gpudiag.analysis.reading.steps import StepWindows, find_steps
@@ -40,14 +40,14 @@ _FOUND = (StepSource.USER_RANGE, StepSource.OPTIMIZER)  # steps gpudiag found, n
 
 def read_rank(
     tl: RankTimeline, win: StepWindows, rules: ReadingRules, linked_min_ratio: float = 0.5
-) -> tuple[StepWindows, npt.NDArray[np.bool_], dict[str, Any]]:
+) -> tuple[StepWindows, npt.NDArray[np.bool_], RankReading]:
     """The rank's steps as read, which of them to analyse, and the reading (its evidence).
 
     Found steps may be refused, start-up and edges are cut (see the module docstring).
     """
     gpu = tl.gpu_lane_mask()[tl.lane] if len(tl) else np.zeros(0, bool)
     busy = gpu & np.isin(tl.kind, [int(k) for k in GPU_BUSY_KINDS])
-    reading: dict[str, Any] = {"steps_found": len(win), "source": str(win.source)}
+    reading: RankReading = {"steps_found": len(win), "source": str(win.source)}
     if tl.steps.range_name:
         reading["range"] = tl.steps.range_name
     if win.source in _FOUND and busy.any():
@@ -101,7 +101,7 @@ def read_rank(
     if keep.any():
         reading["idle_head_ns"] = max(int(start[keep].min()) - max(t0, startup_end), 0)
         reading["idle_tail_ns"] = max(t1 - int(end[keep].max()), 0)
-    reading.update(_holds(tl, gpu))
+    reading["holds"] = _holds(tl, gpu)
     return dataclasses.replace(win, start=start, end=end), keep, reading
 
 
@@ -137,12 +137,12 @@ def _startup(
     return int(tl.end_ns[idx].max()), (iv.union(tl.start_ns[idx], tl.end_ns[idx]), top)
 
 
-def _holds(tl: RankTimeline, gpu: npt.NDArray[np.bool_]) -> dict[str, Any]:
+def _holds(tl: RankTimeline, gpu: npt.NDArray[np.bool_]) -> dict[str, int]:
     """What the trace holds, counted: kernels, copies, memsets, host ranges and operators."""
     k = np.bincount(tl.kind[gpu].astype(np.int64), minlength=len(Kind)) if len(tl) else None
     h = np.bincount(tl.kind[~gpu].astype(np.int64), minlength=len(Kind)) if len(tl) else None
     if k is None or h is None:
-        return {"holds": {}}
+        return {}
     holds = {
         "kernels": int(k[Kind.COMPUTE] + k[Kind.COMM]),
         "copies": int(k[Kind.MEMCPY]),
@@ -151,4 +151,4 @@ def _holds(tl: RankTimeline, gpu: npt.NDArray[np.bool_]) -> dict[str, Any]:
         "operators": int(h[Kind.CPU_OP]),
         "ranges": int(h[Kind.ANNOTATION] + h[Kind.STEP] + h[Kind.DATALOADER]),
     }
-    return {"holds": {key: v for key, v in holds.items() if v}}
+    return {key: v for key, v in holds.items() if v}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import RankSummary, Reading, StepBreakdown, Verdict
+from gpudiag.analysis.model.evidence import RankReading
 from gpudiag.config import ReadingRules
 
 _SOURCE = {
@@ -46,7 +46,7 @@ def run_reading(
     return dataclasses.replace(r, line=_line(r, rd, len(ranks)))
 
 
-def _share(rd: dict[str, Any]) -> float:
+def _share(rd: RankReading) -> float:
     return int(rd.get("startup_ns", 0)) / max(int(rd.get("window_ns", 0)), 1)
 
 
@@ -54,7 +54,7 @@ def _calls(calls: dict[str, int]) -> str:
     return ", ".join(f"{n} {words.duration(ns, 'brief')}" for n, ns in list(calls.items())[:2])
 
 
-def _line(r: Reading, rd: dict[str, Any], ranks: int) -> str:
+def _line(r: Reading, rd: RankReading, ranks: int) -> str:
     """``rank 0: window 9.8 s · start-up 6.2 s (63%: cudaFree 6.2 s) · 10 steps …``."""
     parts = [f"window {words.duration(r.window_ns, 'brief')}"]
     if r.startup_ns:
