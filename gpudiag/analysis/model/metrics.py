@@ -35,7 +35,7 @@ OMIT_IF_NONE = MappingProxyType({_OMIT: True})
 # and free-form sections hold. At run time any value (a saved diagnosis reads them as they are).
 if TYPE_CHECKING:
     JsonValue: TypeAlias = (
-        "str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]"
+        "str | int | float | bool | list[JsonValue] | dict[str, JsonValue] | None"
     )
 else:
     JsonValue = Any
