@@ -206,7 +206,10 @@ class RankEvidence:
 
     def to_json(self) -> JsonObject:
         """The ``evidence`` object of a JSON rank: only what was seen (no nulls)."""
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        out = {k: v for k, v in asdict(self).items() if v is not None}
+        if self.reading is not None:
+            out["reading"] = self.reading.to_json()
+        return out
 
 
 class EvidenceParts(TypedDict, total=False):

@@ -1,17 +1,22 @@
-"""The shapes of a rank's evidence parts (``RankEvidence``'s nested JSON objects), as TypedDicts.
+"""The shapes of a rank's evidence parts (``RankEvidence``'s nested JSON objects).
 
-They are JSON objects in the output and plain dicts at run time (a saved diagnosis reads
+Most are JSON objects in the output and plain dicts at run time (a saved diagnosis reads
 them back as they are), so each is a :class:`~typing.TypedDict`: the keys and value types
 are checked by mypy where the per-rank analysis writes them and where rules read them.
-Keys of a ``total=False`` part (``_…Facts``) are absent from the JSON when the trace does
-not tell (Python 3.10 has no ``NotRequired``).
+The reading is a frozen dataclass (its rules read attributes).
+The keys of a ``total=False`` TypedDict (over a base holding the keys always there) are
+absent from the JSON when the trace does not tell (Python 3.10 has no ``NotRequired``).
 docs/json-schema.md describes each; tests/unit/api/test_schema_fields.py checks them
 against gpudiag/schema/diagnosis.schema.json.
 """
 
 from __future__ import annotations
 
+from dataclasses import field
 from typing import TypedDict
+
+from gpudiag._support.records import dataclass
+from gpudiag.analysis.model.metrics import OMIT_IF_NONE, JsonObject, without_omitted
 
 
 class _CoverageCounts(TypedDict):
@@ -120,24 +125,29 @@ class CopiesAlone(TypedDict):
     ns_per_step: list[int]
 
 
-class _ReadingSteps(TypedDict):
-    """The steps found and their source: in every rank's reading."""
+@dataclass(frozen=True)
+class RankReading:
+    """What one rank's trace was taken to be (analysis/reading/phases.py).
+
+    Fields that do not apply are ``None`` and absent from the JSON.
+    """
 
     steps_found: int
     source: str
+    range: str | None = field(default=None, metadata=OMIT_IF_NONE)  # the steps' user range
+    gpu_in_steps_ratio: float | None = field(default=None, metadata=OMIT_IF_NONE)
+    # why found steps were not taken as iterations
+    refused: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    window_ns: int = 0
+    startup_ns: int = 0
+    # call name → start-up time (the four longest), and where start-up ends
+    startup_calls: dict[str, int] | None = field(default=None, metadata=OMIT_IF_NONE)
+    startup_end_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    steps_in_startup: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    idle_head_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    idle_tail_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    holds: dict[str, int] = field(default_factory=dict)  # kernels, copies, memsets …
 
-
-class RankReading(_ReadingSteps, total=False):
-    """What one rank's trace was taken to be (analysis/reading/phases.py)."""
-
-    range: str  # the user range the steps were found from
-    gpu_in_steps_ratio: float
-    refused: str  # why found steps were not taken as iterations
-    window_ns: int
-    startup_ns: int
-    startup_calls: dict[str, int]  # call name → start-up time
-    startup_end_ns: int
-    steps_in_startup: int
-    idle_head_ns: int
-    idle_tail_ns: int
-    holds: dict[str, int]  # kernels, copies, memsets, runtime_calls …
+    def to_json(self) -> JsonObject:
+        """The ``reading`` object of a rank's JSON evidence (no nulls)."""
+        return without_omitted(self)

@@ -47,34 +47,15 @@ def read_rank(
     """
     gpu = tl.gpu_lane_mask()[tl.lane] if len(tl) else np.zeros(0, bool)
     busy = gpu & np.isin(tl.kind, [int(k) for k in GPU_BUSY_KINDS])
-    reading: RankReading = {"steps_found": len(win), "source": str(win.source)}
-    if tl.steps.range_name:
-        reading["range"] = tl.steps.range_name
-    if win.source in _FOUND and busy.any():
-        dur = (tl.end_ns - tl.start_ns)[busy]
-        inside = float(dur[win.owner[busy] >= 0].sum() / max(int(dur.sum()), 1))
-        reading["gpu_in_steps_ratio"] = round(inside, 4)
-        if inside < rules.step_gpu_coverage_ratio:
-            what = f"ranges '{tl.steps.range_name}'" if tl.steps.range_name else "steps found"
-            note = (
-                f"{what} ({len(win)}) hold only {inside:.0%} of the GPU time: not taken "
-                "as iterations; the trace is analysed as one window"
-            )
-            win = find_steps(dataclasses.replace(tl, steps=no_steps()), linked_min_ratio)
-            win = dataclasses.replace(win, notes=[note])
-            reading["refused"] = note
-            reading["source"] = str(win.source)
+    found = len(win)
+    win, inside, refused = _refused(tl, win, busy, rules, linked_min_ratio)
     work = tl.kind != Kind.OS_WAIT
     t0 = int(tl.start_ns[work].min()) if work.any() else 0
     t1 = int(tl.end_ns[work].max()) if work.any() else 0
-    reading["window_ns"] = t1 - t0
     startup_end, startup = _startup(tl, gpu, rules)
-    reading["startup_ns"] = int(iv.total(startup[0])) if startup else 0
-    if startup:
-        reading["startup_calls"] = startup[1]
-        reading["startup_end_ns"] = startup_end - t0
     keep = np.ones(len(win), bool)
     start, end = win.start.copy(), win.end.copy()
+    in_startup = None
     one = win.source == StepSource.WHOLE or (win.source == StepSource.USER_RANGE and len(win) == 1)
     mine = busy & (win.owner >= 0) if win.source != StepSource.WHOLE else busy
     if one and mine.any():
@@ -84,25 +65,71 @@ def read_rank(
         if lo < hi:
             start[0], end[0] = lo, hi
     elif startup:
-        for i in range(len(win)):
-            if start[i] >= startup_end:
-                break
-            rest = int(end[i]) - startup_end
-            if rest <= 0 or (
-                len(win) - i > 1
-                and rest < (1 - rules.startup_dominant_ratio) * int(end[i] - start[i])
-            ):
-                keep[i] = False
-            else:
-                start[i] = startup_end
-        if not keep.any():  # every step lies in start-up: analysed as they are
-            keep[:], start = True, win.start.copy()
-        reading["steps_in_startup"] = int(np.count_nonzero(~keep))
-    if keep.any():
-        reading["idle_head_ns"] = max(int(start[keep].min()) - max(t0, startup_end), 0)
-        reading["idle_tail_ns"] = max(t1 - int(end[keep].max()), 0)
-    reading["holds"] = _holds(tl, gpu)
+        start = _cut_startup(win, startup_end, rules, start, keep)
+        in_startup = int(np.count_nonzero(~keep))
+    reading = RankReading(
+        steps_found=found,
+        source=str(win.source),
+        range=tl.steps.range_name or None,
+        gpu_in_steps_ratio=round(inside, 4) if inside is not None else None,
+        refused=refused,
+        window_ns=t1 - t0,
+        startup_ns=int(iv.total(startup[0])) if startup else 0,
+        startup_calls=startup[1] if startup else None,
+        startup_end_ns=startup_end - t0 if startup else None,
+        steps_in_startup=in_startup,
+        idle_head_ns=max(int(start[keep].min()) - max(t0, startup_end), 0) if keep.any() else None,
+        idle_tail_ns=max(t1 - int(end[keep].max()), 0) if keep.any() else None,
+        holds=_holds(tl, gpu),
+    )
     return dataclasses.replace(win, start=start, end=end), keep, reading
+
+
+def _refused(
+    tl: RankTimeline,
+    win: StepWindows,
+    busy: npt.NDArray[np.bool_],
+    rules: ReadingRules,
+    linked_min_ratio: float,
+) -> tuple[StepWindows, float | None, str | None]:
+    """Found steps' share of the GPU time; too small, one window instead, and why."""
+    if win.source not in _FOUND or not busy.any():
+        return win, None, None
+    dur = (tl.end_ns - tl.start_ns)[busy]
+    inside = float(dur[win.owner[busy] >= 0].sum() / max(int(dur.sum()), 1))
+    if inside >= rules.step_gpu_coverage_ratio:
+        return win, inside, None
+    what = f"ranges '{tl.steps.range_name}'" if tl.steps.range_name else "steps found"
+    note = (
+        f"{what} ({len(win)}) hold only {inside:.0%} of the GPU time: not taken "
+        "as iterations; the trace is analysed as one window"
+    )
+    win = find_steps(dataclasses.replace(tl, steps=no_steps()), linked_min_ratio)
+    return dataclasses.replace(win, notes=[note]), inside, note
+
+
+def _cut_startup(
+    win: StepWindows,
+    startup_end: int,
+    rules: ReadingRules,
+    start: npt.NDArray[np.int64],
+    keep: npt.NDArray[np.bool_],
+) -> npt.NDArray[np.int64]:
+    """Steps in start-up left out (``keep``), a step it ends in started at its end."""
+    end = win.end
+    for i in range(len(win)):
+        if start[i] >= startup_end:
+            break
+        rest = int(end[i]) - startup_end
+        if rest <= 0 or (
+            len(win) - i > 1 and rest < (1 - rules.startup_dominant_ratio) * int(end[i] - start[i])
+        ):
+            keep[i] = False
+        else:
+            start[i] = startup_end
+    if not keep.any():  # every step lies in start-up: analysed as they are
+        keep[:], start = True, win.start.copy()
+    return start
 
 
 def _startup(

@@ -32,22 +32,22 @@ def run_reading(
     r = Reading(
         line="",
         rank=rank,
-        window_ns=int(rd.get("window_ns", 0)),
-        startup_ns=int(rd.get("startup_ns", 0)),
-        startup_calls=dict(rd.get("startup_calls") or {}),
-        idle_head_ns=int(rd.get("idle_head_ns", 0)),
-        idle_tail_ns=int(rd.get("idle_tail_ns", 0)),
-        steps_found=int(rd.get("steps_found", 0)),
+        window_ns=rd.window_ns,
+        startup_ns=rd.startup_ns,
+        startup_calls=dict(rd.startup_calls or {}),
+        idle_head_ns=rd.idle_head_ns or 0,
+        idle_tail_ns=rd.idle_tail_ns or 0,
+        steps_found=rd.steps_found,
         steps_analysed=analysed,
-        source=str(rd.get("source", "")),
-        holds=dict(rd.get("holds") or {}),
+        source=rd.source,
+        holds=dict(rd.holds),
         startup_dominant=dominant,
     )
     return dataclasses.replace(r, line=_line(r, rd, len(ranks)))
 
 
 def _share(rd: RankReading) -> float:
-    return int(rd.get("startup_ns", 0)) / max(int(rd.get("window_ns", 0)), 1)
+    return rd.startup_ns / max(rd.window_ns, 1)
 
 
 def _calls(calls: dict[str, int]) -> str:
@@ -65,16 +65,16 @@ def _line(r: Reading, rd: RankReading, ranks: int) -> str:
     else:
         parts.append("no start-up")
     if r.source == "whole":
-        parts.append("found ranges refused: one window" if rd.get("refused") else _SOURCE["whole"])
+        parts.append("found ranges refused: one window" if rd.refused else _SOURCE["whole"])
     else:
         what = _SOURCE.get(r.source, r.source)
-        if rd.get("range"):
-            what += f" '{rd['range']}'"
+        if rd.range:
+            what += f" '{rd.range}'"
         parts.append(
             f"{words.plural(r.steps_found, 'step')} from {what}, {r.steps_analysed} analysed"
         )
-        if rd.get("steps_in_startup"):
-            parts[-1] += f" ({rd['steps_in_startup']} in start-up left out)"
+        if rd.steps_in_startup:
+            parts[-1] += f" ({rd.steps_in_startup} in start-up left out)"
     # edges under 1% of the window are not worth a word (they are left out all the same)
     edges = [
         f"{w} {words.duration(ns, 'brief')}"
