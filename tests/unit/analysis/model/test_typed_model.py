@@ -18,6 +18,7 @@ from gpudiag.analysis.model.diagnosis import (
     StepSource,
     Verdict,
 )
+from gpudiag.analysis.model.evidence import RankReading
 from gpudiag.analysis.model.metrics import (
     BY_KIND,
     CommBoundMetrics,
@@ -59,6 +60,30 @@ def test_metrics_json_keeps_absent_keys_absent_and_nulls_null():
     m = dataclasses.replace(m, sync_wait_share=0.5)
     assert list(m.to_json()) == ["per_rank", "threshold", "comm_hidden_ratio", "sync_wait_share"]
     assert RankEvidence(comm_top="x").to_json() == {"comm_top": "x"}
+
+
+def test_a_ranks_reading_reads_back_typed_and_its_json_leaves_out_what_does_not_apply():
+    reading = RankReading(steps_found=3, source="ProfilerStep", window_ns=10, holds={"kernels": 4})
+    assert RankEvidence(reading=reading).to_json() == {
+        "reading": {
+            "steps_found": 3,
+            "source": "ProfilerStep",
+            "window_ns": 10,
+            "startup_ns": 0,
+            "holds": {"kernels": 4},
+        }
+    }
+    docs = [json.loads(p.read_text()) for p in sorted(GOLDEN.glob("*/diagnosis.json"))]
+    read = [
+        (doc, r.evidence.reading)
+        for doc in docs
+        for r in diagnosis_from_json(doc).ranks
+        if r.evidence.reading is not None
+    ]
+    assert read, "no golden diagnosis has a rank's reading"
+    assert all(isinstance(rd, RankReading) for _, rd in read)
+    startup = [rd for _, rd in read if rd.startup_calls]
+    assert startup and all(rd.startup_end_ns is not None for rd in startup)
 
 
 def test_metrics_of_another_shape_are_kept_as_read():
