@@ -348,7 +348,7 @@ def recommend(
                     title=remedy.title(f, ctx),
                     detail=remedy.detail(f, ctx),
                     finding=f.kind,
-                    evidence=remedy.evidence(f, ctx),
+                    evidence=dict(remedy.evidence(f, ctx)),
                     estimated_gain_ns=gain,
                     estimated_gain_ratio=(gain / ctx.step_ns) if gain else None,
                 )

@@ -17,7 +17,7 @@ Two rows of :data:`gpudiag.analysis.remedies.advice.RULES`, chosen from what the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from gpudiag.analysis.findings.causes import cause_json, cause_kind, fmt_ns
 from gpudiag.analysis.findings.causes import figures_of as _figures
@@ -138,14 +138,24 @@ def _less_detail(f: Finding, c: Context) -> str:
     )
 
 
-def _evidence(f: Finding, c: Context) -> dict[str, Any]:
-    return {
-        "copies_alone_ns_per_step": copies_ns(f, c),
-        "compute_ns_per_step": compute_ns(f, c),
-        "pageable": pageable(f),
-        "ranks": f.ranks,
-        "cause": cause_json(f),
-    }
+class CopiesEvidence(TypedDict):
+    """A copy remedy's evidence: the copies alone, the compute beside, and the host cause."""
+
+    copies_alone_ns_per_step: int
+    compute_ns_per_step: int
+    pageable: bool
+    ranks: list[int]
+    cause: dict[str, object]  # the host cause's JSON (HostCause.to_json), {} when none
+
+
+def _evidence(f: Finding, c: Context) -> CopiesEvidence:
+    return CopiesEvidence(
+        copies_alone_ns_per_step=copies_ns(f, c),
+        compute_ns_per_step=compute_ns(f, c),
+        pageable=pageable(f),
+        ranks=f.ranks,
+        cause=cause_json(f),
+    )
 
 
 def _gpu(f: Finding, c: Context) -> bool:

@@ -12,7 +12,7 @@ host work (syncs, Python, logging) behind the long gaps.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypedDict
 
 from gpudiag.analysis.findings.causes import (
     UNSEEN_HOST_WORK,
@@ -36,15 +36,35 @@ def _other(f: Finding, c: Context) -> int:
     return c.median_part(f.ranks, "other_ns", "mean")
 
 
-def _idle_in_steps(f: Finding, c: Context) -> dict[str, Any]:
+class IdleGaps(TypedDict):
+    """The flagged ranks' GPU-idle gaps inside their steps, summed."""
+
+    total_ns: int
+    short_gaps: int
+    short_gaps_ns: int
+    long_gaps: int
+
+
+class HostEvidence(TypedDict):
+    """A host remedy's evidence: the "other" time, what fills it, and the host cause."""
+
+    other_ns_per_step: int
+    ranks: list[int]
+    launch_gap_share: float
+    copies_alone_share: float
+    gpu_idle_in_steps: IdleGaps
+    cause: dict[str, object]  # the host cause's JSON (HostCause.to_json), {} when none
+
+
+def _idle_in_steps(f: Finding, c: Context) -> IdleGaps:
     """The flagged ranks' GPU-idle gaps inside their steps, summed (analysis evidence)."""
     gaps = [g for e in c.evidence(f.ranks) if (g := e.gpu_idle_in_steps) is not None]
-    return {
-        "total_ns": sum(g.total_ns for g in gaps),
-        "short_gaps": sum(g.short_gaps for g in gaps),
-        "short_gaps_ns": sum(g.short_gaps_ns for g in gaps),
-        "long_gaps": sum(g.long_gaps for g in gaps),
-    }
+    return IdleGaps(
+        total_ns=sum(g.total_ns for g in gaps),
+        short_gaps=sum(g.short_gaps for g in gaps),
+        short_gaps_ns=sum(g.short_gaps_ns for g in gaps),
+        long_gaps=sum(g.long_gaps for g in gaps),
+    )
 
 
 def _launch_share(f: Finding, c: Context) -> float:
@@ -64,15 +84,15 @@ def _is(*kinds: str) -> Callable[[Finding, Context], bool]:
     return lambda f, c: c.run.mode == Mode.GPU and cause_kind(f) in kinds
 
 
-def _host_evidence(f: Finding, c: Context) -> dict[str, Any]:
-    return {
-        "other_ns_per_step": _other(f, c),
-        "ranks": f.ranks,
-        "launch_gap_share": _launch_share(f, c),
-        "copies_alone_share": _copy_share(f, c),
-        "gpu_idle_in_steps": _idle_in_steps(f, c),
-        "cause": cause_json(f),
-    }
+def _host_evidence(f: Finding, c: Context) -> HostEvidence:
+    return HostEvidence(
+        other_ns_per_step=_other(f, c),
+        ranks=f.ranks,
+        launch_gap_share=_launch_share(f, c),
+        copies_alone_share=_copy_share(f, c),
+        gpu_idle_in_steps=_idle_in_steps(f, c),
+        cause=cause_json(f),
+    )
 
 
 def _cause_gain(f: Finding, c: Context) -> int | None:

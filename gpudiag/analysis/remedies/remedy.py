@@ -173,7 +173,8 @@ class Context:
 
 Text = Callable[[Finding, Context], str]
 Gain = Callable[[Finding, Context], "int | None"]
-Evidence = Callable[[Finding, Context], dict[str, Any]]
+# a remedy's evidence: a JSON object each remedy family types (CommEvidence, HostEvidence …)
+Evidence = Callable[[Finding, Context], Mapping[str, object]]
 
 
 def always(_f: Finding, _c: Context) -> bool:
