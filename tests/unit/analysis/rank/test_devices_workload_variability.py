@@ -7,6 +7,7 @@ import pytest
 from testpaths import SHARED_TRACES
 
 from gpudiag.analysis.findings.variability import variability
+from gpudiag.analysis.model.causes import HostCause
 from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
@@ -16,7 +17,6 @@ from gpudiag.analysis.model.diagnosis import (
     Shares,
     StepBreakdown,
 )
-from gpudiag.analysis.model.causes import HostCause
 from gpudiag.analysis.model.metrics import HostMetrics, ShareMetrics, StragglerMetrics
 from gpudiag.analysis.rank.devices import capability, common_capability
 from gpudiag.analysis.rank.workload import (
