@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
 from gpudiag.analysis.efficiency.peaks import peak_of
-from gpudiag.analysis.findings.causes import CAPTURE_HINT, LABEL, cause_of
+from gpudiag.analysis.findings.causes import CAPTURE_HINT, LABEL, cause_kind, cause_of
 from gpudiag.analysis.model import words
+from gpudiag.analysis.model.causes import HostCause
 from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
@@ -168,23 +169,23 @@ def _no_bottleneck(run: RunSummary, pipe: Sequence[Finding], index: dict[int, in
     )
 
 
-def _host_words(cause: Any) -> str:
+def _host_words(cause: HostCause | None) -> str:
     """What a host-bound rank loses its time to: host-side time, then the named cause.
 
     The cause comes with its own share of step time (``step_share``); a cause the trace
     does not show says what to capture to see it; without a cause, the generic list.
     """
-    if isinstance(cause, dict) and cause.get("kind") == "unknown":
-        return f"{LABEL['unknown']}; {cause.get('capture') or CAPTURE_HINT}"
-    if not isinstance(cause, dict) or cause.get("kind") is None:
+    if cause is not None and cause.kind == "unknown":
+        return f"{LABEL['unknown']}; {cause.capture or CAPTURE_HINT}"
+    if cause is None:
         return "host overhead, launch gaps or synchronisation"
-    api = f" ({cause['api']})" if cause.get("api") else ""
-    own = cause.get("step_share")
+    api = f" ({cause.api})" if cause.api else ""
+    own = cause.step_share
     # copies with nothing computing are GPU time, not the host's: the whole names both
-    whole = "copies and host-side time" if cause.get("kind") == "copies" else "host-side time"
+    whole = "copies and host-side time" if cause.kind == "copies" else "host-side time"
     if own is None:  # a cause recorded before it carried its own share
-        return f"{whole}: {cause['label']}{api}"
-    return f"{whole} (of which {cause['label']}{api} {words.percent(float(own))})"
+        return f"{whole}: {cause.label}{api}"
+    return f"{whole} (of which {cause.label}{api} {words.percent(float(own))})"
 
 
 def _root_cause(
@@ -208,12 +209,12 @@ def _root_cause(
     if not late:
         return f
     cause = cause_of(f)
-    waits = cause.get("waits_for") or {}
+    waits = (cause.waits_for if cause is not None else None) or {}
     share = rules.straggler_wait_share
     m = f.metrics
     synced = m.sync_wait_share if isinstance(m, CommBoundMetrics) else None
     waiting = float(synced or 0.0) > share or (
-        cause.get("kind") == "sync" and float(waits.get("communication", 0.0)) >= share
+        cause_kind(f) == "sync" and float(waits.get("communication", 0.0)) >= share
     )
     top = min(late, key=lambda s: (Severity(s.severity).order, -float(s.wait_caused_ns or 0)))
     # or the straggler's caused waiting is at least half of these ranks' lost time
@@ -281,8 +282,8 @@ def _verdict(
     f = min(named, key=lambda f: (Severity(f.severity).order, -_share(f)))
     f = _root_cause(run, f, named, rules)
     kind: Bottleneck = _KIND[f.kind]
-    cause = cause_of(f) if f.kind == FindingKind.HOST_BOUND else {}
-    if cause.get("kind") == "copies":
+    cause = cause_of(f) if f.kind == FindingKind.HOST_BOUND else None
+    if cause is not None and cause.kind == "copies":
         kind = "copy"
     share = _share(f)
     who = words.ranks(f.ranks) if f.ranks else "the run"

@@ -38,6 +38,7 @@ from gpudiag.analysis.run.online import RAISED, Alert, LiveRules, alert_record
 from gpudiag.config import Thresholds, gate_config
 from gpudiag.rundir import layout as rundir
 from gpudiag.rundir.conditions import RunConditions, contention
+from gpudiag.rundir.sections import WatcherName
 from gpudiag.traces.runfiles.jsonl import Follower
 from gpudiag.traces.runfiles.samples import SamplesFollower
 from gpudiag.traces.runfiles.telemetry import StepsFollower
@@ -57,7 +58,7 @@ class AlertOptions:
 class Monitor:
     """The live reader: ``start(run_dir, child_pid)`` once the job runs, ``stop()`` after it."""
 
-    name = "alerts"
+    name: WatcherName = "alerts"
 
     def __init__(
         self,

@@ -90,47 +90,17 @@ def _table(out: TextIO, head: list[str], rows: list[list[str]], align: str) -> N
         out.write(f"\n_{len(rows) - MAX_ROWS} more rows not shown._\n")
 
 
-# hand-laid (over 80 lines once formatted; to be split)
-# fmt: off
 def render(d: Diagnosis, out: TextIO, **_: object) -> None:
     """A Diagnosis: run summary, per-rank table, findings and recommendations."""
-    r = d.run
-    world = f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else ""
-    out.write(f"## gpudiag: {words.plural(r.ranks, 'rank')}{world} · {mode_label(r.mode)}\n\n")
-    v = d.verdict
-    if v:
-        out.write(f"**{cell(v.headline)}** (from the {v.basis})\n\n")
-    out.write(f"{window_label(r.mode).capitalize()}: {words.plural(r.steps, 'step')}, step "
-              f"time median **{duration(r.step_time_ns_median)}**, p90 "
-              f"{duration(r.step_time_ns_p90)}{step_time_scope(d)} · {_shares(d)}\n\n")
-    kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
-    if kinds:  # a median that describes neither kind of step: say both
-        out.write(f"{cell(kinds.capitalize())}\n\n")
-    gone = withheld_ranks(d)
-    rows = [[str(x.rank), str(x.steps), duration(x.step_time_ns_median),
-             duration(x.step_time_ns_p90)]
-            + (["-"] * 6 if x.rank in gone else [
-                pct(x.shares.compute), pct(x.shares.comm_wait_shown), pct(x.shares.data_wait),
-                pct(x.shares.other), pct(x.idle_ratio),
-                pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-"])
-            for x in d.ranks]
-    _table(out, ["rank", "steps", "median", "p90", "compute", "comm-wait", "data-wait", "other",
-                 "non-compute idle", "GPU idle"], rows, "rrrrrrrrrr")
-    if gone:
-        out.write(f"\n_A dash: {NOT_MEASURED}, the split of step time is withheld._\n")
+    _summary(d, out)
+    _rank_table(d, out)
     if d.run.steps:
         for label, text in spread_and_what_if(d):
             out.write(f"\n**{cell(_upper_first(label))}:** {cell(text)}\n")
     whole = whole_run_line(d)
     if whole is not None:
         out.write(f"\n{cell(_upper_first(whole))}\n")
-    k = d.kernels
-    if k and k.top:
-        unit = "operator" if k.unit == "operator" else "kernel"
-        out.write(f"\n### Top {unit}s, all ranks\n\n_{cell(_upper_first(kernel_base(k)))}._\n\n")
-        _table(out, [unit, "family", "time", "share"],
-               [[e.name, e.family, duration(e.time_ns), pct(e.share)]
-                for e in k.top[:5]], "llrr")
+    _kernels(d, out)
     if d.efficiency is not None:
         out.write(
             "\n"
@@ -149,7 +119,76 @@ def render(d: Diagnosis, out: TextIO, **_: object) -> None:
         for rec in d.recommendations[:MAX_ROWS]:
             out.write(f"- **{cell(recommendation_title(d, rec))}**: {cell(rec.detail)}\n")
     out.write("\n")
-# fmt: on
+
+
+def _summary(d: Diagnosis, out: TextIO) -> None:
+    """The heading, the verdict, the window's step time and shares, and two kinds of step."""
+    r = d.run
+    world = f" of {r.world_size}" if r.world_size and r.world_size != r.ranks else ""
+    out.write(f"## gpudiag: {words.plural(r.ranks, 'rank')}{world} · {mode_label(r.mode)}\n\n")
+    v = d.verdict
+    if v:
+        out.write(f"**{cell(v.headline)}** (from the {v.basis})\n\n")
+    out.write(
+        f"{window_label(r.mode).capitalize()}: {words.plural(r.steps, 'step')}, step "
+        f"time median **{duration(r.step_time_ns_median)}**, p90 "
+        f"{duration(r.step_time_ns_p90)}{step_time_scope(d)} · {_shares(d)}\n\n"
+    )
+    kinds = modes.describe([s.duration_ns for s in d.steps], duration, d.thresholds)
+    if kinds:  # a median that describes neither kind of step: say both
+        out.write(f"{cell(kinds.capitalize())}\n\n")
+
+
+# the per-rank table: its columns, each with its alignment ("r": right, "l": left)
+_RANK_COLUMNS = (
+    ("rank", "r"),
+    ("steps", "r"),
+    ("median", "r"),
+    ("p90", "r"),
+    ("compute", "r"),
+    ("comm-wait", "r"),
+    ("data-wait", "r"),
+    ("other", "r"),
+    ("non-compute idle", "r"),
+    ("GPU idle", "r"),
+)
+
+
+def _rank_table(d: Diagnosis, out: TextIO) -> None:
+    """One row a rank; a rank whose split is withheld shows dashes for its shares."""
+    gone = withheld_ranks(d)
+    rows = []
+    for x in d.ranks:
+        head = [
+            str(x.rank),
+            str(x.steps),
+            duration(x.step_time_ns_median),
+            duration(x.step_time_ns_p90),
+        ]
+        shares = [
+            pct(x.shares.compute),
+            pct(x.shares.comm_wait_shown),
+            pct(x.shares.data_wait),
+            pct(x.shares.other),
+            pct(x.idle_ratio),
+            pct(x.gpu_idle_ratio) if x.gpu_idle_ratio is not None else "-",
+        ]
+        rows.append(head + (["-"] * len(shares) if x.rank in gone else shares))
+    names = [name for name, _ in _RANK_COLUMNS]
+    _table(out, names, rows, "".join(a for _, a in _RANK_COLUMNS))
+    if gone:
+        out.write(f"\n_A dash: {NOT_MEASURED}, the split of step time is withheld._\n")
+
+
+def _kernels(d: Diagnosis, out: TextIO) -> None:
+    """The top five kernels (or operators) of all ranks."""
+    k = d.kernels
+    if not (k and k.top):
+        return
+    unit = "operator" if k.unit == "operator" else "kernel"
+    out.write(f"\n### Top {unit}s, all ranks\n\n_{cell(_upper_first(kernel_base(k)))}._\n\n")
+    rows = [[e.name, e.family, duration(e.time_ns), pct(e.share)] for e in k.top[:5]]
+    _table(out, [unit, "family", "time", "share"], rows, "llrr")
 
 
 def _upper_first(text: str) -> str:

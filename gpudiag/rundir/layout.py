@@ -30,10 +30,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from gpudiag._support.records import dataclass
 from gpudiag.rundir.conditions import RunConditions
+from gpudiag.rundir.sections import ManifestExtra
 
 MANIFEST = "manifest.json"
 MANIFEST_SCHEMA_VERSION = 1
@@ -146,7 +147,8 @@ class RunManifest:
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     profile_steps: str | None = None
     diagnosis_incomplete: list[str] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
+    # the sections gpudiag run and attach add (rundir/sections.py), as the JSON's ``extra``
+    extra: ManifestExtra = field(default_factory=lambda: ManifestExtra())
     # summary of conditions/<host>.jsonl (docs/run-directory.md); None when not sampled
     conditions: RunConditions | None = None
 
@@ -182,7 +184,8 @@ class RunManifest:
         }
         extra = dict(_of(dict, data.get("extra", {}), "extra"))
         extra.update({k: v for k, v in data.items() if k not in known})
-        kw["extra"] = extra
+        # the sections as read: their readers check the shapes they use (sections.py)
+        kw["extra"] = cast(ManifestExtra, extra)
         return cls(**kw)
 
 

@@ -48,7 +48,7 @@ def test_allocator_without_cache_is_named_with_its_steps(cases: Path) -> None:
     assert "memory allocator (hipFree)" in d.verdict.headline
     host = _finding(d, FindingKind.HOST_BOUND)
     cause = host.metrics.cause
-    assert cause["kind"] == "allocator" and cause["steps"] == [4, 5, 6, 7]
+    assert cause.kind == "allocator" and cause.steps == [4, 5, 6, 7]
     # independent: 80 ms of hipFree + hipMalloc in each of steps 4–7, none before
     ref = reference.host_calls(path)
     assert [ref[n].get("allocator", 0) for n in range(8)] == [0] * 4 + [80 * MS] * 4
@@ -88,8 +88,8 @@ def test_graphs_are_not_suggested_to_a_job_that_launches_them(cases: Path) -> No
     ref = reference.host_calls(path)
     assert all(v.get("graph", 0) > 0 for v in ref.values())
     host = _finding(d, FindingKind.HOST_BOUND)
-    assert host.metrics.cause["kind"] == "launch"
-    assert host.metrics.cause["graphs_launched"] is True
+    assert host.metrics.cause.kind == "launch"
+    assert host.metrics.cause.graphs_launched is True
     launch = next(r for r in d.recommendations if r.id == "launch-bound")
     assert "CUDA graphs" not in launch.title and "already launched" in launch.detail
     assert "torch.compile" in launch.title
@@ -104,7 +104,7 @@ def test_jit_compilation_before_the_first_kernel_is_start_up_not_a_step_gain(cas
     assert ref[0]["jit"] == 346 * MS and ref[0]["sync"] == 100 * MS
     assert "this window is 53% start-up (cuModuleLoadData 346 ms)" in d.verdict.headline
     host = _finding(d, FindingKind.HOST_BOUND)
-    assert host.metrics.cause["kind"] == "sync"
+    assert host.metrics.cause.kind == "sync"
     assert "cudaStreamSynchronize 100.0 ms in step 0" in host.message
     # no remedy claims the 346 ms compile as time a step could recover
     assert all((r.estimated_gain_ns or 0) <= 100 * MS for r in d.recommendations)

@@ -55,10 +55,10 @@ def _ns(e: dict[str, Any]) -> tuple[int, int]:
 def test_autograd_thread_operators_are_eager_overhead_not_python(cases: Path) -> None:
     d = gpudiag.analyze(cases / "eager_autograd", jobs=1)
     cause = _host(d).metrics.cause
-    assert cause["kind"] == "eager"
+    assert cause.kind == "eager"
     # by construction: 80 operators of 300 µs and one of 1.7 ms a step (25.7 ms), less
     # the 85 kernels of 16 µs that run inside them: 24.34 ms a step, the GPU idle
-    assert cause["ns_per_step"] == 24_340 * US
+    assert cause.ns_per_step == 24_340 * US
     host_ops = d.ranks[0].evidence.host_ops
     assert host_ops["training_ns_per_step"] == [13_700 * US] * 5  # forward + optimizer
     assert host_ops["other_threads_ns_per_step"] == [12_000 * US] * 5  # backward
@@ -79,9 +79,9 @@ def test_autograd_thread_operators_are_eager_overhead_not_python(cases: Path) ->
 def test_python_between_operators_when_no_thread_is_inside_one(cases: Path) -> None:
     d = gpudiag.analyze(cases / "python_gaps", jobs=1)
     cause = _host(d).metrics.cause
-    assert cause["kind"] == "python"
+    assert cause.kind == "python"
     # 60 operators of 100 µs in each 30 ms step: 24 ms with no operator open, no kernel
-    assert cause["ns_per_step"] == 24_000 * US
+    assert cause.ns_per_step == 24_000 * US
     assert "Python overhead between operators 80%" in d.verdict.headline
     assert "80% of each step (24.0 ms a step, steps 0–4)" in _host(d).message
     assert d.recommendations[0].title == "Cut Python overhead between operators"
@@ -96,7 +96,7 @@ def test_a_sync_waiting_for_longer_compute_does_not_explain_slow_steps(cases: Pa
     assert "compute grows by 12.0 ms a slow step" in var.message
     assert var.metrics.kernels["count_slow"] == 12 and var.metrics.kernels["count_usual"] == 6
     assert var.metrics.kernels["grew"] == {"ampere_sgemm_128x64_nn": 12 * MS}
-    assert var.metrics.blocking_call["api"] == "cudaStreamSynchronize"
+    assert var.metrics.blocking_call.api == "cudaStreamSynchronize"
     assert not any(r.id == "host-sync" for r in d.recommendations)
 
 
@@ -136,10 +136,10 @@ def test_a100x2_host_is_inside_operators_not_between_them(kineto_sets: Path) -> 
     assert sum(got["other_threads_ns_per_step"]) == pytest.approx(rest, rel=0.01)
     assert ev.host_op_share == pytest.approx(anyt / total, abs=0.01)
     cause = _host(d).metrics.cause
-    assert cause["kind"] == "eager"
+    assert cause.kind == "eager"
     # inside an operator with no kernel running bounds the cause's time from above (it
     # leaves out data wait and host-side communication calls too)
-    assert 0.8 * idle_in / 3 <= cause["ns_per_step"] <= idle_in / 3
+    assert 0.8 * idle_in / 3 <= cause.ns_per_step <= idle_in / 3
     assert "eager operator overhead" in d.verdict.headline and "Python" not in d.verdict.headline
     assert re.search(r"\d+\.\d ms a step, steps 4–6;", _host(d).message)
     assert d.recommendations[0].id == "eager-overhead"
@@ -183,6 +183,6 @@ def test_v100_slow_steps_are_named_by_their_compute_not_the_copy(kineto_sets: Pa
     assert next(iter(k["grew"])) == top
     assert k["grew"][top] == pytest.approx(grew[top], rel=0.15)
     # the copy is a note: it waits for the GPU most of its time
-    assert var.metrics.blocking_call["api"] == "cudaMemcpyAsync"
+    assert var.metrics.blocking_call.api == "cudaMemcpyAsync"
     assert "waiting for that GPU work" in var.message
     assert d.recommendations[0].id != "blocking-copies"

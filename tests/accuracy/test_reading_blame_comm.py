@@ -100,7 +100,7 @@ def test_a_sync_while_the_gpu_computes_is_gpu_time(tmp_path: Path) -> None:
     assert sync["gpu_busy_ns"] == 14_000_000 * STEPS
     host = [f for f in d.findings if f.kind == "host_bound"]
     assert host, "10.8 ms of 25 ms with the GPU idle is host time"
-    assert host[0].metrics.cause["kind"] != "sync"
+    assert host[0].metrics.cause.kind != "sync"
     assert not [r for r in d.recommendations if r.id == "host-sync"]
 
 

@@ -7,12 +7,13 @@ run as the gate compares it and as a baseline file (``gate --save-baseline``) st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, field
-from typing import Any
+from typing import Any, TypedDict
 
 from gpudiag._support import nputil
 from gpudiag._support.records import dataclass
+from gpudiag.analysis.compare.checks import ConditionsJSON, Fingerprint
 from gpudiag.analysis.model.diagnosis import Diagnosis, FindingKind, Mode, RunStep
 from gpudiag.analysis.reading.steady import steady_steps
 from gpudiag.config import GateConfig, Thresholds
@@ -120,9 +121,9 @@ class RunStat:
     step_time_ns: list[int]  # the steady per-step job step times
     shares: dict[str, float | None]  # comm_wait None: not measured
     idle_ratio: float
-    fingerprint: dict[str, Any]
+    fingerprint: Fingerprint
     stragglers: list[int] = field(default_factory=list)
-    conditions: dict[str, Any] | None = None
+    conditions: ConditionsJSON | None = None
     # the steady per-step job CPU times (training threads), empty when not recorded
     cpu_ns: list[int] = field(default_factory=list)
     outcome: str | None = None  # why the run did not end well (run_outcome); None: it did
@@ -157,7 +158,17 @@ BASELINE_FORMAT = "gpudiag.baseline"
 BASELINE_VERSION = 1
 
 
-def baseline_to_json(runs: Sequence[RunStat], cfg: GateConfig, version: str = "") -> dict[str, Any]:
+class BaselineJSON(TypedDict):
+    """A baseline file (``gate --save-baseline``): its format, and one entry per run."""
+
+    format: str
+    version: int
+    gpudiag_version: str
+    warmup_steps: int | None
+    runs: list[dict[str, object]]  # asdict of each RunStat
+
+
+def baseline_to_json(runs: Sequence[RunStat], cfg: GateConfig, version: str = "") -> BaselineJSON:
     """The document ``gate --save-baseline FILE RUN…`` writes: one entry per run."""
     return {
         "format": BASELINE_FORMAT,
@@ -173,7 +184,7 @@ def is_baseline_json(doc: Any) -> bool:
     return isinstance(doc, dict) and doc.get("format") == BASELINE_FORMAT
 
 
-def baseline_from_json(doc: dict[str, Any]) -> list[RunStat]:
+def baseline_from_json(doc: Mapping[str, Any]) -> list[RunStat]:
     """The runs of a baseline file; ValueError on a newer or malformed one."""
     if int(doc.get("version", 0)) > BASELINE_VERSION:
         raise ValueError(
@@ -186,29 +197,28 @@ def baseline_from_json(doc: dict[str, Any]) -> list[RunStat]:
         raise ValueError(f"malformed baseline file ({e})") from e
 
 
-def fingerprint(d: Diagnosis) -> dict[str, Any]:
+def fingerprint(d: Diagnosis) -> Fingerprint:
     """What must match for two runs to be comparable: world size, device names, mode."""
     devices = sorted({dev for r in d.ranks for dev in r.devices})
-    return {
-        "world_size": d.run.world_size or d.run.ranks,
-        "devices": devices,
-        "mode": str(d.run.mode),
-    }
+    return Fingerprint(
+        world_size=d.run.world_size or d.run.ranks, devices=devices, mode=str(d.run.mode)
+    )
 
 
-_FP_LABELS = {"world_size": "world size", "devices": "GPUs", "mode": "mode"}
+def _fp_words(fp: Fingerprint) -> list[tuple[str, object, str]]:
+    """Each part of a fingerprint: its label, its value, and the value in words."""
+    devices = fp.get("devices")
+    return [
+        ("world size", fp.get("world_size"), str(fp.get("world_size"))),
+        ("GPUs", devices, ", ".join(devices) if devices else "no GPUs"),
+        ("mode", fp.get("mode"), str(fp.get("mode"))),
+    ]
 
 
-def _fp_value(key: str, v: Any) -> str:
-    if key == "devices":
-        return ", ".join(v) if v else "no GPUs"
-    return str(v)
-
-
-def describe_fingerprint_difference(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """``world size 8 vs 4, GPUs H100 vs A100``: the keys that differ, in the user's words."""
+def describe_fingerprint_difference(a: Fingerprint, b: Fingerprint) -> str:
+    """``world size 8 vs 4, GPUs H100 vs A100``: the parts that differ, in the user's words."""
     return ", ".join(
-        f"{_FP_LABELS.get(k, k)} {_fp_value(k, a.get(k))} vs {_fp_value(k, b.get(k))}"
-        for k in a
-        if a.get(k) != b.get(k)
+        f"{label} {x} vs {y}"
+        for (label, va, x), (_, vb, y) in zip(_fp_words(a), _fp_words(b), strict=True)
+        if va != vb
     )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, field
-from typing import Any
+from typing import Any, TypedDict
 
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model.diagnosis import StrEnum
@@ -44,6 +45,39 @@ PASS, FAIL, WARN, INCONCLUSIVE, OFF = (
 )
 
 
+class CheckDetails(TypedDict, total=False):
+    """A check's ``details``: what its outcome rests on (the timing checks, a baseline run)."""
+
+    baseline_runs: int
+    baseline_medians_ns: list[float]
+    candidate_median_ns: float
+    within_run_mann_whitney_p: float
+    baseline_cv: float  # two or more baseline runs: their spread, …
+    t_quantile: float
+    run_level_p: float  # … and the run-level test
+    baseline_mean_ns: float
+    min_effect_ratio: float
+    contended_baseline_runs: list[str]
+    own_test_slower: bool  # slower than the limit: whether the check's own test says so
+    run: str  # ``baseline_run``: the run's name
+
+
+class Fingerprint(TypedDict, total=False):
+    """What must match for two runs to be comparable (:func:`~.baseline.fingerprint`).
+
+    All three keys, or none (``{}``: a gate with no run to take it from).
+    """
+
+    world_size: int
+    devices: list[str]
+    mode: str
+
+
+# a run's recorded run-conditions summary as the manifest holds it (free-form: the sampler's
+# keys, written back byte for byte; gpudiag.rundir.conditions reads its fields)
+ConditionsJSON = Mapping[str, Any]
+
+
 @dataclass(frozen=True)
 class Check:
     """One gate check: a metric (of one rank, or of the run when ``rank`` is None)."""
@@ -59,7 +93,8 @@ class Check:
     samples: list[int] = field(default_factory=list)  # [candidate, baseline] sample counts
     ci: list[float] = field(default_factory=list)  # [low, high] of the effect, when known
     mde_ratio: float | None = None  # the smallest effect this baseline could detect
-    details: dict[str, Any] = field(default_factory=dict)
+    # ``run_conditions``: the subject's recorded run conditions (free-form, as recorded)
+    details: CheckDetails | ConditionsJSON = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -70,11 +105,11 @@ class GateResult:
     checks: list[Check]
     subject: str = ""
     baseline: str | None = None
-    fingerprint: dict[str, Any] = field(default_factory=dict)
-    baseline_fingerprint: dict[str, Any] | None = None
+    fingerprint: Fingerprint = field(default_factory=lambda: Fingerprint())
+    baseline_fingerprint: Fingerprint | None = None
     inconclusive_ok: bool = False
-    rules: dict[str, Any] = field(default_factory=dict)  # the GateConfig in force
-    conditions: dict[str, Any] | None = None  # the subject's run conditions, when recorded
+    rules: Mapping[str, object] = field(default_factory=dict)  # the GateConfig in force
+    conditions: ConditionsJSON | None = None  # the subject's run conditions, when recorded
 
     @property
     def exit_code(self) -> int:

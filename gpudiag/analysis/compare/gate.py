@@ -73,6 +73,7 @@ from gpudiag.analysis.compare.checks import (
     WARN,
     Check,
     CheckStatus,
+    Fingerprint,
     GateResult,
     GateStatus,
 )
@@ -327,7 +328,7 @@ def evaluate(
 def _baseline_checks(
     d: Diagnosis,
     base: list[RunStat],
-    fp: dict[str, object],
+    fp: Fingerprint,
     cfg: GateConfig,
     th: Thresholds,
     subject: str,

@@ -17,13 +17,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
 from gpudiag._support import nputil
+from gpudiag._support.records import dataclass
 from gpudiag.analysis.compare.baseline import RunStat
-from gpudiag.analysis.compare.checks import FAIL, INCONCLUSIVE, OFF, PASS, Check
+from gpudiag.analysis.compare.checks import (
+    FAIL,
+    INCONCLUSIVE,
+    OFF,
+    PASS,
+    Check,
+    CheckDetails,
+    CheckStatus,
+)
 from gpudiag.analysis.compare.stats import mann_whitney_u, t_ppf, t_sf
 from gpudiag.analysis.model.words import duration
 from gpudiag.config import GateConfig
@@ -60,7 +68,19 @@ def _advice(cv: float, effect: float, limit: float, cfg: GateConfig) -> str:
     )
 
 
-def run_level_test(c: float, medians: Sequence[float], cfg: GateConfig) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunLevelTest:
+    """The run-level test of one candidate median against n ≥ 2 baseline medians."""
+
+    effect: float  # c / m − 1
+    mean: float  # m, the baseline medians' mean
+    cv: float  # their spread: s / m
+    t_quantile: float  # t_{1−run_alpha, n−1}
+    p: float  # P(T_{n−1} > (c − m) / (s √(1 + 1/n)))
+    mde: float  # the smallest detectable effect
+
+
+def run_level_test(c: float, medians: Sequence[float], cfg: GateConfig) -> RunLevelTest:
     """The run-level test of one candidate median ``c`` against n ≥ 2 baseline medians.
 
     ``effect`` = c / m − 1; ``mde`` = t_{1−run_alpha, n−1} · s · √(1 + 1/n) / m (the
@@ -73,21 +93,61 @@ def run_level_test(c: float, medians: Sequence[float], cfg: GateConfig) -> dict[
     scale = s * math.sqrt(1.0 + 1.0 / n)
     p = t_sf((c - m) / scale, n - 1) if scale > 0 else (0.0 if c > m else 1.0)
     effect = c / m - 1.0 if m > 0 else 0.0
-    return {
-        "effect": effect,
-        "mean": m,
-        "cv": cv,
-        "t_quantile": tq,
-        "p": p,
-        "mde": tq * cv * math.sqrt(1.0 + 1.0 / n),
-    }
+    return RunLevelTest(
+        effect=effect, mean=m, cv=cv, t_quantile=tq, p=p, mde=tq * cv * math.sqrt(1.0 + 1.0 / n)
+    )
 
 
-# hand-laid (over 80 lines once formatted; to be split)
-# fmt: off
-def timing_check(name: str, cand: Sequence[int], base: Sequence[Sequence[int]],
-                 cfg: GateConfig, contended: Sequence[str] = (),
-                 noisy: Sequence[str] = ()) -> Check:
+@dataclass(frozen=True)
+class _Reading:
+    """A candidate's median against the baseline's: what the check's outcome rests on."""
+
+    mean: float  # the baseline's (its one median, or the medians' mean)
+    effect: float
+    floor: float  # the effect a slowdown must pass to fail
+    mde: float | None
+    p: float
+    signal: bool  # the test says slower
+    ci: list[float]
+    desc: str
+    advice: str
+    test: RunLevelTest | None = None  # two or more baseline runs
+
+
+def _read(what: str, c: float, medians: list[float], p_mw: float, cfg: GateConfig) -> _Reading:
+    """One baseline run: the within-run test above a floor; more: the run-level test."""
+    n = len(medians)
+    if n == 1:
+        m = medians[0]
+        effect = c / m - 1.0 if m > 0 else 0.0
+        floor = cfg.single_run_min_effect_ratio
+        head = f"{what} {duration(c, 'ms')} vs {duration(m, 'ms')} baseline ({effect:+.1%}"
+        desc = (
+            f"{head}; one baseline run: no between-run spread, so timing fails only above "
+            f"+{floor:.0%}; within-run Mann-Whitney p={p_mw:.2g})"
+        )
+        advice = "give 3 or more baseline runs (--baseline B1 B2 B3) to measure the runner's noise"
+        return _Reading(m, effect, floor, None, p_mw, p_mw < cfg.alpha, [], desc, advice)
+    t = run_level_test(c, medians, cfg)
+    ci = [t.effect - t.mde, t.effect + t.mde]
+    head = f"{what} {duration(c, 'ms')} vs {duration(t.mean, 'ms')} baseline ({t.effect:+.1%}"
+    desc = (
+        f"{head}, {1.0 - 2.0 * cfg.run_alpha:.0%} CI {ci[0]:+.1%} to {ci[1]:+.1%}); "
+        f"{n} baseline runs vary by ±{t.cv:.1%}, smallest detectable effect {t.mde:.1%}; "
+        f"run-level p={t.p:.2g}, within-run Mann-Whitney p={p_mw:.2g}"
+    )
+    advice = _advice(t.cv, t.effect, cfg.min_effect_ratio, cfg)
+    return _Reading(t.mean, t.effect, t.mde, t.mde, t.p, t.p < cfg.run_alpha, ci, desc, advice, t)
+
+
+def timing_check(
+    name: str,
+    cand: Sequence[int],
+    base: Sequence[Sequence[int]],
+    cfg: GateConfig,
+    contended: Sequence[str] = (),
+    noisy: Sequence[str] = (),
+) -> Check:
     """One timing check (``WALL`` or ``CPU``) of a candidate's per-step samples (the rule above).
 
     ``contended``: why a slowdown cannot fail (the wall clock: the candidate's run
@@ -98,64 +158,81 @@ def timing_check(name: str, cand: Sequence[int], base: Sequence[Sequence[int]],
     limit = cfg.min_effect_ratio
     counts = [len(cand), min(len(b) for b in base)]
     if min(counts) < cfg.min_samples:
-        return Check(name, None, INCONCLUSIVE, None, limit,
-                     f"too few steady steps to compare: {counts[0]} (subject) and {counts[1]} "
-                     f"(smallest baseline run); need {cfg.min_samples} each",
-                     samples=counts)
+        return Check(
+            name,
+            None,
+            INCONCLUSIVE,
+            None,
+            limit,
+            f"too few steady steps to compare: {counts[0]} (subject) and {counts[1]} "
+            f"(smallest baseline run); need {cfg.min_samples} each",
+            samples=counts,
+        )
     medians = [_median(b) for b in base]
-    n, c = len(medians), _median(cand)
-    pooled = [v for b in base for v in b]
-    _, p_mw = mann_whitney_u(list(cand), pooled, alternative="greater")
-    details: dict[str, Any] = {"baseline_runs": n, "baseline_medians_ns": medians,
-                               "candidate_median_ns": c,
-                               "within_run_mann_whitney_p": p_mw}
-    ci: list[float] = []
-    if n == 1:
-        m = medians[0]
-        effect = c / m - 1.0 if m > 0 else 0.0
-        floor, mde, p, signal = cfg.single_run_min_effect_ratio, None, p_mw, p_mw < cfg.alpha
-        head = f"{what} {duration(c, 'ms')} vs {duration(m, 'ms')} baseline ({effect:+.1%}"
-        desc = (f"{head}; one baseline run: no between-run spread, so timing fails only above "
-                f"+{floor:.0%}; within-run Mann-Whitney p={p_mw:.2g})")
-        advice = ("give 3 or more baseline runs (--baseline B1 B2 B3) to measure the "
-                  "runner's noise")
-    else:
-        t = run_level_test(c, medians, cfg)
-        m, effect, mde, p, cv = t["mean"], t["effect"], t["mde"], t["p"], t["cv"]
-        floor, signal = mde, p < cfg.run_alpha
-        ci = [effect - mde, effect + mde]
-        details.update(baseline_cv=cv, t_quantile=t["t_quantile"], run_level_p=p)
-        head = f"{what} {duration(c, 'ms')} vs {duration(m, 'ms')} baseline ({effect:+.1%}"
-        desc = (f"{head}, {1.0 - 2.0 * cfg.run_alpha:.0%} CI {ci[0]:+.1%} to {ci[1]:+.1%}); "
-                f"{n} baseline runs vary by ±{cv:.1%}, smallest detectable effect {mde:.1%}; "
-                f"run-level p={p:.2g}, within-run Mann-Whitney p={p_mw:.2g}")
-        advice = _advice(cv, effect, limit, cfg)
-    details.update(baseline_mean_ns=m, min_effect_ratio=limit)
+    c = _median(cand)
+    _, p_mw = mann_whitney_u(list(cand), [v for b in base for v in b], alternative="greater")
+    r = _read(what, c, medians, p_mw, cfg)
+    details = _details(c, medians, p_mw, r, cfg)
+    desc = r.desc
     if noisy:
         # A contended baseline run widens the spread (a larger noise floor), never hides one.
         desc += f"; contended baseline runs: {', '.join(noisy)}"
         details["contended_baseline_runs"] = list(noisy)
-    kw: dict[str, Any] = {"p_value": p, "effect_ratio": effect, "samples": counts, "ci": ci,
-                          "mde_ratio": mde, "details": details}
-    if effect <= limit:
-        verdict = "not slower" if effect <= 0 else f"within min effect +{limit:.0%}"
-        return Check(name, None, PASS, effect, limit, f"{verdict}: {desc}", **kw)
-    slower = signal and effect > limit
-    details[OWN_TEST_SLOWER] = slower
-    if slower and effect > floor:
-        if contended and name == WALL:
-            return Check(name, None, INCONCLUSIVE, effect, limit,
-                         f"inconclusive: slower, but the run was contended "
-                         f"({'; '.join(contended)}), so the wall clock cannot fail it (the "
-                         f"job's own work decides: {CPU}): {desc}", **kw)
-        if contended:
-            return Check(name, None, INCONCLUSIVE, effect, limit,
-                         f"inconclusive: more CPU time, but {'; '.join(contended)}: {desc}",
-                         **kw)
-        return Check(name, None, FAIL, effect, limit, f"slower: {desc}", **kw)
-    return Check(name, None, INCONCLUSIVE, effect, limit, f"inconclusive: {advice}: {desc}",
-                 **kw)
-# fmt: on
+
+    def check(status: CheckStatus, message: str) -> Check:
+        return Check(
+            name,
+            None,
+            status,
+            r.effect,
+            limit,
+            message,
+            p_value=r.p,
+            effect_ratio=r.effect,
+            samples=counts,
+            ci=r.ci,
+            mde_ratio=r.mde,
+            details=details,
+        )
+
+    if r.effect <= limit:
+        verdict = "not slower" if r.effect <= 0 else f"within min effect +{limit:.0%}"
+        return check(PASS, f"{verdict}: {desc}")
+    slower = r.signal and r.effect > limit
+    details["own_test_slower"] = slower  # OWN_TEST_SLOWER
+    if not (slower and r.effect > r.floor):
+        return check(INCONCLUSIVE, f"inconclusive: {r.advice}: {desc}")
+    if contended and name == WALL:
+        return check(
+            INCONCLUSIVE,
+            f"inconclusive: slower, but the run was contended ({'; '.join(contended)}), so "
+            f"the wall clock cannot fail it (the job's own work decides: {CPU}): {desc}",
+        )
+    if contended:
+        return check(
+            INCONCLUSIVE, f"inconclusive: more CPU time, but {'; '.join(contended)}: {desc}"
+        )
+    return check(FAIL, f"slower: {desc}")
+
+
+def _details(
+    c: float, medians: list[float], p_mw: float, r: _Reading, cfg: GateConfig
+) -> CheckDetails:
+    """The check's ``details`` (the JSON's keys, in the order the gate has written them)."""
+    details: CheckDetails = {
+        "baseline_runs": len(medians),
+        "baseline_medians_ns": medians,
+        "candidate_median_ns": c,
+        "within_run_mann_whitney_p": p_mw,
+    }
+    t = r.test
+    if t is not None:
+        details["baseline_cv"] = t.cv
+        details["t_quantile"] = t.t_quantile
+        details["run_level_p"] = t.p
+    details["baseline_mean_ns"] = r.mean
+    details["min_effect_ratio"] = cfg.min_effect_ratio
+    return details
 
 
 def cpu_check(
@@ -220,7 +297,7 @@ def noisy_runs(base: Sequence[RunStat], cfg: GateConfig) -> list[str]:
     return [
         b.name or f"run {i + 1}"
         for i, b in enumerate(base)
-        if b.conditions is not None and contention(RunConditions(b.conditions), cfg)
+        if b.conditions is not None and contention(RunConditions(dict(b.conditions)), cfg)
     ]
 
 

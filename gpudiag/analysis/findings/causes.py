@@ -39,12 +39,14 @@ CUDA graphs are then already in use and not suggested again.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpudiag._support import nputil
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model import words
+from gpudiag.analysis.model.causes import CALL_CLASSES, CallClass, HostCause, HostCauseKind
 from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
@@ -55,8 +57,18 @@ from gpudiag.analysis.model.diagnosis import (
 from gpudiag.analysis.model.metrics import ExposedCopiesMetrics, HostMetrics, VariabilityMetrics
 from gpudiag.config import AdviceRules, Thresholds
 
-CAUSES = ("copies", "sync", "allocator", "copy", "jit", "launch", "eager", "python", "unknown")
-LABEL = {
+CAUSES: tuple[HostCauseKind, ...] = (
+    "copies",
+    "sync",
+    "allocator",
+    "copy",
+    "jit",
+    "launch",
+    "eager",
+    "python",
+    "unknown",
+)
+LABEL: dict[HostCauseKind, str] = {
     "copies": "host-device copies with nothing computing",
     "sync": "synchronisation",
     "allocator": "the memory allocator",
@@ -87,11 +99,34 @@ _WHO = {
 }
 
 
-def cause_of(f: Finding) -> dict[str, Any]:
-    """The host cause named on a finding (:func:`host_cause`), ``{}`` when none."""
+def cause_of(f: Finding) -> HostCause | None:
+    """The host cause named on a finding (:func:`host_cause`), None when none."""
     m = f.metrics
-    cause = m.cause if isinstance(m, (HostMetrics, VariabilityMetrics)) else None
-    return cause if isinstance(cause, dict) else {}
+    return m.cause if isinstance(m, (HostMetrics, VariabilityMetrics)) else None
+
+
+# a finding with no host cause: every figure None (never read its kind: see cause_kind)
+_NO_CAUSE = HostCause()
+
+
+def figures_of(f: Finding) -> HostCause:
+    """The host cause named on a finding for its figures: with none, one whose figures are None.
+
+    Its ``kind`` tells nothing then: ask :func:`cause_kind`.
+    """
+    return cause_of(f) or _NO_CAUSE
+
+
+def cause_json(f: Finding) -> dict[str, object]:
+    """The host cause named on a finding as the JSON a remedy's evidence quotes; ``{}``: none."""
+    cause = cause_of(f)
+    return cause.to_json() if cause is not None else {}
+
+
+def cause_kind(f: Finding) -> HostCauseKind | None:
+    """The kind of the host cause named on a finding, None when none."""
+    cause = cause_of(f)
+    return cause.kind if cause is not None else None
 
 
 def gpu_busy_share(waits: Mapping[str, float]) -> float:
@@ -122,8 +157,8 @@ def host_cause(
     steps: Sequence[StepBreakdown],
     flagged: Sequence[int],
     rules: AdviceRules,
-) -> dict[str, Any]:
-    """``{kind, label, text, api, ns_per_step, share, steps, …}`` (module docstring)."""
+) -> HostCause:
+    """The first cause that holds (module docstring), with the graphs and the "other" time."""
     which = set(flagged)
     sc = _Scope(
         mine=[r for r in ranks if r.rank in which],
@@ -135,70 +170,66 @@ def host_cause(
         rules=rules,
     )
     graphs = sum(_api(r, "graph", sc.kept)[0] for r in sc.mine)
-    base: dict[str, Any] = {
-        "graphs_launched": graphs > 0,
-        "other_ns_per_step": sc.other // sc.n_steps,
-    }
-    if sc.other <= 0:
-        return {**base, **_done("unknown", "")}
-    for rule in (_copies_cause, _api_cause, _launch_cause, _op_cause):
-        found = rule(sc)
-        if found:
-            return {**base, **found}
-    return {**base, **_done("unknown", "")}
+    found = None
+    if sc.other > 0:
+        order = (_copies_cause, _api_cause, _launch_cause, _op_cause)
+        found = next((c for rule in order if (c := rule(sc)) is not None), None)
+    return dataclasses.replace(
+        found or _done("unknown", ""),
+        graphs_launched=graphs > 0,
+        other_ns_per_step=sc.other // sc.n_steps,
+    )
 
 
-def cpu_host_cause(ranks: Sequence[RankSummary], flagged: Sequence[int]) -> dict[str, Any]:
+def cpu_host_cause(ranks: Sequence[RankSummary], flagged: Sequence[int]) -> HostCause | None:
     """CPU traces: cause ``unknown`` when no flagged rank's step thread runs an operator.
 
-    ``{}`` when one does (its time outside operators is Python/host overhead) or when the
+    None when one does (its time outside operators is Python/host overhead) or when the
     trace records no such count. With no operator on the step's thread in the analysed
     steps, nothing the trace holds says where the step's time goes.
     """
     which = set(flagged)
     cov: list[Mapping[str, Any]] = [r.evidence.coverage or {} for r in ranks if r.rank in which]
     if not cov or any(c.get("step_thread_ops_in_steps", 1) for c in cov):
-        return {}
+        return None
     host = sum(int(c.get("host_ops_in_steps", 0)) for c in cov)
     where = (
         f"{words.plural(host, 'host event')} in them, all on other threads"
         if host
         else "no host event in them"
     )
-    return {
-        **_done("unknown", f"the step's thread runs no operator in the analysed steps ({where})"),
-        "capture": CPU_CAPTURE_HINT,
-        "ns_per_step": 0,
-    }
+    return HostCause(
+        kind="unknown",
+        label=LABEL["unknown"],
+        text=f"the step's thread runs no operator in the analysed steps ({where})",
+        capture=CPU_CAPTURE_HINT,
+        ns_per_step=0,
+    )
 
 
-def _copies_cause(sc: _Scope) -> dict[str, Any]:
+def _copies_cause(sc: _Scope) -> HostCause | None:
     copies = sum(_series(r, r.evidence.copies_alone or {}, sc.kept)[0] for r in sc.mine)
     if copies < sc.rules.launch_bound_share * sc.other:
-        return {}
+        return None
     mem = _memory(sc.mine, sc.rules)
     text = (
         f"GPU copies with nothing computing: {fmt_ns(copies / sc.n_steps)} a step "
         f"({words.percent(copies / sc.total)} of step time, {_steps_text(sc.numbers)}; "
         f"{mem} memory)"
     )
-    return {
-        **_done("copies", text),
-        "share": copies / sc.other,
-        "pageable": mem == "pageable",
-        **_own(sc, copies),
-    }
+    cause = _done("copies", text, sc, copies)
+    return dataclasses.replace(cause, share=copies / sc.other, pageable=mem == "pageable")
 
 
-def _api_cause(sc: _Scope) -> dict[str, Any]:
-    best: tuple[int, str] = (0, "")
-    for cls in ("sync", "allocator", "copy", "jit"):
-        ns = sum(_api(r, cls, sc.kept)[0] for r in sc.mine)
+def _api_cause(sc: _Scope) -> HostCause | None:
+    best: tuple[int, CallClass | None] = (0, None)
+    for c in CALL_CLASSES:
+        ns = sum(_api(r, c, sc.kept)[0] for r in sc.mine)
         if ns > best[0]:
-            best = (ns, cls)
+            best = (ns, c)
     ns, cls = best
-    if not cls or ns < sc.rules.host_cause_share * sc.other:
-        return {}
+    if cls is None or ns < sc.rules.host_cause_share * sc.other:
+        return None
     mine = sc.mine
     api = _top_api(mine, cls)
     in_steps = sorted({n for r in mine for n in _api(r, cls, sc.kept)[1]})
@@ -216,28 +247,29 @@ def _api_cause(sc: _Scope) -> dict[str, Any]:
         f"{' and '.join(apis[:2])} {fmt_ns(each)} {where} ({words.percent(share)} of the "
         f"host time); longest call {fmt_ns(longest)}" + (f" in {ops[0]}" if ops else "")
     )
-    out = {
-        **_done(cls, text),
-        "api": api,
-        **_own(sc, ns),
-        "share": share,
-        "steps": in_steps,
-        "longest_ns": longest,
-    }
+    calls_per_step, bytes_median = None, None
     if cls == "copy":
         calls = sum(int(_entry(r, cls).get("calls", 0)) for r in mine)
-        out["calls_per_step"] = round(calls / max(len(in_steps), 1) / max(len(mine), 1))
+        calls_per_step = round(calls / max(len(in_steps), 1) / max(len(mine), 1))
         sizes = [int(_entry(r, cls).get("bytes_median", -1)) for r in mine]
-        out["bytes_median"] = max(sizes, default=-1)
+        bytes_median = max(sizes, default=-1)
     waits = waits_for(mine, cls) if cls in ("sync", "copy") else {}
     if waits:
         who = max(waits, key=lambda k: waits[k])
-        out["waits_for"] = waits
-        out["text"] += f"; it waits for {_WHO[who]} ({words.percent(waits[who])})"
-    return out
+        text += f"; it waits for {_WHO[who]} ({words.percent(waits[who])})"
+    return dataclasses.replace(
+        _done(cls, text, sc, ns),
+        api=api,
+        share=share,
+        steps=in_steps,
+        longest_ns=longest,
+        calls_per_step=calls_per_step,
+        bytes_median=bytes_median,
+        waits_for=waits or None,
+    )
 
 
-def _launch_cause(sc: _Scope) -> dict[str, Any]:
+def _launch_cause(sc: _Scope) -> HostCause | None:
     kps = [float(r.evidence.kernels_per_step or 0) for r in sc.mine]
     med = [int(r.evidence.kernel_ns_median or 0) for r in sc.mine]
     short_gaps = sum(
@@ -254,7 +286,7 @@ def _launch_cause(sc: _Scope) -> dict[str, Any]:
         and apart <= sc.rules.launch_interval_ns
     )
     if not many_short and short_gaps < sc.rules.launch_bound_share * sc.other:
-        return {}
+        return None
     launch = sum(_api(r, "launch", sc.kept)[0] for r in sc.mine)
     sync = sum(_api(r, "sync", sc.kept)[0] for r in sc.mine) / sc.n_steps
     held = f"synchronisation {fmt_ns(sync)} a step" if sync else "no synchronisation"
@@ -266,18 +298,16 @@ def _launch_cause(sc: _Scope) -> dict[str, Any]:
         f"{_steps_text(sc.numbers)})"
     )
     # what launches hold: the launch calls or the short GPU-idle gaps between kernels
-    return {
-        **_done("launch", text),
-        "kernels_per_step": top,
-        "kernel_ns_median": int(nputil.median(med)),
-        **_own(sc, max(launch, short_gaps)),
-    }
+    return dataclasses.replace(
+        _done("launch", text, sc, max(launch, short_gaps)),
+        kernels_per_step=top,
+        kernel_ns_median=int(nputil.median(med)),
+    )
 
 
-def _op_cause(sc: _Scope) -> dict[str, Any]:
+def _op_cause(sc: _Scope) -> HostCause | None:
     """Eager operator overhead or Python between operators (module docstring, 4 and 5)."""
-    keys = ("in_ops_idle", "between_idle", "training", "other_threads", "launch")
-    ops = {k: sum(_series(r, _host_ops(r, k), sc.kept)[0] for r in sc.mine) for k in keys}
+    ops = {k: sum(_series(r, _host_ops(r, k), sc.kept)[0] for r in sc.mine) for k in _HOST_OPS}
     if not any(r.evidence.host_ops for r in sc.mine):
         return _python_old(sc)  # evidence recorded before host_ops
     inside, between = ops["in_ops_idle"], ops["between_idle"]
@@ -303,22 +333,22 @@ def _op_cause(sc: _Scope) -> dict[str, Any]:
             else ""
         )
         text = f"CPU time inside operators with the GPU idle {_share_text(sc, inside, who + kern)}"
-        return {**_done("eager", text), "share": inside / sc.other, **_own(sc, inside)}
+        return dataclasses.replace(_done("eager", text, sc, inside), share=inside / sc.other)
     if between < sc.rules.host_cause_share * sc.other:
-        return {}
+        return None
     text = f"no host thread inside an operator, the GPU idle, {_share_text(sc, between)}"
-    return {**_done("python", text), "share": between / sc.other, **_own(sc, between)}
+    return dataclasses.replace(_done("python", text, sc, between), share=between / sc.other)
 
 
-def _python_old(sc: _Scope) -> dict[str, Any]:
+def _python_old(sc: _Scope) -> HostCause | None:
     """Python overhead from the training thread's operator share alone (older evidence)."""
     op_share = [r.evidence.host_op_share for r in sc.mine]
     outside = [1.0 - float(x) for x in op_share if x is not None]
     if not outside or min(outside) < sc.rules.host_cause_share:
-        return {}
+        return None
     ns = round(min(outside) * sc.total)
     text = f"the training thread is between operators {_share_text(sc, ns)}"
-    return {**_done("python", text), "share": min(outside), **_own(sc, ns)}
+    return dataclasses.replace(_done("python", text, sc, ns), share=min(outside))
 
 
 def _share_text(sc: _Scope, ns: float, more: str = "") -> str:
@@ -331,19 +361,20 @@ def _share_text(sc: _Scope, ns: float, more: str = "") -> str:
     )
 
 
-def _host_ops(r: RankSummary, key: str) -> dict[str, Any]:
+# the per-step series of a rank's ``host_ops`` (analysis/rank/hostcause.py) _op_cause reads
+_HOST_OPS = {
+    "in_ops_idle": "in_ops_idle_ns_per_step",
+    "between_idle": "between_idle_ns_per_step",
+    "training": "training_ns_per_step",
+    "other_threads": "other_threads_ns_per_step",
+    "launch": "launch_ns_per_step",
+}
+
+
+def _host_ops(r: RankSummary, key: str) -> Mapping[str, list[int]]:
     """One per-step series of the rank's ``host_ops`` as ``{steps, ns_per_step}``."""
     e: Mapping[str, Any] = r.evidence.host_ops or {}
-    return {"steps": e.get("steps", []), "ns_per_step": e.get(f"{key}_ns_per_step", [])}
-
-
-def _own(sc: _Scope, ns: float) -> dict[str, Any]:
-    """A cause's own time per step and as a share of step time, at most the "other" time.
-
-    ``ns_per_step`` and ``step_share``: what the verdict quotes and the remedy may gain.
-    """
-    ns = min(int(ns), sc.other)
-    return {"ns_per_step": ns // sc.n_steps, "step_share": ns / sc.total if sc.total else 0.0}
+    return {"steps": e.get("steps", []), "ns_per_step": e.get(_HOST_OPS[key], [])}
 
 
 def _memory(ranks: Sequence[RankSummary], rules: AdviceRules) -> str:
@@ -355,8 +386,26 @@ def _memory(ranks: Sequence[RankSummary], rules: AdviceRules) -> str:
     return "pinned or device"
 
 
-def _done(kind: str, text: str) -> dict[str, Any]:
-    return {"kind": kind, "label": LABEL[kind], "text": text}
+def _done(
+    kind: HostCauseKind,
+    text: str,
+    sc: _Scope | None = None,
+    own_ns: float = 0,
+) -> HostCause:
+    """A cause of ``kind``; with ``sc``, its own time (``own_ns``, at most the "other" time).
+
+    ``ns_per_step`` and ``step_share``: what the verdict quotes and the remedy may gain.
+    """
+    if sc is None:
+        return HostCause(kind=kind, label=LABEL[kind], text=text)
+    ns = min(int(own_ns), sc.other)
+    return HostCause(
+        kind=kind,
+        label=LABEL[kind],
+        text=text,
+        ns_per_step=ns // sc.n_steps,
+        step_share=ns / sc.total if sc.total else 0.0,
+    )
 
 
 def _entry(r: RankSummary, cls: str) -> Mapping[str, Any]:
@@ -418,7 +467,7 @@ def exposed_copies(
     named = {
         r
         for f in findings
-        if f.kind == FindingKind.HOST_BOUND and cause_of(f).get("kind") == "copies"
+        if f.kind == FindingKind.HOST_BOUND and cause_kind(f) == "copies"
         for r in f.ranks
     }
     kept = {(s.rank, s.step) for s in steps}

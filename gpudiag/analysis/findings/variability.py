@@ -33,10 +33,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from gpudiag._support import nputil
+from gpudiag._support.records import dataclass
 from gpudiag.analysis.findings.causes import LABEL, fmt_ns, gpu_busy_share, waits_for
 from gpudiag.analysis.model import words
+from gpudiag.analysis.model.causes import CALL_CLASSES, CallClass, HostCause, KernelsGrew
 from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
@@ -44,6 +47,7 @@ from gpudiag.analysis.model.diagnosis import (
     Severity,
     StepBreakdown,
 )
+from gpudiag.analysis.model.kinds import VariabilityPattern
 from gpudiag.analysis.model.metrics import VariabilityMetrics
 from gpudiag.analysis.rank import kernels
 from gpudiag.analysis.run.modes import step_modes
@@ -94,7 +98,7 @@ def _why(
     ranks: Sequence[RankSummary],
     rules: VariabilityRules,
     waiting: bool = False,
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, HostCause | None]:
     """The class of runtime calls that fills the slow steps' excess time, if one does.
 
     Of the host-call classes (analysis/hostcause.py) other than launches, the one with the
@@ -106,14 +110,14 @@ def _why(
     """
     by = {r.rank: r for r in ranks}
     slow_ranks = [r for r in ranks if r.rank in {slowest[n] for n in named}]
-    best: tuple[int, str] = (0, "")
-    for cls in ("sync", "allocator", "copy", "jit"):
-        if _waits_on_gpu(slow_ranks, cls, rules) != waiting:
+    best: tuple[int, CallClass | None] = (0, None)
+    for each_cls in CALL_CLASSES:
+        if _waits_on_gpu(slow_ranks, each_cls, rules) != waiting:
             continue
         ns = 0
         for n in named:
             r = by.get(slowest[n])
-            e: Mapping[str, Any] = ((r.evidence.host_api or {}) if r else {}).get(cls) or {}
+            e: Mapping[str, Any] = ((r.evidence.host_api or {}) if r else {}).get(each_cls) or {}
             own = e.get("ns_per_step", [])
             if waiting:  # a call waiting for the GPU work: all of its time, busy part too
                 busy = e.get("gpu_busy_ns_per_step") or [0] * len(own)
@@ -123,10 +127,10 @@ def _why(
             typical = float(nputil.median(usual)) if usual else 0.0
             ns += max(0, round(per.get(n, 0) - typical))
         if ns > best[0]:
-            best = (ns, cls)
+            best = (ns, each_cls)
     ns, cls = best
-    if not cls or ns < 0.5 * excess:
-        return "", {}
+    if cls is None or ns < 0.5 * excess:
+        return "", None
     entries: list[Mapping[str, Any]] = [
         ((r.evidence.host_api or {}).get(cls) or {}) for r in slow_ranks
     ]
@@ -137,24 +141,24 @@ def _why(
         fmt_ns(ns) if len(named) == 1 else f"{fmt_ns(ns / len(named))} more a slow step than usual"
     )
     what = f"{' and '.join(apis) or cls} {each}{where}"
-    cause: dict[str, Any] = {
-        "kind": cls,
-        "label": LABEL[cls],
-        "text": f"{what}, in {_steps(named)}",
-        "api": apis[0] if apis else cls,
-        "ns_per_step": round(ns / len(named)),
-        "steps": list(named),
-    }
-    if cls in ("sync", "copy"):
-        cause["waits_for"] = waits_for(slow_ranks, cls)
+    waits = waits_for(slow_ranks, cls) if cls in ("sync", "copy") else None
+    cause = HostCause(
+        kind=cls,
+        label=LABEL[cls],
+        text=f"{what}, in {_steps(named)}",
+        api=apis[0] if apis else cls,
+        ns_per_step=round(ns / len(named)),
+        steps=list(named),
+        waits_for=waits,
+    )
     if waiting:  # a note: the call waits for the GPU work that grows
-        busy = words.percent(gpu_busy_share(cause["waits_for"]))
+        busy = words.percent(gpu_busy_share(waits or {}))
         return (
             f"; {' and '.join(apis) or cls}{where} blocks {each} too, waiting for that "
             f"GPU work {busy} of its time",
-            {"blocking_call": cause},
+            cause,
         )
-    return f" — {LABEL[cls]}: {what}", {"cause": cause}
+    return f" — {LABEL[cls]}: {what}", cause
 
 
 def _waits_on_gpu(ranks: Sequence[RankSummary], cls: str, rules: VariabilityRules) -> bool:
@@ -178,8 +182,10 @@ def _part(
     slowest: dict[int, int],
     steps: Sequence[StepBreakdown],
     ranks: Sequence[RankSummary] = (),
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, str | None, KernelsGrew | None]:
     """The part of the step (data wait, communication, host, compute) that grows in them.
+
+    (text, the part as ``VariabilityMetrics.grows`` names it, the kernels when compute).
 
     Measured on each slow step's slowest rank, beyond that rank's median of the part in
     the other steps; named when it holds at least half of the steps' excess.
@@ -196,18 +202,17 @@ def _part(
             best = (grew, attr)
     grew, attr = best
     if not attr or grew < 0.5 * excess:
-        return "", {}
+        return "", None, None
     each = fmt_ns(grew) if len(named) == 1 else f"{fmt_ns(grew / len(named))} a slow step"
-    found: dict[str, Any] = {"grows": attr.removesuffix("_ns")}
-    which = ""
+    which, grown = "", None
     if attr == "compute_ns":
-        which, found["kernels"] = _kernels_grew(named, slowest, ranks)
-    return f" — {_PARTS[attr]} grows by {each}{which}", found
+        which, grown = _kernels_grew(named, slowest, ranks)
+    return f" — {_PARTS[attr]} grows by {each}{which}", attr.removesuffix("_ns"), grown
 
 
 def _kernels_grew(
     named: Sequence[int], slowest: dict[int, int], ranks: Sequence[RankSummary]
-) -> tuple[str, dict[str, Any] | None]:
+) -> tuple[str, KernelsGrew | None]:
     """The kernels a slow step runs against the others' median, and those whose time grew.
 
     From each slow step's slowest rank's ``kernels_by_step`` (analysis/hostcause.py):
@@ -237,11 +242,11 @@ def _kernels_grew(
         + (f"; {names}" if names else "")
         + ")"
     )
-    return text, {
-        "count_slow": round(count_slow, 1),
-        "count_usual": round(count_usual, 1),
-        "grew": {k: round(v) for v, k in top},
-    }
+    return text, KernelsGrew(
+        count_slow=round(count_slow, 1),
+        count_usual=round(count_usual, 1),
+        grew={k: round(v) for v, k in top},
+    )
 
 
 def variability(
@@ -262,30 +267,42 @@ def variability(
         return []
     p10 = nputil.percentile(arr, 10)
     ratio, spread = p90 / med, p90 / p10 if p10 > 0 else float("inf")
-    metrics: dict[str, Any] = {
-        "median_ns": round(med),
-        "p90_ns": round(p90),
-        "min_ns": round(lo),
-        "max_ns": round(hi),
-        "p90_median_ratio": round(ratio, 3),
-        "p90_p10_ratio": round(spread, 3),
-        "steps_ns": {str(n): d for n, d in zip(nums, dur, strict=True)},
-    }
-    found_pattern = _pattern(nums, dur, slowest, rules, steady or SteadyRules(), metrics)
+    found_pattern = _pattern(nums, dur, slowest, rules, steady or SteadyRules())
     if found_pattern is None:
         return []
-    text, kind, named, base = found_pattern
+    pat = found_pattern
+    text, kind, named, base = pat.text, pat.kind, pat.named, pat.base
     excess = sum(max(0.0, dur[nums.index(n)] - base) for n in named)
+    cause = blocking = grown = None
+    grows: str | None = None
     if excess > 0:
-        why, found = _why(named, excess, slowest, ranks, rules)
+        why, cause = _why(named, excess, slowest, ranks, rules)
         if not why:
-            why, found = _part(named, excess, slowest, steps, ranks)
+            why, grows, grown = _part(named, excess, slowest, steps, ranks)
             note, blocking = _why(named, excess, slowest, ranks, rules, waiting=True)
-            why, found = why + note, {**found, **blocking}
+            why += note
         text += why
-        metrics |= found
-    metrics["excess_share"] = round(
-        sum(max(0.0, dur[nums.index(n)] - base) for n in named) / float(arr.sum()), 4
+    metrics = VariabilityMetrics(
+        pattern=kind,
+        median_ns=round(med),
+        p90_ns=round(p90),
+        min_ns=round(lo),
+        max_ns=round(hi),
+        p90_median_ratio=round(ratio, 3),
+        p90_p10_ratio=round(spread, 3),
+        steps_ns={str(n): d for n, d in zip(nums, dur, strict=True)},
+        excess_share=round(
+            sum(max(0.0, dur[nums.index(n)] - base) for n in named) / float(arr.sum()), 4
+        ),
+        change_at_step=pat.change_at_step,
+        regime_ratio=pat.regime_ratio,
+        median_before_ns=pat.median_before_ns,
+        median_after_ns=pat.median_after_ns,
+        cause=cause,
+        grows=grows,
+        kernels=grown,
+        blocking_call=blocking,
+        modes=pat.modes,
     )
     severe = ratio >= rules.severe_factor or kind == "regime_change"
     return [
@@ -295,9 +312,27 @@ def variability(
             message=text,
             ranks=sorted({slowest[n] for n in named}),
             steps=sorted(named),
-            metrics=VariabilityMetrics(**{**metrics, "pattern": kind}),
+            metrics=metrics,
         )
     ]
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    """The pattern the steps show: its message, the steps it names and their base time.
+
+    ``base``: the time the named steps' excess is over; the rest: the pattern's own figures.
+    """
+
+    text: str
+    kind: VariabilityPattern
+    named: list[int]
+    base: float
+    change_at_step: int | None = None  # a regime change: where, by how much, …
+    regime_ratio: float | None = None
+    median_before_ns: int | None = None  # … and the medians on each side
+    median_after_ns: int | None = None
+    modes: list[dict[str, int]] | None = None  # two kinds of step: each kind's figures
 
 
 # what the finding's median and p90 are over (the header's are over every rank's steps)
@@ -325,12 +360,8 @@ def _pattern(
     slowest: dict[int, int],
     rules: VariabilityRules,
     steady: SteadyRules,
-    metrics: dict[str, Any],
-) -> tuple[str, str, list[int], float] | None:
-    """(message, pattern, the steps it names, the time their excess is over), or None.
-
-    Adds the pattern's own figures to ``metrics``.
-    """
+) -> _Pattern | None:
+    """The pattern the steps show, its message and the steps it names, or None."""
     arr = np.asarray(dur, np.float64)
     med, hi = float(nputil.median(arr)), float(arr.max())
     ratio = float(nputil.percentile(arr, 90)) / med
@@ -341,10 +372,11 @@ def _pattern(
     slow = _cluster(nums, dur, med, rules)
     kinds = step_modes(dur, steady) if regime is None else []
     both = ""
+    modes: list[dict[str, int]] | None = None
     if kinds:
         # two kinds of step: a median describes neither; name both (and the slow ones)
         fast, slow_kind = kinds
-        metrics["modes"] = [dataclasses.asdict(k) for k in kinds]
+        modes = [dataclasses.asdict(k) for k in kinds]
         both = (
             f"two kinds of step: {fast.steps} around {_ms(fast.median_ns)} "
             f"({_ms(fast.min_ns)}–{_ms(fast.max_ns)}) and {slow_kind.steps} around "
@@ -357,19 +389,9 @@ def _pattern(
                 f"{both}; the slow ones: steps {_list(named)} (a median of {_ms(med)} "
                 "describes neither)"
             )
-            return text, "two_kinds", named, float(fast.median_ns)
+            return _Pattern(text, "two_kinds", named, float(fast.median_ns), modes=modes)
     if regime is not None:
-        k, r = regime
-        before, after = float(nputil.median(arr[:k])), float(nputil.median(arr[k:]))
-        what = "slower" if r > 1 else "faster"
-        text = (
-            f"regime change: from step {nums[k]} on, steps take {_ms(after)} against "
-            f"{_ms(before)} before ({max(r, 1 / r):.1f}× {what}; "
-            f"steps {nums[0]}–{nums[k - 1]} then {nums[k]}–{nums[-1]})"
-        )
-        metrics |= {"change_at_step": nums[k], "regime_ratio": round(r, 3)}
-        metrics |= {"median_before_ns": round(before), "median_after_ns": round(after)}
-        return text, "regime_change", nums[k:] if r > 1 else nums[:k], med
+        return _regime_change(nums, arr, regime, med)
     if len(slow) == 1:
         n = slow[0]
         d = dur[nums.index(n)]
@@ -377,7 +399,7 @@ def _pattern(
             f"single outlier: step {n} took {_ms(d)} (rank {slowest[n]}), "
             f"{d / med:.1f}× the median {_ms(med)} ({OVER})"
         )
-        return text, "outlier", slow, med
+        return _Pattern(text, "outlier", slow, med, modes=modes)
     if slow:
         low = min(dur[nums.index(n)] for n in slow)
         verb = "stall" if low > rules.outlier_factor * med else "are slow"
@@ -390,15 +412,39 @@ def _pattern(
             f"{len(slow)} of {len(nums)} steps {verb}: steps {_list(slow)} take "
             f"{_ms(low)}–{_ms(hi)}{against}"
         )
-        return text, "stalls", slow, med
+        return _Pattern(text, "stalls", slow, med, modes=modes)
     if ratio > rules.p90_factor or spread > rules.spread_factor:
         top = sorted(sorted(nums, key=lambda n: -dur[nums.index(n)])[:3])
         text = (
             f"step times vary from {_ms(float(arr.min()))} to {_ms(hi)} (p90/median "
             f"{ratio:.2f}, median {_ms(med)}; {OVER}); slowest: steps {_list(top)}"
         )
-        return text, "jitter", top, med
+        return _Pattern(text, "jitter", top, med, modes=modes)
     return None
+
+
+def _regime_change(
+    nums: list[int], arr: npt.NDArray[np.float64], regime: tuple[int, float], med: float
+) -> _Pattern:
+    """From step ``nums[k]`` on, the steps take ``r`` × as long (or as short)."""
+    k, r = regime
+    before, after = float(nputil.median(arr[:k])), float(nputil.median(arr[k:]))
+    what = "slower" if r > 1 else "faster"
+    text = (
+        f"regime change: from step {nums[k]} on, steps take {_ms(after)} against "
+        f"{_ms(before)} before ({max(r, 1 / r):.1f}× {what}; "
+        f"steps {nums[0]}–{nums[k - 1]} then {nums[k]}–{nums[-1]})"
+    )
+    return _Pattern(
+        text,
+        "regime_change",
+        nums[k:] if r > 1 else nums[:k],
+        med,
+        change_at_step=nums[k],
+        regime_ratio=round(r, 3),
+        median_before_ns=round(before),
+        median_after_ns=round(after),
+    )
 
 
 def _steps(nums: Sequence[int]) -> str:

@@ -10,12 +10,18 @@ with the numbers docs/definitions.md lists. The verdict leads with them.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from gpudiag import __version__
 from gpudiag.analysis.model.diagnosis import Diagnosis, Finding, RunSummary, Shares
-from gpudiag.analysis.model.kinds import FindingKind, Mode, Severity
-from gpudiag.analysis.model.metrics import CollectiveMismatchMetrics, HangMetrics, JobFailedMetrics
+from gpudiag.analysis.model.kinds import FindingKind, HangEvidence, Mode, Severity
+from gpudiag.analysis.model.metrics import (
+    CollectiveMismatchMetrics,
+    HangEffect,
+    HangFrame,
+    HangMetrics,
+    JobFailedMetrics,
+)
 from gpudiag.analysis.rank.analyse import RankResult
 from gpudiag.analysis.verdict import verdict
 from gpudiag.config import Thresholds
@@ -29,36 +35,56 @@ if TYPE_CHECKING:  # the hang and failure rules are imported only for a run that
 LEADS = (FindingKind.HANG, FindingKind.COLLECTIVE_MISMATCH, FindingKind.JOB_FAILED)
 
 
-def _frames_json(case: HangCase) -> dict[str, list[dict[str, Any]]]:
+class _HangFields(TypedDict):
+    """The fields a hang and a collective mismatch share (``HangMetrics``, in its order)."""
+
+    op: str
+    process_group: dict[str, str]
+    seq: int | None
+    sizes: list[list[int]]
+    dtypes: list[str] | None
+    waiting_ranks: list[int]
+    waited_ns: int | None
+    waited_ns_per_rank: dict[str, int | None]
+    never_entered: list[int]
+    unknown_ranks: list[int]
+    members: list[int]
+    where: dict[str, list[HangFrame]]
+    step: int | None
+    explained_by: str | None
+    incomplete: bool
+    evidence: HangEvidence
+    effects: list[HangEffect]  # the stalls it explains
+
+
+def _frames_json(case: HangCase) -> dict[str, list[HangFrame]]:
     return {
-        str(r): [{"name": f.name, "filename": f.filename, "line": f.line} for f in frames]
+        str(r): [HangFrame(name=f.name, filename=f.filename, line=f.line) for f in frames]
         for r, frames in sorted(case.where_frames.items())
     }
 
 
 def _case_finding(case: HangCase, stall_members: dict[tuple[str, int | None], Any]) -> Finding:
     st = stall_members.get((case.pg_name, case.seq))
-    common: dict[str, Any] = {
-        "op": case.op,
-        "process_group": {"name": case.pg_name, "desc": case.pg_desc},
-        "seq": case.seq,
-        "sizes": [list(x) for x in st.input_sizes] if st is not None else [],
-        "dtypes": list(st.input_dtypes) if st is not None and st.input_dtypes else None,
-        "waiting_ranks": list(case.waiting),
-        "waited_ns": case.waited_ns,
-        "waited_ns_per_rank": (
-            {str(w.rank): w.waited_ns for w in st.stuck} if st is not None else {}
-        ),
-        "never_entered": list(st.never_entered) if st is not None else list(case.culprits),
-        "unknown_ranks": list(st.unknown) if st is not None else [],
-        "members": list(st.members) if st is not None else [],
-        "where": _frames_json(case),
-        "step": case.step,
-        "explained_by": case.explained_by,
-        "incomplete": case.incomplete,
-        "evidence": case.evidence,
-        "effects": [{"op": label, "waiting_ranks": list(w)} for label, w in case.effects],
-    }
+    common = _HangFields(
+        op=case.op,
+        process_group={"name": case.pg_name, "desc": case.pg_desc},
+        seq=case.seq,
+        sizes=[list(x) for x in st.input_sizes] if st is not None else [],
+        dtypes=list(st.input_dtypes) if st is not None and st.input_dtypes else None,
+        waiting_ranks=list(case.waiting),
+        waited_ns=case.waited_ns,
+        waited_ns_per_rank=({str(w.rank): w.waited_ns for w in st.stuck} if st is not None else {}),
+        never_entered=list(st.never_entered) if st is not None else list(case.culprits),
+        unknown_ranks=list(st.unknown) if st is not None else [],
+        members=list(st.members) if st is not None else [],
+        where=_frames_json(case),
+        step=case.step,
+        explained_by=case.explained_by,
+        incomplete=case.incomplete,
+        evidence=case.evidence,
+        effects=[HangEffect(op=label, waiting_ranks=list(w)) for label, w in case.effects],
+    )
     metrics: HangMetrics
     if case.kind == "collective_mismatch":
         kind = FindingKind.COLLECTIVE_MISMATCH

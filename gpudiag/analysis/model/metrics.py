@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypedDict
 
 from gpudiag._support.records import dataclass
+from gpudiag.analysis.model.causes import HostCause, KernelsGrew
 from gpudiag.analysis.model.kinds import (
     FindingKind,
     HangEvidence,
@@ -45,7 +46,11 @@ JsonObject: TypeAlias = dict[str, JsonValue]
 def without_omitted(obj: Any) -> JsonObject:
     """A dataclass as a JSON object, less its :data:`OMIT_IF_NONE` fields that are None."""
     omit = {f.name for f in fields(obj) if f.metadata.get(_OMIT)}
-    return {k: v for k, v in asdict(obj).items() if not (v is None and k in omit)}
+    d = asdict(obj)
+    for f in fields(obj):
+        if isinstance(v := getattr(obj, f.name), HostCause):
+            d[f.name] = v.to_json()  # the fields its kind sets
+    return {k: v for k, v in d.items() if not (v is None and k in omit)}
 
 
 BY_KIND: dict[FindingKind, list[type[FindingMetrics]]] = {}
@@ -137,7 +142,7 @@ class HostMetrics(ShareMetrics):
 
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.HOST_BOUND,)
 
-    cause: dict[str, Any] = field(default_factory=dict)
+    cause: HostCause = field(default_factory=HostCause)
 
 
 @dataclass(frozen=True)
@@ -147,14 +152,6 @@ class ExposedCopiesMetrics(ShareMetrics):
     kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.EXPOSED_COPIES,)
 
     pageable: bool = False
-
-
-class KernelsGrew(TypedDict):
-    """Kernels a slow step and usually, and those whose time grew (name → ns more a step)."""
-
-    count_slow: float
-    count_usual: float
-    grew: dict[str, int]
 
 
 @dataclass(frozen=True)
@@ -176,13 +173,13 @@ class VariabilityMetrics(FindingMetrics):
     regime_ratio: float | None = field(default=None, metadata=OMIT_IF_NONE)
     median_before_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
     median_after_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
-    cause: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
+    cause: HostCause | None = field(default=None, metadata=OMIT_IF_NONE)
     # otherwise the part of the step that grows in the slow steps ("data_wait", …)
     grows: str | None = field(default=None, metadata=OMIT_IF_NONE)
     # compute grows: kernels a slow step and usually, and those whose time grew (ns more)
     kernels: KernelsGrew | None = field(default=None, metadata=OMIT_IF_NONE)
     # a blocking call that waits for the GPU work in the slow steps (a note, not the cause)
-    blocking_call: dict[str, Any] | None = field(default=None, metadata=OMIT_IF_NONE)
+    blocking_call: HostCause | None = field(default=None, metadata=OMIT_IF_NONE)
     # two kinds of step (analysis/modes.py): each kind's steps, median_ns, min_ns, max_ns
     modes: list[dict[str, int]] | None = field(default=None, metadata=OMIT_IF_NONE)
 

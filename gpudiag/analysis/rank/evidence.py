@@ -218,63 +218,105 @@ def _short_range(fs: Sequence[Mapping[str, Any]]) -> str:
     return f"{n} GPU ops in 1 step of {dur}"
 
 
-# hand-laid (over 80 lines once formatted; to be split)
-# fmt: off
+# each limit a rank's facts can set: its kind, its effect, and its sentence (``{}``: the
+# rank's numbers); _rank_limits decides which hold
+_LIMIT_SENTENCES: dict[str, tuple[LimitKind, LimitEffect, str]] = {
+    "clock": (
+        "clock",
+        WITHHOLD,
+        "GPU and host clocks disagree beyond correction{}: compute and host time cannot be split",
+    ),
+    "no_gpu_activity": (
+        "no_gpu_activity",
+        WITHHOLD,
+        "cannot split compute from host time: the trace holds no GPU activity, though the job "
+        "used GPUs ({})",
+    ),
+    "no_kernels": (
+        "no_kernels",
+        WITHHOLD,
+        "the trace holds {} but no kernel: tracing was on and the program stopped before its "
+        "first kernel ran, so there is no GPU compute to split",
+    ),
+    "comm_only": (
+        "comm_only",
+        WITHHOLD,
+        "the trace holds only communication on the GPU (no compute kernel){}: a "
+        "communication-only extract cannot show compute or host time",
+    ),
+    "sampled": (
+        "sampled",
+        WITHHOLD,
+        "the trace is sampled or filtered ({}), so the gaps between kept events are unseen "
+        "time, not idle time",
+    ),
+    "filtered": (
+        "filtered",
+        WITHHOLD,
+        "the trace is filtered ({}): the GPU work it left out is unseen time, not idle time",
+    ),
+    "short": ("short", QUALIFY, "only {}: too little to generalise"),
+    "unlinked": (
+        "unlinked",
+        QUALIFY,
+        "only {} GPU ops have a launching call in the trace: steps are assigned by time",
+    ),
+}
+
+
 def _rank_limits(
     f: Mapping[str, Any], rules: EvidenceRules, linked_min_ratio: float
 ) -> list[tuple[LimitKind, LimitEffect, str, str]]:
     """(kind, effect, sentence with ``{}`` for the rank's numbers, the numbers)."""
-    out: list[tuple[LimitKind, LimitEffect, str, str]] = []
+    found = _content_limits(f, rules) + _size_limits(f, rules, linked_min_ratio)
+    return [(*_LIMIT_SENTENCES[key], numbers) for key, numbers in found]
+
+
+def _content_limits(f: Mapping[str, Any], rules: EvidenceRules) -> list[tuple[str, str]]:
+    """What the trace lacks or leaves out: (limit, the rank's numbers)."""
+    out: list[tuple[str, str]] = []
     if f.get("clock_unreliable"):
-        out.append(("clock", WITHHOLD, "GPU and host clocks disagree beyond correction{}: "
-                    "compute and host time cannot be split", ""))
+        out.append(("clock", ""))
     if not f["gpu_ops"]:
         signs = f.get("gpu_signs") or []
         if signs:
-            out.append(("no_gpu_activity", WITHHOLD,
-                        "cannot split compute from host time: the trace holds no GPU activity, "
-                        "though the job used GPUs ({})", ", ".join(signs)))
+            out.append(("no_gpu_activity", ", ".join(signs)))
     elif not f["compute_kernels"] and not f["comm_kernels"]:
-        out.append(("no_kernels", WITHHOLD,
-                    "the trace holds {} but no kernel: tracing was on and the program stopped "
-                    "before its first kernel ran, so there is no GPU compute to split",
-                    f"{f.get('copies', 0)} copies and {f.get('memsets', 0)} memsets"))
+        copies = f"{f.get('copies', 0)} copies and {f.get('memsets', 0)} memsets"
+        out.append(("no_kernels", copies))
     elif not f["compute_kernels"] and f["comm_kernels"]:
-        out.append(("comm_only", WITHHOLD,
-                    "the trace holds only communication on the GPU (no compute kernel){}: a "
-                    "communication-only extract cannot show compute or host time", ""))
+        out.append(("comm_only", ""))
     ids, holes = f.get("host_op_ids", 0), f.get("host_op_id_holes", 0)
     if ids >= rules.sampled_min_ids and holes >= rules.sampled_hole_ratio * ids:
         span = f.get("host_op_id_span", ids)
-        out.append(("sampled", WITHHOLD,
-                    "the trace is sampled or filtered ({}), so the gaps between kept events are "
-                    "unseen time, not idle time",
-                    f"{ids / span:.1%} of the host operators' ids present"))
+        out.append(("sampled", f"{ids / span:.1%} of the host operators' ids present"))
     # launch calls whose kernels are not in the trace — beyond what kernels without a link
     # could be (a trace whose links are broken holds its kernels: that is "unlinked")
     calls, empty = f.get("launch_calls", 0), f.get("launch_calls_empty", 0)
     missing = empty - f.get("kernels_unlinked", 0)
     if calls >= rules.filtered_min_launches and missing >= rules.filtered_launch_ratio * calls:
-        out.append(("filtered", WITHHOLD,
-                    "the trace is filtered ({}): the GPU work it left out is unseen time, not "
-                    "idle time",
-                    f"{empty:,} of {calls:,} kernel launch calls have no GPU op"))
+        out.append(("filtered", f"{empty:,} of {calls:,} kernel launch calls have no GPU op"))
+    return out
+
+
+def _size_limits(
+    f: Mapping[str, Any], rules: EvidenceRules, linked_min_ratio: float
+) -> list[tuple[str, str]]:
+    """Too little to generalise from, or steps assigned by time: (limit, the numbers)."""
+    out: list[tuple[str, str]] = []
+
+    def step() -> str:
+        return f"{f['steps']} step of {words.duration(int(f['step_ns']))}"
+
     if f["gpu_ops"] and f["steps"] <= 1 and f["gpu_ops_in_steps"] < rules.few_gpu_ops:
-        out.append(("short", QUALIFY, "only {}: too little to generalise",
-                    f"{f['gpu_ops_in_steps']} GPU ops in {f['steps']} step of "
-                    f"{words.duration(int(f['step_ns']))}"))
+        out.append(("short", f"{f['gpu_ops_in_steps']} GPU ops in {step()}"))
     cpu_job = not f["gpu_ops"] and not f.get("gpu_signs")
     host_ops = int(f.get("host_ops_in_steps", 0))
     if cpu_job and f["steps"] <= 1 and host_ops < rules.few_host_ops:
-        out.append(("short", QUALIFY, "only {}: too little to generalise",
-                    f"{host_ops} host events in {f['steps']} step of "
-                    f"{words.duration(int(f['step_ns']))}"))
+        out.append(("short", f"{host_ops} host events in {step()}"))
     if f["gpu_ops"] and f["gpu_ops_linked"] < linked_min_ratio * f["gpu_ops"]:
-        out.append(("unlinked", QUALIFY,
-                    "only {} GPU ops have a launching call in the trace: steps are assigned by "
-                    "time", f"{f['gpu_ops_linked']} of {f['gpu_ops']}"))
+        out.append(("unlinked", f"{f['gpu_ops_linked']} of {f['gpu_ops']}"))
     return out
-# fmt: on
 
 
 def withheld(lims: Sequence[Limit]) -> list[Limit]:

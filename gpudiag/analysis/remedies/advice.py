@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 from gpudiag.analysis.model.diagnosis import (
     Cause,
@@ -70,6 +71,7 @@ from gpudiag.analysis.model.diagnosis import (
     WhatIf,
 )
 from gpudiag.analysis.model.metrics import (
+    JsonObject,
     LateArrivalMetrics,
     PipelineSummary,
     ShareMetrics,
@@ -348,7 +350,8 @@ def recommend(
                     title=remedy.title(f, ctx),
                     detail=remedy.detail(f, ctx),
                     finding=f.kind,
-                    evidence=remedy.evidence(f, ctx),
+                    # each family's evidence is a TypedDict of JSON values (remedy.Evidence)
+                    evidence=cast(JsonObject, dict(remedy.evidence(f, ctx))),
                     estimated_gain_ns=gain,
                     estimated_gain_ratio=(gain / ctx.step_ns) if gain else None,
                 )

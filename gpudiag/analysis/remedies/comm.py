@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TypedDict
 
 from gpudiag.analysis.model.diagnosis import Finding, Mode
 from gpudiag.analysis.model.metrics import CommBoundMetrics
@@ -56,13 +56,28 @@ def _is_transfer(f: Finding, c: Context) -> bool:
     return _transfer(f, c) >= c.rules.min_transfer_share * _comm_wait(f, c)
 
 
-def _comm_evidence(f: Finding, c: Context) -> dict[str, Any]:
-    return {
-        "comm_wait_ns_per_step": _comm_wait(f, c),
-        "ranks": f.ranks,
-        "comm_hidden_ratio": f.metrics_as(CommBoundMetrics).comm_hidden_ratio,
-        "transfer_wait_ns_per_step": _transfer(f, c),
-    }
+class CommEvidence(TypedDict):
+    """A communication remedy's evidence: the wait, how much is transfer, what was hidden."""
+
+    comm_wait_ns_per_step: int
+    ranks: list[int]
+    comm_hidden_ratio: dict[str, float | None]
+    transfer_wait_ns_per_step: int
+
+
+class PatternEvidence(CommEvidence):
+    """… and the flagged ranks' dominant communication pattern (:func:`_pattern`)."""
+
+    pattern: str
+
+
+def _comm_evidence(f: Finding, c: Context) -> CommEvidence:
+    return CommEvidence(
+        comm_wait_ns_per_step=_comm_wait(f, c),
+        ranks=f.ranks,
+        comm_hidden_ratio=f.metrics_as(CommBoundMetrics).comm_hidden_ratio,
+        transfer_wait_ns_per_step=_transfer(f, c),
+    )
 
 
 def _k(c: Context) -> int:
@@ -149,7 +164,8 @@ def _trains(c: Context) -> bool:
 
 def _names(c: Context, f: Finding, tag: str) -> str:
     """Up to two names behind a workload tag, for the text."""
-    names = (c.workload(f.ranks).get(tag) or c.workload().get(tag) or {}).get("names", [])
+    hit = c.workload(f.ranks).get(tag) or c.workload().get(tag)
+    names = hit["names"] if hit else []
     return ", ".join(names[:2]) or tag
 
 
@@ -159,7 +175,8 @@ def _quantised(c: Context, f: Finding) -> bool:
 
 
 def _deepep(c: Context, f: Finding) -> bool:
-    names = (c.workload(f.ranks).get("moe") or {}).get("names", [])
+    hit = c.workload(f.ranks).get("moe")
+    names = hit["names"] if hit else []
     return any(re.search(r"(?i)deep_?ep", n) for n in names)
 
 
@@ -195,8 +212,8 @@ def _overlap_detail(f: Finding, c: Context) -> str:
     )
 
 
-def _comm_evidence_with_pattern(f: Finding, c: Context) -> dict[str, Any]:
-    return {**_comm_evidence(f, c), "pattern": _pattern(f, c)}
+def _comm_evidence_with_pattern(f: Finding, c: Context) -> PatternEvidence:
+    return PatternEvidence(**_comm_evidence(f, c), pattern=_pattern(f, c))
 
 
 def _narrow_grads(f: Finding, c: Context) -> tuple[float, str]:

@@ -8,10 +8,11 @@ of it and ``advice.fp32_gemm_share`` of their time is fp32.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from gpudiag.analysis.efficiency.peaks import peak_of
 from gpudiag.analysis.model.diagnosis import Finding
+from gpudiag.analysis.model.kinds import TimeUnit
 from gpudiag.analysis.model.metrics import ComputeMetrics
 from gpudiag.analysis.rank import workload
 from gpudiag.analysis.remedies.remedy import Context, Remedy
@@ -24,18 +25,31 @@ def _cm(f: Finding) -> ComputeMetrics:
     return f.metrics_as(ComputeMetrics)
 
 
-def _compute_evidence(f: Finding, _c: Context) -> dict[str, Any]:
+class ComputeEvidence(TypedDict):
+    """A compute remedy's evidence: the finding's shares of compute and its top kernels."""
+
+    compute_share: float
+    unit: TimeUnit
+    fusable_share: float
+    gemm_share: float
+    fp32_gemm_share: float
+    matrix_share: float
+    fp32_matrix_share: float
+    top: list[str]
+
+
+def _compute_evidence(f: Finding, _c: Context) -> ComputeEvidence:
     m = _cm(f)
-    return {
-        "compute_share": m.compute_share,
-        "unit": m.unit,
-        "fusable_share": m.fusable_share,
-        "gemm_share": m.gemm_share,
-        "fp32_gemm_share": m.fp32_gemm_share,
-        "matrix_share": m.matrix_share,
-        "fp32_matrix_share": m.fp32_matrix_share,
-        "top": list(m.top),
-    }
+    return ComputeEvidence(
+        compute_share=m.compute_share,
+        unit=m.unit,
+        fusable_share=m.fusable_share,
+        gemm_share=m.gemm_share,
+        fp32_gemm_share=m.fp32_gemm_share,
+        matrix_share=m.matrix_share,
+        fp32_matrix_share=m.fp32_matrix_share,
+        top=list(m.top),
+    )
 
 
 def _fusion_detail(f: Finding, _c: Context) -> str:

@@ -17,10 +17,10 @@ Two rows of :data:`gpudiag.analysis.remedies.advice.RULES`, chosen from what the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
-from gpudiag.analysis.findings.causes import cause_of as _cause
-from gpudiag.analysis.findings.causes import fmt_ns
+from gpudiag.analysis.findings.causes import cause_json, cause_kind, fmt_ns
+from gpudiag.analysis.findings.causes import figures_of as _figures
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, Mode
 from gpudiag.analysis.model.metrics import ExposedCopiesMetrics
 from gpudiag.analysis.remedies.remedy import Context, Remedy, const
@@ -31,7 +31,7 @@ def copies_ns(f: Finding, c: Context) -> int:
     """The copies with nothing beside them per step (the cause's, else the finding's share)."""
     if f.kind == FindingKind.EXPOSED_COPIES:
         return round(f.metrics.share() * c.step_ns)
-    own = int(_cause(f).get("ns_per_step") or 0)
+    own = int(_figures(f).ns_per_step or 0)
     return min(own, c.median_part(f.ranks, "other_ns", "mean"))
 
 
@@ -44,7 +44,7 @@ def pageable(f: Finding) -> bool:
     """The copies are from (or to) pageable host memory."""
     if f.kind == FindingKind.EXPOSED_COPIES:
         return isinstance(f.metrics, ExposedCopiesMetrics) and f.metrics.pageable
-    return bool(_cause(f).get("pageable"))
+    return bool(_figures(f).pageable)
 
 
 def pinned_seen(f: Finding, c: Context) -> bool:
@@ -74,7 +74,7 @@ def _overlap_title(f: Finding, _c: Context) -> str:
 
 
 def _what(f: Finding) -> str:
-    return str(_cause(f).get("text") or "copies alone")
+    return str(_figures(f).text or "copies alone")
 
 
 def _overlap_detail(f: Finding, c: Context) -> str:
@@ -138,20 +138,30 @@ def _less_detail(f: Finding, c: Context) -> str:
     )
 
 
-def _evidence(f: Finding, c: Context) -> dict[str, Any]:
-    return {
-        "copies_alone_ns_per_step": copies_ns(f, c),
-        "compute_ns_per_step": compute_ns(f, c),
-        "pageable": pageable(f),
-        "ranks": f.ranks,
-        "cause": _cause(f),
-    }
+class CopiesEvidence(TypedDict):
+    """A copy remedy's evidence: the copies alone, the compute beside, and the host cause."""
+
+    copies_alone_ns_per_step: int
+    compute_ns_per_step: int
+    pageable: bool
+    ranks: list[int]
+    cause: dict[str, object]  # the host cause's JSON (HostCause.to_json), {} when none
+
+
+def _evidence(f: Finding, c: Context) -> CopiesEvidence:
+    return CopiesEvidence(
+        copies_alone_ns_per_step=copies_ns(f, c),
+        compute_ns_per_step=compute_ns(f, c),
+        pageable=pageable(f),
+        ranks=f.ranks,
+        cause=cause_json(f),
+    )
 
 
 def _gpu(f: Finding, c: Context) -> bool:
     if c.run.mode != Mode.GPU:
         return False
-    return f.kind == FindingKind.EXPOSED_COPIES or _cause(f).get("kind") == "copies"
+    return f.kind == FindingKind.EXPOSED_COPIES or cause_kind(f) == "copies"
 
 
 OVERLAP = Remedy(

@@ -11,7 +11,7 @@ Its row (with the host remedies' gain and evidence) is in analysis/host_remedies
 
 from __future__ import annotations
 
-from gpudiag.analysis.findings.causes import cause_of as _cause
+from gpudiag.analysis.findings.causes import figures_of as _figures
 from gpudiag.analysis.model.diagnosis import Finding
 from gpudiag.analysis.remedies.remedy import Context
 from gpudiag.analysis.remedies.remedy import compiled as _compiled
@@ -22,7 +22,7 @@ def title(f: Finding, c: Context) -> str:
     """What to do, minus what the trace shows already done (graphs, torch.compile)."""
     if _native(c):
         return "Cut host work between kernels: fewer, larger kernels, CUDA graphs"
-    graphs = bool(_cause(f).get("graphs_launched"))
+    graphs = bool(_figures(f).graphs_launched)
     compiled = _compiled(c)
     if graphs and compiled:
         return "Cut eager operator overhead: larger batches, graphs over the eager parts"
@@ -37,7 +37,7 @@ def detail(f: Finding, c: Context) -> str:
     """Why the host is the limit, and the remedies in the order they usually pay."""
     head = (
         f"The host is busy executing operators one by one while the GPU waits — "
-        f"{_cause(f).get('text') or 'CPU time inside operators'}. "
+        f"{_figures(f).text or 'CPU time inside operators'}. "
     )
     if _native(c):
         return head + (
@@ -53,7 +53,7 @@ def detail(f: Finding, c: Context) -> str:
     )
     graphs = (
         "capture the parts still run eagerly in CUDA graphs; "
-        if _cause(f).get("graphs_launched")
+        if _figures(f).graphs_launched
         else "capture the step in a CUDA graph (torch.compile(mode='reduce-overhead') or "
         "torch.cuda.graphs) so the host no longer issues each kernel; "
     )

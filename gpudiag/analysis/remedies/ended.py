@@ -11,10 +11,10 @@ speed-ups are those of the steps it finished.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TypedDict
 
 from gpudiag.analysis.model.diagnosis import Finding
-from gpudiag.analysis.model.kinds import Severity
+from gpudiag.analysis.model.kinds import HangEvidence, Severity
 from gpudiag.analysis.model.metrics import HangMetrics, JobFailedMetrics
 from gpudiag.analysis.remedies.remedy import Context, Remedy
 
@@ -51,16 +51,36 @@ def _hang_detail(f: Finding, _c: Context) -> str:
     )
 
 
-def _hang_evidence(f: Finding, _c: Context) -> dict[str, Any]:
+class HangRemedyEvidence(TypedDict):
+    """The hang remedy's evidence: the collective, who waited, and on what evidence."""
+
+    ranks: list[int]
+    op: str
+    seq: int | None
+    waiting_ranks: list[int]
+    step: int | None
+    evidence: HangEvidence
+
+
+class FailureEvidence(TypedDict):
+    """The failure remedy's evidence: the job's exit code, and the first failure's step."""
+
+    ranks: list[int]
+    exit_code: int | None
+    step: int | None
+    error: str | None
+
+
+def _hang_evidence(f: Finding, _c: Context) -> HangRemedyEvidence:
     m = f.metrics_as(HangMetrics)
-    return {
-        "ranks": f.ranks,
-        "op": m.op,
-        "seq": m.seq,
-        "waiting_ranks": m.waiting_ranks,
-        "step": m.step,
-        "evidence": m.evidence,
-    }
+    return HangRemedyEvidence(
+        ranks=f.ranks,
+        op=m.op,
+        seq=m.seq,
+        waiting_ranks=m.waiting_ranks,
+        step=m.step,
+        evidence=m.evidence,
+    )
 
 
 HANG = Remedy(
@@ -133,9 +153,9 @@ def _failure_detail(f: Finding, _c: Context) -> str:
     )
 
 
-def _failure_evidence(f: Finding, _c: Context) -> dict[str, Any]:
+def _failure_evidence(f: Finding, _c: Context) -> FailureEvidence:
     m = f.metrics_as(JobFailedMetrics)
-    return {"ranks": f.ranks, "exit_code": m.exit_code, "step": m.step, "error": m.error}
+    return FailureEvidence(ranks=f.ranks, exit_code=m.exit_code, step=m.step, error=m.error)
 
 
 def _failure_applies(f: Finding, _c: Context) -> bool:

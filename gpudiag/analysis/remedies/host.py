@@ -12,10 +12,15 @@ host work (syncs, Python, logging) behind the long gaps.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TypedDict
 
-from gpudiag.analysis.findings.causes import UNSEEN_HOST_WORK, gpu_busy_share
-from gpudiag.analysis.findings.causes import cause_of as _host_cause
+from gpudiag.analysis.findings.causes import (
+    UNSEEN_HOST_WORK,
+    cause_json,
+    cause_kind,
+    gpu_busy_share,
+)
+from gpudiag.analysis.findings.causes import figures_of as _figures
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, Mode
 from gpudiag.analysis.rank import workload
 from gpudiag.analysis.remedies import eager as eager_remedy
@@ -31,15 +36,35 @@ def _other(f: Finding, c: Context) -> int:
     return c.median_part(f.ranks, "other_ns", "mean")
 
 
-def _idle_in_steps(f: Finding, c: Context) -> dict[str, Any]:
+class IdleGaps(TypedDict):
+    """The flagged ranks' GPU-idle gaps inside their steps, summed."""
+
+    total_ns: int
+    short_gaps: int
+    short_gaps_ns: int
+    long_gaps: int
+
+
+class HostEvidence(TypedDict):
+    """A host remedy's evidence: the "other" time, what fills it, and the host cause."""
+
+    other_ns_per_step: int
+    ranks: list[int]
+    launch_gap_share: float
+    copies_alone_share: float
+    gpu_idle_in_steps: IdleGaps
+    cause: dict[str, object]  # the host cause's JSON (HostCause.to_json), {} when none
+
+
+def _idle_in_steps(f: Finding, c: Context) -> IdleGaps:
     """The flagged ranks' GPU-idle gaps inside their steps, summed (analysis evidence)."""
     gaps = [g for e in c.evidence(f.ranks) if (g := e.gpu_idle_in_steps) is not None]
-    return {
-        "total_ns": sum(g.total_ns for g in gaps),
-        "short_gaps": sum(g.short_gaps for g in gaps),
-        "short_gaps_ns": sum(g.short_gaps_ns for g in gaps),
-        "long_gaps": sum(g.long_gaps for g in gaps),
-    }
+    return IdleGaps(
+        total_ns=sum(g.total_ns for g in gaps),
+        short_gaps=sum(g.short_gaps for g in gaps),
+        short_gaps_ns=sum(g.short_gaps_ns for g in gaps),
+        long_gaps=sum(g.long_gaps for g in gaps),
+    )
 
 
 def _launch_share(f: Finding, c: Context) -> float:
@@ -56,18 +81,18 @@ def _copy_share(f: Finding, c: Context) -> float:
 
 
 def _is(*kinds: str) -> Callable[[Finding, Context], bool]:
-    return lambda f, c: c.run.mode == Mode.GPU and _host_cause(f).get("kind") in kinds
+    return lambda f, c: c.run.mode == Mode.GPU and cause_kind(f) in kinds
 
 
-def _host_evidence(f: Finding, c: Context) -> dict[str, Any]:
-    return {
-        "other_ns_per_step": _other(f, c),
-        "ranks": f.ranks,
-        "launch_gap_share": _launch_share(f, c),
-        "copies_alone_share": _copy_share(f, c),
-        "gpu_idle_in_steps": _idle_in_steps(f, c),
-        "cause": _host_cause(f),
-    }
+def _host_evidence(f: Finding, c: Context) -> HostEvidence:
+    return HostEvidence(
+        other_ns_per_step=_other(f, c),
+        ranks=f.ranks,
+        launch_gap_share=_launch_share(f, c),
+        copies_alone_share=_copy_share(f, c),
+        gpu_idle_in_steps=_idle_in_steps(f, c),
+        cause=cause_json(f),
+    )
 
 
 def _cause_gain(f: Finding, c: Context) -> int | None:
@@ -78,11 +103,11 @@ def _cause_gain(f: Finding, c: Context) -> int | None:
     its GPU-idle part (analysis/rank/hostcause.py): while it waits for the GPU's work the
     time is the GPU's, which no host remedy gives back.
     """
-    own = int(_host_cause(f).get("ns_per_step") or 0)
+    own = int(_figures(f).ns_per_step or 0)
     if f.kind == FindingKind.STEP_VARIABILITY:
         n = max(len({s.step for s in c.steps}), 1)
-        return round(own * len(_host_cause(f).get("steps") or [1]) / n)
-    if own or _host_cause(f).get("kind", "unknown") != "unknown":
+        return round(own * len(_figures(f).steps or [1]) / n)
+    if own or (cause_kind(f) or "unknown") != "unknown":
         return min(own, _other(f, c))  # a named cause: never more than its own time
     return None  # no cause the trace shows: no gain from time it did not see
 
@@ -97,10 +122,10 @@ def _stall_detail(f: Finding, c: Context) -> str:
         if gaps["long_gaps"]
         else ""
     )
-    if _host_cause(f).get("kind") == "python":
+    if cause_kind(f) == "python":
         return (
             "The host spends its time between operators — "
-            + str(_host_cause(f)["text"])
+            + str(_figures(f).text)
             + ": Python-side work in the loop — logging, metrics, data reshaping, "
             "small tensor ops issued one by one. torch.compile the model and loss, move "
             "logging and metrics out of the step (every N steps), and look at "
@@ -117,11 +142,11 @@ def _stall_detail(f: Finding, c: Context) -> str:
 
 
 def _sync_detail(f: Finding, c: Context) -> str:
-    cause = _host_cause(f)
-    waits = cause.get("waits_for") or {}
+    cause = _figures(f)
+    waits = cause.waits_for or {}
     who = max(waits, key=lambda k: waits[k]) if waits else ""
-    api = cause.get("api", "a synchronising call")
-    head = f"The training thread blocks in {api} ({cause['text']}). "
+    api = cause.api or "a synchronising call"
+    head = f"The training thread blocks in {api} ({cause.text}). "
     if _native(c):
         return head + (
             "Synchronise only where the host needs the result: replace "
@@ -152,8 +177,8 @@ def _sync_detail(f: Finding, c: Context) -> str:
 
 
 def _alloc_detail(f: Finding, c: Context) -> str:
-    cause = _host_cause(f)
-    head = f"Memory is allocated and freed through the driver inside the steps ({cause['text']}). "
+    cause = _figures(f)
+    head = f"Memory is allocated and freed through the driver inside the steps ({cause.text}). "
     if _native(c):
         return head + (
             "Allocate device and pinned buffers once, before the loop, and reuse "
@@ -172,17 +197,17 @@ def _alloc_detail(f: Finding, c: Context) -> str:
 
 def _per_element(f: Finding, c: Context) -> str:
     """``"4,096 copies of 4 B a step"`` when the blocking copies are a per-element loop."""
-    cause = _host_cause(f)
-    calls = int(cause.get("calls_per_step") or 0)
-    size = int(cause.get("bytes_median", -1))
+    cause = _figures(f)
+    calls = int(cause.calls_per_step or 0)
+    size = cause.bytes_median if cause.bytes_median is not None else -1
     if calls >= c.rules.per_element_calls and 0 <= size <= c.rules.per_element_bytes:
         return f"{calls:,} copies of {size} B a step"
     return ""
 
 
 def _copy_detail(f: Finding, c: Context) -> str:
-    cause = _host_cause(f)
-    head = f"Host-device copies block the training thread ({cause['text']}). "
+    cause = _figures(f)
+    head = f"Host-device copies block the training thread ({cause.text}). "
     loop = _per_element(f, c)
     if loop:  # the shape decides: thousands of tiny copies are a loop over elements
         if _native(c):
@@ -204,7 +229,7 @@ def _copy_detail(f: Finding, c: Context) -> str:
             "overlap the kernels; copy only what the host needs (a residual, not "
             "the grid) and only every N iterations."
         )
-    busy = gpu_busy_share(cause.get("waits_for") or {})
+    busy = gpu_busy_share(cause.waits_for or {})
     if busy >= c.rules.gpu_busy_share:
         return head + (
             f"While the call blocks, the GPU is still running earlier work ({busy:.0%} of the "
@@ -222,11 +247,11 @@ def _copy_detail(f: Finding, c: Context) -> str:
 
 def _gpu_busy_share(f: Finding) -> float:
     """The share of a sync/copy cause's blocking time with the GPU still running work."""
-    return gpu_busy_share(_host_cause(f).get("waits_for") or {})
+    return gpu_busy_share(_figures(f).waits_for or {})
 
 
 def _copy_title(f: Finding, c: Context) -> str:
-    api = _host_cause(f).get("api")
+    api = _figures(f).api
     if _per_element(f, c):
         return f"Vectorise the per-element copy loop ({api} once per element)"
     if _gpu_busy_share(f) >= c.rules.gpu_busy_share:
@@ -235,8 +260,8 @@ def _copy_title(f: Finding, c: Context) -> str:
 
 
 def _jit_detail(f: Finding, c: Context) -> str:
-    cause = _host_cause(f)
-    head = f"Kernels are compiled inside the measured steps ({cause['text']}). "
+    cause = _figures(f)
+    head = f"Kernels are compiled inside the measured steps ({cause.text}). "
     if _native(c):
         return head + (
             "Compile once and cache the module: load it before the timed loop "
@@ -256,7 +281,7 @@ def _jit_detail(f: Finding, c: Context) -> str:
 def _launch_title(f: Finding, c: Context) -> str:
     if _native(c):
         return "Cut launch overhead: CUDA graphs or fewer, larger kernels"
-    graphs = bool(_host_cause(f).get("graphs_launched"))
+    graphs = bool(_figures(f).graphs_launched)
     compiled = _compiled(c)
     if graphs and compiled:
         return "Cut launch overhead: larger batches, graphs over the eager parts"
@@ -268,8 +293,8 @@ def _launch_title(f: Finding, c: Context) -> str:
 
 
 def _launch_detail(f: Finding, c: Context) -> str:
-    cause = _host_cause(f)
-    why = cause.get("text") or "short launch gaps"
+    cause = _figures(f)
+    why = cause.text or "short launch gaps"
     head = f"The GPU waits for the host to issue work ({why}). "
     if _native(c):
         return head + (
@@ -281,7 +306,7 @@ def _launch_detail(f: Finding, c: Context) -> str:
     graphs = (
         "CUDA graphs are already launched (cudaGraphLaunch/hipGraphLaunch): capture the "
         "parts still run eagerly, "
-        if cause.get("graphs_launched")
+        if cause.graphs_launched
         else "capture the step in a CUDA graph (torch.cuda.graphs / "
         "torch.compile(mode='reduce-overhead')"
         + (
@@ -305,9 +330,7 @@ HOST = (
     COPY_OVERLAP,
     Remedy(
         id=_const("host-sync"),
-        title=lambda f, c: (
-            f"Take the synchronisation out of the step ({_host_cause(f).get('api')})"
-        ),
+        title=lambda f, c: f"Take the synchronisation out of the step ({_figures(f).api})",
         detail=_sync_detail,
         gain=_cause_gain,
         evidence=_host_evidence,
@@ -318,7 +341,7 @@ HOST = (
         title=lambda f, c: (
             "Allocate once, outside the loop (cudaMalloc/cudaFree in the steps)"
             if _native(c)
-            else f"Keep the caching allocator on: {_host_cause(f).get('api')} inside the steps"
+            else f"Keep the caching allocator on: {_figures(f).api} inside the steps"
         ),
         detail=_alloc_detail,
         gain=_cause_gain,
@@ -355,21 +378,20 @@ HOST = (
         detail=eager_remedy.detail,
         gain=_cause_gain,
         evidence=_host_evidence,
-        applies=lambda f, c: c.run.mode == Mode.GPU and _host_cause(f).get("kind") == "eager",
+        applies=lambda f, c: c.run.mode == Mode.GPU and cause_kind(f) == "eager",
     ),
     Remedy(
         id=_const("host-stalls"),
         title=lambda f, c: (
             "Cut Python overhead between operators"
-            if _host_cause(f).get("kind") == "python"
+            if cause_kind(f) == "python"
             else "Find the host work that stalls the GPU inside the step"
         ),
         detail=_stall_detail,
         gain=_cause_gain,
         evidence=_host_evidence,
         applies=lambda f, c: (
-            c.run.mode == Mode.GPU
-            and _host_cause(f).get("kind", "unknown") in ("python", "unknown")
+            c.run.mode == Mode.GPU and (cause_kind(f) or "unknown") in ("python", "unknown")
         ),
     ),
     Remedy(
@@ -381,13 +403,13 @@ HOST = (
         ),
         gain=_other,
         evidence=lambda f, c: {"other_ns_per_step": _other(f, c), "ranks": f.ranks},
-        applies=lambda f, c: c.run.mode != Mode.GPU and _host_cause(f).get("kind") != "unknown",
+        applies=lambda f, c: c.run.mode != Mode.GPU and cause_kind(f) != "unknown",
     ),
     Remedy(
         id=_const("host-unseen"),
         title=_const("Capture what the step's thread does"),
         detail=lambda f, c: (
-            f"The trace names no cause: {_host_cause(f).get('text')}, so nothing shows "
+            f"The trace names no cause: {_figures(f).text}, so nothing shows "
             "where the step's time goes. Profile again with CPU activities on, wrap the "
             "step's phases (data loading, forward, backward, optimizer step) in "
             "record_function ranges on the training thread, or sample the process with "
@@ -397,9 +419,9 @@ HOST = (
         evidence=lambda f, c: {
             "other_ns_per_step": _other(f, c),
             "ranks": f.ranks,
-            "cause": _host_cause(f),
+            "cause": cause_json(f),
         },
-        applies=lambda f, c: c.run.mode != Mode.GPU and _host_cause(f).get("kind") == "unknown",
+        applies=lambda f, c: c.run.mode != Mode.GPU and cause_kind(f) == "unknown",
     ),
     COPY_LESS,
 )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 
@@ -23,6 +22,7 @@ from gpudiag.analysis.model.diagnosis import (
     StepBreakdown,
     WhatIf,
 )
+from gpudiag.analysis.model.evidence import WorkloadTag
 from gpudiag.analysis.rank import workload
 from gpudiag.analysis.rank.devices import Capability, common_capability
 from gpudiag.config import AdviceRules
@@ -144,7 +144,7 @@ class Context:
         """The largest per-rank median of comm-wait minus synchronisation wait per step."""
         return self.per_rank.largest(ranks, "exposed_transfer")
 
-    def workload(self, ranks: Sequence[int] = ()) -> dict[str, Any]:
+    def workload(self, ranks: Sequence[int] = ()) -> dict[str, WorkloadTag]:
         """The workload tags of some ranks (every rank when none is named)."""
         which = [self.ranks[r] for r in ranks if r in self.ranks]
         if not which:
@@ -152,7 +152,7 @@ class Context:
         return workload.merged(r.evidence.workload or {} for r in which)
 
     @functools.cached_property
-    def _all_workload(self) -> dict[str, Any]:
+    def _all_workload(self) -> dict[str, WorkloadTag]:
         """Every rank's workload tags together (asked for by many remedies: merged once)."""
         return workload.merged(r.evidence.workload or {} for r in self.ranks.values())
 
@@ -173,7 +173,8 @@ class Context:
 
 Text = Callable[[Finding, Context], str]
 Gain = Callable[[Finding, Context], "int | None"]
-Evidence = Callable[[Finding, Context], dict[str, Any]]
+# a remedy's evidence: a JSON object each remedy family types (CommEvidence, HostEvidence …)
+Evidence = Callable[[Finding, Context], Mapping[str, object]]
 
 
 def always(_f: Finding, _c: Context) -> bool:

@@ -12,8 +12,7 @@ console, Markdown and HTML say the same.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -56,7 +55,9 @@ def step_modes(durations: Sequence[int], rules: SteadyRules | None = None) -> li
 
 
 def describe(
-    durations: Sequence[int], fmt: Callable[[float], str], thresholds: dict[str, Any] | None = None
+    durations: Sequence[int],
+    fmt: Callable[[float], str],
+    thresholds: Mapping[str, object] | None = None,
 ) -> str:
     """``two kinds of step: 15 around 158 ms (150–171 ms), 14 around 480 ms (…)``, or ``""``.
 

@@ -48,8 +48,8 @@ import dataclasses
 import statistics
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal, TypedDict
 
 import numpy as np
 
@@ -57,6 +57,7 @@ from gpudiag._support.records import dataclass
 from gpudiag.analysis.findings.idle import RULES, idle_findings
 from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import Finding, FindingKind, LiveAlert, RunStep, StepBreakdown
+from gpudiag.analysis.model.metrics import JsonObject
 from gpudiag.analysis.rank.analyse import nvml_idle_findings, telemetry_rank_results
 from gpudiag.analysis.reading.steady import disturbed_steps
 from gpudiag.analysis.run.phases import input_wait
@@ -87,19 +88,41 @@ def iso_time(time_ns: int) -> str:
 Alert = LiveAlert
 
 
-def alert_record(a: Alert) -> dict[str, Any]:
+class AlertRecord(TypedDict):
+    """One line of ``alerts.jsonl`` (docs/run-directory.md, "Live alerts")."""
+
+    type: Literal["alert"]
+    time: str  # UTC, ISO 8601
+    time_ns: int
+    step: int
+    kind: str
+    state: str  # raised or cleared
+    ranks: list[int]
+    message: str
+    metrics: Mapping[str, object]  # the kind's figures (docs/run-directory.md lists them)
+
+
+def alert_record(a: Alert) -> AlertRecord:
     """The ``alerts.jsonl`` record of an alert (docs/run-directory.md)."""
-    return {
-        "type": "alert",
-        "time": iso_time(a.time_ns),
-        "time_ns": a.time_ns,
-        "step": a.step,
-        "kind": a.kind,
-        "state": a.state,
-        "ranks": list(a.ranks),
-        "message": a.message,
-        "metrics": a.metrics,
-    }
+    return AlertRecord(
+        type="alert",
+        time=iso_time(a.time_ns),
+        time_ns=a.time_ns,
+        step=a.step,
+        kind=a.kind,
+        state=a.state,
+        ranks=list(a.ranks),
+        message=a.message,
+        metrics=a.metrics,
+    )
+
+
+@dataclass(frozen=True)
+class _WindowUtil:
+    """NVML utilisation over the latest steps: per (rank, step), and 1 − util per rank."""
+
+    steps: dict[tuple[int, int], float]
+    window: dict[int, float]
 
 
 @dataclass
@@ -198,7 +221,7 @@ class LiveRules:
         """Why the run conditions call the host busy now (empty: quiet, or not known)."""
         self.busy = list(reasons)
 
-    def no_progress(self, now_ns: int, message: str, metrics: dict[str, Any]) -> Alert | None:
+    def no_progress(self, now_ns: int, message: str, metrics: JsonObject) -> Alert | None:
         """The hang watchdog found no step finishing: an alert until a step finishes again."""
         key = (NO_PROGRESS, ())
         if key in self.active:
@@ -405,7 +428,7 @@ class LiveRules:
                     f"rank {r} is a straggler: +{_ms(added)} a step ({times:.1f}× the others' "
                     f"median) since step {first}, the others wait for it in {where}"
                 )
-                metrics = {
+                metrics: JsonObject = {
                     "excess_ns": round(added),
                     "busy_ratio": round(times, 3),
                     "step_ns": round(step),
@@ -425,11 +448,11 @@ class LiveRules:
         rows = [b for res in results for b in res.steps]
         util = self._window_util(rows)
         findings = idle_findings(
-            [summarize_rank(res) for res in results], rows, self.th, telemetry_idle=not util
+            [summarize_rank(res) for res in results], rows, self.th, telemetry_idle=util is None
         )
-        if util:
+        if util is not None:
             findings = [f for f in findings if f.kind != FindingKind.IDLE_RATIO]
-            findings += nvml_idle_findings(util["window"], self.th, "of the latest steps")
+            findings += nvml_idle_findings(util.window, self.th, "of the latest steps")
         by_kind = {f.kind: f for f in findings}
         per_step = self._per_step(rows, util)
         out: list[Alert] = []
@@ -437,7 +460,7 @@ class LiveRules:
         # a straggler's own input or host work (its longer pre-forward phase) is its alert's
         stragglers = {a.alert.ranks[0] for k, a in self.active.items() if k[0] == STRAGGLER}
         for kind in SHARE_KINDS:
-            skip = named | stragglers if kind == FindingKind.IDLE_RATIO and not util else set()
+            skip = named | stragglers if kind == FindingKind.IDLE_RATIO and util is None else set()
             if kind == FindingKind.DATA_BOUND:
                 skip = stragglers
             out += self._share(kind, by_kind.get(kind), per_step[kind], win, c, s, now_ns, skip)
@@ -448,7 +471,7 @@ class LiveRules:
         return out
 
     def _per_step(
-        self, rows: list[StepBreakdown], util: dict[str, Any]
+        self, rows: list[StepBreakdown], util: _WindowUtil | None
     ) -> dict[FindingKind, dict[int, dict[int, float]]]:
         """Each kind's value per rank and step (what the offline rule counts per step)."""
         out: dict[FindingKind, dict[int, dict[int, float]]] = {k: {} for k in SHARE_KINDS}
@@ -457,15 +480,14 @@ class LiveRules:
                 continue
             for kind in SHARE_KINDS:
                 out[kind].setdefault(b.rank, {})[b.step] = _RULE[kind].per_step(b)
-        if util:
+        if util is not None:
             out[FindingKind.IDLE_RATIO] = {}
-            per: dict[tuple[int, int], float] = util["steps"]
-            for (r, n), u in per.items():
+            for (r, n), u in util.steps.items():
                 out[FindingKind.IDLE_RATIO].setdefault(r, {})[n] = 1.0 - u
         return out
 
-    def _window_util(self, rows: list[StepBreakdown]) -> dict[str, Any]:
-        """NVML utilisation per (rank, step) and 1 − util per rank over the window; {} if none."""
+    def _window_util(self, rows: list[StepBreakdown]) -> _WindowUtil | None:
+        """NVML utilisation per (rank, step) and 1 − util per rank over the window; or None."""
         per_step: dict[tuple[int, int], float] = {}
         window: dict[int, float] = {}
         for rank, q in self.util.items():
@@ -482,7 +504,7 @@ class LiveRules:
                     inside.append(sel)
             if inside:
                 window[rank] = 1.0 - float(u[np.logical_or.reduce(inside)].mean())
-        return {"steps": per_step, "window": window} if window else {}
+        return _WindowUtil(per_step, window) if window else None
 
     def _share(
         self,
@@ -527,10 +549,12 @@ class LiveRules:
         key = (key_kind, tuple(ranks))
         if not ranks or not self._may_raise(key, s):
             return out
-        shares = {str(r): round(sum(values[r][n] for n in win) / len(win), 4) for r in ranks}
+        shares: JsonObject = {
+            str(r): round(sum(values[r][n] for n in win) / len(win), 4) for r in ranks
+        }
         first = win[min(_run_start([crosses(values[r].get(n, 0.0)) for n in win]) for r in ranks)]
         msg = f"{f.message} since step {first}"
-        metrics = {
+        metrics: JsonObject = {
             "per_rank": shares,
             "threshold": limit,
             "onset_step": first,
@@ -554,7 +578,7 @@ class LiveRules:
         s: int,
         now_ns: int,
         msg: str,
-        metrics: dict[str, Any],
+        metrics: JsonObject,
         onset: int,
         limit: float,
     ) -> Alert:

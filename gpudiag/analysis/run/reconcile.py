@@ -153,14 +153,14 @@ def with_host_cause(
             if set(f.ranks) <= gpu
             else cpu_host_cause(ranks, f.ranks)
             if set(f.ranks) <= cpu
-            else {}
+            else None
         )
-        if cause:
+        if cause is not None:
             msg = f.message
-            if cause["text"]:
+            if cause.text:
                 head = msg.split(": host overhead, kernel-launch gaps", 1)[0]
                 head = head.split(": Python/host overhead outside operators", 1)[0]
-                msg = f"{head}: {cause['label']} — {cause['text']}"
+                msg = f"{head}: {cause.label} — {cause.text}"
             share = f.metrics_as(ShareMetrics)
             metrics = HostMetrics(share.per_rank, share.threshold, cause=cause)
             f = dataclasses.replace(f, message=msg, metrics=metrics)

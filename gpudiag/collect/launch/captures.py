@@ -88,7 +88,8 @@ def start_nvml(
             return None, None
         s.start()
         m.sources["nvml"] = rundir.SourceStatus(True)
-        m.extra["driver_version"] = nv.driver_version
+        if nv.driver_version is not None:
+            m.extra["driver_version"] = nv.driver_version
         return s, nvml_mod
     except Exception as e:
         msg = f"NVML sampler not started: {type(e).__name__}: {e}"

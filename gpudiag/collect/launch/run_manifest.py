@@ -15,6 +15,7 @@ from typing import Any
 from gpudiag.collect.launch import outcome
 from gpudiag.collect.launch.log import log
 from gpudiag.rundir import layout as rundir
+from gpudiag.rundir.sections import JobProfilerSession, JobTrace, ProfileWindow, RankError
 
 
 def read_rank_records(path: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]], int]:
@@ -56,7 +57,7 @@ def finish_manifest(run_dir: Path, m: rundir.RunManifest) -> None:
         if ranks_dir.is_dir()
         else []
     )
-    errors: list[dict[str, Any]] = []
+    errors: list[RankError] = []
     per_rank: dict[int, list[dict[str, Any]]] = {}
     steps_total = 0
     for path in files:
@@ -84,7 +85,7 @@ def finish_manifest(run_dir: Path, m: rundir.RunManifest) -> None:
         for ev in events:
             kind = ev.get("type")
             if kind == "error":
-                errors.append({"rank": r, "where": ev.get("where"), "message": ev.get("message")})
+                errors.append(RankError(rank=r, where=ev.get("where"), message=ev.get("message")))
                 if ev.get("where") == "gpudiag":
                     m.diagnosis_incomplete.append(f"rank {r}: {ev.get('message')}")
             elif kind == "lost":
@@ -122,53 +123,51 @@ def finish_manifest(run_dir: Path, m: rundir.RunManifest) -> None:
 
 def _job_profiler_extras(per_rank: dict[int, list[dict[str, Any]]], m: rundir.RunManifest) -> None:
     """``extra.job_traces``, ``extra.job_profiler`` and ``extra.profile_windows``."""
-    traces: list[dict[str, Any]] = []
-    sessions: list[dict[str, Any]] = []
-    windows: list[dict[str, Any]] = []
+    traces: list[JobTrace] = []
+    sessions: list[JobProfilerSession] = []
+    windows: list[ProfileWindow] = []
     for r, events in sorted(per_rank.items()):
-        open_: dict[str, dict[str, Any]] = {}
+        open_: dict[str, JobProfilerSession] = {}
         for ev in events:
             kind = ev.get("type")
             if kind == "job_trace":
                 traces.append(
-                    {
-                        "rank": r,
-                        **{k: ev.get(k) for k in ("path", "api", "step", "time_ns")},
-                        "exists": os.path.exists(str(ev.get("path"))),
-                    }
+                    JobTrace(
+                        rank=r,
+                        path=ev.get("path"),
+                        api=ev.get("api"),
+                        step=ev.get("step"),
+                        time_ns=ev.get("time_ns"),
+                        exists=os.path.exists(str(ev.get("path"))),
+                    )
                 )
             elif kind == "job_profiler" and ev.get("event") == "start":
-                s = {
-                    "rank": r,
-                    "api": ev.get("api"),
-                    "start_step": ev.get("step"),
-                    "start_ns": ev.get("time_ns"),
-                    "stop_step": None,
-                    "stop_ns": None,
-                }
+                s = JobProfilerSession(
+                    rank=r,
+                    api=ev.get("api"),
+                    start_step=ev.get("step"),
+                    start_ns=ev.get("time_ns"),
+                    stop_step=None,
+                    stop_ns=None,
+                )
                 open_[str(ev.get("api"))] = s
                 sessions.append(s)
             elif kind == "job_profiler" and ev.get("event") == "stop":
-                s = open_.pop(str(ev.get("api")), {})
-                if s:
-                    s["stop_step"], s["stop_ns"] = ev.get("step"), ev.get("time_ns")
+                started = open_.pop(str(ev.get("api")), None)
+                if started is not None:
+                    started["stop_step"], started["stop_ns"] = ev.get("step"), ev.get("time_ns")
             elif kind == "window":
                 windows.append(
-                    {
-                        "rank": r,
-                        **{
-                            k: ev.get(k)
-                            for k in (
-                                "window",
-                                "status",
-                                "step",
-                                "reason",
-                                "kept",
-                                "job_api",
-                                "job_since_step",
-                            )
-                        },
-                    }
+                    ProfileWindow(
+                        rank=r,
+                        window=ev.get("window"),
+                        status=ev.get("status"),
+                        step=ev.get("step"),
+                        reason=ev.get("reason"),
+                        kept=ev.get("kept"),
+                        job_api=ev.get("job_api"),
+                        job_since_step=ev.get("job_since_step"),
+                    )
                 )
     if traces:
         m.extra["job_traces"] = traces
@@ -217,7 +216,7 @@ def _kineto_status(
     return rundir.SourceStatus(False, why + tail)
 
 
-def _window_note(windows: list[dict[str, Any]]) -> str:
+def _window_note(windows: list[ProfileWindow]) -> str:
     """One sentence on the first window that did not end normally, naming the ranks."""
     if not windows:
         return ""

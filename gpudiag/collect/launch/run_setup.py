@@ -22,12 +22,13 @@ from gpudiag.collect.launch import watchdog
 from gpudiag.collect.rank import bootstrap
 from gpudiag.collect.samplers.conditions import DEFAULT_INTERVAL_S
 from gpudiag.rundir import layout as rundir
+from gpudiag.rundir.sections import WatcherName
 
 
 class Watcher(Protocol):
     """A reader of the run directory while the job runs (the live alerts, gpudiag/live/)."""
 
-    name: str
+    name: WatcherName  # the key of its record in the manifest's extra
 
     def start(self, run_dir: Path, child_pid: int) -> None:
         """The job was started; follow ``run_dir``."""

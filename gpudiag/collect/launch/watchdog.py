@@ -35,6 +35,7 @@ from gpudiag._support.records import dataclass
 from gpudiag.collect.launch.log import log
 from gpudiag.collect.rank import hangdump
 from gpudiag.rundir import layout as rundir
+from gpudiag.rundir.sections import FlightRecorderSection, HangSection
 
 ANSWER_WAIT_S = 10.0
 INTERRUPT_GRACE_S = 30.0  # for the ranks to unwind and save their profiler windows
@@ -47,13 +48,13 @@ FR_ENV = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
 FR_DUMP_ENV = ("TORCH_FR_DUMP_TEMP_FILE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
 
 
-def flight_recorder_env(env: dict[str, str], run_dir: Path) -> dict[str, Any]:
+def flight_recorder_env(env: dict[str, str], run_dir: Path) -> FlightRecorderSection:
     """Turn the flight recorder on in ``env`` unless the job set it; what was done, in words.
 
     The job's own settings win. torch's own dumps on a timeout
     (``TORCH_NCCL_DUMP_ON_TIMEOUT``) land in the run directory unless the job chose a path.
     """
-    info: dict[str, Any] = {}
+    info = FlightRecorderSection()
     own = next((k for k in FR_ENV if env.get(k)), None)
     if own is None:
         env["TORCH_FR_BUFFER_SIZE"] = FR_BUFFER_SIZE
@@ -88,20 +89,20 @@ class HangEvent:
     rule: str = ""  # the rule that set timeout_s, in words
     resumed_ns: int | None = None  # a rank finished a step after the report: not a hang
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> HangSection:
         """The manifest's ``extra.hang`` record."""
-        return {
-            "request_id": self.request_id,
-            "detected_ns": self.detected_ns,
-            "idle_s": round(self.idle_s, 3),
-            "timeout_s": self.timeout_s,
-            "steps": {str(k): v for k, v in sorted(self.steps.items())},
-            "expected_ranks": self.expected,
-            "answered_ranks": self.answered,
-            "answer_s": round(self.answer_s, 3),
-            "report_ns": self.report_ns,
-            "resumed_ns": self.resumed_ns,
-        }
+        return HangSection(
+            request_id=self.request_id,
+            detected_ns=self.detected_ns,
+            idle_s=round(self.idle_s, 3),
+            timeout_s=self.timeout_s,
+            steps={str(k): v for k, v in sorted(self.steps.items())},
+            expected_ranks=self.expected,
+            answered_ranks=self.answered,
+            answer_s=round(self.answer_s, 3),
+            report_ns=self.report_ns,
+            resumed_ns=self.resumed_ns,
+        )
 
 
 class _Tail:
@@ -298,7 +299,7 @@ class HangOptions:
     startup_timeout_s: float = 300.0
     answer_wait_s: float = ANSWER_WAIT_S
     report: Callable[[HangEvent], None] | None = None
-    flight_recorder: dict[str, Any] | None = None  # what child_env did
+    flight_recorder: FlightRecorderSection | None = None  # what child_env did
 
 
 class Running:

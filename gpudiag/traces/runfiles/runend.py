@@ -19,6 +19,7 @@ from gpudiag._support import fileio
 from gpudiag._support.records import dataclass
 from gpudiag.errors import InputError
 from gpudiag.rundir import layout as rundir
+from gpudiag.rundir.sections import HangSection
 from gpudiag.traces.runfiles.flightrec import (
     HANG_DIR,
     Frame,
@@ -62,7 +63,7 @@ class RunEnd:
     stacks: tuple[RankStacks, ...] = ()
     exit_code: int | None = None
     interrupted: bool = False
-    hang: dict[str, Any] | None = None  # the watchdog's record (manifest extra.hang)
+    hang: HangSection | None = None  # the watchdog's record (manifest extra.hang)
     world_size: int | None = None
     notes: tuple[str, ...] = field(default=())
 

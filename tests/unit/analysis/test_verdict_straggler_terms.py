@@ -133,13 +133,13 @@ def test_the_checker_catches_the_old_zero_percent_headline():
 
 
 def test_recorded_busy_host_demo_run_no_longer_reads_zero_percent_slower():
-    # a CPU-bound demo run recorded beside a CPU hog (tests/data/issue15_gate/README.md):
+    # a CPU-bound demo run recorded beside a CPU hog (tests/data/gate_recorded_runs/README.md):
     # its late-arrival straggler made the verdict "rank 0 runs 0% slower than the median rank"
     import dataclasses
 
     from gpudiag.api.load import load_diagnosis
 
-    d = load_diagnosis(DATA / "issue15_gate" / "cpu_same9.diagnosis.json")
+    d = load_diagnosis(DATA / "gate_recorded_runs" / "cpu_same9.diagnosis.json")
     v = verdict(d.run, d.findings)
     assert v.headline == (
         "straggler: rank 0 arrives last at 4 of 4 collectives (slower compute); "

@@ -1,7 +1,7 @@
 """Issue 24 §5: the gate does not fail healthy runs.
 
 * **False alarms on unchanged code ≤ 1%**, measured on recorded runs
-  (tests/data/issue15_gate: 5 runs of one CPU job and 4 of another, unchanged code, recorded
+  (tests/data/gate_recorded_runs: 5 runs of one CPU job and 4 of another, unchanged code, recorded
   on a busy 2-core host). Every choice of 3 baseline runs and one other run of the same
   job as the candidate (24 recorded pairs), each also with 10 seeded bootstrap replicates
   (every run's steps resampled with replacement): 264 unchanged candidates, judged by the
@@ -28,7 +28,7 @@ from gpudiag.analysis.compare.gate import evaluate, regression_check
 from gpudiag.api.load import load_diagnosis
 from gpudiag.config import GateConfig, Thresholds
 
-DATA = testpaths.DATA / "issue15_gate"
+DATA = testpaths.DATA / "gate_recorded_runs"
 
 
 def _job(baseline: str, reruns: list[str]) -> list[RunStat]:

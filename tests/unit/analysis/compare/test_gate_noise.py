@@ -340,9 +340,9 @@ def test_cli_save_baseline_of_several_runs_then_gate(tmp_path):
     assert r.returncode == 2
 
 
-# ---- recorded runs (tests/data/issue15_gate/README.md) ----
+# ---- recorded runs (tests/data/gate_recorded_runs/README.md) ----
 
-REC = DATA / "issue15_gate"
+REC = DATA / "gate_recorded_runs"
 
 
 def recorded(name: str) -> tuple[Diagnosis, RunConditions]:

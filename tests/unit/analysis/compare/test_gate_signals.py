@@ -26,7 +26,7 @@ from gpudiag.config import GateConfig
 from gpudiag.rundir import layout as rundir
 from gpudiag.rundir.conditions import RunConditions
 
-DATA = testpaths.DATA / "issue15_gate"
+DATA = testpaths.DATA / "gate_recorded_runs"
 MS = 1_000_000
 BUSY = {
     "other_cpu_ratio_mean": 0.8,

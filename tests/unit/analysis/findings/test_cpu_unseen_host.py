@@ -66,7 +66,7 @@ def _host_bound(diag: Any) -> Any:
 def test_no_operator_on_the_step_thread_names_no_cause(tmp_path: Path) -> None:
     diag = _analyze(tmp_path, "empty", _trace(0))
     f = _host_bound(diag)
-    assert f.metrics.cause["kind"] == "unknown"
+    assert f.metrics.cause.kind == "unknown"
     assert "Python" not in f.message and "does not show" in f.message
     assert "does not show" in diag.verdict.headline and "record_function" in diag.verdict.headline
     ids = [r.id for r in diag.recommendations]
@@ -79,7 +79,7 @@ def test_no_operator_on_the_step_thread_names_no_cause(tmp_path: Path) -> None:
 def test_operators_on_the_step_thread_keep_the_python_overhead_remedy(tmp_path: Path) -> None:
     diag = _analyze(tmp_path, "busy", _trace(150, steps=3))
     f = _host_bound(diag)
-    assert getattr(f.metrics, "cause", {}).get("kind") != "unknown"
+    assert getattr(getattr(f.metrics, "cause", None), "kind", None) != "unknown"
     assert "Python/host overhead outside operators" in f.message
     ids = [r.id for r in diag.recommendations]
     assert "host-overhead" in ids and "host-unseen" not in ids

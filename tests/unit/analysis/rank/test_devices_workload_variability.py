@@ -7,6 +7,7 @@ import pytest
 from testpaths import SHARED_TRACES
 
 from gpudiag.analysis.findings.variability import variability
+from gpudiag.analysis.model.causes import HostCause
 from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
@@ -198,9 +199,9 @@ def _late(excess: float, caused: int) -> Finding:
     )
 
 
-def _host(cause: dict[str, object] | None) -> Finding:
+def _host(cause: HostCause | None) -> Finding:
     per = {str(r): 0.48 for r in range(7)}
-    m = ShareMetrics(per, 0.3) if cause is None else HostMetrics(per, 0.3, cause=dict(cause))
+    m = ShareMetrics(per, 0.3) if cause is None else HostMetrics(per, 0.3, cause=cause)
     return Finding(
         FindingKind.HOST_BOUND,
         Severity.WARNING,
@@ -212,12 +213,12 @@ def _host(cause: dict[str, object] | None) -> Finding:
 
 def test_verdict_names_the_straggler_the_host_bound_ranks_wait_for() -> None:
     host = _host(
-        {
-            "kind": "sync",
-            "label": "synchronisation",
-            "api": "cudaStreamSynchronize",
-            "waits_for": {"communication": 0.8, "nothing": 0.2},
-        }
+        HostCause(
+            kind="sync",
+            label="synchronisation",
+            api="cudaStreamSynchronize",
+            waits_for={"communication": 0.8, "nothing": 0.2},
+        )
     )
     v = verdict(_run(), [host, _late(0.2, 10)])
     assert v.bottleneck == "straggler" and v.ranks == [7]
@@ -225,12 +226,12 @@ def test_verdict_names_the_straggler_the_host_bound_ranks_wait_for() -> None:
 
 def test_verdict_keeps_host_bound_when_the_host_waits_for_its_own_gpu() -> None:
     host = _host(
-        {
-            "kind": "sync",
-            "label": "synchronisation",
-            "api": "cudaDeviceSynchronize",
-            "waits_for": {"compute": 0.9, "nothing": 0.1},
-        }
+        HostCause(
+            kind="sync",
+            label="synchronisation",
+            api="cudaDeviceSynchronize",
+            waits_for={"compute": 0.9, "nothing": 0.1},
+        )
     )
     v = verdict(_run(), [host, _late(0.2, 10)])
     assert v.bottleneck == "host" and v.ranks == list(range(7))
