@@ -132,6 +132,7 @@ class OpWork:
     flops: float  # 0 for the bytes families
     bytes: float  # bytes read and written (every family; the bytes families' figure)
     path: str  # "fp32", "bf16", "fp16", "fp8", "fp64", "" unknown
+    min_dim: int = 0  # GEMMs: the smallest of M, N and K (0 for the other families)
 
 
 def family_of(op: str) -> str | None:
@@ -177,7 +178,8 @@ def op_work(op: str, shape_text: str) -> OpWork | None:
         return None
     if base == "_scaled_mm":
         path = "fp8"
-    return OpWork(fam, float(flops), nbytes, path)
+    small = _gemm_min_dim(base, dims) if fam == "GEMM" else 0
+    return OpWork(fam, float(flops), nbytes, path, small)
 
 
 def decode_shape(text: str) -> tuple[list[Any], list[Any], list[Any]] | None:
@@ -238,6 +240,20 @@ def _gemm(base: str, dims: list[Any]) -> float | None:
         return None
     batch = max(math.prod(a[:-2]), math.prod(b[:-2]))
     return 2.0 * batch * m * k * n
+
+
+def _gemm_min_dim(base: str, dims: list[Any]) -> int:
+    """The smallest of a GEMM's M, N and K (a vector product's: 1), 0 when unread."""
+    if base in ("addmm", "baddbmm", "addmv"):
+        dims = dims[1:]
+    a, b = _shape(dims, 0), _shape(dims, 1)
+    if a is None or b is None:
+        return 0
+    if base == "linear":
+        return min(math.prod(a[:-1]), a[-1], b[0])
+    if len(a) == 1 or len(b) == 1 or base in ("mv", "addmv"):
+        return 1
+    return min(a[-2], a[-1], b[-1])
 
 
 def _ints(v: Any) -> list[int] | None:

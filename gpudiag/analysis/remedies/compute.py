@@ -1,9 +1,12 @@
 """The remedies for compute-bound runs (the ``compute_bound`` row of the advice table).
 
 No gain is estimated: fusion when elementwise, reduction and normalisation kernels hold
-``advice.fusion_share`` of compute; reduced precision (bf16/fp16, TF32, FP8 as the device
-allows, or a half-precision inference dtype) when matrix kernels hold ``advice.gemm_share``
-of it and ``advice.fp32_gemm_share`` of their time is fp32.
+``advice.fusion_share`` of compute, unless the operators' shapes measured the bytes families
+against the memory peak; reduced precision (bf16/fp16, TF32, FP8 as the device allows, or a
+half-precision inference dtype) when matrix kernels hold ``advice.gemm_share`` of it and
+``advice.fp32_gemm_share`` of their time is fp32, on CPUs and on GPUs the peak table does not
+know. Elsewhere the ``below_peak`` remedies (:mod:`.efficiency`), whose gains the peak
+bounds, take their place.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpudiag.analysis.efficiency.peaks import peak_of
-from gpudiag.analysis.model.diagnosis import Finding
+from gpudiag.analysis.model.diagnosis import Finding, Mode
 from gpudiag.analysis.model.metrics import ComputeMetrics
 from gpudiag.analysis.rank import workload
 from gpudiag.analysis.remedies.remedy import Context, Remedy
@@ -67,6 +70,11 @@ def _matrix_text(f: Finding) -> str:
 def _precision_title(f: Finding, c: Context) -> str:
     if _cm(f).unit == "operator":
         return "Run the matrix operators in bf16 on the CPU (autocast)"
+    return precision_title(c)
+
+
+def precision_title(c: Context) -> str:
+    """The precision remedy's title on this device (training or serving)."""
     dev = c.device()
     if workload.inference(c.workload()):
         half = "bf16" if dev.bf16 else "fp16"
@@ -122,6 +130,12 @@ def _precision_text(f: Finding, c: Context) -> str:
         f"Matrix kernels take {_cm(f).matrix_share:.0%} of compute ({_matrix_text(f)}) "
         f"and {fp32:.0%} of their time runs in full fp32: "
     )
+    return text + precision_how(c, cpu)
+
+
+def precision_how(c: Context, cpu: bool = False) -> str:
+    """How to move the matrix work to a 16-bit path on this device (training or serving)."""
+    text = ""
     if not cpu and workload.inference(c.workload()):
         dev = c.device()
         half = "torch.bfloat16" if dev.bf16 or not dev.known else "torch.float16"
@@ -179,7 +193,23 @@ def _precision_text(f: Finding, c: Context) -> str:
     )
 
 
-def _amp_on(c: Context) -> bool:
+def peak_known(c: Context) -> bool:
+    """Every rank's device is in the peak table: below_peak's gains decide the remedies."""
+    devices = {d for r in c.ranks.values() for d in r.devices}
+    return bool(devices) and all(peak_of(d) is not None for d in devices)
+
+
+def bytes_measured(c: Context) -> bool:
+    """Some rank's efficiency measured a bytes family against a known memory peak."""
+    return any(
+        f.path == "memory" and f.peak is not None
+        for r in c.ranks.values()
+        if r.evidence.efficiency is not None
+        for f in r.evidence.efficiency.families
+    )
+
+
+def amp_on(c: Context) -> bool:
     """Half-precision kernels already hold ``advice.amp_on_share`` of compute."""
     return c.low_precision_share() >= c.rules.amp_on_share
 
@@ -192,7 +222,10 @@ COMPUTE = (
         gain=lambda f, c: None,
         evidence=_compute_evidence,
         applies=lambda f, c: (
-            _cm(f).fusable_share >= c.rules.fusion_share and not _native(c) and not _compiled(c)
+            _cm(f).fusable_share >= c.rules.fusion_share
+            and not _native(c)
+            and not _compiled(c)
+            and not bytes_measured(c)
         ),
     ),
     Remedy(
@@ -208,9 +241,10 @@ COMPUTE = (
         applies=lambda f, c: (
             _cm(f).matrix_share >= c.rules.gemm_share
             and max(_cm(f).fp32_matrix_share, _cm(f).fp32_gemm_share) >= c.rules.fp32_gemm_share
-            and not _amp_on(c)
+            and not amp_on(c)
             and not _native(c)
             and (not c.device().known or c.device().fp16)
+            and not (c.run.mode == Mode.GPU and peak_known(c))
         ),
     ),
 )
