@@ -94,9 +94,12 @@ def _precision(
     if not t_all:
         return None
     main = max(by_path, key=by_path.__getitem__)
+    fams = {f.family for f in rows if f.family in MATRIX and f.path in by_path}
+    if by_path["fp32"] and kernels is not None:
+        fams |= {f for f in MATRIX if kernels.families.get(f, 0.0) > 0}
     return Opportunity(
         "precision",
-        sorted({f.family for f in rows if f.family in MATRIX and f.path in by_path}) or ["matrix"],
+        [f for f in MATRIX if f in fams],
         main,
         to_path,
         round(t_all),
