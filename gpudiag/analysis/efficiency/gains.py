@@ -19,8 +19,9 @@ ever promises a rate above the peak:
   ``advice.small_gemm_dim``: shapes too small to fill the tiles and the multiprocessors;
   t − FLOPs ÷ the path's peak.
 * **channels-last** — convolutions whose operators also launch non-matrix kernels (the
-  layout transposes between NCHW and NHWC a library adds for NCHW inputs): their time, at
-  most t − FLOPs ÷ the path's peak.
+  layout transposes between NCHW and NHWC a library adds for NCHW inputs), unless the
+  inputs' strides, where recorded, say channels-last for most of their time: the layout
+  kernels' time, at most t − FLOPs ÷ the path's peak.
 """
 
 from __future__ import annotations
@@ -171,6 +172,8 @@ def _channels_last(rows: list[FamilyEfficiency], steps: int) -> Opportunity | No
     f = next((f for f in rows if f.family == "convolution"), None)
     if f is None or not f.layout_ns or not steps:
         return None
+    if f.nchw_share is not None and f.nchw_share < 0.5:
+        return None  # the strides say the inputs are already channels-last for most of it
     need = _at_peak_ns(f)
     room = f.kernel_ns - need if need is not None else f.kernel_ns
     gain = _per_step(min(f.layout_ns, max(room, 0.0)), steps)

@@ -213,9 +213,19 @@ def _families(
                 above,
                 _min_dim_median(works, op_ns, sel) if fam == "GEMM" else None,
                 _layout_ns(tl, kern, owner, sel) if fam == "convolution" else None,
+                _nchw_share(works, op_ns, sel) if fam == "convolution" else None,
             )
         )
     return out
+
+
+def _nchw_share(works: Sequence[OpWork], op_ns: Any, sel: list[int]) -> float | None:
+    """The share of these operators' kernel time with NCHW inputs, None when unread."""
+    known = [(works[i].layout, float(op_ns[i])) for i in sel if works[i].layout]
+    total = sum(ns for _, ns in known)
+    if not total:
+        return None
+    return sum(ns for lay, ns in known if lay == "nchw") / total
 
 
 def _min_dim_median(works: Sequence[OpWork], op_ns: Any, sel: list[int]) -> int | None:
@@ -323,6 +333,7 @@ def _combined_families(
         pk = peak.tflops(path) if peak is not None and path else None
         dims = [(f.min_dim_median, f.kernel_ns) for f in rows if f.min_dim_median]
         layout = [f.layout_ns for f in rows if f.layout_ns is not None]
+        nchw = [(f.nchw_share, f.kernel_ns) for f in rows if f.nchw_share is not None]
         fams.append(
             FamilyEfficiency(
                 fam,
@@ -342,6 +353,7 @@ def _combined_families(
                 if dims
                 else None,
                 sum(layout) if layout else None,
+                sum(v * w for v, w in nchw) / max(sum(w for _, w in nchw), 1) if nchw else None,
             )
         )
     return fams

@@ -33,6 +33,9 @@ class FamilyEfficiency:
     # convolution: GPU time of the kernels its operators launched that are no matrix kernels
     # (layout transposes between NCHW and NHWC, casts): what channels-last takes away
     layout_ns: int | None = None
+    # convolution: the share of its kernel time whose inputs' strides say NCHW; None when
+    # the trace records no strides
+    nchw_share: float | None = None
 
 
 @dataclass(frozen=True)

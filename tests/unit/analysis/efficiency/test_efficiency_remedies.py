@@ -165,3 +165,29 @@ def test_a_low_bandwidth_bucket_gains_its_time_above_the_link_peak() -> None:
     # capped by the exposed wait
     short = [StepBreakdown(0, i, i * step, step, 96 * MS, 2 * MS, 0, 2 * MS, 0) for i in range(6)]
     assert recommend(run, [rank], short, [f], None, RULES) == []  # 2 ms: under 5% of a step
+
+
+def test_a_convolution_input_layout_comes_from_its_strides() -> None:
+    from gpudiag.analysis.efficiency.flops import op_work
+
+    dims = "[[10, 256, 14, 14], [512, 256, 3, 3], [], [], [], [], [], [], []]"
+    types = '["float", "float", "", "ScalarList", "ScalarList", "ScalarList", "Scalar", "ScalarList", "Scalar"]'
+    conc = '["", "", "", "[1, 1]", "[1, 1]", "[1, 1]", "False", "[0, 0]", "1"]'
+
+    def layout(strides: str) -> str:
+        w = op_work("aten::convolution", f"{dims}\n{types}\n{conc}\n{strides}")
+        assert w is not None
+        return w.layout
+
+    # contiguous NCHW: W innermost; channels-last: C innermost (stride 1), then W, H, N
+    assert layout("[[50176, 196, 14, 1], [2304, 9, 3, 1]]") == "nchw"
+    assert layout("[[50176, 1, 3584, 256], [2304, 1, 768, 256]]") == "nhwc"
+    assert layout("") == ""  # no strides recorded: unknown, not guessed
+
+
+def test_channels_last_only_for_inputs_not_already_channels_last() -> None:
+    conv = {"layout_ns": 3 * MS}
+    nchw = _eff(_fam("convolution", "bf16", 8 * MS, 0.39e12, nchw_share=1.0, **conv))
+    nhwc = _eff(_fam("convolution", "bf16", 8 * MS, 0.39e12, nchw_share=0.0, **conv))
+    assert any(o.remedy == "channels-last" for o in opportunities(nchw, None, 2, A100, RULES))
+    assert all(o.remedy != "channels-last" for o in opportunities(nhwc, None, 2, A100, RULES))
