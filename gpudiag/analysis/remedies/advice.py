@@ -362,7 +362,7 @@ def recommend(
                     estimated_gain_ratio=(gain / ctx.step_ns) if gain else None,
                 )
             )
-        groups.append(group)
+        groups += _by_families(out, group) if f.kind == FindingKind.BELOW_PEAK else [group]
     # a straggler slowed by its own data waits for the same loader the data remedy fixes
     data = [i for i, r in enumerate(out) if r.id == "dataloader"]
     groups += [[i, *data] for i in data_stragglers]
@@ -371,6 +371,22 @@ def recommend(
     # a run that hung or disagreed on a collective must be fixed before any speed-up
     out.sort(key=lambda r: (r.finding not in _ENDED, -(r.estimated_gain_ns or 0)))
     return out
+
+
+def _by_families(out: list[Recommendation], group: list[int]) -> list[list[int]]:
+    """The remedies from efficiency overlap only where they act on the same families.
+
+    Precision and bigger GEMMs both speed the GEMMs (not additive); fusion acts on the
+    elementwise and normalisation kernels, apart from both.
+    """
+    fams = [set(out[i].evidence.get("families", ())) for i in group]
+    pairs = [
+        [group[a], group[b]]
+        for a in range(len(group))
+        for b in range(a + 1, len(group))
+        if fams[a] & fams[b]
+    ]
+    return pairs + [[i] for i in group]
 
 
 def _unique(

@@ -73,8 +73,11 @@ def _precision_title(f: Finding, c: Context) -> str:
     return precision_title(c)
 
 
-def precision_title(c: Context) -> str:
-    """The precision remedy's title on this device (training or serving)."""
+def precision_title(c: Context, on_tf32: bool = False) -> str:
+    """The precision remedy's title on this device (training or serving).
+
+    ``on_tf32``: the matrix work already runs TF32, so TF32 is no remedy for it.
+    """
     dev = c.device()
     if workload.inference(c.workload()):
         half = "bf16" if dev.bf16 else "fp16"
@@ -82,7 +85,7 @@ def precision_title(c: Context) -> str:
     if dev.known and not dev.bf16 and dev.fp16:
         return "Train in fp16 mixed precision (autocast with a GradScaler)"
     if dev.known and dev.bf16:
-        extra = " or TF32" if dev.tf32 else ""
+        extra = " or TF32" if dev.tf32 and not on_tf32 else ""
         return f"Run matmuls, convolutions and attention in bf16 (autocast){extra}"
     return "Use mixed precision (autocast) for the fp32 matrix work"
 
@@ -133,7 +136,7 @@ def _precision_text(f: Finding, c: Context) -> str:
     return text + precision_how(c, cpu)
 
 
-def precision_how(c: Context, cpu: bool = False) -> str:
+def precision_how(c: Context, cpu: bool = False, on_tf32: bool = False) -> str:
     """How to move the matrix work to a 16-bit path on this device (training or serving)."""
     text = ""
     if not cpu and workload.inference(c.workload()):
@@ -170,7 +173,7 @@ def precision_how(c: Context, cpu: bool = False) -> str:
                 "torch.backends.cuda.matmul.allow_tf32 = True and "
                 "torch.backends.cudnn.allow_tf32 = True"
             )
-            if dev.tf32
+            if dev.tf32 and not on_tf32
             else ""
         )
         fp8 = (

@@ -72,11 +72,16 @@ def _gain(remedy: str) -> Any:
     return gain
 
 
+def _on_tf32(f: Finding) -> bool:
+    o = _op(f, "precision")
+    return o is not None and o.path == "tf32"
+
+
 def _precision_detail(f: Finding, c: Context) -> str:
     o = _op(f, "precision")
     assert o is not None
     fams = ", ".join(o.families)
-    how = precision_how(c)
+    how = precision_how(c, on_tf32=o.path == "tf32")
     return (
         f"The {o.path} matrix work ({fams}{_share(o)}; read from {_BASIS[o.basis]}) would run "
         f"{o.kernel_ns / max(o.at_peak_ns, 1):.1f}× faster at the same share of the "
@@ -139,7 +144,7 @@ def _applies(remedy: str) -> Any:
 BELOW_PEAK = (
     Remedy(
         id=_const("reduced-precision"),
-        title=lambda f, c: precision_title(c),
+        title=lambda f, c: precision_title(c, _on_tf32(f)),
         detail=_precision_detail,
         gain=_gain("precision"),
         evidence=_evidence("precision"),

@@ -191,3 +191,24 @@ def test_channels_last_only_for_inputs_not_already_channels_last() -> None:
     nhwc = _eff(_fam("convolution", "bf16", 8 * MS, 0.39e12, nchw_share=0.0, **conv))
     assert any(o.remedy == "channels-last" for o in opportunities(nchw, None, 2, A100, RULES))
     assert all(o.remedy != "channels-last" for o in opportunities(nhwc, None, 2, A100, RULES))
+
+
+def test_remedies_overlap_only_where_they_act_on_the_same_kernels() -> None:
+    # the hand-built run of the first test, on one rank with a 40 ms step
+    eff = _eff(
+        _fam("GEMM", "tf32", 20 * MS, 1.248e12, min_dim_median=128),
+        _fam("elementwise", "memory", 10 * MS, nbytes=3.11e9),
+    )
+    rank = _rank(0.5, 40 * MS, 1)
+    rank = RankSummary(**{**rank.__dict__, "steps": 2, "evidence": RankEvidence(efficiency=eff)})
+    run = RunSummary(1, 1, 2, 40 * MS, 40 * MS, rank.shares, 0.0, 0.5, Mode.GPU)
+    (f,) = below_peak(run, [rank], None, RULES)
+    recs = {r.id: r for r in recommend(run, [rank], [], [f], None, RULES)}
+    assert {k: r.estimated_gain_ns for k, r in recs.items()} == {
+        "bigger-gemms": 6 * MS,
+        "reduced-precision": 5 * MS,
+        "fuse-kernels": 4 * MS,
+    }
+    # both speed the GEMMs: not additive; fusion acts on other kernels
+    assert recs["bigger-gemms"].overlaps_with == ["reduced-precision"]
+    assert recs["fuse-kernels"].overlaps_with == []
