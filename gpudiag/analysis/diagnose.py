@@ -23,7 +23,7 @@ from gpudiag import __version__
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.efficiency.measure import run_efficiency
 from gpudiag.analysis.findings.causes import exposed_copies
-from gpudiag.analysis.findings.compute import compute_bound
+from gpudiag.analysis.findings.compute import below_peak, compute_bound
 from gpudiag.analysis.findings.idle import idle_findings
 from gpudiag.analysis.findings.variability import variability
 from gpudiag.analysis.hangs.runend import LEADS as ENDED_KINDS
@@ -373,6 +373,11 @@ PASSES: tuple[Pass, ...] = (
         "compute",
         "adds compute_bound",
         lambda x, fs: fs + compute_bound(x.run, x.kernels, x.th.advice),
+    ),
+    Pass(
+        "below peak",
+        "adds below_peak",
+        lambda x, fs: fs + below_peak(x.run, x.ranks, x.kernels, x.th.advice),
     ),
     Pass(
         "bandwidth",

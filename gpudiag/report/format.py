@@ -14,7 +14,7 @@ from gpudiag.analysis.model.diagnosis import (
     Recommendation,
     Severity,
 )
-from gpudiag.analysis.model.efficiency import ComputeEfficiency
+from gpudiag.analysis.model.efficiency import ComputeEfficiency, FamilyEfficiency
 from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
 from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.rank.evidence import WITHHOLD
@@ -140,17 +140,13 @@ def _rate(v: float, unit: str) -> str:
     return f"{v:.3g} {unit}" if v < 100 else f"{v:,.0f} {unit}"
 
 
-def efficiency_lines(e: ComputeEfficiency) -> list[tuple[str, str]]:
-    """The run's compute efficiency in two lines of at most 80 columns: families, then MFU.
+EFFICIENCY_TEXT = 80 - len("efficiency: ")
 
-    Each line is (label, text): the two families with the most kernel time (a stray family
-    under 5% of it is left out), then the model-level figure. A share of peak is printed
-    only when the device's peak is known and the figure is within it.
-    """
+
+def _families_text(fams: list[FamilyEfficiency], eq: str, rated: bool) -> str:
+    """The families' rates, each with its share of peak after ``eq``."""
     parts = []
-    total = sum(f.kernel_ns for f in e.families)
-    shown = [f for f in e.families if f.kernel_ns >= 0.05 * total]  # not a stray scalar op
-    for f in sorted(shown, key=lambda f: -f.kernel_ns)[:2]:
+    for f in fams:
         if f.tflops is not None:
             rate = f"{f.family} {f.path or '?'} {_rate(f.tflops, 'TFLOP/s')}"
         elif f.gbps is not None:
@@ -158,22 +154,39 @@ def efficiency_lines(e: ComputeEfficiency) -> list[tuple[str, str]]:
         else:
             continue
         if f.peak_share is not None:
-            rate += f" = {f.peak_share:.0%}"
+            rate += f"{eq}{f.peak_share:.0%}"
         elif f.above_peak:
             rate += " (above the peak table)"
         parts.append(rate)
-    rated = any(f.peak_share is not None for f in shown)
-    lines = [("efficiency: ", " · ".join(parts) + (" of peak" if rated else ""))] if parts else []
+    if not parts:
+        return ""
+    rated = rated and any(f.peak_share is not None for f in fams)
+    return " · ".join(parts) + (" of peak" if rated else "")
+
+
+def efficiency_lines(e: ComputeEfficiency) -> list[tuple[str, str]]:
+    """The run's compute efficiency in two lines of at most 80 columns: families, then MFU.
+
+    Each line is (label, text): the two families with the most kernel time (a stray family
+    under 5% of it is left out; their shares written "= 4%", else "4%", else the first family
+    alone, whichever fits), then the model-level figure. A share of peak is printed
+    only when the device's peak is known and the figure is within it.
+    """
+    total = sum(f.kernel_ns for f in e.families)
+    shown = [f for f in e.families if f.kernel_ns >= 0.05 * total]  # not a stray scalar op
+    top = sorted(shown, key=lambda f: -f.kernel_ns)[:2]
+    rated = any(f.peak_share is not None for f in top)
+    # the first that fits 80 columns after its label: "= 4%", then "4%", then one family
+    texts = [_families_text(top, " = ", rated), _families_text(top, " ", rated)]
+    texts.append(_families_text(top[:1], " = ", rated))
+    text = next((t for t in texts if len(t) <= EFFICIENCY_TEXT), texts[-1])
+    lines = [("efficiency: ", text)] if text else []
     where = e.peak_model or f"{e.device}: no peak known"
     if e.model_tflops is not None:
         mfu = f"MFU {e.mfu:.1%} ({where}, {e.mfu_path})" if e.mfu is not None else where
-        lines.append(
-            (
-                "  ",
-                f"{mfu} · model {_rate(e.model_tflops, 'TFLOP/s')} · "
-                f"{e.coverage:.0%} of kernel time modelled",
-            )
-        )
+        model = f"{mfu} · model {_rate(e.model_tflops, 'TFLOP/s')} · {e.coverage:.0%}"
+        long = f"{model} of kernel time modelled"
+        lines.append(("  ", long if len(long) <= 78 else f"{model} modelled"))
     elif lines:
         lines.append(("  ", where))
     return lines

@@ -179,8 +179,8 @@ class RankTimeline:
     coll_dtype: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
     steps: HostSteps = field(default_factory=no_steps)
     shape: I32 = field(default_factory=lambda: np.zeros(0, np.int32))
-    # ``Input Dims`` and ``Input type`` of an operator as the trace wrote them (JSON), "\n"
-    # between the two
+    # ``Input Dims``, ``Input type``, ``Concrete Inputs`` and ``Input Strides`` of an operator
+    # as the trace wrote them (JSON, the last two empty when absent), one line each
     shapes: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:

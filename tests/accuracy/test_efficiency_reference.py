@@ -7,7 +7,8 @@ any thread); FLOPs are computed from ``Input Dims`` with the textbook formulas w
 again below; the kernels are those starting inside a ``ProfilerStep#`` range when the trace has them,
 else every kernel. The GEMM rates agree within 5%.
 
-And over every shared set, every share of peak gpudiag prints is at most 100%.
+And over every shared set, every share of peak gpudiag prints is at most 100%, and no
+remedy from efficiency (``below_peak``) leaves its work less time than the peak allows.
 """
 
 from __future__ import annotations
@@ -126,4 +127,28 @@ def test_no_share_of_peak_above_100_percent_on_any_shared_set(kineto_sets: Path)
                 assert share is None or 0 <= share <= 1.0, (s.name, e)
         for row in d.collectives.by_type if d.collectives else []:
             assert row.efficiency is None or row.efficiency <= 1.0, (s.name, row)
+        _remedies_within_the_peak(d, s.name)
     assert seen > 10
+
+
+def _remedies_within_the_peak(d: gpudiag.Diagnosis, name: str) -> None:
+    """No remedy from efficiency asks the work to run faster than the device's peak."""
+    fams = {f.family: f for f in d.efficiency.families} if d.efficiency else {}
+    for f in d.findings:
+        if f.kind != "below_peak":
+            continue
+        for o in f.metrics.opportunities:
+            assert 0 < o.gain_ns <= o.kernel_ns and o.at_peak_ns > 0, (name, o)
+            fam = fams.get(o.families[0])
+            if o.remedy in ("bigger-gemms", "channels-last") and fam and fam.flops:
+                # the FLOPs a step over the time left: at most the path's peak
+                rate = fam.flops / d.efficiency.steps / o.at_peak_ns / 1e3
+                assert rate <= fam.peak * 1.001, (name, o, rate)
+            if o.remedy == "fusion":
+                nbytes = sum(fams[x].bytes or 0.0 for x in o.families)
+                rate = nbytes / d.efficiency.steps / o.at_peak_ns
+                assert rate <= fams[o.families[0]].peak * 1.001, (name, o, rate)
+        gains = {o.remedy: o.gain_ns for o in f.metrics.opportunities}
+        for r in d.recommendations:
+            if r.finding == "below_peak":
+                assert r.estimated_gain_ns in gains.values(), (name, r.id)

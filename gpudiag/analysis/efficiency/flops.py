@@ -20,6 +20,9 @@ and, where the trace has them, ``Concrete Inputs`` (strides, flags):
   input) plus bytes written (one output the size of the largest input); their figure is
   bandwidth, not FLOP/s.
 
+A convolution's input layout comes from its ``Input Strides`` where the trace records them:
+contiguous NCHW strides say ``nchw``, channels-last ones (C innermost) ``nhwc``.
+
 The format path is the first tensor input's type: ``float`` → fp32 (TF32 when the kernels
 say so), ``c10::BFloat16`` → bf16, ``c10::Half`` → fp16, ``c10::Float8_*`` → fp8. Anything the
 model cannot read (a missing or odd shape) gives ``None``: the operator is not modelled.
@@ -132,6 +135,9 @@ class OpWork:
     flops: float  # 0 for the bytes families
     bytes: float  # bytes read and written (every family; the bytes families' figure)
     path: str  # "fp32", "bf16", "fp16", "fp8", "fp64", "" unknown
+    min_dim: int = 0  # GEMMs: the smallest of M, N and K (0 for the other families)
+    # convolutions: the input's memory format from its strides ("nchw", "nhwc"), "" unknown
+    layout: str = ""
 
 
 def family_of(op: str) -> str | None:
@@ -177,7 +183,9 @@ def op_work(op: str, shape_text: str) -> OpWork | None:
         return None
     if base == "_scaled_mm":
         path = "fp8"
-    return OpWork(fam, float(flops), nbytes, path)
+    small = _gemm_min_dim(base, dims) if fam == "GEMM" else 0
+    layout = _layout(dims, shape_text) if base == "convolution" else ""
+    return OpWork(fam, float(flops), nbytes, path, small, layout)
 
 
 def decode_shape(text: str) -> tuple[list[Any], list[Any], list[Any]] | None:
@@ -192,6 +200,29 @@ def decode_shape(text: str) -> tuple[list[Any], list[Any], list[Any]] | None:
     if not isinstance(dims, list) or not isinstance(types, list):
         return None
     return dims, types, concrete if isinstance(concrete, list) else []
+
+
+def _layout(dims: list[Any], text: str) -> str:
+    """A convolution input's memory format: contiguous NCHW, channels-last NHWC, or ""."""
+    parts = text.split("\n")
+    try:
+        strides = msgspec.json.decode(parts[3]) if len(parts) > 3 and parts[3] else []
+    except (msgspec.DecodeError, ValueError):
+        return ""
+    x = _shape(dims, 0)
+    st: list[int] = strides[0] if isinstance(strides, list) and strides else []
+    if x is None or len(x) < 3 or not _is_shape(st) or len(st) != len(x) or x[1] <= 1:
+        return ""
+    nchw = [math.prod(x[i + 1 :]) for i in range(len(x))]
+    # channels last: C innermost, then the spatial dims, then N
+    nhwc = [math.prod(x[1:]), 1, *[x[1] * math.prod(x[i + 1 :]) for i in range(2, len(x))]]
+    size_one = [n == 1 for n in x]  # a size-1 dimension's stride says nothing
+    same = [a == b or one for a, b, one in zip(st, nchw, size_one, strict=True)]
+    if all(same):
+        return "nchw"
+    if all(a == b or one for a, b, one in zip(st, nhwc, size_one, strict=True)):
+        return "nhwc"
+    return ""
 
 
 def _is_shape(d: Any) -> bool:
@@ -238,6 +269,20 @@ def _gemm(base: str, dims: list[Any]) -> float | None:
         return None
     batch = max(math.prod(a[:-2]), math.prod(b[:-2]))
     return 2.0 * batch * m * k * n
+
+
+def _gemm_min_dim(base: str, dims: list[Any]) -> int:
+    """The smallest of a GEMM's M, N and K (a vector product's: 1), 0 when unread."""
+    if base in ("addmm", "baddbmm", "addmv"):
+        dims = dims[1:]
+    a, b = _shape(dims, 0), _shape(dims, 1)
+    if a is None or b is None:
+        return 0
+    if base == "linear":
+        return min(math.prod(a[:-1]), a[-1], b[0])
+    if len(a) == 1 or len(b) == 1 or base in ("mv", "addmv"):
+        return 1
+    return min(a[-2], a[-1], b[-1])
 
 
 def _ints(v: Any) -> list[int] | None:

@@ -26,6 +26,8 @@ from gpudiag._support import nputil
 from gpudiag.analysis.efficiency.flops import BYTE_FAMILIES, FLOP_FAMILIES, OpWork, op_work
 from gpudiag.analysis.efficiency.peaks import Peak, peak_of
 from gpudiag.analysis.model.efficiency import ComputeEfficiency, FamilyEfficiency
+from gpudiag.analysis.rank.kernels import MATRIX
+from gpudiag.analysis.rank.kernels import family as kernel_family
 from gpudiag.traces.schema import Kind, RankTimeline
 
 _TF32_KERNEL = re.compile(r"tf32|xf32|s1688|s16816|_1688|16816", re.IGNORECASE)
@@ -209,9 +211,49 @@ def _families(
                 pk,
                 _share(tflops, pk),
                 above,
+                _min_dim_median(works, op_ns, sel) if fam == "GEMM" else None,
+                _layout_ns(tl, kern, owner, sel) if fam == "convolution" else None,
+                _nchw_share(works, op_ns, sel) if fam == "convolution" else None,
             )
         )
     return out
+
+
+def _nchw_share(works: Sequence[OpWork], op_ns: Any, sel: list[int]) -> float | None:
+    """The share of these operators' kernel time with NCHW inputs, None when unread."""
+    known = [(works[i].layout, float(op_ns[i])) for i in sel if works[i].layout]
+    total = sum(ns for _, ns in known)
+    if not total:
+        return None
+    return sum(ns for lay, ns in known if lay == "nchw") / total
+
+
+def _min_dim_median(works: Sequence[OpWork], op_ns: Any, sel: list[int]) -> int | None:
+    """The GEMMs' smallest dimension, median weighted by their kernel time."""
+    dims = np.array([works[i].min_dim for i in sel], np.float64)
+    ns = np.asarray(op_ns[sel], np.float64)
+    known = dims > 0
+    if not known.any():
+        return None
+    order = np.argsort(dims[known], kind="stable")
+    d, w = dims[known][order], ns[known][order]
+    half = np.searchsorted(np.cumsum(w), w.sum() / 2)
+    return int(d[min(int(half), len(d) - 1)])
+
+
+def _layout_ns(tl: RankTimeline, kern: Any, owner: Any, sel: list[int]) -> int:
+    """GPU time of the kernels these operators launched that are no matrix kernels."""
+    mine = np.isin(owner, np.asarray(sel))
+    k = kern[mine]
+    if not len(k):
+        return 0
+    names = tl.name[k]
+    uniq = np.unique(names)
+    other = [int(n) for n in uniq.tolist() if kernel_family(tl.names[int(n)]) not in MATRIX]
+    if not other:
+        return 0
+    dur = tl.end_ns[k] - tl.start_ns[k]
+    return int(dur[np.isin(names, np.asarray(other))].sum())
 
 
 def _tf32_kernels(tl: RankTimeline, kern: Any, owner: Any, sel: list[int]) -> bool:
@@ -289,6 +331,9 @@ def _combined_families(
         flops = sum(f.flops or 0.0 for f in rows)
         tflops = flops / ns / 1e3 if ns else 0.0
         pk = peak.tflops(path) if peak is not None and path else None
+        dims = [(f.min_dim_median, f.kernel_ns) for f in rows if f.min_dim_median]
+        layout = [f.layout_ns for f in rows if f.layout_ns is not None]
+        nchw = [(f.nchw_share, f.kernel_ns) for f in rows if f.nchw_share is not None]
         fams.append(
             FamilyEfficiency(
                 fam,
@@ -303,6 +348,12 @@ def _combined_families(
                 pk,
                 _share(tflops, pk),
                 any(f.above_peak for f in rows),
+                # the ranks' medians weighted by their kernel time (ranks run alike shapes)
+                round(sum(d * w for d, w in dims) / max(sum(w for _, w in dims), 1))
+                if dims
+                else None,
+                sum(layout) if layout else None,
+                sum(v * w for v, w in nchw) / max(sum(w for _, w in nchw), 1) if nchw else None,
             )
         )
     return fams

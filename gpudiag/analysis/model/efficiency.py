@@ -28,6 +28,14 @@ class FamilyEfficiency:
     peak: float | None  # TFLOP/s (FLOP families) or GB/s (bytes families)
     peak_share: float | None
     above_peak: bool = False
+    # GEMM: the smallest of M, N and K of its operators, median weighted by kernel time
+    min_dim_median: int | None = None
+    # convolution: GPU time of the kernels its operators launched that are no matrix kernels
+    # (layout transposes between NCHW and NHWC, casts): what channels-last takes away
+    layout_ns: int | None = None
+    # convolution: the share of its kernel time whose inputs' strides say NCHW; None when
+    # the trace records no strides
+    nchw_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -51,3 +59,25 @@ class ComputeEfficiency:
     path_share: float | None
     mfu: float | None
     mfu_path: str
+
+
+@dataclass(frozen=True)
+class Opportunity:
+    """Time a step spends above what one remedy's work needs at the device's peak.
+
+    ``kernel_ns`` is the GPU time a step of the families the remedy acts on;
+    ``at_peak_ns`` the least time the peak table allows the same work after the remedy
+    (its FLOPs at the target path's peak, its bytes at the memory bandwidth, or the time
+    without the layout kernels); ``gain_ns`` their difference: an upper bound, never a
+    speed-up above the peak.
+    """
+
+    remedy: str  # "precision", "fusion", "bigger-gemms", "channels-last"
+    families: list[str]
+    path: str  # the path the work runs on now ("fp32", "tf32", "bf16", "memory" …)
+    to_path: str  # the path the remedy moves it to (precision), else ``path``
+    kernel_ns: int  # a step's GPU time in those families (mean over the ranks' steps)
+    at_peak_ns: int
+    gain_ns: int
+    peak_share: float | None  # of the current path's peak, where measured
+    basis: str  # "shapes" (operators' inputs) or "kernel names"

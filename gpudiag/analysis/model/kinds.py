@@ -34,6 +34,7 @@ class FindingKind(StrEnum):
     HANG = "hang"
     COLLECTIVE_MISMATCH = "collective_mismatch"
     COMPUTE_BOUND = "compute_bound"
+    BELOW_PEAK = "below_peak"
     LIMITED_EVIDENCE = "limited_evidence"
     STEP_VARIABILITY = "step_variability"
     EXPOSED_COPIES = "exposed_copies"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypedDict
 
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model.causes import HostCause, KernelsGrew
+from gpudiag.analysis.model.efficiency import Opportunity
 from gpudiag.analysis.model.kinds import (
     FindingKind,
     HangEvidence,
@@ -259,6 +260,9 @@ class BandwidthMetrics(FindingMetrics):
     busbw_gbps: float
     peak_gbps: float
     efficiency: float
+    transfer_ns_median: int | None = field(default=None, metadata=OMIT_IF_NONE)  # a call's
+    link: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    likely_cause: str | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)
@@ -302,6 +306,23 @@ class ComputeMetrics(FindingMetrics):
     top: list[str]
     matrix_share: float = 0.0  # GEMM + convolution + attention, of compute
     fp32_matrix_share: float = 0.0  # of their time, in full fp32
+
+
+@dataclass(frozen=True)
+class BelowPeakMetrics(FindingMetrics):
+    """``below_peak``: the remedies whose time above the device's peak is worth a remedy."""
+
+    kinds: ClassVar[tuple[FindingKind, ...]] = (FindingKind.BELOW_PEAK,)
+
+    device: str
+    peak_model: str
+    step_ns: int  # the run's median step: the base of min_gain_share and of each share
+    min_gain_share: float
+    opportunities: list[Opportunity]
+
+    def share(self) -> float:
+        """The largest opportunity's gain over the step."""
+        return max((o.gain_ns for o in self.opportunities), default=0) / max(self.step_ns, 1)
 
 
 @dataclass(frozen=True)

@@ -331,6 +331,7 @@ SPLIT_FINDINGS = (
     FindingKind.DATA_BOUND,
     FindingKind.COMM_BOUND,
     FindingKind.COMPUTE_BOUND,
+    FindingKind.BELOW_PEAK,
 )
 
 

@@ -32,8 +32,14 @@ the what-if's mean step:
   the compute); otherwise the remedy is to find the host work
   (syncs, Python, logging) behind the long gaps;
 * compute-bound (information) → no gain is estimated: fusion when elementwise, reduction
-  and normalisation kernels hold ``advice.fusion_share`` of compute, bf16/TF32 when GEMMs
-  hold ``advice.gemm_share`` of it and ``advice.fp32_gemm_share`` of their time is fp32;
+  and normalisation kernels hold ``advice.fusion_share`` of compute (unless the shapes
+  measured their bytes), bf16/TF32 when GEMMs hold ``advice.gemm_share`` of it and
+  ``advice.fp32_gemm_share`` of their time is fp32 (only where the device's peak is unknown);
+* below the peak (information, any compute share) → precision, fusion, bigger GEMMs,
+  channels-last, each gaining the time its families spend above what their work needs at
+  the device's peak, when that is at least ``advice.min_gain_share`` of the median step
+  (:mod:`~gpudiag.analysis.remedies.efficiency`); a low-bandwidth bucket → the link
+  topology, gaining its transfer time above the link's peak, at most the exposed wait;
 * pipeline bubble → the schedule bubble saved by ``pipeline.micro_batches_per_stage`` (4)
   micro-batches per stage: ((p−1)/(m+p−1) − (p−1)/(4p+p−1)) × step time.
 
@@ -81,6 +87,7 @@ from gpudiag.analysis.remedies.comm import COMM
 from gpudiag.analysis.remedies.compute import COMPUTE
 from gpudiag.analysis.remedies.copies import MOVE_LESS as COPY_LESS
 from gpudiag.analysis.remedies.copies import OVERLAP as COPY_OVERLAP
+from gpudiag.analysis.remedies.efficiency import BELOW_PEAK, TOPOLOGY
 from gpudiag.analysis.remedies.ended import FAILURE as FAILURE_REMEDY
 from gpudiag.analysis.remedies.ended import HANG as HANG_REMEDY
 from gpudiag.analysis.remedies.ended import MISMATCH as MISMATCH_REMEDY
@@ -300,6 +307,8 @@ RULES: dict[FindingKind, tuple[Remedy, ...]] = {
     # slow steps filled by one class of host calls: that cause's remedy
     FindingKind.STEP_VARIABILITY: HOST[1:5],
     FindingKind.COMPUTE_BOUND: COMPUTE,
+    FindingKind.BELOW_PEAK: BELOW_PEAK,
+    FindingKind.LOW_BANDWIDTH: (TOPOLOGY,),
     # a hang or a collective mismatch: fix it first (no step time estimated)
     FindingKind.HANG: (HANG_REMEDY,),
     FindingKind.COLLECTIVE_MISMATCH: (MISMATCH_REMEDY,),
@@ -356,7 +365,7 @@ def recommend(
                     estimated_gain_ratio=(gain / ctx.step_ns) if gain else None,
                 )
             )
-        groups.append(group)
+        groups += _by_families(out, group) if f.kind == FindingKind.BELOW_PEAK else [group]
     # a straggler slowed by its own data waits for the same loader the data remedy fixes
     data = [i for i, r in enumerate(out) if r.id == "dataloader"]
     groups += [[i, *data] for i in data_stragglers]
@@ -365,6 +374,28 @@ def recommend(
     # a run that hung or disagreed on a collective must be fixed before any speed-up
     out.sort(key=lambda r: (r.finding not in _ENDED, -(r.estimated_gain_ns or 0)))
     return out
+
+
+def _families(r: Recommendation) -> set[str]:
+    """The kernel families a remedy from efficiency acts on (its evidence's ``families``)."""
+    v = r.evidence.get("families")
+    return {str(x) for x in v} if isinstance(v, (list, tuple)) else set()
+
+
+def _by_families(out: list[Recommendation], group: list[int]) -> list[list[int]]:
+    """The remedies from efficiency overlap only where they act on the same families.
+
+    Precision and bigger GEMMs both speed the GEMMs (not additive); fusion acts on the
+    elementwise and normalisation kernels, apart from both.
+    """
+    fams = [_families(out[i]) for i in group]
+    pairs = [
+        [group[a], group[b]]
+        for a in range(len(group))
+        for b in range(a + 1, len(group))
+        if fams[a] & fams[b]
+    ]
+    return pairs + [[i] for i in group]
 
 
 def _unique(

@@ -1,9 +1,12 @@
 """The remedies for compute-bound runs (the ``compute_bound`` row of the advice table).
 
 No gain is estimated: fusion when elementwise, reduction and normalisation kernels hold
-``advice.fusion_share`` of compute; reduced precision (bf16/fp16, TF32, FP8 as the device
-allows, or a half-precision inference dtype) when matrix kernels hold ``advice.gemm_share``
-of it and ``advice.fp32_gemm_share`` of their time is fp32.
+``advice.fusion_share`` of compute, unless the operators' shapes measured the bytes families
+against the memory peak; reduced precision (bf16/fp16, TF32, FP8 as the device allows, or a
+half-precision inference dtype) when matrix kernels hold ``advice.gemm_share`` of it and
+``advice.fp32_gemm_share`` of their time is fp32, on CPUs and on GPUs the peak table does not
+know. Elsewhere the ``below_peak`` remedies (:mod:`.efficiency`), whose gains the peak
+bounds, take their place.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 from typing import TypedDict
 
 from gpudiag.analysis.efficiency.peaks import peak_of
-from gpudiag.analysis.model.diagnosis import Finding
+from gpudiag.analysis.model.diagnosis import Finding, Mode
 from gpudiag.analysis.model.kinds import TimeUnit
 from gpudiag.analysis.model.metrics import ComputeMetrics
 from gpudiag.analysis.rank import workload
@@ -81,6 +84,14 @@ def _matrix_text(f: Finding) -> str:
 def _precision_title(f: Finding, c: Context) -> str:
     if _cm(f).unit == "operator":
         return "Run the matrix operators in bf16 on the CPU (autocast)"
+    return precision_title(c)
+
+
+def precision_title(c: Context, on_tf32: bool = False) -> str:
+    """The precision remedy's title on this device (training or serving).
+
+    ``on_tf32``: the matrix work already runs TF32, so TF32 is no remedy for it.
+    """
     dev = c.device()
     if workload.inference(c.workload()):
         half = "bf16" if dev.bf16 else "fp16"
@@ -88,7 +99,7 @@ def _precision_title(f: Finding, c: Context) -> str:
     if dev.known and not dev.bf16 and dev.fp16:
         return "Train in fp16 mixed precision (autocast with a GradScaler)"
     if dev.known and dev.bf16:
-        extra = " or TF32" if dev.tf32 else ""
+        extra = " or TF32" if dev.tf32 and not on_tf32 else ""
         return f"Run matmuls, convolutions and attention in bf16 (autocast){extra}"
     return "Use mixed precision (autocast) for the fp32 matrix work"
 
@@ -136,6 +147,12 @@ def _precision_text(f: Finding, c: Context) -> str:
         f"Matrix kernels take {_cm(f).matrix_share:.0%} of compute ({_matrix_text(f)}) "
         f"and {fp32:.0%} of their time runs in full fp32: "
     )
+    return text + precision_how(c, cpu)
+
+
+def precision_how(c: Context, cpu: bool = False, on_tf32: bool = False) -> str:
+    """How to move the matrix work to a 16-bit path on this device (training or serving)."""
+    text = ""
     if not cpu and workload.inference(c.workload()):
         dev = c.device()
         half = "torch.bfloat16" if dev.bf16 or not dev.known else "torch.float16"
@@ -170,7 +187,7 @@ def _precision_text(f: Finding, c: Context) -> str:
                 "torch.backends.cuda.matmul.allow_tf32 = True and "
                 "torch.backends.cudnn.allow_tf32 = True"
             )
-            if dev.tf32
+            if dev.tf32 and not on_tf32
             else ""
         )
         fp8 = (
@@ -193,7 +210,23 @@ def _precision_text(f: Finding, c: Context) -> str:
     )
 
 
-def _amp_on(c: Context) -> bool:
+def peak_known(c: Context) -> bool:
+    """Every rank's device is in the peak table: below_peak's gains decide the remedies."""
+    devices = {d for r in c.ranks.values() for d in r.devices}
+    return bool(devices) and all(peak_of(d) is not None for d in devices)
+
+
+def bytes_measured(c: Context) -> bool:
+    """Some rank's efficiency measured a bytes family against a known memory peak."""
+    return any(
+        f.path == "memory" and f.peak is not None
+        for r in c.ranks.values()
+        if r.evidence.efficiency is not None
+        for f in r.evidence.efficiency.families
+    )
+
+
+def amp_on(c: Context) -> bool:
     """Half-precision kernels already hold ``advice.amp_on_share`` of compute."""
     return c.low_precision_share() >= c.rules.amp_on_share
 
@@ -206,7 +239,10 @@ COMPUTE = (
         gain=lambda f, c: None,
         evidence=_compute_evidence,
         applies=lambda f, c: (
-            _cm(f).fusable_share >= c.rules.fusion_share and not _native(c) and not _compiled(c)
+            _cm(f).fusable_share >= c.rules.fusion_share
+            and not _native(c)
+            and not _compiled(c)
+            and not bytes_measured(c)
         ),
     ),
     Remedy(
@@ -222,9 +258,10 @@ COMPUTE = (
         applies=lambda f, c: (
             _cm(f).matrix_share >= c.rules.gemm_share
             and max(_cm(f).fp32_matrix_share, _cm(f).fp32_gemm_share) >= c.rules.fp32_gemm_share
-            and not _amp_on(c)
+            and not amp_on(c)
             and not _native(c)
             and (not c.device().known or c.device().fp16)
+            and not (c.run.mode == Mode.GPU and peak_known(c))
         ),
     ),
 )

@@ -563,6 +563,9 @@ def bandwidth_findings(section: CollectivesSummary | None, rules: CollectiveRule
                     row.busbw_gbps,
                     row.peak_gbps,
                     eff,
+                    row.transfer_ns_median,
+                    row.link,
+                    row.likely_cause,
                 ),
             )
         )

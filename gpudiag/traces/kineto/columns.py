@@ -216,7 +216,7 @@ class Columns:
         self.names = Interner()
         self.name_flags = np.zeros((0, 4), bool)  # comm kernel, comm host, data, step
         self.name_shaped = np.zeros(0, bool)  # an operator whose inputs are kept (SHAPED_OP)
-        self.shapes = Interner()  # "Input Dims\nInput type" (raw JSON) → id
+        self.shapes = Interner()  # dims, types, concrete, strides (raw JSON lines) → id
         self.ids = Interner()  # str(pid) / str(tid) → id
         self.raw_ids = Interner()  # raw pid/tid value (int or str) → raw id
         self.raw_to_id = np.zeros(0, np.int64)
@@ -404,9 +404,16 @@ class Columns:
                     bytes(a.input_type).decode("utf-8", "replace") if len(a.input_type) else "[]"
                 )
                 conc = bytes(a.concrete).decode("utf-8", "replace") if len(a.concrete) else ""
+                strides = (
+                    bytes(a.input_strides).decode("utf-8", "replace")
+                    if len(a.input_strides)
+                    else ""
+                )
                 # one line each: the loader keeps the JSON as written, newlines removed
-                text, types, conc = (t.replace("\n", " ") for t in (text, types, conc))
-                shape[i] = self.shapes[f"{text}\n{types}\n{conc}"]
+                text, types, conc, strides = (
+                    t.replace("\n", " ") for t in (text, types, conc, strides)
+                )
+                shape[i] = self.shapes[f"{text}\n{types}\n{conc}\n{strides}"]
         return shape
 
     def _sizes(self, args: list[Args], kind: I8) -> tuple[I64, I64, I32, I32]:

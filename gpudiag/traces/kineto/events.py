@@ -45,6 +45,7 @@ class Args(msgspec.Struct, frozen=True, gc=False):
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
     concrete: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Concrete Inputs")
+    input_strides: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Strides")
 
 
 _NO_ARGS = Args()

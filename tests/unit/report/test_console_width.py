@@ -170,3 +170,22 @@ def test_long_per_rank_lists_are_cut_to_the_longest():
     block = text.split("waiting for the last rank")[1].split("\n\n")[0]
     assert "profiled step: r63 63.0 µs, r62 62.0 µs" in " ".join(block.split())
     assert "r55" not in block
+
+
+def test_efficiency_fits_two_lines_of_80_columns_on_every_golden() -> None:
+    import json
+
+    from gpudiag.api.saved import diagnosis_from_json
+    from gpudiag.report.format import efficiency_lines
+
+    seen = 0
+    for p in sorted((TESTS / "golden").glob("*/diagnosis.json")):
+        d = diagnosis_from_json(json.loads(p.read_text()))
+        effs = [d.efficiency] + [r.evidence.efficiency for r in d.ranks]
+        for e in (e for e in effs if e is not None):
+            lines = efficiency_lines(e)
+            seen += 1
+            assert 1 <= len(lines) <= 2, (p.parent.name, lines)
+            for label, text in lines:
+                assert len(label + text) <= 80, (p.parent.name, label + text)
+    assert seen >= 8
