@@ -6,7 +6,8 @@ regression rule"):
 
 * ``step_time_regression``: the job's wall-clock step time (per step, the slowest rank).
   A busy host stretches it: on a candidate whose recorded run conditions are contended
-  a slowdown cannot fail on it (inconclusive, ``own_test_slower`` in its details).
+  a slowdown cannot fail on it (inconclusive, ``own_test_slower`` in its details), unless
+  the baseline runs were recorded as contended (:func:`comparable_contention`).
 * ``cpu_time_regression``: the CPU time of each rank's training thread per step (per
   step, the largest over the ranks), recorded by the rank hook. It counts the work the
   job's own code does, which contention stretches far less than the wall clock, so it
