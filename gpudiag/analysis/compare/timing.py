@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -227,11 +227,11 @@ def noisy_runs(base: Sequence[RunStat], cfg: GateConfig) -> list[str]:
     ]
 
 
-def contention_levels(conditions: dict[str, Any] | None) -> dict[str, float]:
+def contention_levels(conditions: Mapping[str, object] | None) -> dict[str, float]:
     """A run's recorded contention figures: CPU shares, and each GPU's throttled/shared share."""
     if not conditions:
         return {}
-    c = RunConditions(conditions)
+    c = RunConditions(dict(conditions))
     out = {
         k: v
         for k, v in (
