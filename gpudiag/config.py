@@ -550,6 +550,12 @@ class GateConfig:
     ``max_host_cost_increase_ratio`` bounds how much more CPU time the run-conditions
     sampler's own fixed work took in the candidate than in the costliest baseline run
     (``sample_cost_us_mean``); above it a CPU slowdown is inconclusive.
+
+    ``comparable_contention_margin``: a contended candidate's wall clock is still tested
+    (and can fail) when every baseline run recorded its conditions and none of the
+    candidate's contention figures (other processes' and steal CPU shares, each GPU's
+    throttled and shared sample shares) is more than this above the busiest baseline
+    run's: the baseline's spread then holds that contention.
     """
 
     max_idle_ratio: float | None = None
@@ -569,6 +575,7 @@ class GateConfig:
     max_gpu_slowdown_ratio: float = 0.10
     max_gpu_other_process_ratio: float = 0.10
     max_host_cost_increase_ratio: float = 0.25
+    comparable_contention_margin: float = 0.10
 
     def __post_init__(self) -> None:
         ratios = {
@@ -583,7 +590,15 @@ class GateConfig:
             "max_gpu_slowdown_ratio",
             "max_gpu_other_process_ratio",
         )
-        ratios.update((k, k) for k in ("run_alpha", "max_host_cost_increase_ratio", *contention))
+        ratios.update(
+            (k, k)
+            for k in (
+                "run_alpha",
+                "max_host_cost_increase_ratio",
+                "comparable_contention_margin",
+                *contention,
+            )
+        )
         for name, opt in ratios.items():
             v = getattr(self, name)
             if v is not None and not (isinstance(v, (int, float)) and 0.0 <= float(v) <= 1.0):

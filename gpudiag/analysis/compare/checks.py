@@ -60,6 +60,7 @@ class CheckDetails(TypedDict, total=False):
     contended_baseline_runs: list[str]
     own_test_slower: bool  # slower than the limit: whether the check's own test says so
     run: str  # ``baseline_run``: the run's name
+    comparable_contention: str  # a contended candidate's wall clock tested: why (timing.py)
 
 
 class Fingerprint(TypedDict, total=False):

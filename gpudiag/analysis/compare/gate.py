@@ -33,7 +33,9 @@ Pure: no I/O, no globals. The rules (docs/gate.md states them for users):
     (50%) and the within-run Mann-Whitney test (candidate steps slower than the baseline's,
     p < ``alpha``) agrees; **pass** when e ≤ ``min_effect_ratio``; otherwise inconclusive.
   - A candidate whose recorded run conditions are contended (:func:`contention`) cannot
-    fail on timing: what would fail is *inconclusive*, with the reason.
+    fail on the wall clock: what would fail is *inconclusive*, with the reason; unless its
+    baseline runs were as contended (``comparable_contention_margin``), when the test
+    applies as on a quiet host. The job's own work (``cpu_time_regression``) can fail it.
 
   The per-step Mann-Whitney p (candidate steps against all baseline steps) is reported as
   a within-run detail.

@@ -6,7 +6,8 @@ regression rule"):
 
 * ``step_time_regression``: the job's wall-clock step time (per step, the slowest rank).
   A busy host stretches it: on a candidate whose recorded run conditions are contended
-  a slowdown cannot fail on it (inconclusive, ``own_test_slower`` in its details).
+  a slowdown cannot fail on it (inconclusive, ``own_test_slower`` in its details), unless
+  the baseline runs were recorded as contended (:func:`comparable_contention`).
 * ``cpu_time_regression``: the CPU time of each rank's training thread per step (per
   step, the largest over the ranks), recorded by the rank hook. It counts the work the
   job's own code does, which contention stretches far less than the wall clock, so it
@@ -15,8 +16,9 @@ regression rule"):
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -40,6 +42,7 @@ from gpudiag.rundir.conditions import RunConditions, contention
 WALL = "step_time_regression"
 CPU = "cpu_time_regression"
 OWN_TEST_SLOWER = "own_test_slower"  # details key: the check's own test says slower
+COMPARABLE = "comparable_contention"  # details key: why a contended run's wall clock is tested
 
 
 def runs_needed(cv: float, effect: float, cfg: GateConfig) -> int | None:
@@ -301,13 +304,73 @@ def noisy_runs(base: Sequence[RunStat], cfg: GateConfig) -> list[str]:
     ]
 
 
+def contention_levels(conditions: Mapping[str, object] | None) -> dict[str, float]:
+    """A run's recorded contention figures: CPU shares, and each GPU's throttled/shared share."""
+    if not conditions:
+        return {}
+    c = RunConditions(dict(conditions))
+    out = {
+        k: v
+        for k, v in (
+            ("other processes' CPU share", c.other_cpu_ratio_mean),
+            ("steal share", c.steal_ratio_mean),
+        )
+        if v is not None
+    }
+    for uuid, g in c.gpus.items():
+        out[f"GPU {uuid} throttled share"] = g.slowdown_ratio
+        out[f"GPU {uuid} shared share"] = g.shared_ratio
+    return out
+
+
+def comparable_contention(cand: RunStat, base: Sequence[RunStat], cfg: GateConfig) -> str | None:
+    """Why a contended candidate's wall clock is still tested, or None when it is not.
+
+    Comparable: every baseline run recorded its conditions, and each of the candidate's
+    contention figures is at most ``comparable_contention_margin`` above the busiest
+    baseline run's (a figure no baseline run recorded is not comparable).
+    """
+    levels = contention_levels(cand.conditions)
+    if not levels or any(not b.conditions for b in base):
+        return None
+    worst: dict[str, float] = {}
+    for b in base:
+        for k, v in contention_levels(b.conditions).items():
+            worst[k] = max(worst.get(k, v), v)
+    margin = cfg.comparable_contention_margin
+    if any(k not in worst or v > worst[k] + margin for k, v in levels.items()):
+        return None
+    top = max(levels, key=lambda k: levels[k] - worst[k])
+    return (
+        f"the baseline runs were as contended ({top} {levels[top]:.0%}, busiest baseline run "
+        f"{worst[top]:.0%}, margin {margin:.0%}), so the wall clock is tested"
+    )
+
+
 def regression_check(
     cand: RunStat, base: Sequence[RunStat], cfg: GateConfig, contended: Sequence[str]
 ) -> Check:
-    """``step_time_regression``: the wall-clock step time of the candidate against the baseline."""
+    """``step_time_regression``: the wall-clock step time of the candidate against the baseline.
+
+    A contended candidate cannot fail on it, unless its baseline runs were as contended
+    (:func:`comparable_contention`): then the test applies as on a quiet run.
+    """
     samples = cand.step_time_ns if cand.step_time_ns_median is not None else []
-    return timing_check(
-        WALL, samples, [b.step_time_ns for b in base], cfg, contended, noisy_runs(base, cfg)
+    comparable = comparable_contention(cand, base, cfg) if contended else None
+    c = timing_check(
+        WALL,
+        samples,
+        [b.step_time_ns for b in base],
+        cfg,
+        [] if comparable else contended,
+        noisy_runs(base, cfg),
+    )
+    if comparable is None:
+        return c
+    return dataclasses.replace(
+        c,
+        message=f"{c.message}; {comparable}",
+        details={**c.details, "comparable_contention": comparable},  # COMPARABLE
     )
 
 

@@ -117,16 +117,20 @@ def test_unchanged_code_on_a_busy_host_does_not_fail(baseline):
         assert row(res, CPU).status == "pass"
 
 
+BUSIER = {**BUSY, "other_cpu_ratio_mean": 0.95}  # beyond the busiest baseline run + 10%
+
+
 def test_only_the_wall_clock_moved_is_inconclusive_and_not_passed_when_tested_slower(baseline):
-    # GIVEN a contended candidate 4x slower in wall clock, its own work unchanged
+    # GIVEN a candidate on a busier host than its baseline's, 4x slower in wall clock, its
+    # own work unchanged
     d = cpu_run(500.0, 20.0, 5)
-    res = gate(d, baseline)
+    res = gate(d, baseline, conditions=BUSIER)
     wall = row(res, WALL)
     assert res.status == "inconclusive" and wall.status == "inconclusive"
     assert "contended" in wall.message and wall.details["own_test_slower"]
     assert row(res, CPU).status == "pass"
     # --inconclusive-ok accepts undecided checks, never a check whose own test says slower
-    res_ok = gate(d, baseline, inconclusive_ok=True)
+    res_ok = gate(d, baseline, conditions=BUSIER, inconclusive_ok=True)
     assert res_ok.status == "failed" and row(res_ok, WALL).status == "fail"
     assert "--inconclusive-ok accepts undecided checks" in row(res_ok, WALL).message
 
@@ -136,6 +140,28 @@ def test_inconclusive_ok_still_passes_what_the_noise_hides(baseline):
     d = cpu_run(160.0, 20.0, 6)
     assert gate(d, baseline).status == "inconclusive"
     assert gate(d, baseline, inconclusive_ok=True).status == "passed"
+
+
+@pytest.mark.parametrize("other", [0.8, 0.85, 0.3])
+def test_contention_comparable_to_the_baselines_keeps_the_wall_clock_test(baseline, other):
+    # GIVEN baseline runs recorded at 80% other-process CPU and a contended candidate at a
+    # level no more than the margin above it (or below it), 6x slower in wall clock only
+    d = cpu_run(900.0, 20.0, 5)
+    res = gate(d, baseline, conditions={**BUSY, "other_cpu_ratio_mean": other})
+    wall = row(res, WALL)
+    # THEN the wall-clock test applies as on a quiet host and fails it
+    assert res.status == "failed" and wall.status == "fail", wall.message
+    assert "as contended" in wall.message and wall.details["comparable_contention"]
+    # a narrower margin, or a baseline without recorded conditions, is not comparable
+    narrow = gate(
+        d,
+        baseline,
+        conditions={**BUSY, "other_cpu_ratio_mean": 0.85},
+        comparable_contention_margin=0.01,
+    )
+    assert row(narrow, WALL).status == "inconclusive" or other != 0.85
+    bare = [dataclasses.replace(b, conditions=None) for b in baseline]
+    assert row(gate(d, bare, conditions=BUSY), WALL).status == "inconclusive"
 
 
 def test_quiet_host_wall_clock_slowdown_still_fails(baseline):
