@@ -1,4 +1,5 @@
-"""Shared fixtures: the real traces (../shared/traces or tests/fetch_shared.py's copy), golden files."""
+"""Shared fixtures: the real traces (../shared/traces or tests/fetch_shared.py's copy), golden
+files; and the order the suite runs in, alone or spread over pytest-xdist workers (``-n N``)."""
 
 from __future__ import annotations
 
@@ -50,3 +51,36 @@ def shared_traces() -> Path:
 @pytest.fixture(scope="session")
 def kineto_sets(shared_traces: Path) -> Path:
     return shared_traces / "kineto"
+
+
+# The suite's folders, the slowest first: the integration tests start real torchrun jobs
+# (much of their time is a job's start-up or a hang's timeout, which another worker's tests
+# can use), so on several workers they start first and the quick unit tests fill the gaps.
+_FOLDER_ORDER = ("integration", "accuracy", "fuzz", "unit")
+
+
+def _folder_rank(item: pytest.Item) -> int:
+    parts = Path(str(item.path)).relative_to(Path(__file__).parent).parts
+    return (
+        _FOLDER_ORDER.index(parts[0]) if parts and parts[0] in _FOLDER_ORDER else len(_FOLDER_ORDER)
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_folder_rank)  # stable: a module's tests keep their order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``-n N`` (xdist's default ``--dist load``): whole modules to a worker, in the order above.
+
+    A module's module-scoped fixtures (one real job shared by its tests) then run once, not
+    once per worker that got one of its tests; xdist's own reordering of modules (most tests
+    first) would start the few-test, slow integration modules last.
+    """
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
+    return LoadScopeScheduling(config, log)

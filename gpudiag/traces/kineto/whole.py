@@ -28,7 +28,7 @@ from gpudiag.traces.kineto.events import (
     Trace,
 )
 
-try:  # isal's gzip is ~2x faster than zlib's; optional.
+try:  # isal (a dependency) gunzips ~1.6x faster than zlib; gzip where it cannot import
     from isal import igzip as _gzip_impl
 except ImportError:  # pragma: no cover - depends on the environment
     _gzip_impl = gzip  # type: ignore[misc, unused-ignore]

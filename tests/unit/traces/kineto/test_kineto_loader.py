@@ -154,3 +154,34 @@ def test_event_columns_do_not_depend_on_slicing(kineto_sets, slice_len):
         names_b[i] if i >= 0 else None for i in b.coll_name
     ]
     assert whole.columns().ts_us.size == 0  # the slices were handed over, not kept
+
+
+def test_gunzip_is_isal_and_the_standard_gzip_reads_the_same(monkeypatch, kineto_sets):
+    """isal (a dependency) gunzips; the standard library's gzip, the fallback where isal
+    cannot be imported, gives the same timeline."""
+    import gzip
+
+    from gpudiag.traces.kineto import whole
+
+    pytest.importorskip("isal")
+    assert whole._gzip_impl.__name__ == "isal.igzip"
+    p = kineto_sets / "sampled_2rank_a2a/rank-0.json.gz"  # 1.8 MB: two streaming blocks
+    fast = load_kineto(p).to_frame()
+    monkeypatch.setattr(whole, "_gzip_impl", gzip)
+    slow = load_kineto(p).to_frame()
+    assert len(fast) > 1000
+    assert fast.equals(slow)
+
+
+def test_without_isal_the_standard_gzip_is_used():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['isal'] = None\n"  # an environment where isal cannot import
+        "import gzip\n"
+        "from gpudiag.traces.kineto import whole\n"
+        "assert whole._gzip_impl is gzip, whole._gzip_impl\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr
