@@ -152,6 +152,9 @@ class AdviceRules:
 
     accumulation_micro_batches: int = 4  # the k shown for gradient accumulation
     min_transfer_share: float = 0.1  # comm remedies need this share of the wait to be transfer
+    # the what-if adds the mean step when a change's saving there is this share of a step
+    # away from its saving on the median step (analysis/run/whatif.py)
+    what_if_mean_gap_ratio: float = 0.05
     launch_gap_ns: int = 100_000  # GPU-idle gaps shorter than this inside a step: launches
     launch_bound_share: float = 0.5  # CUDA graphs / fusion need this share of "other" in them
     compute_bound_share: float = 0.7  # compute at least this share of step time: compute-bound

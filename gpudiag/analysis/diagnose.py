@@ -478,7 +478,11 @@ def _build(
     notes = list(notes) + step_range_notes(results) + limit_notes
     # one step model for the what-if and the gains; none from a split the trace cannot
     # support, nor from one short step (too little to forecast from)
-    wi = what_if(steps, findings, run.shares.comm_measured) if gains_supported(lims) else None
+    wi = (
+        what_if(steps, findings, run.shares.comm_measured, th.advice.what_if_mean_gap_ratio)
+        if gains_supported(lims)
+        else None
+    )
     eff = run_efficiency([e for r in ranks if (e := r.evidence.efficiency)])
     reading = run_reading(ranks, steps, th.reading)
     return Diagnosis(

@@ -13,6 +13,7 @@ from gpudiag.analysis.model.diagnosis import (
     KernelBreakdown,
     Recommendation,
     Severity,
+    WhatIf,
 )
 from gpudiag.analysis.model.efficiency import ComputeEfficiency
 from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
@@ -284,6 +285,39 @@ def what_if_line(d: Diagnosis) -> tuple[str, str] | None:
     w = d.what_if
     if not w or not w.step_time_ns:
         return None
+    # a pipeline's communication wait is its bubble, which no overlap removes
+    pipe = (
+        " (its waits are the pipeline's bubble)"
+        if (d.collectives is not None and d.collectives.pipeline is not None)
+        else ""
+    )
+    median = d.run.step_time_ns_median
+    now = duration(w.step_time_ns)
+    if w.statistic == "median":
+        # the headline's median is over every (rank, step); said when it reads differently
+        other = f"; the headline's, over all ranks' steps: {duration(median)}"
+        base = (
+            f"on the median step ({now} now, each step's slowest rank"
+            + (other if median and duration(median) != now else "")
+            + ")"
+        )
+    else:  # a file written when the what-if was on the mean step
+        base = (
+            f"on the mean step ({now} now: the slowest rank's, averaged over the profiled "
+            "steps" + (f"; the median above is {duration(median)}" if median else "") + ")"
+        )
+    text = f"{base}, {_what_if_changes(w, pipe)}"
+    m = w.on_mean
+    if m is not None and m.step_time_ns:
+        text += (
+            f"; on the mean step ({duration(m.step_time_ns)} now, that of the verdict's shares), "
+            f"{_what_if_changes(m, pipe)}"
+        )
+    return "what if", text
+
+
+def _what_if_changes(w: WhatIf, pipe: str) -> str:
+    """The changes of one what-if statistic: 'comm fully overlapped → … · no data wait → …'."""
     cur = w.step_time_ns
 
     def delta(v: int | None) -> str:
@@ -292,12 +326,6 @@ def what_if_line(d: Diagnosis) -> tuple[str, str] | None:
         change = f"{(v - cur) / cur:+.0%}"
         return f"{duration(v)} ({'no change' if change in ('+0%', '-0%') else change})"
 
-    # a pipeline's communication wait is its bubble, which no overlap removes
-    pipe = (
-        " (its waits are the pipeline's bubble)"
-        if (d.collectives is not None and d.collectives.pipeline is not None)
-        else ""
-    )
     text = (
         f"comm fully overlapped{pipe} → {delta(w.if_comm_overlapped_ns)} · "
         if w.if_comm_overlapped_ns is not None
@@ -308,12 +336,7 @@ def what_if_line(d: Diagnosis) -> tuple[str, str] | None:
     alone = [v for v in (w.if_comm_overlapped_ns, w.if_no_data_wait_ns) if v is not None]
     if w.if_all_ns is not None and w.if_all_ns < min(alone):
         text += f" · all together → {delta(w.if_all_ns)}"
-    median = d.run.step_time_ns_median
-    base = (
-        f"on the mean step ({duration(cur)} now: the slowest rank's, averaged over the "
-        "profiled steps" + (f"; the median above is {duration(median)}" if median else "") + ")"
-    )
-    return "what if", f"{base}, {text}"
+    return text
 
 
 def last_rank_waits(d: Diagnosis, max_listed: int) -> tuple[str, str] | None:

@@ -293,10 +293,14 @@ class WhatIf:
     if_no_data_wait_ns: int
     if_straggler_at_median_speed_ns: int | None = None
     if_all_ns: int | None = None  # the three changes together
-    # the statistic over the steps: the mean, that of the verdict's shares and costs
+    # the statistic over the steps: the median, the headline's ("mean" in files written
+    # before it was; also ``on_mean``'s)
     statistic: str = "mean"
     critical_path_ns: int | None = None  # the slowest non-straggler rank's own work
     critical_rank: int | None = None
+    # the same figures on the mean step, where a change's saving there differs from the
+    # median's by advice.what_if_mean_gap_ratio of a step (analysis/run/whatif.py)
+    on_mean: WhatIf | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)
@@ -533,7 +537,7 @@ class Diagnosis:
         for r, rs in zip(d["ranks"], self.ranks, strict=True):
             r["shares"] = rs.shares.as_dict()
             r["evidence"] = rs.evidence.to_json()
-        d["what_if"] = d["what_if"] or {}
+        d["what_if"] = without_omitted(self.what_if) if self.what_if else {}
         d["collectives"] = self.collectives.to_json() if self.collectives else {}
         d["verdict"] = without_omitted(self.verdict) if self.verdict else {}
         d["kernels"] = d["kernels"] or {}

@@ -1,10 +1,12 @@
 """Rules mapping Findings to Recommendations; each cites its evidence and the time it could recover.
 
 No remedy is proposed without a finding behind it, and each carries the numbers that
-triggered it. Estimated gains are first-order, per *mean* step, and stated as upper
-bounds. One step model (:mod:`gpudiag.analysis.run.whatif`): where the what-if models the
-change a remedy makes, the remedy's gain is the what-if's saving, and every ratio is over
-the what-if's mean step:
+triggered it. Estimated gains are first-order, per step on the what-if's statistic (the
+*median* step, the headline's), and stated as upper bounds. One step model
+(:mod:`gpudiag.analysis.run.whatif`): where the what-if models the change a remedy makes,
+the remedy's gain is the what-if's saving on that step, and every ratio is over it (a
+change that saves only on the mean step, such as a loader that runs dry in a minority of
+the steps, shows in the what-if's ``on_mean``, not as a gain of the median step):
 
 * data-wait → "no data wait" (else the worst flagged rank's mean data-wait per step: a
   synchronous step waits for the slowest rank's batch; the mean, since a loader that runs
@@ -116,7 +118,7 @@ def _data_detail(f: Finding, c: Context) -> str:
 
 
 def _data_gain(f: Finding, c: Context) -> int | None:
-    # the what-if's "no data wait" (its mean step: one story with the what-if); without a
+    # the what-if's "no data wait" (its median step: one story with the what-if); without a
     # what-if, the worst flagged rank's mean data-wait per step
     gain = c.what_if_gain("if_no_data_wait_ns")
     return (gain or None) if gain is not None else c.median_part(f.ranks, "data_wait_ns", "mean")

@@ -102,7 +102,7 @@ class Context:
 
     @property
     def step_ns(self) -> int:
-        """The base of every gain ratio (≥ 1 ns): the what-if's mean step, else the run's median."""
+        """The base of every gain ratio (≥ 1 ns): the what-if's median step, else the run's."""
         if self.what_if is not None:
             return max(self.what_if.step_time_ns, 1)
         return max(self.run.step_time_ns_median, 1)
