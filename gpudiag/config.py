@@ -110,6 +110,12 @@ class StragglerRules:
     own_steps_ratio: float = 0.8  # ... slow in at least this share of the compared steps,
     own_moved_ratio: float = 0.1  # ... another rank slow in at most this share (else: moves)
     own_spread_ratio: float = 0.5  # ... and its excess's robust spread / median at most this
+    # follows the contention over time (conditions samples, telemetry steps): at least this
+    # many steps with a sample, the contention's p90 − p10 over them at least this share of
+    # the CPUs, and the rank correlation of the excess with it at least this
+    follow_min_steps: int = 8
+    follow_min_range: float = 0.1
+    follow_rho: float = 0.5
 
 
 @dataclass(frozen=True)

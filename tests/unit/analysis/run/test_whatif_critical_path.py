@@ -133,9 +133,7 @@ def _stalled_loader(normal: int, stalled: int) -> list[StepBreakdown]:
     for s in range(normal + stalled):
         data = 300 if s >= normal else 0
         step = 48 + data + 2
-        out += [
-            StepBreakdown(r, s, t, step * MS, 48 * MS, 2 * MS, data * MS, 0, 0) for r in (0, 1)
-        ]
+        out += [StepBreakdown(r, s, t, step * MS, 48 * MS, 2 * MS, data * MS, 0, 0) for r in (0, 1)]
         t += step * MS
     return out
 
