@@ -68,6 +68,7 @@ from gpudiag.analysis.run.collectives import (
     bandwidth_findings,
     match,
     summarize_collectives,
+    with_exposed_waits,
 )
 from gpudiag.analysis.run.pipeline import find_pipeline
 from gpudiag.analysis.run.reconcile import (
@@ -488,6 +489,7 @@ def _build(
     kernels = combine_kernels([r.evidence.kernels for r in ranks])
     colls = [r.collectives for r in results if r.collectives is not None]
     coll, sync_by_step = summarize_collectives(colls, run.world_size, th.collectives)
+    coll = with_exposed_waits(coll, sync_by_step, steps)
     pipe, pipe_findings = find_pipeline(colls, ranks, steps, th.idle_ratio_max, th.pipeline)
     if pipe is not None and coll is not None:
         coll = dataclasses.replace(coll, pipeline=pipe)

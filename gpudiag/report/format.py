@@ -11,6 +11,7 @@ from gpudiag.analysis.model.diagnosis import (
     Diagnosis,
     FindingKind,
     KernelBreakdown,
+    RankSync,
     Recommendation,
     Severity,
     WhatIf,
@@ -356,11 +357,19 @@ def last_rank_waits(d: Diagnosis, max_listed: int) -> tuple[str, str] | None:
         items = sorted(items, key=lambda kv: -kv[1].sync_wait_ns)[:max_listed]
         label += f", the {max_listed} longest of {len(per)}"
 
-    def one(r: str, ns: int) -> str:
+    def one(r: str, v: RankSync) -> str:
         n = steps.get(int(r), 0)
-        return f"r{r} {duration(ns)}" + (f" ({duration(ns / n)} a step)" if n else "")
+        text = f"r{r} {duration(v.sync_wait_ns)}"
+        if not n:
+            return text
+        text += f" ({duration(v.sync_wait_ns / n)} a step"
+        hidden = v.exposed_wait_ns is not None and v.exposed_wait_ns < v.sync_wait_ns
+        if hidden and v.exposed_wait_ns is not None:
+            # compute ran beside part of it: the part that held the step, within comm-wait
+            text += f"; {duration(v.exposed_wait_ns / n)} of it exposed, the rest hidden by compute"
+        return text + ")"
 
-    return label, f"{head}: " + ", ".join(one(r, v.sync_wait_ns) for r, v in items)
+    return label, f"{head}: " + ", ".join(one(r, v) for r, v in items)
 
 
 WHOLE_RUN_TITLE = "whole run (telemetry): steady steps, neither profiled nor warm-up"

@@ -322,10 +322,17 @@ class CollectiveRow:
 
 @dataclass(frozen=True)
 class RankSync:
-    """One rank's time in matched collectives: waiting for the last rank, and transferring."""
+    """One rank's time in matched collectives: waiting for the last rank, and transferring.
+
+    ``sync_wait_ns`` runs from the rank's entry into each collective to the last rank's;
+    where the collective runs beside compute (DDP's buckets on gloo's thread during
+    backward) compute hides part of it. ``exposed_wait_ns`` is the part that held the step:
+    per step, the least of that wait and the rank's comm-wait (None in older files).
+    """
 
     sync_wait_ns: int
     transfer_ns: int
+    exposed_wait_ns: int | None = None
 
 
 @dataclass(frozen=True)
