@@ -229,7 +229,6 @@ def _what_if(d: dict[str, Any], text: str, out: list[str]) -> None:
     kind = (d.get("verdict") or {}).get("bottleneck")
     if not w:
         return
-    now = w["step_time_ns"]
     _what_if_statistic(d, w, text, out)
     # the verdict's share is of the run's time: where the median step does not show its
     # change, the what-if's mean step (on_mean) must
@@ -252,9 +251,18 @@ def _what_if(d: dict[str, Any], text: str, out: list[str]) -> None:
         field = REMEDY_WHAT_IF.get(
             "straggler" if r["id"].startswith("investigate-rank-") else r["id"]
         )
-        if field is None or r.get("estimated_gain_ns") is None or w.get(field) is None:
+        # a gain on the mean step (the median step saves nothing) is on_mean's
+        ev = r.get("evidence")
+        on = on_mean if isinstance(ev, dict) and ev.get("gain_statistic") == "mean" else w
+        if on is None:
+            out.append(f"remedy {r['id']} quotes a mean step's gain the what-if does not give")
             continue
-        gain = now - w[field]
+        if field is None or r.get("estimated_gain_ns") is None or on.get(field) is None:
+            continue
+        if on is on_mean and _saves(w, field):
+            out.append(f"remedy {r['id']} quotes the mean step where the median step saves")
+        now = on["step_time_ns"]
+        gain = now - on[field]
         if not _close(r["estimated_gain_ns"], gain, max(1.0, 0.005 * now)):
             out.append(
                 f"remedy {r['id']} promises {r['estimated_gain_ns'] / 1e6:.1f} ms a step, "

@@ -201,7 +201,13 @@ def recommendation_title(d: Diagnosis, rec: Recommendation) -> str:
     """A remedy's title with its gain per step and the remedies it is not additive with."""
     title = rec.title
     if rec.estimated_gain_ns:
-        title += f" (could recover ~{duration(rec.estimated_gain_ns)} per step)"
+        # a gain on the mean step: the median step does not pay what the remedy acts on
+        on = (
+            " on the mean step; the median step does not wait"
+            if rec.evidence.get("gain_statistic") == "mean"
+            else ""
+        )
+        title += f" (could recover ~{duration(rec.estimated_gain_ns)} per step{on})"
     if rec.overlaps_with:
         by_id = {r.id: r.title.split(":")[0].split(" (")[0] for r in d.recommendations}
         title += "; not additive with " + ", ".join(

@@ -70,6 +70,10 @@ def doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     d: dict[str, Any] = json.loads(a.stdout)
     print("verdict:", d["verdict"]["headline"])
     print("what-if:", d["what_if"])
+    for f in d["findings"]:
+        if f["kind"] == "straggler":
+            print("straggler:", f["message"])
+            print("blame over time:", f["metrics"].get("contention_follow"))
     print("recommendations:", [(x["id"], x["estimated_gain_ns"]) for x in d["recommendations"]])
     return d
 

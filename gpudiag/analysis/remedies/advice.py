@@ -6,7 +6,8 @@ triggered it. Estimated gains are first-order, per step on the what-if's statist
 (:mod:`gpudiag.analysis.run.whatif`): where the what-if models the change a remedy makes,
 the remedy's gain is the what-if's saving on that step, and every ratio is over it (a
 change that saves only on the mean step, such as a loader that runs dry in a minority of
-the steps, shows in the what-if's ``on_mean``, not as a gain of the median step):
+the steps, shows in the what-if's ``on_mean``: the loader remedy then quotes that step's
+saving, with ``evidence.gain_statistic`` ``mean`` and its ratio over the mean step):
 
 * data-wait → "no data wait" (else the worst flagged rank's mean data-wait per step: a
   synchronous step waits for the slowest rank's batch; the mean, since a loader that runs
@@ -58,6 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gpudiag.analysis.model.diagnosis import (
     Cause,
@@ -118,9 +120,10 @@ def _data_detail(f: Finding, c: Context) -> str:
 
 
 def _data_gain(f: Finding, c: Context) -> int | None:
-    # the what-if's "no data wait" (its median step: one story with the what-if); without a
-    # what-if, the worst flagged rank's mean data-wait per step
-    gain = c.what_if_gain("if_no_data_wait_ns")
+    # the what-if's "no data wait" (its median step: one story with the what-if; its mean
+    # step where only that saves: a loader running dry in a minority of the steps); without
+    # a what-if, the worst flagged rank's mean data-wait per step
+    gain = c.what_if_gain("if_no_data_wait_ns", mean_fallback=True)
     return (gain or None) if gain is not None else c.median_part(f.ranks, "data_wait_ns", "mean")
 
 
@@ -134,6 +137,8 @@ DATA = Remedy(
         "ranks": f.ranks,
         "per_rank_share": f.metrics_as(ShareMetrics).per_rank,
         "single_process_loader": _single_loader(f, c),
+        # the what-if step the gain is on: "mean" where the median step saves nothing
+        **({"gain_statistic": "mean"} if c.gain_on_mean("if_no_data_wait_ns") else {}),
     },
 )
 
@@ -275,6 +280,14 @@ PIPELINE = Remedy(
 )
 
 
+def _gain_base(ctx: Context, evidence: Mapping[str, Any]) -> int:
+    """The step a gain's ratio is over: the what-if's median step, or its mean step."""
+    m = ctx.what_if.on_mean if ctx.what_if is not None else None
+    if evidence.get("gain_statistic") == "mean" and m is not None:
+        return max(m.step_time_ns, 1)
+    return ctx.step_ns
+
+
 def _straggler_wait(findings: Sequence[Finding]) -> int:
     """The others' wait per step for the persistent stragglers: their cost, summed."""
     total = 0
@@ -350,9 +363,9 @@ def recommend(
                     title=remedy.title(f, ctx),
                     detail=remedy.detail(f, ctx),
                     finding=f.kind,
-                    evidence=remedy.evidence(f, ctx),
+                    evidence=(ev := remedy.evidence(f, ctx)),
                     estimated_gain_ns=gain,
-                    estimated_gain_ratio=(gain / ctx.step_ns) if gain else None,
+                    estimated_gain_ratio=(gain / _gain_base(ctx, ev)) if gain else None,
                 )
             )
         groups.append(group)
