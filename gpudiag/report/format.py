@@ -14,7 +14,7 @@ from gpudiag.analysis.model.diagnosis import (
     RankSync,
     Recommendation,
     Severity,
-    WhatIf,
+    WhatIfFigures,
 )
 from gpudiag.analysis.model.efficiency import ComputeEfficiency
 from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
@@ -323,7 +323,7 @@ def what_if_line(d: Diagnosis) -> tuple[str, str] | None:
     return "what if", text
 
 
-def _what_if_changes(w: WhatIf, pipe: str) -> str:
+def _what_if_changes(w: WhatIfFigures, pipe: str) -> str:
     """The changes of one what-if statistic: 'comm fully overlapped → … · no data wait → …'."""
     cur = w.step_time_ns
 

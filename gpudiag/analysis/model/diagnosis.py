@@ -285,8 +285,8 @@ class SpreadEntry:
 
 
 @dataclass(frozen=True)
-class WhatIf:
-    """First-order step times under three changes (analysis/whatif.py states the model)."""
+class WhatIfFigures:
+    """First-order step times under three changes, on one step statistic (analysis/whatif.py)."""
 
     step_time_ns: int
     if_comm_overlapped_ns: int | None  # None: comm-wait not measured (telemetry only)
@@ -298,9 +298,15 @@ class WhatIf:
     statistic: str = "mean"
     critical_path_ns: int | None = None  # the slowest non-straggler rank's own work
     critical_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class WhatIf(WhatIfFigures):
+    """The what-if: its figures on the median step, and on the mean step where they differ."""
+
     # the same figures on the mean step, where a change's saving there differs from the
     # median's by advice.what_if_mean_gap_ratio of a step (analysis/run/whatif.py)
-    on_mean: WhatIf | None = field(default=None, metadata=OMIT_IF_NONE)
+    on_mean: WhatIfFigures | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)

@@ -119,7 +119,7 @@ class Context:
         if mean_fallback and self.gain_on_mean(field):
             m = self.what_if.on_mean
             assert m is not None
-            return m.step_time_ns - getattr(m, field)
+            return int(m.step_time_ns - getattr(m, field))
         after = getattr(self.what_if, field)
         return None if after is None else self.what_if.step_time_ns - after
 

@@ -45,7 +45,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpudiag._support import nputil
-from gpudiag.analysis.model.diagnosis import Finding, FindingKind, StepBreakdown, WhatIf
+from gpudiag.analysis.model.diagnosis import (
+    Finding,
+    FindingKind,
+    StepBreakdown,
+    WhatIf,
+    WhatIfFigures,
+)
 from gpudiag.analysis.model.metrics import StragglerMetrics
 
 
@@ -80,9 +86,9 @@ def what_if(
         return None
     median = _figures(per, "median", comm_measured)
     mean = _figures(per, "mean", comm_measured)
-    if _differs(median, mean, mean_gap_ratio):
-        return dataclasses.replace(median, on_mean=mean)
-    return median
+    figures = {f.name: getattr(mean, f.name) for f in dataclasses.fields(WhatIfFigures)}
+    on_mean = WhatIfFigures(**figures) if _differs(median, mean, mean_gap_ratio) else None
+    return dataclasses.replace(median, on_mean=on_mean)
 
 
 _CHANGES = (

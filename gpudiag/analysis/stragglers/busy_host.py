@@ -247,31 +247,39 @@ def on_busy_host(
             out.append(f)
             continue
         samples = (contention or {}).get(f.ranks[0], ()) if f.ranks else ()
-        follow = follows_contention(steps, f.ranks[0], samples, rules) if samples else None
-        if follow is not None and isinstance(m, StragglerMetrics):
-            rho, spread, n = follow
-            m = dataclasses.replace(m, contention_follow={"rho": rho, "range": spread, "steps": n})
-            f = dataclasses.replace(f, metrics=m)
-        if not blames_host(f, rules, follow):
-            why = f"{busy_host_words(busy)}; {own_words(f, follow, rules)}"
-            out.append(
-                dataclasses.replace(f, message=f"{f.message} (the host was busy too: {why})")
-            )
-            continue
-        moved = (
-            ""
-            if follow is None or _moves(f, rules)
-            else (
-                f"; its excess follows the host's contention (rank correlation "
-                f"{follow[0]:+.2f} over {follow[2]} steps)"
-            )
-        )
-        out.append(
-            dataclasses.replace(
-                f,
-                severity=Severity.WARNING,
-                message=f"{f.message} — {busy_host_words(busy)}{moved}: {BUSY_HOST}",
-                metrics=dataclasses.replace(m, host_contention=dict(busy)),
-            )
-        )
+        out.append(_cpu_straggler(f, busy, rules, steps, samples))
     return out
+
+
+def _cpu_straggler(
+    f: Finding,
+    busy: Mapping[str, float],
+    rules: StragglerRules,
+    steps: Sequence[RunStep],
+    samples: Sequence[ContentionSample],
+) -> Finding:
+    """A CPU job's compute straggler on a busy host: the job's own, or the host's likely doing."""
+    m = f.metrics
+    assert isinstance(m, (StragglerMetrics, LateArrivalMetrics))
+    follow = follows_contention(steps, f.ranks[0], samples, rules) if samples else None
+    if follow is not None and isinstance(m, StragglerMetrics):
+        rho, spread, n = follow
+        m = dataclasses.replace(m, contention_follow={"rho": rho, "range": spread, "steps": n})
+        f = dataclasses.replace(f, metrics=m)
+    if not blames_host(f, rules, follow):
+        why = f"{busy_host_words(busy)}; {own_words(f, follow, rules)}"
+        return dataclasses.replace(f, message=f"{f.message} (the host was busy too: {why})")
+    tracks = (
+        ""
+        if follow is None or _moves(f, rules)
+        else (
+            f"; its excess follows the host's contention (rank correlation "
+            f"{follow[0]:+.2f} over {follow[2]} steps)"
+        )
+    )
+    return dataclasses.replace(
+        f,
+        severity=Severity.WARNING,
+        message=f"{f.message} — {busy_host_words(busy)}{tracks}: {BUSY_HOST}",
+        metrics=dataclasses.replace(m, host_contention=dict(busy)),
+    )
