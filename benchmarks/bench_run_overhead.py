@@ -46,59 +46,6 @@ def bench_hook(n: int = 20000) -> None:
     print(f"rank hook, per step (record + flushed write + control poll): {dt * 1e6:.1f} µs")
 
 
-def bench_phases(steps: int = 2000, reps: int = 7) -> None:
-    """In-process cost a step of the step phases' marks, on a tiny model.
-
-    A 20-layer MLP of 8×8 layers (Python overhead is most of its step: the worst case for
-    a per-step cost), one thread. Each rep times ``steps`` steps plain and ``steps`` steps
-    with the marks (the global forward pre-hook registered again each step and removing
-    itself at the first module call, the backward and optimizer pre-step marks), in turn;
-    the fastest rep of each is kept, so a loaded host's stalls do not decide.
-    """
-    import torch
-    import torch.optim.optimizer as topt
-
-    from gpudiag.collect.rank import patches
-    from gpudiag.collect.rank.hook import RankHook
-
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(20)])
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(4, 8)
-    with tempfile.TemporaryDirectory() as d:
-        h = RankHook(Path(d), rank=0, local_rank=0, world_size=1, window=None)
-        h.torch = torch
-        patches._install_forward_mark(torch, h)
-        arm = h.arm_forward
-        assert arm is not None
-        pre = topt.register_optimizer_step_pre_hook(h.on_optimizer_pre)
-
-        def run(marks: bool) -> float:
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                if marks:
-                    arm()
-                model(x).sum().backward()
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                h.forward_at = h.backward_at = h.optimizer_at = None
-            return (time.perf_counter() - t0) / steps
-
-        # the pre-hook is armed once above: fire it away before timing the plain steps
-        model(x)
-        plain, marked = [], []
-        for _ in range(reps):
-            plain.append(run(False))
-            marked.append(run(True))
-        pre.remove()
-    p, m = min(plain), min(marked)
-    print(
-        f"step phases (tiny model, in process, 1 thread): plain {p * 1e6:.1f} µs a step, with "
-        f"the marks {m * 1e6:.1f} µs: {(m - p) * 1e6:+.1f} µs a step"
-    )
-
-
 def bench_run(pairs: int, steps: int, hidden: int, batch: int) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     tmp = Path(tempfile.mkdtemp())
@@ -208,8 +155,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=4096, help="the demo's compute-bound default")
     ap.add_argument("--sampler-seconds", type=float, default=5.0)
     a = ap.parse_args()
-    bench_hook()
-    bench_phases()
+    bench_hook()  # the step phases' hooks: benchmarks/bench_phases.py (CPU time)
     bench_sampler(a.sampler_seconds)
     bench_run(a.pairs, a.steps, a.hidden, a.batch)
 

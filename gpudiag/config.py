@@ -110,6 +110,12 @@ class StragglerRules:
     own_steps_ratio: float = 0.8  # ... slow in at least this share of the compared steps,
     own_moved_ratio: float = 0.1  # ... another rank slow in at most this share (else: moves)
     own_spread_ratio: float = 0.5  # ... and its excess's robust spread / median at most this
+    # follows the contention over time (conditions samples, telemetry steps): at least this
+    # many steps with a sample, the contention's p90 − p10 over them at least this share of
+    # the CPUs, and the rank correlation of the excess with it at least this
+    follow_min_steps: int = 8
+    follow_min_range: float = 0.1
+    follow_rho: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,9 @@ class AdviceRules:
 
     accumulation_micro_batches: int = 4  # the k shown for gradient accumulation
     min_transfer_share: float = 0.1  # comm remedies need this share of the wait to be transfer
+    # the what-if adds the mean step when a change's saving there is this share of a step
+    # away from its saving on the median step (analysis/run/whatif.py)
+    what_if_mean_gap_ratio: float = 0.05
     launch_gap_ns: int = 100_000  # GPU-idle gaps shorter than this inside a step: launches
     launch_bound_share: float = 0.5  # CUDA graphs / fusion need this share of "other" in them
     compute_bound_share: float = 0.7  # compute at least this share of step time: compute-bound

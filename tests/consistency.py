@@ -12,7 +12,12 @@ here only agreement is checked:
   host finding's mean share over its ranks; the headline's percentage is that share;
 * a straggler verdict only above the straggler threshold (never "0% slower");
 * a data-bound verdict implies a positive "no data wait" gain in the what-if, and a
-  communication-bound one a positive "comm fully overlapped" gain;
+  communication-bound one a positive "comm fully overlapped" gain, on the median step or,
+  where the median step does not show it, on the mean step the what-if then gives
+  (``on_mean``: the verdict's shares are of the run's time);
+* the what-if's step is its statistic (the headline's median; the mean in ``on_mean`` and
+  in older files) of each step's slowest rank, computed here, and its line says which; "all
+  together" is never below the critical path (the slowest rank's remaining work);
 * a remedy's estimated gain is the what-if's for the change it makes (data: no data wait;
   overlap: comm fully overlapped; straggler: at median speed) and its ratio is that gain over
   the what-if's step;
@@ -215,23 +220,49 @@ def _straggler(d: dict[str, Any], f: dict[str, Any], head: str, out: list[str]) 
             out.append(f"stalls quoted as a persistent excess: {head!r}")
 
 
-def _what_if(d: dict[str, Any], out: list[str]) -> None:
+def _saves(w: dict[str, Any] | None, field: str) -> bool:
+    return bool(w) and w.get(field) is not None and w[field] < w["step_time_ns"]
+
+
+def _what_if(d: dict[str, Any], text: str, out: list[str]) -> None:
     w = d.get("what_if")
     kind = (d.get("verdict") or {}).get("bottleneck")
     if not w:
         return
-    now = w["step_time_ns"]
-    if kind == "data" and not w["if_no_data_wait_ns"] < now:
-        out.append("data-bound verdict but 'no data wait' changes nothing in the what-if")
-    if kind == "communication" and not w["if_comm_overlapped_ns"] < now:
-        out.append("communication-bound verdict but 'comm fully overlapped' changes nothing")
+    _what_if_statistic(d, w, text, out)
+    # the verdict's share is of the run's time: where the median step does not show its
+    # change, the what-if's mean step (on_mean) must
+    on_mean = w.get("on_mean")
+    for k, field, words in (
+        ("data", "if_no_data_wait_ns", "'no data wait'"),
+        ("communication", "if_comm_overlapped_ns", "'comm fully overlapped'"),
+    ):
+        if kind == k and not (_saves(w, field) or _saves(on_mean, field)):
+            out.append(
+                f"{k}-bound verdict but {words} changes neither the median nor the mean step"
+            )
+    crit = w.get("critical_path_ns")
+    if w.get("if_all_ns") is not None and crit is not None and w["if_all_ns"] < crit:
+        out.append(
+            f"'all together' {w['if_all_ns'] / 1e6:.1f} ms is below the critical path "
+            f"{crit / 1e6:.1f} ms (the slowest rank's remaining work)"
+        )
     for r in d["recommendations"]:
         field = REMEDY_WHAT_IF.get(
             "straggler" if r["id"].startswith("investigate-rank-") else r["id"]
         )
-        if field is None or r.get("estimated_gain_ns") is None or w.get(field) is None:
+        # a gain on the mean step (the median step saves nothing) is on_mean's
+        ev = r.get("evidence")
+        on = on_mean if isinstance(ev, dict) and ev.get("gain_statistic") == "mean" else w
+        if on is None:
+            out.append(f"remedy {r['id']} quotes a mean step's gain the what-if does not give")
             continue
-        gain = now - w[field]
+        if field is None or r.get("estimated_gain_ns") is None or on.get(field) is None:
+            continue
+        if on is on_mean and _saves(w, field):
+            out.append(f"remedy {r['id']} quotes the mean step where the median step saves")
+        now = on["step_time_ns"]
+        gain = now - on[field]
         if not _close(r["estimated_gain_ns"], gain, max(1.0, 0.005 * now)):
             out.append(
                 f"remedy {r['id']} promises {r['estimated_gain_ns'] / 1e6:.1f} ms a step, "
@@ -240,6 +271,32 @@ def _what_if(d: dict[str, Any], out: list[str]) -> None:
         ratio = r.get("estimated_gain_ratio")
         if ratio is not None and now and not _close(ratio, r["estimated_gain_ns"] / now, 1e-3):
             out.append(f"remedy {r['id']}: gain ratio {ratio:.3f} is not its gain over the step")
+
+
+def _what_if_statistic(d: dict[str, Any], w: dict[str, Any], text: str, out: list[str]) -> None:
+    """The what-if's step is its statistic of each step's slowest rank, as its line says.
+
+    Computed here from the steps: the median (the headline's) or, in ``on_mean`` and in
+    files written before, the mean.
+    """
+    longest: dict[int, int] = {}
+    for s in d["steps"]:
+        longest[s["step"]] = max(longest.get(s["step"], 0), s["duration_ns"])
+    if not longest:
+        return
+    for which in (w, w.get("on_mean")):
+        if not which:
+            continue
+        stat = which.get("statistic", "mean")
+        fn = np.median if stat == "median" else np.mean
+        want = round(float(fn(list(longest.values()))))
+        if abs(which["step_time_ns"] - want) > 1:
+            out.append(f"what-if step {which['step_time_ns']} is not the {stat} step {want}")
+        flat = " ".join(text.split())
+        if "what if:" in flat and f"on the {stat} step" not in flat:
+            out.append(f"the what-if line does not say it is on the {stat} step")
+    if w.get("on_mean") and w.get("statistic") != "median":
+        out.append("a what-if on the mean step with a mean step beside it")
 
 
 def _prose(d: dict[str, Any], text: str, out: list[str]) -> None:
@@ -318,7 +375,7 @@ def problems(d: dict[str, Any], console: str = "") -> list[str]:
     _verdict(d, out)
     _pipeline(d, out)
     _step_stats(d, console, out)
-    _what_if(d, out)
+    _what_if(d, console, out)
     _cause_gains(d, out)
     _comm_family(d, out)
     if console:

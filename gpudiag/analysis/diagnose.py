@@ -68,6 +68,7 @@ from gpudiag.analysis.run.collectives import (
     bandwidth_findings,
     match,
     summarize_collectives,
+    with_exposed_waits,
 )
 from gpudiag.analysis.run.pipeline import find_pipeline
 from gpudiag.analysis.run.reconcile import (
@@ -90,7 +91,14 @@ from gpudiag.analysis.stragglers.late_arrival import late_arrival
 from gpudiag.analysis.verdict import verdict, with_efficiency
 from gpudiag.config import GateConfig, Thresholds
 from gpudiag.errors import InputError
-from gpudiag.rundir.conditions import ContentionLimits, RunConditions, contention, host_contention
+from gpudiag.rundir.conditions import (
+    ContentionLimits,
+    ContentionSample,
+    RunConditions,
+    contention,
+    host_contention,
+    rank_samples,
+)
 from gpudiag.traces.schema import (
     RunTimeline,
     check_ranks,
@@ -166,6 +174,7 @@ def _diagnose(
         whole_run=whole,
         extra_findings=extra,
         host_contention=busy,
+        contention=rank_samples(run.contention, run.manifest),
     )
     return dataclasses.replace(d, alerts=alerts) if alerts else d
 
@@ -230,15 +239,27 @@ def build_diagnosis(
     whole_run: WholeRun | None = None,
     extra_findings: Sequence[Finding] = (),
     host_contention: Mapping[str, float] | None = None,
+    contention: Mapping[int, Sequence[ContentionSample]] | None = None,
 ) -> Diagnosis:
     """Assemble run summary, findings and the Diagnosis from per-rank results.
 
     ``host_contention``: the run's recorded host CPU contention
     (:func:`gpudiag.rundir.conditions.host_contention`), which qualifies the stragglers it can
-    explain (:func:`gpudiag.analysis.stragglers.busy_host.on_busy_host`).
+    explain (:func:`gpudiag.analysis.stragglers.busy_host.on_busy_host`); ``contention``:
+    each rank's host's contention samples over time, which say whether a straggler's
+    excess follows it.
     """
     with _collector_skips_inputs():
-        return _build(results, th, inputs, notes, whole_run, extra_findings, host_contention or {})
+        return _build(
+            results,
+            th,
+            inputs,
+            notes,
+            whole_run,
+            extra_findings,
+            host_contention or {},
+            contention or {},
+        )
 
 
 @contextlib.contextmanager
@@ -290,6 +311,8 @@ class RunFacts:
     pipe_findings: list[Finding]
     busy: Mapping[str, float]  # the host CPU contention over the gate's limits
     lims: list[Limit]  # what the traces cannot support (rank/evidence.py)
+    # each rank's host's contention samples over time (conditions/<host>.jsonl)
+    contention: Mapping[int, Sequence[ContentionSample]]
 
 
 @dataclass(frozen=True)
@@ -405,7 +428,14 @@ PASSES: tuple[Pass, ...] = (
         "busy host",
         "rewrites straggler: severity, message and host_contention when the "
         "recorded host contention likely explains it",
-        lambda x, fs: on_busy_host(fs, x.busy, _gpu_job(x.run, x.whole_run), x.th.stragglers),
+        lambda x, fs: on_busy_host(
+            fs,
+            x.busy,
+            _gpu_job(x.run, x.whole_run),
+            x.th.stragglers,
+            x.whole_run.steps if x.whole_run is not None else (),
+            x.contention,
+        ),
     ),
     Pass(
         "waiting for stragglers",
@@ -450,6 +480,7 @@ def _build(
     whole_run: WholeRun | None,
     extra_findings: Sequence[Finding],
     busy: Mapping[str, float],
+    contention: Mapping[int, Sequence[ContentionSample]],
 ) -> Diagnosis:
     results = sorted(results, key=lambda r: r.rank)
     results, warm = without_warmup(results, th)
@@ -463,6 +494,7 @@ def _build(
     kernels = combine_kernels([r.evidence.kernels for r in ranks])
     colls = [r.collectives for r in results if r.collectives is not None]
     coll, sync_by_step = summarize_collectives(colls, run.world_size, th.collectives)
+    coll = with_exposed_waits(coll, sync_by_step, steps)
     pipe, pipe_findings = find_pipeline(colls, ranks, steps, th.idle_ratio_max, th.pipeline)
     if pipe is not None and coll is not None:
         coll = dataclasses.replace(coll, pipeline=pipe)
@@ -476,6 +508,7 @@ def _build(
     facts = RunFacts(
         *(th, results, warm, ranks, steps, run, whole_run, extra_findings),
         *(kernels, colls, coll, sync_by_step, pipe, pipe_findings, busy, lims),
+        contention=contention,
     )
     findings: list[Finding] = []
     for p in PASSES:
@@ -483,7 +516,11 @@ def _build(
     notes = list(notes) + step_range_notes(results) + limit_notes
     # one step model for the what-if and the gains; none from a split the trace cannot
     # support, nor from one short step (too little to forecast from)
-    wi = what_if(steps, findings, run.shares.comm_measured) if gains_supported(lims) else None
+    wi = (
+        what_if(steps, findings, run.shares.comm_measured, th.advice.what_if_mean_gap_ratio)
+        if gains_supported(lims)
+        else None
+    )
     eff = run_efficiency([e for r in ranks if (e := r.evidence.efficiency)])
     reading = run_reading(ranks, steps, th.reading)
     return Diagnosis(

@@ -11,8 +11,10 @@ from gpudiag.analysis.model.diagnosis import (
     Diagnosis,
     FindingKind,
     KernelBreakdown,
+    RankSync,
     Recommendation,
     Severity,
+    WhatIfFigures,
 )
 from gpudiag.analysis.model.efficiency import ComputeEfficiency, FamilyEfficiency
 from gpudiag.analysis.model.metrics import LimitedEvidenceMetrics, ShareMetrics
@@ -212,7 +214,13 @@ def recommendation_title(d: Diagnosis, rec: Recommendation) -> str:
     """A remedy's title with its gain per step and the remedies it is not additive with."""
     title = rec.title
     if rec.estimated_gain_ns:
-        title += f" (could recover ~{duration(rec.estimated_gain_ns)} per step)"
+        # a gain on the mean step: the median step does not pay what the remedy acts on
+        on = (
+            " on the mean step; the median step does not wait"
+            if rec.evidence.get("gain_statistic") == "mean"
+            else ""
+        )
+        title += f" (could recover ~{duration(rec.estimated_gain_ns)} per step{on})"
     if rec.overlaps_with:
         by_id = {r.id: r.title.split(":")[0].split(" (")[0] for r in d.recommendations}
         title += "; not additive with " + ", ".join(
@@ -297,6 +305,39 @@ def what_if_line(d: Diagnosis) -> tuple[str, str] | None:
     w = d.what_if
     if not w or not w.step_time_ns:
         return None
+    # a pipeline's communication wait is its bubble, which no overlap removes
+    pipe = (
+        " (its waits are the pipeline's bubble)"
+        if (d.collectives is not None and d.collectives.pipeline is not None)
+        else ""
+    )
+    median = d.run.step_time_ns_median
+    now = duration(w.step_time_ns)
+    if w.statistic == "median":
+        # the headline's median is over every (rank, step); said when it reads differently
+        other = f"; the headline's, over all ranks' steps: {duration(median)}"
+        base = (
+            f"on the median step ({now} now, each step's slowest rank"
+            + (other if median and duration(median) != now else "")
+            + ")"
+        )
+    else:  # a file written when the what-if was on the mean step
+        base = (
+            f"on the mean step ({now} now: the slowest rank's, averaged over the profiled "
+            "steps" + (f"; the median above is {duration(median)}" if median else "") + ")"
+        )
+    text = f"{base}, {_what_if_changes(w, pipe)}"
+    m = w.on_mean
+    if m is not None and m.step_time_ns:
+        text += (
+            f"; on the mean step ({duration(m.step_time_ns)} now, that of the verdict's shares), "
+            f"{_what_if_changes(m, pipe)}"
+        )
+    return "what if", text
+
+
+def _what_if_changes(w: WhatIfFigures, pipe: str) -> str:
+    """The changes of one what-if statistic: 'comm fully overlapped → … · no data wait → …'."""
     cur = w.step_time_ns
 
     def delta(v: int | None) -> str:
@@ -305,12 +346,6 @@ def what_if_line(d: Diagnosis) -> tuple[str, str] | None:
         change = f"{(v - cur) / cur:+.0%}"
         return f"{duration(v)} ({'no change' if change in ('+0%', '-0%') else change})"
 
-    # a pipeline's communication wait is its bubble, which no overlap removes
-    pipe = (
-        " (its waits are the pipeline's bubble)"
-        if (d.collectives is not None and d.collectives.pipeline is not None)
-        else ""
-    )
     text = (
         f"comm fully overlapped{pipe} → {delta(w.if_comm_overlapped_ns)} · "
         if w.if_comm_overlapped_ns is not None
@@ -321,12 +356,7 @@ def what_if_line(d: Diagnosis) -> tuple[str, str] | None:
     alone = [v for v in (w.if_comm_overlapped_ns, w.if_no_data_wait_ns) if v is not None]
     if w.if_all_ns is not None and w.if_all_ns < min(alone):
         text += f" · all together → {delta(w.if_all_ns)}"
-    median = d.run.step_time_ns_median
-    base = (
-        f"on the mean step ({duration(cur)} now: the slowest rank's, averaged over the "
-        "profiled steps" + (f"; the median above is {duration(median)}" if median else "") + ")"
-    )
-    return "what if", f"{base}, {text}"
+    return text
 
 
 def last_rank_waits(d: Diagnosis, max_listed: int) -> tuple[str, str] | None:
@@ -346,11 +376,19 @@ def last_rank_waits(d: Diagnosis, max_listed: int) -> tuple[str, str] | None:
         items = sorted(items, key=lambda kv: -kv[1].sync_wait_ns)[:max_listed]
         label += f", the {max_listed} longest of {len(per)}"
 
-    def one(r: str, ns: int) -> str:
+    def one(r: str, v: RankSync) -> str:
         n = steps.get(int(r), 0)
-        return f"r{r} {duration(ns)}" + (f" ({duration(ns / n)} a step)" if n else "")
+        text = f"r{r} {duration(v.sync_wait_ns)}"
+        if not n:
+            return text
+        text += f" ({duration(v.sync_wait_ns / n)} a step"
+        hidden = v.exposed_wait_ns is not None and v.exposed_wait_ns < v.sync_wait_ns
+        if hidden and v.exposed_wait_ns is not None:
+            # compute ran beside part of it: the part that held the step, within comm-wait
+            text += f"; {duration(v.exposed_wait_ns / n)} of it exposed, the rest hidden by compute"
+        return text + ")"
 
-    return label, f"{head}: " + ", ".join(one(r, v.sync_wait_ns) for r, v in items)
+    return label, f"{head}: " + ", ".join(one(r, v) for r, v in items)
 
 
 WHOLE_RUN_TITLE = "whole run (telemetry): steady steps, neither profiled nor warm-up"

@@ -20,7 +20,7 @@ Only the standard library: collect, traces and analysis all import this module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from gpudiag._support.records import dataclass
@@ -245,3 +245,37 @@ def describe(conditions: RunConditions | None) -> str:
             f"GPU {uuid} throttled {g.slowdown_ratio:.0%}, shared {g.shared_ratio:.0%} of samples"
         )
     return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class ContentionSample:
+    """One sample of ``conditions/<host>.jsonl``: the CPU share others took over its interval.
+
+    ``ratio`` is ``other_cpu_ratio`` + ``steal_ratio`` over ``(start_ns, end_ns]``, on the
+    samples' clock (``time.time_ns``, the step telemetry's).
+    """
+
+    host: str
+    start_ns: int
+    end_ns: int
+    ratio: float
+
+
+def rank_samples(
+    samples: Sequence[ContentionSample], manifest: Any
+) -> dict[int, list[ContentionSample]]:
+    """Each rank's host's contention samples, by the manifest's rank → host.
+
+    A rank whose host is not named gets the samples of the only host sampled, if one.
+    """
+    by_host: dict[str, list[ContentionSample]] = {}
+    for s in samples:
+        by_host.setdefault(s.host, []).append(s)
+    ranks = list(getattr(manifest, "ranks", None) or [])
+    only = next(iter(by_host.values())) if len(by_host) == 1 else None
+    out = {}
+    for r in ranks:
+        got = by_host.get(r.host) if r.host else only
+        if got:
+            out[r.rank] = got
+    return out

@@ -24,6 +24,7 @@ from gpudiag._support.records import dataclass
 from gpudiag.errors import InputError
 from gpudiag.rundir import conditions as runconditions
 from gpudiag.rundir import layout as rundir
+from gpudiag.rundir.conditions import ContentionSample
 from gpudiag.traces.core.common import LoadOptions, rank_from_filename
 from gpudiag.traces.schema import RankTimeline, RunTimeline, check_ranks
 
@@ -345,6 +346,15 @@ def looks_like_dump(path: Path) -> bool:
     return check(path)
 
 
+def _contention(run_dirs: Sequence[Path]) -> list[ContentionSample]:
+    """The run directories' host contention samples over time (traces/runfiles/contention.py)."""
+    if not run_dirs:
+        return []
+    from gpudiag.traces.runfiles.contention import load_contention
+
+    return sorted((s for d in run_dirs for s in load_contention(d)), key=lambda s: s.start_ns)
+
+
 def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None) -> RunTimeline:
     """Everything under ``paths`` as one RunTimeline.
 
@@ -359,6 +369,7 @@ def load_run(*paths: str | os.PathLike[str], options: LoadOptions | None = None)
         notes=inputs.notes,
         alerts=_alerts(inputs.run_dirs),
         run_end=_run_end(inputs, manifest),
+        contention=_contention(inputs.run_dirs),
     )
     if inputs.run_dirs:  # only run directories have telemetry (and need pandas for it)
         import pandas as pd

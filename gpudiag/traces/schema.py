@@ -48,6 +48,7 @@ from gpudiag.errors import InputError
 if TYPE_CHECKING:
     import pandas as pd
 
+    from gpudiag.rundir.conditions import ContentionSample
     from gpudiag.rundir.layout import RunManifest
     from gpudiag.traces.runfiles.runend import RunEnd
 
@@ -383,6 +384,9 @@ class RunTimeline:
     # how the ranks ended and the hang evidence (traces/runend.py); None: a run that
     # ended well without any, or loose traces
     run_end: RunEnd | None = None
+    # the host's CPU contention over time (conditions/<host>.jsonl): what the blame rule
+    # correlates a straggler's excess with (analysis/stragglers/busy_host.py)
+    contention: list[ContentionSample] = field(default_factory=list)
     _loaded: list[RankTimeline] | None = field(default=None, repr=False, compare=False)
 
     @classmethod

@@ -338,18 +338,28 @@ class SpreadEntry:
 
 
 @dataclass(frozen=True)
-class WhatIf:
-    """First-order step times under three changes (analysis/whatif.py states the model)."""
+class WhatIfFigures:
+    """First-order step times under three changes, on one step statistic (analysis/whatif.py)."""
 
     step_time_ns: int
     if_comm_overlapped_ns: int | None  # None: comm-wait not measured (telemetry only)
     if_no_data_wait_ns: int
     if_straggler_at_median_speed_ns: int | None = None
     if_all_ns: int | None = None  # the three changes together
-    # the statistic over the steps: the mean, that of the verdict's shares and costs
+    # the statistic over the steps: the median, the headline's ("mean" in files written
+    # before it was; also ``on_mean``'s)
     statistic: str = "mean"
     critical_path_ns: int | None = None  # the slowest non-straggler rank's own work
     critical_rank: int | None = None
+
+
+@dataclass(frozen=True)
+class WhatIf(WhatIfFigures):
+    """The what-if: its figures on the median step, and on the mean step where they differ."""
+
+    # the same figures on the mean step, where a change's saving there differs from the
+    # median's by advice.what_if_mean_gap_ratio of a step (analysis/run/whatif.py)
+    on_mean: WhatIfFigures | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)
@@ -371,10 +381,17 @@ class CollectiveRow:
 
 @dataclass(frozen=True)
 class RankSync:
-    """One rank's time in matched collectives: waiting for the last rank, and transferring."""
+    """One rank's time in matched collectives: waiting for the last rank, and transferring.
+
+    ``sync_wait_ns`` runs from the rank's entry into each collective to the last rank's;
+    where the collective runs beside compute (DDP's buckets on gloo's thread during
+    backward) compute hides part of it. ``exposed_wait_ns`` is the part that held the step:
+    per step, the least of that wait and the rank's comm-wait (None in older files).
+    """
 
     sync_wait_ns: int
     transfer_ns: int
+    exposed_wait_ns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -587,7 +604,7 @@ class Diagnosis:
         for r, rs in zip(d["ranks"], self.ranks, strict=True):
             r["shares"] = rs.shares.as_dict()
             r["evidence"] = rs.evidence.to_json()
-        d["what_if"] = d["what_if"] or {}
+        d["what_if"] = without_omitted(self.what_if) if self.what_if else {}
         d["collectives"] = self.collectives.to_json() if self.collectives else {}
         d["verdict"] = without_omitted(self.verdict) if self.verdict else {}
         d["kernels"] = d["kernels"] or {}

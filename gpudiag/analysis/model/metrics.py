@@ -217,6 +217,9 @@ class StragglerMetrics(FindingMetrics):
     # ranks), and the robust spread (MAD × 1.4826) of its excess over the compared steps ÷ median
     moved_steps_ratio: float | None = field(default=None, metadata=OMIT_IF_NONE)
     excess_spread_ratio: float | None = field(default=None, metadata=OMIT_IF_NONE)
+    # on a busy host with the contention recorded over time: whether the excess follows it
+    # (``rho``: Spearman's, ``range``: the contention's p90 − p10, ``steps``: how many)
+    contention_follow: dict[str, float] | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def share(self) -> float:  # noqa: D102
         return self.median_excess_ratio

@@ -1,10 +1,13 @@
 """Rules mapping Findings to Recommendations; each cites its evidence and the time it could recover.
 
 No remedy is proposed without a finding behind it, and each carries the numbers that
-triggered it. Estimated gains are first-order, per *mean* step, and stated as upper
-bounds. One step model (:mod:`gpudiag.analysis.run.whatif`): where the what-if models the
-change a remedy makes, the remedy's gain is the what-if's saving, and every ratio is over
-the what-if's mean step:
+triggered it. Estimated gains are first-order, per step on the what-if's statistic (the
+*median* step, the headline's), and stated as upper bounds. One step model
+(:mod:`gpudiag.analysis.run.whatif`): where the what-if models the change a remedy makes,
+the remedy's gain is the what-if's saving on that step, and every ratio is over it (a
+change that saves only on the mean step, such as a loader that runs dry in a minority of
+the steps, shows in the what-if's ``on_mean``: the loader remedy then quotes that step's
+saving, with ``evidence.gain_statistic`` ``mean`` and its ratio over the mean step):
 
 * data-wait → "no data wait" (else the worst flagged rank's mean data-wait per step: a
   synchronous step waits for the slowest rank's batch; the mean, since a loader that runs
@@ -125,9 +128,10 @@ def _data_detail(f: Finding, c: Context) -> str:
 
 
 def _data_gain(f: Finding, c: Context) -> int | None:
-    # the what-if's "no data wait" (its mean step: one story with the what-if); without a
-    # what-if, the worst flagged rank's mean data-wait per step
-    gain = c.what_if_gain("if_no_data_wait_ns")
+    # the what-if's "no data wait" (its median step: one story with the what-if; its mean
+    # step where only that saves: a loader running dry in a minority of the steps); without
+    # a what-if, the worst flagged rank's mean data-wait per step
+    gain = c.what_if_gain("if_no_data_wait_ns", mean_fallback=True)
     return (gain or None) if gain is not None else c.median_part(f.ranks, "data_wait_ns", "mean")
 
 
@@ -141,6 +145,8 @@ DATA = Remedy(
         "ranks": f.ranks,
         "per_rank_share": f.metrics_as(ShareMetrics).per_rank,
         "single_process_loader": _single_loader(f, c),
+        # the what-if step the gain is on: "mean" where the median step saves nothing
+        **({"gain_statistic": "mean"} if c.gain_on_mean("if_no_data_wait_ns") else {}),
     },
 )
 
@@ -282,6 +288,14 @@ PIPELINE = Remedy(
 )
 
 
+def _gain_base(ctx: Context, evidence: Mapping[str, object]) -> int:
+    """The step a gain's ratio is over: the what-if's median step, or its mean step."""
+    m = ctx.what_if.on_mean if ctx.what_if is not None else None
+    if evidence.get("gain_statistic") == "mean" and m is not None:
+        return max(m.step_time_ns, 1)
+    return ctx.step_ns
+
+
 def _straggler_wait(findings: Sequence[Finding]) -> int:
     """The others' wait per step for the persistent stragglers: their cost, summed."""
     total = 0
@@ -360,9 +374,9 @@ def recommend(
                     detail=remedy.detail(f, ctx),
                     finding=f.kind,
                     # each family's evidence is a TypedDict of JSON values (remedy.Evidence)
-                    evidence=cast(JsonObject, dict(remedy.evidence(f, ctx))),
+                    evidence=cast(JsonObject, dict(ev := remedy.evidence(f, ctx))),
                     estimated_gain_ns=gain,
-                    estimated_gain_ratio=(gain / ctx.step_ns) if gain else None,
+                    estimated_gain_ratio=(gain / _gain_base(ctx, ev)) if gain else None,
                 )
             )
         groups += _by_families(out, group) if f.kind == FindingKind.BELOW_PEAK else [group]

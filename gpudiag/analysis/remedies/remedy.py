@@ -102,17 +102,34 @@ class Context:
 
     @property
     def step_ns(self) -> int:
-        """The base of every gain ratio (≥ 1 ns): the what-if's mean step, else the run's median."""
+        """The base of every gain ratio (≥ 1 ns): the what-if's median step, else the run's."""
         if self.what_if is not None:
             return max(self.what_if.step_time_ns, 1)
         return max(self.run.step_time_ns_median, 1)
 
-    def what_if_gain(self, field: str) -> int | None:
-        """The step time one change of the what-if saves (``if_no_data_wait_ns`` …)."""
+    def what_if_gain(self, field: str, mean_fallback: bool = False) -> int | None:
+        """The step time one change of the what-if saves (``if_no_data_wait_ns`` …).
+
+        On the what-if's median step; with ``mean_fallback``, where the median step saves
+        nothing and the mean step beside it (``on_mean``) does, the mean step's saving
+        (:meth:`gain_on_mean` says so).
+        """
         if self.what_if is None:
             return None
+        if mean_fallback and self.gain_on_mean(field):
+            m = self.what_if.on_mean
+            assert m is not None
+            return int(m.step_time_ns - getattr(m, field))
         after = getattr(self.what_if, field)
         return None if after is None else self.what_if.step_time_ns - after
+
+    def gain_on_mean(self, field: str) -> bool:
+        """The change saves nothing on the median step but saves on the mean step beside it."""
+        w = self.what_if
+        m = w.on_mean if w is not None else None
+        if w is None or m is None or getattr(w, field) is None or getattr(m, field) is None:
+            return False
+        return bool(w.step_time_ns - getattr(w, field) <= 0 < m.step_time_ns - getattr(m, field))
 
     def evidence(self, ranks: Sequence[int]) -> list[RankEvidence]:
         """The evidence of those of ``ranks`` the run has."""

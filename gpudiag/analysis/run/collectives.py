@@ -32,6 +32,7 @@ have: on early ranks its duration is *waiting for the last rank* plus the transf
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import field
@@ -52,6 +53,7 @@ from gpudiag.analysis.model.diagnosis import (
     LateArrival,
     RankSync,
     Severity,
+    StepBreakdown,
 )
 from gpudiag.analysis.model.kinds import MatchMethod
 from gpudiag.analysis.model.metrics import BandwidthMetrics
@@ -570,3 +572,25 @@ def bandwidth_findings(section: CollectivesSummary | None, rules: CollectiveRule
             )
         )
     return out
+
+
+def with_exposed_waits(
+    coll: CollectivesSummary | None, sync_by_step: SyncByStep, steps: Sequence[StepBreakdown]
+) -> CollectivesSummary | None:
+    """Each rank's wait for the last rank that held its steps (``RankSync.exposed_wait_ns``).
+
+    Per (rank, step), the least of the step's synchronisation wait and its comm-wait (the
+    wait not hidden behind compute), summed over the rank's analysed steps: never more than
+    either, so "waiting for the last rank" cannot exceed the communication wait it explains.
+    """
+    if coll is None or not coll.per_rank:
+        return coll
+    exposed: dict[int, int] = {}
+    for s in steps:
+        w = sync_by_step.get((s.rank, s.step), 0)
+        exposed[s.rank] = exposed.get(s.rank, 0) + min(w, s.comm_wait_ns)
+    per = {
+        r: dataclasses.replace(v, exposed_wait_ns=exposed.get(int(r), 0))
+        for r, v in coll.per_rank.items()
+    }
+    return dataclasses.replace(coll, per_rank=per)

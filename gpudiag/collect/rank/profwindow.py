@@ -125,7 +125,15 @@ class ProfilerWindow:
         if host.torch.cuda.is_available():
             acts.append(ProfilerActivity.CUDA)
         self.prof_window = w
-        prof = profile(activities=acts, schedule=self._action, on_trace_ready=self._save)
+        # record_shapes: the operators' input shapes give gloo/CPU collectives their sizes
+        # (their annotations carry none) and the compute efficiency its FLOPs; the cost, more
+        # profiler work per operator, stays in the window's few steps (docs/capture.md)
+        prof = profile(
+            activities=acts,
+            schedule=self._action,
+            on_trace_ready=self._save,
+            record_shapes=True,
+        )
         prof.step_num = host.step  # so ProfilerStep#N carries gpudiag's step number
         with self.own():
             prof.start()

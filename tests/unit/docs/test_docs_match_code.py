@@ -35,7 +35,8 @@ def test_readme_sample_uses_the_console_vocabulary():
     buf = io.StringIO()
     render_console(d, buf, width=92, color=False)
     header = next(line for line in buf.getvalue().splitlines() if line.startswith("rank "))
-    assert header in sample.splitlines()
+    # the same columns in the same words (their widths follow the sample's own numbers)
+    assert " ".join(header.split()) in [" ".join(line.split()) for line in sample.splitlines()]
     assert re.search(r"^\s+non-compute idle \d", sample, re.M)
     assert not re.search(r"(?<!non-compute )\bidle \d", sample.split("verdict:")[1].split("\n")[0])
 

@@ -53,7 +53,10 @@ def test_comms_id_matching_splits_transfer_from_sync_wait():
     d = gpudiag.analyze(DATA / "straggler_comms_id", jobs=1)
     c = d.collectives
     assert (c.method, c.matched) == ("comms_id", 4)
-    assert c.per_rank["0"] == RankSync(sync_wait_ns=4 * 5 * MS, transfer_ns=4 * 2 * MS)
+    # nothing computes beside these collectives: all of the wait held the steps
+    assert c.per_rank["0"] == RankSync(
+        sync_wait_ns=4 * 5 * MS, transfer_ns=4 * 2 * MS, exposed_wait_ns=4 * 5 * MS
+    )
     assert c.per_rank["1"].sync_wait_ns == 0
     (f,) = [f for f in d.findings if f.kind == "straggler"]
     assert (f.ranks, f.cause, f.persistent) == ([1], "compute", True)
@@ -116,3 +119,28 @@ def test_all_to_all_over_sendrecv_kernels_is_not_a_pipeline(kineto_sets):
     d = gpudiag.analyze(kineto_sets / "sampled_2rank_a2a", jobs=1)
     assert d.collectives.pipeline is None
     assert not [f for f in d.findings if f.kind == "pipeline_bubble"]
+
+
+def test_the_wait_for_the_last_rank_that_compute_hid_is_not_exposed():
+    # rank 0 waits 100 ms at the collective in each of 2 steps, but computes beside it:
+    # its comm-wait (the step's exposed wait) is 60 ms, then 120 ms
+    from gpudiag.analysis.model.diagnosis import CollectivesSummary, StepBreakdown
+    from gpudiag.analysis.run.collectives import with_exposed_waits
+
+    coll = CollectivesSummary(
+        method="order",
+        matched=2,
+        bandwidth_is_lower_bound=False,
+        by_type=[],
+        per_rank={"0": RankSync(200 * MS, 0), "1": RankSync(0, 0)},
+    )
+    steps = [
+        StepBreakdown(0, 0, 0, 300 * MS, 240 * MS, 60 * MS, 0, 0, 0),
+        StepBreakdown(0, 1, 300 * MS, 300 * MS, 180 * MS, 120 * MS, 0, 0, 0),
+        StepBreakdown(1, 0, 0, 300 * MS, 300 * MS, 0, 0, 0, 0),
+        StepBreakdown(1, 1, 300 * MS, 300 * MS, 300 * MS, 0, 0, 0, 0),
+    ]
+    out = with_exposed_waits(coll, {(0, 0): 100 * MS, (0, 1): 100 * MS}, steps)
+    assert out is not None
+    assert out.per_rank["0"].exposed_wait_ns == (60 + 100) * MS  # min(wait, comm-wait) a step
+    assert out.per_rank["1"].exposed_wait_ns == 0
