@@ -11,12 +11,9 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 import shutil
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cli_runner import run_cli
@@ -24,73 +21,7 @@ from cli_runner import run_cli
 import gpudiag
 from gpudiag.config import Thresholds
 
-MS = 1_000_000
-US_PER_MS = 1000
-PID, TID = 1, 1
-
-
-class Kineto:
-    """A Kineto trace in milliseconds: host calls on one thread, kernels linked to them."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.corr = 0
-
-    def host(self, cat: str, name: str, start: float, end: float) -> Kineto:
-        self.events.append(
-            {
-                "ph": "X",
-                "cat": cat,
-                "name": name,
-                "pid": PID,
-                "tid": TID,
-                "ts": start * US_PER_MS,
-                "dur": (end - start) * US_PER_MS,
-                "args": {},
-            }
-        )
-        return self
-
-    def gpu(self, cat: str, name: str, launch: float, start: float, end: float) -> Kineto:
-        self.corr += 1
-        self.events.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaLaunchKernel",
-                "pid": PID,
-                "tid": TID,
-                "ts": launch * US_PER_MS,
-                "dur": 10,
-                "args": {"correlation": self.corr},
-            }
-        )
-        self.events.append(
-            {
-                "ph": "X",
-                "cat": cat,
-                "name": name,
-                "pid": 0,
-                "tid": 7,
-                "ts": start * US_PER_MS,
-                "dur": (end - start) * US_PER_MS,
-                "args": {"correlation": self.corr, "device": 0, "stream": 7},
-            }
-        )
-        return self
-
-    def kernel(self, launch: float, start: float, end: float, name: str = "gemm") -> Kineto:
-        return self.gpu("kernel", name, launch, start, end)
-
-    def save(self, path: Path) -> Path:
-        doc = {
-            "schemaVersion": 1,
-            "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
-            "traceEvents": self.events,
-        }
-        with gzip.open(path, "wt") as f:
-            json.dump(doc, f)
-        return path
+from make_kineto_cases import MS, Kineto
 
 
 # --- kind 1: start-up ---------------------------------------------------------------------
@@ -160,8 +91,9 @@ def _inference(cat: str = "user_annotation") -> Kineto:
 
 
 def test_idle_edges_of_an_inference_capture_do_not_decide(tmp_path):
-    # no markers: one window, cut to the GPU work (19.5 … 118 ms): 85 ms of kernels in 98.5
-    d = gpudiag.analyze(_inference("python_function").save(tmp_path / "t.json.gz"), jobs=1)
+    # no markers, no ranges (the calls are operators): one window, cut to the GPU work
+    # (19.5 … 118 ms): 85 ms of kernels in 98.5
+    d = gpudiag.analyze(_inference("cpu_op").save(tmp_path / "t.json.gz"), jobs=1)
     assert d.run.shares.compute == pytest.approx(85 / 98.5, abs=1e-6)
     assert d.verdict.bottleneck == "none"  # was host-bound 61%: 85 ms of kernels in 216 ms
     r = d.reading

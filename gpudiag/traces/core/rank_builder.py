@@ -7,6 +7,7 @@ resolves the steps (:mod:`gpudiag.traces.core.step_ranges`) and notes what the t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -233,6 +234,7 @@ def build_rank(
     range"); ``no_ranges_hint`` is said when the trace has no host ranges to take steps
     from.
     """
+    cols, python = _split_python(cols)
     kind = cols.kind
     if not kinds_final:
         kind = refine_kinds(kind, patterns.flags(cols.names)[cols.name])
@@ -269,7 +271,14 @@ def build_rank(
         path,
         range_label=range_label,
         no_ranges_hint=no_ranges_hint,
+        python=python,
     )
+    if python is not None:  # the step column covers them too: only those chosen stay
+        n = len(kind)
+        chosen = np.flatnonzero(step_col[n:] >= 0)
+        step_col = np.concatenate([step_col[:n], step_col[n:][chosen]])
+        cols = _join(cols, python, chosen)
+        kind = np.concatenate([kind, python.kind[chosen]])
     return RankTimeline.from_columns(
         rank,
         start_ns=cols.start_ns,
@@ -290,3 +299,45 @@ def build_rank(
         shape=cols.shape,
         shapes=cols.shapes,
     )
+
+
+_ROWS = (
+    "start_ns",
+    "end_ns",
+    "kind",
+    "lane",
+    "name",
+    "launch_ns",
+    "nbytes",
+    "coll_id",
+    "coll_name",
+    "coll_dtype",
+    "shape",
+)
+
+
+def _rows(cols: RawColumns, idx: npt.NDArray[np.intp]) -> RawColumns:
+    """The rows ``idx`` of ``cols`` (every per-row column)."""
+    new = {f: getattr(cols, f)[idx] for f in _ROWS if getattr(cols, f) is not None}
+    return dataclasses.replace(cols, **new)
+
+
+def _split_python(cols: RawColumns) -> tuple[RawColumns, RawColumns | None]:
+    """The columns without their Python-function ranges, and those ranges (None: none)."""
+    if cols.python_names is None or not len(cols.name):
+        return cols, None
+    py = cols.python_names[cols.name] & (cols.kind == Kind.ANNOTATION)
+    if not py.any():
+        return dataclasses.replace(cols, python_names=None), None
+    base = _rows(cols, np.flatnonzero(~py))
+    return dataclasses.replace(base, python_names=None), _rows(cols, np.flatnonzero(py))
+
+
+def _join(cols: RawColumns, extra: RawColumns, idx: npt.NDArray[np.intp]) -> RawColumns:
+    """``cols`` with the rows ``idx`` of ``extra`` appended."""
+    new = {
+        f: np.concatenate([getattr(cols, f), getattr(extra, f)[idx]])
+        for f in _ROWS
+        if getattr(cols, f) is not None
+    }
+    return dataclasses.replace(cols, **new)

@@ -11,7 +11,7 @@ overlap themselves is an error naming the problem.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +29,15 @@ from gpudiag.traces.core.common import (
     STEP_MAX,
     STEP_NAME_HINT,
     NamePatterns,
+    RawColumns,
     frequent_ranges,
 )
 from gpudiag.traces.schema import I64, HostSteps, Kind
 
 _DIGITS = re.compile(r"\d+")
+# A Python frame's name, ``file.py(LINE): function``: its file and line are the function's
+# identity, not a number to fold (another line is another function)
+_PY_FRAME = re.compile(r"^\S.*\(\d+\): \S+$")
 
 
 def resolve_steps(
@@ -50,13 +54,16 @@ def resolve_steps(
     *,
     range_label: str = "range",
     no_ranges_hint: str = "",
+    python: RawColumns | None = None,
 ) -> tuple[HostSteps, npt.NDArray[np.int32], int]:
     """The host steps of a rank, the step column and the training thread.
 
     The step column holds the numbers on the step ranges, else -1; the training thread is
-    the lane of the step ranges when they decide it.
+    the lane of the step ranges when they decide it. ``python``: the rank's Python-function
+    ranges, candidate iteration ranges after the user's own (:func:`python_steps`); the step
+    column then covers them too, after the rank's rows.
     """
-    step_col = np.full(len(start), -1, np.int32)
+    step_col = np.full(len(start) + (len(python.start_ns) if python else 0), -1, np.int32)
     steps = np.flatnonzero(kind == Kind.STEP)
     if steps.size:
         steps = _marker_steps(steps, start, end, lane, lanes, main, patterns, path)
@@ -77,6 +84,12 @@ def resolve_steps(
         step_col[idx] = numbers
         hs = HostSteps(start[idx], end[idx], numbers, "user_range", [note], family)
         return hs, step_col, int(lane[idx[0]])
+    if python is not None:
+        found = python_steps(start, end, kind, lane, names, lanes, python, patterns.rules)
+        if found is not None:
+            hs, idx, lane_of = found
+            step_col[len(start) + idx] = hs.number
+            return hs, step_col, lane_of
     work = kind != Kind.OS_WAIT  # waits alone do not widen the window
     lo, hi = (int(start[work].min()), int(end[work].max())) if work.any() else (0, 0)
     opt_names = [i for i, s in enumerate(names) if s.startswith(OPTIMIZER_STEP)]
@@ -116,6 +129,54 @@ def resolve_steps(
         )
     one = np.zeros(1, np.int64)
     return HostSteps(one + lo, one + hi, one * 0, "whole", [note]), step_col, main
+
+
+def python_steps(
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.integer],
+    lane: npt.NDArray[np.integer],
+    names: Sequence[str],
+    lanes: Sequence[str],
+    python: RawColumns,
+    rules: LoaderRules,
+) -> tuple[HostSteps, npt.NDArray[np.intp], int] | None:
+    """Iterations from repeating Python-function ranges (a worker's ``execute_model``).
+
+    The same rule as the user's ranges (:func:`find_user_steps`), on the Python-function
+    ranges alone: a function called at least ``rules.user_step_min_ranges`` times on one
+    thread, never inside itself, whose calls hold ``rules.user_step_coverage_ratio`` of the
+    thread's launches; the outermost such function. Returns the steps, the chosen ranges
+    (indices into ``python``) and the training thread, or None.
+    """
+    pairs = (python.lane << 32) | python.name
+    _, inv, counts = np.unique(pairs, return_inverse=True, return_counts=True)
+    often = np.flatnonzero(counts.reshape(-1)[inv.reshape(-1)] >= rules.user_step_min_ranges)
+    if not often.size:
+        return None
+    n = len(start)
+    # the rank's own ranges are no candidates here (they were tried): only its launches count
+    own = np.where(np.isin(kind, [Kind.ANNOTATION, Kind.STEP]), -1, kind)
+    found = find_user_steps(
+        np.concatenate([start, python.start_ns[often]]),
+        np.concatenate([end, python.end_ns[often]]),
+        np.concatenate([own, np.full(often.size, Kind.ANNOTATION)]),
+        np.concatenate([lane, python.lane[often]]),
+        np.concatenate([np.zeros(n, np.int64), python.name[often]]),
+        names,
+        lanes,
+        "Python function",
+        rules=rules,
+        fold=_py_family,
+    )
+    if found is None:
+        return None
+    idx, numbers, note, family = found
+    mine = often[idx - n]
+    hs = HostSteps(
+        python.start_ns[mine], python.end_ns[mine], numbers, "user_range", [note], family
+    )
+    return hs, mine, int(python.lane[mine[0]])
 
 
 def _marker_steps(
@@ -207,6 +268,11 @@ def _family(name: str) -> str:
     return _DIGITS.sub("N", name)
 
 
+def _py_family(name: str) -> str:
+    """A Python function's family: a frame (``model.py(88): step``) as it is, else folded."""
+    return name if _PY_FRAME.match(name) else _family(name)
+
+
 def _anchor_lanes(
     lanes: Sequence[str], lane: npt.NDArray[np.integer], kind: npt.NDArray[np.integer]
 ) -> tuple[list[int], npt.NDArray[np.bool_], str]:
@@ -238,6 +304,7 @@ def find_user_steps(
     range_label: str = "range",
     phase: bool = False,
     rules: LoaderRules = DEFAULT_RULES,
+    fold: Callable[[str], str] = _family,
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64], str, str] | None:
     """The user's own iteration range (``step N``, ``iteration N``, ``Batch N``, ``train_step``).
 
@@ -267,7 +334,7 @@ def find_user_steps(
     anchors, events, what = _anchor_lanes(lanes, lane, kind)
     for anchor in anchors:
         found = _user_step_families(
-            start, end, kind, lane, name, names, anchor, events, phase, rules
+            start, end, kind, lane, name, names, anchor, events, phase, rules, fold
         )
         if phase:
             found = _bounding(found, start, end, lane, anchor, kind, rules.phase_max_share)
@@ -313,6 +380,7 @@ def _user_step_families(
     events: npt.NDArray[np.bool_],
     phase: bool = False,
     rules: LoaderRules = DEFAULT_RULES,
+    fold: Callable[[str], str] = _family,
 ) -> list[tuple[str, npt.NDArray[np.intp], float]]:
     """The qualifying range families of one thread: (name, ranges in order, coverage)."""
     cand = np.flatnonzero((kind == Kind.ANNOTATION) & (lane == anchor))
@@ -331,7 +399,7 @@ def _user_step_families(
         n = names[i]
         if LIBRARY_RANGE.search(n) or (PHASE_RANGE.search(n) and not phase):
             continue
-        families.setdefault(_family(n), []).append(i)
+        families.setdefault(fold(n), []).append(i)
     found = []
     for fam, ids in families.items():
         idx = cand[np.isin(name[cand], ids)]
