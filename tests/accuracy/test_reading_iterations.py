@@ -83,3 +83,35 @@ def test_a_function_that_holds_few_launches_is_no_iteration(tmp_path):
     r = d.reading
     assert r is not None and r.source == "whole" and "no iterations: one window" in r.line
     assert d.ranks[0].step_source == "whole"
+
+
+def _layers(between: bool) -> Kineto:
+    """One forward (a call that starts and ends in the trace) of 6 layer calls of 8 ms each.
+
+    Every layer launches four 1.5 ms kernels; ``between``: a 0.2 ms kernel is launched
+    between two layers (a residual add of the forward's own), 5 of 29 launches.
+    """
+    k = Kineto().host("cpu_op", "aten::empty", 0, 0.1)
+    k.host("python_function", "model.py(90): forward", 5, 5 + 6 * 10 + 1)
+    for i in range(6):
+        t = 5 + 10.0 * i
+        k.host("python_function", "model.py(40): forward", t + 0.5, t + 8.5)
+        for j in range(4):
+            u = t + 1 + 1.6 * j
+            k.host("cpu_op", "aten::mm", u, u + 0.2).kernel(u + 0.1, u + 0.2, u + 1.7)
+        if between and i < 5:
+            k.host("cpu_op", "aten::add", t + 9, t + 9.2).kernel(t + 9.1, t + 9.2, t + 9.4, "add")
+    return k.host("cpu_op", "aten::empty", 80, 80.1)
+
+
+@pytest.mark.parametrize("between", [False, True])
+def test_layers_of_one_forward_are_not_iterations(tmp_path, between):
+    d = gpudiag.analyze(_layers(between).save(tmp_path / "t.json.gz"), jobs=1)
+    r = d.reading
+    assert r is not None and r.source == "whole" and len(d.steps) == 1
+    why = [f.message for f in d.findings if "is not the iteration" in f.message]
+    assert why, [f.message for f in d.findings]
+    if between:  # 5 of 5 gaps launch a kernel
+        assert "kernels are launched between its calls in 5 of 5 gaps" in why[0]
+    else:
+        assert "all lie in one call of 'model.py(90): forward'" in why[0]

@@ -17,12 +17,10 @@ from pathlib import Path
 
 import pytest
 from cli_runner import run_cli
+from make_kineto_cases import MS, Kineto
 
 import gpudiag
 from gpudiag.config import Thresholds
-
-from make_kineto_cases import MS, Kineto
-
 
 # --- kind 1: start-up ---------------------------------------------------------------------
 

@@ -4,17 +4,18 @@ Between the timeline (and its steps, :mod:`gpudiag.analysis.reading.steps`) and 
 each rank's trace is read by mechanism, never by a list of names
 (docs/definitions.md, "Reading"):
 
-* **Start-up**: the runtime calls made before the rank's first kernel that last at least
-  ``reading.startup_call_min_ns`` and that no later call of the same name repeats (none
-  lasts ``reading.startup_repeat_ratio`` of it): context creation, the first allocations,
-  lazy module loading in the first launch, first-call library set-up. It ends with the
-  last of them. Start-up is one-off: steps that lie in it, and steps that are mostly it
-  (``reading.startup_dominant_ratio``) while other steps remain, are left out; a step it
-  ends in starts where it ends.
+* **Start-up** (:mod:`gpudiag.analysis.reading.startup`): one-off work before the steady
+  pattern, by kind — runtime calls before the first kernel, compilation, autotuning, first
+  calls far longer than the later ones. It ends with the last of them (in one window, the
+  last before the first kernel). Start-up is one-off: steps that lie in it, and steps that
+  are mostly it (``reading.startup_dominant_ratio``) while other steps remain, are left
+  out; a step it ends in starts where it ends. **Teardown** (one-off runtime calls after
+  the last GPU work) is named and left out of the idle tail.
 * **Idle head and tail**: in one window (no steps, or one phase range found), the time
   before the first and after the last GPU work of the window is the capture's edge: the
   window is cut to its GPU work (after start-up), so edges never decide the verdict.
-* **Iterations**: ranges found automatically as steps (a user range, optimizer steps) are
+* **Iterations**: ranges found automatically as steps (a user range, a Python function,
+  optimizer steps) are
   steps only when the GPU work they launch is at least ``reading.step_gpu_coverage_ratio``
   of the rank's GPU time; else the window is analysed as one phase and the reading says so.
 
@@ -31,6 +32,7 @@ import numpy.typing as npt
 
 from gpudiag.analysis.model.kinds import StepSource
 from gpudiag.analysis.rank import intervals as iv
+from gpudiag.analysis.reading import startup as su
 from gpudiag.analysis.reading.steps import StepWindows, find_steps
 from gpudiag.config import ReadingRules
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline, no_steps
@@ -68,14 +70,23 @@ def read_rank(
     t0 = int(tl.start_ns[work].min()) if work.any() else 0
     t1 = int(tl.end_ns[work].max()) if work.any() else 0
     reading["window_ns"] = t1 - t0
-    startup_end, startup = _startup(tl, gpu, rules)
-    reading["startup_ns"] = int(iv.total(startup[0])) if startup else 0
+    one = win.source == StepSource.WHOLE or (win.source == StepSource.USER_RANGE and len(win) == 1)
+    items, startup_end = su.startup_items(tl, gpu, None if one else int(win.end[0]), rules)
+    every = np.concatenate(list(items.values())) if items else np.zeros(0, np.intp)
+    startup = bool(every.size)
+    reading["startup_ns"] = iv.total(iv.union(tl.start_ns[every], tl.end_ns[every]))
     if startup:
-        reading["startup_calls"] = startup[1]
-        reading["startup_end_ns"] = startup_end - t0
+        reading["startup_calls"] = su.by_name(tl, every)
+        reading["startup_kinds"] = su.kinds_ns(tl, items)
+        if startup_end > np.iinfo(np.int64).min:
+            reading["startup_end_ns"] = startup_end - t0
+    down = su.teardown_items(tl, gpu, rules)
+    if down.size:
+        reading["teardown_ns"] = iv.total(iv.union(tl.start_ns[down], tl.end_ns[down]))
+        reading["teardown_calls"] = su.by_name(tl, down)
+        t1 = int(tl.start_ns[down].min())
     keep = np.ones(len(win), bool)
     start, end = win.start.copy(), win.end.copy()
-    one = win.source == StepSource.WHOLE or (win.source == StepSource.USER_RANGE and len(win) == 1)
     mine = busy & (win.owner >= 0) if win.source != StepSource.WHOLE else busy
     if one and mine.any():
         g0 = int(tl.start_ns[mine & (tl.start_ns >= startup_end)].min(initial=t1))
@@ -83,7 +94,7 @@ def read_rank(
         lo, hi = max(int(start[0]), startup_end, g0), min(int(end[0]), g1)
         if lo < hi:
             start[0], end[0] = lo, hi
-    elif startup:
+    elif startup_end > np.iinfo(np.int64).min:
         for i in range(len(win)):
             if start[i] >= startup_end:
                 break
@@ -103,38 +114,6 @@ def read_rank(
         reading["idle_tail_ns"] = max(t1 - int(end[keep].max()), 0)
     reading.update(_holds(tl, gpu))
     return dataclasses.replace(win, start=start, end=end), keep, reading
-
-
-def _startup(
-    tl: RankTimeline, gpu: npt.NDArray[np.bool_], rules: ReadingRules
-) -> tuple[int, tuple[iv.IntervalSet, dict[str, int]] | None]:
-    """Where start-up ends, its calls' union and time by call name (the longest four)."""
-    kernels = gpu & np.isin(tl.kind, [Kind.COMPUTE, Kind.COMM])
-    first = int(tl.start_ns[kernels].min()) if kernels.any() else np.iinfo(np.int64).max
-    calls = ~gpu & (tl.kind == Kind.RUNTIME)
-    dur = tl.end_ns - tl.start_ns
-    cand = np.flatnonzero(calls & (tl.start_ns < first) & (dur >= rules.startup_call_min_ns))
-    if not cand.size:
-        return np.iinfo(np.int64).min, None
-    later = np.flatnonzero(calls & (tl.start_ns >= first))
-    longest_later: dict[int, int] = {}
-    for j in later[np.isin(tl.name[later], tl.name[cand])].tolist():
-        nid = int(tl.name[j])
-        longest_later[nid] = max(longest_later.get(nid, 0), int(dur[j]))
-    one_off = [
-        i
-        for i in cand.tolist()
-        if longest_later.get(int(tl.name[i]), 0) < rules.startup_repeat_ratio * dur[i]
-    ]
-    if not one_off:
-        return np.iinfo(np.int64).min, None
-    idx = np.asarray(one_off)
-    by_name: dict[str, int] = {}
-    for nid in np.unique(tl.name[idx]).tolist():
-        mine = idx[tl.name[idx] == nid]
-        by_name[tl.names[nid]] = iv.total(iv.union(tl.start_ns[mine], tl.end_ns[mine]))
-    top = dict(sorted(by_name.items(), key=lambda kv: -kv[1])[:4])
-    return int(tl.end_ns[idx].max()), (iv.union(tl.start_ns[idx], tl.end_ns[idx]), top)
 
 
 def _holds(tl: RankTimeline, gpu: npt.NDArray[np.bool_]) -> dict[str, Any]:

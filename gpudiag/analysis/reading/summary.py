@@ -42,6 +42,9 @@ def run_reading(
         source=str(rd.get("source", "")),
         holds=dict(rd.get("holds") or {}),
         startup_dominant=dominant,
+        startup_kinds=dict(rd.get("startup_kinds") or {}),
+        teardown_ns=int(rd.get("teardown_ns", 0)),
+        teardown_calls=dict(rd.get("teardown_calls") or {}),
     )
     return dataclasses.replace(r, line=_line(r, rd, len(ranks)))
 
@@ -58,9 +61,11 @@ def _line(r: Reading, rd: dict[str, Any], ranks: int) -> str:
     """``rank 0: window 9.8 s · start-up 6.2 s (63%: cudaFree 6.2 s) · 10 steps …``."""
     parts = [f"window {words.duration(r.window_ns, 'brief')}"]
     if r.startup_ns:
+        kinds = [k for k in r.startup_kinds if k != "calls"]
+        how = "; " + ", ".join(f"{k} {words.duration(r.startup_kinds[k], 'brief')}" for k in kinds)
         parts.append(
             f"start-up {words.duration(r.startup_ns, 'brief')} "
-            f"({words.percent(_share(rd))}: {_calls(r.startup_calls)})"
+            f"({words.percent(_share(rd))}: {_calls(r.startup_calls)}{how if kinds else ''})"
         )
     else:
         parts.append("no start-up")
@@ -83,6 +88,11 @@ def _line(r: Reading, rd: dict[str, Any], ranks: int) -> str:
     ]
     if edges:
         parts.append(", ".join(edges) + " left out")
+    if r.teardown_ns:
+        parts.append(
+            f"teardown {words.duration(r.teardown_ns, 'brief')} ({_calls(r.teardown_calls)}) "
+            "left out"
+        )
     who = f"rank {r.rank}" + (f" (of {ranks} ranks)" if ranks > 1 else "")
     return f"{who}: " + " · ".join(parts)
 

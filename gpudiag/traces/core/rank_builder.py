@@ -11,6 +11,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -272,6 +273,11 @@ def build_rank(
         range_label=range_label,
         no_ranges_hint=no_ranges_hint,
         python=python,
+        kernel_launches=np.unique(
+            cols.launch_ns[
+                is_gpu & np.isin(kind, [Kind.COMPUTE, Kind.COMM]) & (cols.launch_ns >= 0)
+            ]
+        ),
     )
     if python is not None:  # the step column covers them too: only those chosen stay
         n = len(kind)
@@ -318,7 +324,7 @@ _ROWS = (
 
 def _rows(cols: RawColumns, idx: npt.NDArray[np.intp]) -> RawColumns:
     """The rows ``idx`` of ``cols`` (every per-row column)."""
-    new = {f: getattr(cols, f)[idx] for f in _ROWS if getattr(cols, f) is not None}
+    new: dict[str, Any] = {f: getattr(cols, f)[idx] for f in _ROWS if getattr(cols, f) is not None}
     return dataclasses.replace(cols, **new)
 
 
@@ -335,7 +341,7 @@ def _split_python(cols: RawColumns) -> tuple[RawColumns, RawColumns | None]:
 
 def _join(cols: RawColumns, extra: RawColumns, idx: npt.NDArray[np.intp]) -> RawColumns:
     """``cols`` with the rows ``idx`` of ``extra`` appended."""
-    new = {
+    new: dict[str, Any] = {
         f: np.concatenate([getattr(cols, f), getattr(extra, f)[idx]])
         for f in _ROWS
         if getattr(cols, f) is not None

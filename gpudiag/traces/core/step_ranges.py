@@ -55,14 +55,17 @@ def resolve_steps(
     range_label: str = "range",
     no_ranges_hint: str = "",
     python: RawColumns | None = None,
+    kernel_launches: I64 | None = None,
 ) -> tuple[HostSteps, npt.NDArray[np.int32], int]:
     """The host steps of a rank, the step column and the training thread.
 
     The step column holds the numbers on the step ranges, else -1; the training thread is
     the lane of the step ranges when they decide it. ``python``: the rank's Python-function
     ranges, candidate iteration ranges after the user's own (:func:`python_steps`); the step
-    column then covers them too, after the rank's rows.
+    column then covers them too, after the rank's rows. ``kernel_launches``: the sorted
+    start times of the runtime calls that launched kernels.
     """
+    refused = ""
     step_col = np.full(len(start) + (len(python.start_ns) if python else 0), -1, np.int32)
     steps = np.flatnonzero(kind == Kind.STEP)
     if steps.size:
@@ -85,8 +88,11 @@ def resolve_steps(
         hs = HostSteps(start[idx], end[idx], numbers, "user_range", [note], family)
         return hs, step_col, int(lane[idx[0]])
     if python is not None:
-        found = python_steps(start, end, kind, lane, names, lanes, python, patterns.rules)
-        if found is not None:
+        launches = kernel_launches if kernel_launches is not None else np.zeros(0, np.int64)
+        found = python_steps(start, end, kind, lane, names, lanes, python, patterns.rules, launches)
+        if isinstance(found, str):
+            refused = found + "; "
+        elif found is not None:
             hs, idx, lane_of = found
             step_col[len(start) + idx] = hs.number
             return hs, step_col, lane_of
@@ -116,14 +122,14 @@ def resolve_steps(
     ranges = kind == Kind.ANNOTATION
     if ranges.any():
         often = frequent_ranges(names, name[ranges])
-        note = (
+        note = refused + (
             "no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
             "Optimizer.step: the whole trace is one window (most frequent ranges: "
             f"{often}; pick one with --step-marker REGEX)"
         )
     else:
         hint = f" ({no_ranges_hint})" if no_ranges_hint else ""
-        note = (
+        note = refused + (
             "no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
             f"Optimizer.step: the whole trace is one window{hint}"
         )
@@ -140,14 +146,19 @@ def python_steps(
     lanes: Sequence[str],
     python: RawColumns,
     rules: LoaderRules,
-) -> tuple[HostSteps, npt.NDArray[np.intp], int] | None:
+    kernel_launches: I64,
+) -> tuple[HostSteps, npt.NDArray[np.intp], int] | str | None:
     """Iterations from repeating Python-function ranges (a worker's ``execute_model``).
 
     The same rule as the user's ranges (:func:`find_user_steps`), on the Python-function
     ranges alone: a function called at least ``rules.user_step_min_ranges`` times on one
     thread, never inside itself, whose calls hold ``rules.user_step_coverage_ratio`` of the
-    thread's launches; the outermost such function. Returns the steps, the chosen ranges
-    (indices into ``python``) and the training thread, or None.
+    thread's launches; the outermost such function. Its calls are parts of one iteration
+    (a model's layers, a forward's convolutions), not iterations, when the thread launches
+    kernels between consecutive calls in ``rules.iteration_gap_launch_ratio`` of the gaps:
+    between iterations a loop fetches the next input, it does not compute. Returns the
+    steps, the chosen ranges (indices into ``python``) and the training thread; the reason
+    when the chosen function is refused; None when none qualifies.
     """
     pairs = (python.lane << 32) | python.name
     _, inv, counts = np.unique(pairs, return_inverse=True, return_counts=True)
@@ -173,10 +184,57 @@ def python_steps(
         return None
     idx, numbers, note, family = found
     mine = often[idx - n]
+    anchor = int(python.lane[mine[0]])
+    calls = np.sort(start[(kind == Kind.RUNTIME) & (lane == anchor)])
+    launched = calls[np.isin(calls, kernel_launches)]
+    s, e = python.start_ns[mine], python.end_ns[mine]
+    between = np.searchsorted(launched, s[1:]) - np.searchsorted(launched, e[:-1], side="right")
+    busy_gaps = int(np.count_nonzero(between > 0))
+    if mine.size > 1 and busy_gaps >= rules.iteration_gap_launch_ratio * (mine.size - 1):
+        return (
+            f"Python function '{family}' ({mine.size} calls) is not the iteration: kernels "
+            f"are launched between its calls in {busy_gaps} of {mine.size - 1} gaps (parts "
+            "of one iteration)"
+        )
+    parent = _one_parent_call(start, end, lane, python, mine, anchor)
+    if parent is not None:
+        return (
+            f"Python function '{family}' ({mine.size} calls) is not the iteration: its calls "
+            f"all lie in one call of '{names[int(python.name[parent])]}', which starts and "
+            "ends inside the trace (parts of one iteration)"
+        )
     hs = HostSteps(
         python.start_ns[mine], python.end_ns[mine], numbers, "user_range", [note], family
     )
     return hs, mine, int(python.lane[mine[0]])
+
+
+def _one_parent_call(
+    start: I64,
+    end: I64,
+    lane: npt.NDArray[np.integer],
+    python: RawColumns,
+    mine: npt.NDArray[np.intp],
+    anchor: int,
+) -> int | None:
+    """The innermost Python call holding all of ``mine`` when it starts and ends in the trace.
+
+    A loop's caller was running when the capture began (its frame is cut at the trace's
+    edges); a call that begins and ends inside the capture was captured once, whole.
+    """
+    on = python.lane == anchor
+    s0, e0 = int(python.start_ns[mine].min()), int(python.end_ns[mine].max())
+    holds = np.flatnonzero(on & (python.start_ns <= s0) & (python.end_ns >= e0))
+    holds = holds[~np.isin(holds, mine)]
+    if not holds.size:
+        return None
+    inner = int(holds[np.argmax(python.start_ns[holds])])
+    own = lane == anchor
+    first = min(int(start[own].min(initial=s0)), int(python.start_ns[on].min()))
+    last = max(int(end[own].max(initial=e0)), int(python.end_ns[on].max()))
+    if python.start_ns[inner] > first and python.end_ns[inner] < last:
+        return inner
+    return None
 
 
 def _marker_steps(
