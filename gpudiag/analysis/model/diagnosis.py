@@ -499,6 +499,9 @@ class Reading:
     startup_kinds: dict[str, int] = field(default_factory=dict)
     teardown_ns: int = 0
     teardown_calls: dict[str, int] = field(default_factory=dict)
+    # a trace of host ranges alone: the four longest names' time and the ranges' span
+    ranges: dict[str, int] = field(default_factory=dict)
+    ranges_span_ns: int = 0
 
 
 @dataclass(frozen=True)

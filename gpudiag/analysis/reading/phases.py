@@ -130,4 +130,10 @@ def _holds(tl: RankTimeline, gpu: npt.NDArray[np.bool_]) -> dict[str, Any]:
         "operators": int(h[Kind.CPU_OP]),
         "ranges": int(h[Kind.ANNOTATION] + h[Kind.STEP] + h[Kind.DATALOADER]),
     }
-    return {"holds": {key: v for key, v in holds.items() if v}}
+    out: dict[str, Any] = {"holds": {key: v for key, v in holds.items() if v}}
+    if list(out["holds"]) == ["ranges"]:  # ranges alone: their breakdown is what it shows
+        rng = ~gpu & np.isin(tl.kind, [Kind.ANNOTATION, Kind.STEP, Kind.DATALOADER, Kind.COMM])
+        idx = np.flatnonzero(rng)
+        out["ranges_by_name"] = su.by_name(tl, idx)
+        out["ranges_span_ns"] = int(tl.end_ns[idx].max() - tl.start_ns[idx].min())
+    return out

@@ -45,6 +45,8 @@ def run_reading(
         startup_kinds=dict(rd.get("startup_kinds") or {}),
         teardown_ns=int(rd.get("teardown_ns", 0)),
         teardown_calls=dict(rd.get("teardown_calls") or {}),
+        ranges=dict(rd.get("ranges_by_name") or {}),
+        ranges_span_ns=int(rd.get("ranges_span_ns", 0)),
     )
     return dataclasses.replace(r, line=_line(r, rd, len(ranks)))
 
@@ -98,8 +100,12 @@ def _line(r: Reading, rd: dict[str, Any], ranks: int) -> str:
 
 
 def with_reading(v: Verdict, r: Reading | None) -> Verdict:
-    """The verdict when start-up dominates the window: it says so and what to capture."""
-    if r is None or not r.startup_dominant or v.bottleneck in ("hang", "failure", "mismatch"):
+    """The verdict when start-up dominates the window, or the trace holds ranges alone."""
+    if r is None or v.bottleneck in ("hang", "failure", "mismatch"):
+        return v
+    if r.ranges:
+        return dataclasses.replace(v, headline=ranges_only(r))
+    if not r.startup_dominant:
         return v
     share = words.percent(r.startup_ns / max(r.window_ns, 1))
     what = f"this window is {share} start-up ({_calls(r.startup_calls)})"
@@ -114,3 +120,19 @@ def with_reading(v: Verdict, r: Reading | None) -> Verdict:
     n = r.steps_found - r.steps_analysed
     after = f"after {n + 1} warm-up iterations" if n > 0 else "after a few warm-up iterations"
     return dataclasses.replace(v, headline=f"{v.headline} — {what}: profile {after}")
+
+
+def ranges_only(r: Reading) -> str:
+    """``ranges only: … by range: find_centers 67.7 ms of 130.0 ms (52%), …``."""
+    span = max(r.ranges_span_ns, 1)
+    by = ", ".join(
+        f"{n} {words.duration(ns, 'brief')} of {words.duration(span, 'brief')} "
+        f"({words.percent(ns / span)})"
+        for n, ns in r.ranges.items()
+    )
+    n = r.holds.get("ranges", 0)
+    return (
+        f"ranges only: the trace holds {words.plural(n, 'host range')} and no GPU activity, "
+        f"runtime call or operator; by range: {by} — that breakdown is what it can show; "
+        "for a diagnosis, profile with CUDA tracing on"
+    )
