@@ -110,7 +110,14 @@ def read_rank(
             keep[:], start = True, win.start.copy()
         reading["steps_in_startup"] = int(np.count_nonzero(~keep))
     if keep.any():
-        reading["idle_head_ns"] = max(int(start[keep].min()) - max(t0, startup_end), 0)
+        # the head before the first analysed step, less the start-up in it
+        first = int(start[keep].min())
+        head = (
+            first
+            - t0
+            - int(iv.measure(iv.union(tl.start_ns[every], tl.end_ns[every]), [t0], [first])[0])
+        )
+        reading["idle_head_ns"] = max(head, 0)
         reading["idle_tail_ns"] = max(t1 - int(end[keep].max()), 0)
     reading.update(_holds(tl, gpu))
     return dataclasses.replace(win, start=start, end=end), keep, reading
