@@ -112,12 +112,8 @@ def read_rank(
     if keep.any():
         # the head before the first analysed step, less the start-up in it
         first = int(start[keep].min())
-        head = (
-            first
-            - t0
-            - int(iv.measure(iv.union(tl.start_ns[every], tl.end_ns[every]), [t0], [first])[0])
-        )
-        reading["idle_head_ns"] = max(head, 0)
+        up = iv.measure(iv.union(tl.start_ns[every], tl.end_ns[every]), [t0], [first])
+        reading["idle_head_ns"] = max(first - t0 - int(up[0]), 0)
         reading["idle_tail_ns"] = max(t1 - int(end[keep].max()), 0)
     reading.update(_holds(tl, gpu))
     return dataclasses.replace(win, start=start, end=end), keep, reading
@@ -137,8 +133,10 @@ def _holds(tl: RankTimeline, gpu: npt.NDArray[np.bool_]) -> dict[str, Any]:
         "operators": int(h[Kind.CPU_OP]),
         "ranges": int(h[Kind.ANNOTATION] + h[Kind.STEP] + h[Kind.DATALOADER]),
     }
-    out: dict[str, Any] = {"holds": {key: v for key, v in holds.items() if v}}
-    if list(out["holds"]) == ["ranges"]:  # ranges alone: their breakdown is what it shows
+    out: dict[str, object] = {"holds": {key: v for key, v in holds.items() if v}}
+    if [k for k, v in holds.items() if v] == [
+        "ranges"
+    ]:  # ranges alone: their breakdown is what it shows
         rng = ~gpu & np.isin(tl.kind, [Kind.ANNOTATION, Kind.STEP, Kind.DATALOADER, Kind.COMM])
         idx = np.flatnonzero(rng)
         out["ranges_by_name"] = su.by_name(tl, idx)

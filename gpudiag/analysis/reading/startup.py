@@ -25,8 +25,6 @@ no earlier call of their name repeats (destroying the context, freeing the pools
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
 
@@ -102,7 +100,7 @@ def by_name(tl: RankTimeline, idx: npt.NDArray[np.intp], top: int = 4) -> dict[s
     return dict(sorted(out.items(), key=lambda kv: -kv[1])[:top])
 
 
-def kinds_ns(tl: RankTimeline, items: Items) -> dict[str, Any]:
+def kinds_ns(tl: RankTimeline, items: Items) -> dict[str, int]:
     """Each kind's time (the union of its items)."""
     return {k: iv.total(iv.union(tl.start_ns[i], tl.end_ns[i])) for k, i in items.items()}
 

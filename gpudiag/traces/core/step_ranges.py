@@ -67,16 +67,8 @@ def resolve_steps(
     """
     refused = ""
     step_col = np.full(len(start) + (len(python.start_ns) if python else 0), -1, np.int32)
-    steps = np.flatnonzero(kind == Kind.STEP)
-    if steps.size:
-        steps = _marker_steps(steps, start, end, lane, lanes, main, patterns, path)
-        numbers = _step_numbers(steps, name, names, patterns, path)
-        keep = np.sort(unique_index(numbers)[1])  # drop repeated numbers
-        steps, numbers = steps[keep], numbers[keep]
-        step_col[steps] = numbers
-        source = "marker" if patterns.explicit_step else "ProfilerStep"
-        hs = HostSteps(start[steps], end[steps], numbers, source)
-        return hs, step_col, int(lane[steps[0]])
+    if np.any(kind == Kind.STEP):
+        return _markers(start, end, kind, lane, name, names, lanes, main, patterns, path, step_col)
     if patterns.explicit_step:
         _no_match(kind, name, names, patterns, path)
     user = find_user_steps(
@@ -119,22 +111,54 @@ def resolve_steps(
         step_col[idx] = numbers
         hs = HostSteps(start[idx], end[idx], numbers, "user_range", [note], family)
         return hs, step_col, int(lane[idx[0]])
+    note = _whole_note(kind, name, names, no_ranges_hint)
+    one = np.zeros(1, np.int64)
+    return HostSteps(one + lo, one + hi, one * 0, "whole", [refused + note]), step_col, main
+
+
+def _markers(
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.integer],
+    lane: npt.NDArray[np.integer],
+    name: npt.NDArray[np.integer],
+    names: Sequence[str],
+    lanes: Sequence[str],
+    main: int,
+    patterns: NamePatterns,
+    path: Path | str,
+    step_col: npt.NDArray[np.int32],
+) -> tuple[HostSteps, npt.NDArray[np.int32], int]:
+    """Steps from the step-marker ranges (numbered, on one thread, repeated numbers dropped)."""
+    steps = _marker_steps(
+        np.flatnonzero(kind == Kind.STEP), start, end, lane, lanes, main, patterns, path
+    )
+    numbers = _step_numbers(steps, name, names, patterns, path)
+    keep = np.sort(unique_index(numbers)[1])  # drop repeated numbers
+    steps, numbers = steps[keep], numbers[keep]
+    step_col[steps] = numbers
+    source = "marker" if patterns.explicit_step else "ProfilerStep"
+    hs = HostSteps(start[steps], end[steps], numbers, source)
+    return hs, step_col, int(lane[steps[0]])
+
+
+def _whole_note(
+    kind: npt.NDArray[np.integer], name: npt.NDArray[np.integer], names: Sequence[str], hint: str
+) -> str:
+    """Why the trace is one window, with the most frequent ranges to pick a marker from."""
     ranges = kind == Kind.ANNOTATION
     if ranges.any():
         often = frequent_ranges(names, name[ranges])
-        note = refused + (
+        return (
             "no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
             "Optimizer.step: the whole trace is one window (most frequent ranges: "
             f"{often}; pick one with --step-marker REGEX)"
         )
-    else:
-        hint = f" ({no_ranges_hint})" if no_ranges_hint else ""
-        note = refused + (
-            "no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
-            f"Optimizer.step: the whole trace is one window{hint}"
-        )
-    one = np.zeros(1, np.int64)
-    return HostSteps(one + lo, one + hi, one * 0, "whole", [note]), step_col, main
+    hint = f" ({hint})" if hint else ""
+    return (
+        "no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
+        f"Optimizer.step: the whole trace is one window{hint}"
+    )
 
 
 def python_steps(
