@@ -234,6 +234,10 @@ class LoaderRules:
     # a Python function whose calls have kernels launched between them in this share of the
     # gaps is part of one iteration (a model's layers), not the iteration
     iteration_gap_launch_ratio: float = 0.5
+    # the longest kernel-name period tried for iterations from a repeating kernel sequence
+    kernel_period_max: int = 4096
+    # ... whose repeats meet where the host pauses launching this many times the median gap
+    kernel_period_pause_factor: float = 3.0
     phase_max_share: float = 0.9  # a one-off phase range bounds the analysis up to this share
     launch_linked_min_ratio: float = 0.5  # fewer GPU ops with a launch call: steps by time
     clock_tolerance_ns: int = 100_000  # GPU/host clock bounds violated by more: an offset

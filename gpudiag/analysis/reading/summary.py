@@ -15,6 +15,7 @@ _SOURCE = {
     "marker": "--step-marker",
     "user_range": "ranges found",
     "optimizer": "Optimizer.step ends",
+    "kernels": "a repeating kernel sequence",
     "whole": "no iterations: one window",
 }
 

@@ -265,6 +265,7 @@ def build_rank(
         no_ranges_hint=no_ranges_hint,
         python=python,
         kernel_launches=np.unique(cols.launch_ns[is_gpu & np.isin(kind, _KERNELS)]),
+        launch_ns=cols.launch_ns,
     )
     if python is not None:  # the step column covers them too: only those chosen stay
         cols, kind, step_col = _keep_chosen(cols, kind, step_col, python)

@@ -32,6 +32,7 @@ from gpudiag.traces.core.common import (
     RawColumns,
     frequent_ranges,
 )
+from gpudiag.traces.core.kernel_period import kernel_steps
 from gpudiag.traces.schema import I64, HostSteps, Kind
 
 _DIGITS = re.compile(r"\d+")
@@ -56,6 +57,7 @@ def resolve_steps(
     no_ranges_hint: str = "",
     python: RawColumns | None = None,
     kernel_launches: I64 | None = None,
+    launch_ns: I64 | None = None,
 ) -> tuple[HostSteps, npt.NDArray[np.int32], int]:
     """The host steps of a rank, the step column and the training thread.
 
@@ -63,7 +65,10 @@ def resolve_steps(
     the lane of the step ranges when they decide it. ``python``: the rank's Python-function
     ranges, candidate iteration ranges after the user's own (:func:`python_steps`); the step
     column then covers them too, after the rank's rows. ``kernel_launches``: the sorted
-    start times of the runtime calls that launched kernels.
+    start times of the runtime calls that launched kernels; ``launch_ns`` the rows' launch
+    times (-1: none), for iterations from a repeating kernel sequence
+    (:func:`~gpudiag.traces.core.kernel_period.kernel_steps`), tried last, and not when a
+    repeating Python function was refused as parts of one iteration.
     """
     refused = ""
     step_col = np.full(len(start) + (len(python.start_ns) if python else 0), -1, np.int32)
@@ -111,6 +116,14 @@ def resolve_steps(
         step_col[idx] = numbers
         hs = HostSteps(start[idx], end[idx], numbers, "user_range", [note], family)
         return hs, step_col, int(lane[idx[0]])
+    if launch_ns is not None and not refused:  # Python said its repeats are parts of one
+        by_kernels = kernel_steps(
+            start, end, kind, lane, name, names, lanes, launch_ns, patterns.rules
+        )
+        if isinstance(by_kernels, HostSteps):
+            by_kernels.notes[0] = refused + by_kernels.notes[0]
+            return by_kernels, step_col, main
+        refused += by_kernels + "; " if by_kernels else ""
     note = _whole_note(kind, name, names, no_ranges_hint)
     one = np.zeros(1, np.int64)
     return HostSteps(one + lo, one + hi, one * 0, "whole", [refused + note]), step_col, main
