@@ -106,3 +106,39 @@ def test_teardown_after_the_last_gpu_work_is_left_out(tmp_path):
         (s.step, s.duration_ns, s.compute_ns) for s in plain.steps
     ]
     assert d.verdict.headline == plain.verdict.headline
+
+
+def _autotune_mid_window() -> Kineto:
+    """Five 10 ms kernels, the convolution's autotuning (910 ms, 4 timed trials), five more.
+
+    Each trial's sync waits 200 ms for a 40 ms kernel: GPU-idle syncs, which in steady work
+    would be a sync remedy.
+    """
+    k = Kineto()
+    for i in range(5):
+        t = 12.0 * i
+        k.host("cpu_op", "aten::relu", t, t + 0.5).kernel(t + 0.1, t + 0.2, t + 10.2, "relu")
+    k.host("cpu_op", "aten::cudnn_convolution", 70, 980)
+    for j in range(TRIALS):
+        t = 80 + TRIAL_GAP * j
+        k.host("cuda_runtime", "cudaEventRecord", t, t + 0.01)
+        k.kernel(t + 0.02, t + 0.05, t + 40, name=f"conv_algo{j}")
+        k.host("cuda_runtime", "cudaEventRecord", t + 0.03, t + 0.04)
+        k.host("cuda_runtime", "cudaEventSynchronize", t + 0.05, t + TRIAL_MS + 0.1)
+    for i in range(5):
+        t = 990 + 12.0 * i
+        k.host("cpu_op", "aten::relu", t, t + 0.5).kernel(t + 0.1, t + 0.2, t + 10.2, "relu")
+    return k
+
+
+def test_autotuning_mid_window_is_cut_out_of_the_steady_work(tmp_path):
+    d = gpudiag.analyze(_autotune_mid_window().save(tmp_path / "t.json.gz"), jobs=1)
+    r = d.reading
+    assert r is not None and r.startup_kinds.get("autotuning") == 910 * MS
+    assert "autotuning 910 ms" in r.line
+    # the window is the GPU work, 0.2 … 1048.2 ms, less the 910 ms of autotuning in it
+    assert [s.duration_ns for s in d.steps] == [(1048 - 910) * MS]
+    assert d.run.shares.compute == pytest.approx(100 / 138, abs=0.01)  # ten 10 ms kernels
+    # the trials' syncs are start-up, not a steady habit: no remedy or finding names them
+    said = [f.message for f in d.findings] + [str(x) for x in d.recommendations]
+    assert not [m for m in said if "Synchronize" in m or "sync" in m.lower()], said

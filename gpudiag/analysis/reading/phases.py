@@ -14,6 +14,9 @@ each rank's trace is read by mechanism, never by a list of names
 * **Idle head and tail**: in one window (no steps, or one phase range found), the time
   before the first and after the last GPU work of the window is the capture's edge: the
   window is cut to its GPU work (after start-up), so edges never decide the verdict.
+  Start-up inside the window (compilation, autotuning, first calls after the first kernel)
+  is cut out of it on a rank without communication (:mod:`gpudiag.analysis.reading.excise`):
+  the rules judge the steady work only.
 * **Iterations**: ranges found automatically as steps (a user range, a Python function,
   optimizer steps) are
   steps only when the GPU work they launch is at least ``reading.step_gpu_coverage_ratio``
@@ -33,11 +36,13 @@ import numpy.typing as npt
 from gpudiag.analysis.model.kinds import StepSource
 from gpudiag.analysis.rank import intervals as iv
 from gpudiag.analysis.reading import startup as su
+from gpudiag.analysis.reading.excise import mid_spans
 from gpudiag.analysis.reading.steps import StepWindows, find_steps
 from gpudiag.config import ReadingRules
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline, no_steps
 
-_FOUND = (StepSource.USER_RANGE, StepSource.OPTIMIZER)  # steps gpudiag found, not marked
+# steps gpudiag found, not marked
+_FOUND = (StepSource.USER_RANGE, StepSource.OPTIMIZER, StepSource.KERNELS)
 
 
 def read_rank(
@@ -94,6 +99,10 @@ def read_rank(
         lo, hi = max(int(start[0]), startup_end, g0), min(int(end[0]), g1)
         if lo < hi:
             start[0], end[0] = lo, hi
+        cut_s, cut_e = mid_spans(tl, items, int(start[0]), int(end[0]))
+        if cut_s.size:
+            reading["startup_cut_ns"] = int((cut_e - cut_s).sum())
+            win = dataclasses.replace(win, cut_start=cut_s, cut_end=cut_e)
     elif startup_end > np.iinfo(np.int64).min:
         for i in range(len(win)):
             if start[i] >= startup_end:
