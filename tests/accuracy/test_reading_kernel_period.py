@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 from make_kineto_cases import MS, Kineto
 
@@ -85,3 +86,24 @@ def test_a_repeating_sequence_with_little_of_the_gpu_time_is_one_window(tmp_path
     assert d.reading is not None and d.reading.source == "whole"
     said = "no sequence of kernels repeats 3 times"
     assert any(said in f.message for f in d.findings), [f.message for f in d.findings]
+
+
+def test_the_kernel_period_of_a_real_loop_is_its_annotated_batch(shared_traces):
+    # the same training program exported with and without its 'Batch N' NVTX ranges: on
+    # the annotated export, with the ranges ignored, the kernel sequence's iterations are
+    # the periods between the program's own batches (59 ranges bound 58 periods)
+    from gpudiag.config import LoaderRules
+    from gpudiag.traces.core.kernel_period import kernel_steps
+    from gpudiag.traces.nsys import load_nsys
+
+    (tl,) = load_nsys(shared_traces / "nsys" / "ai-profiler" / "baseline_nvtx.sqlite")
+    batches = tl.steps.start_ns
+    assert tl.steps.source == "user_range" and batches.size == 59
+    cols = (tl.start_ns, tl.end_ns, tl.kind, tl.lane, tl.name, tl.names, tl.lanes, tl.launch_ns)
+    found = kernel_steps(*cols, LoaderRules())
+    assert not isinstance(found, str) and found.start_ns.size == batches.size - 1
+    period = float(np.median(np.diff(found.start_ns)))
+    assert period == pytest.approx(float(np.median(np.diff(batches))), rel=0.05)
+    # and the export without ranges is read the same way
+    d = gpudiag.analyze(shared_traces / "nsys" / "ai-profiler" / "baseline.sqlite", jobs=1)
+    assert d.ranks[0].step_source == "kernels" and d.ranks[0].steps == batches.size - 1

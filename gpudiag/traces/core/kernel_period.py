@@ -11,6 +11,7 @@ from gpudiag.config import LoaderRules
 from gpudiag.traces.schema import I64, HostSteps, Kind
 
 _KERNELS = [int(Kind.COMPUTE), int(Kind.COMM)]
+_NAME_MAX = 60  # a kernel's name quoted in the note, cut to this length
 
 
 def kernel_steps(
@@ -76,10 +77,11 @@ def kernel_steps(
     last = int(cuts[-1]) + p - 1
     host_e = np.append(host_s[1:], key[last] + 1)
     share = (cum[last + 1] - cum[cuts[0]]) / max(total, 1)
+    first = names[int(seq[cuts[0]])]
+    first = first if len(first) <= _NAME_MAX else first[: _NAME_MAX - 1] + "…"
     note = (
         f"no step markers or iteration ranges: {cuts.size} iterations from a repeating "
-        f"sequence of {p} kernels (from '{names[int(seq[cuts[0]])]}'; {share:.0%} of the "
-        "GPU time)"
+        f"sequence of {p} kernels (from '{first}'; {share:.0%} of the GPU time)"
     )
     return HostSteps(host_s, host_e, np.arange(cuts.size, dtype=np.int64), "kernels", [note])
 

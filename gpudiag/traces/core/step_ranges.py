@@ -121,7 +121,8 @@ def resolve_steps(
             start, end, kind, lane, name, names, lanes, launch_ns, patterns.rules
         )
         if isinstance(by_kernels, HostSteps):
-            by_kernels.notes[0] = refused + by_kernels.notes[0]
+            hint = f" ({no_ranges_hint})" if no_ranges_hint else ""
+            by_kernels.notes[0] = refused + by_kernels.notes[0] + hint
             return by_kernels, step_col, main
         refused += by_kernels + "; " if by_kernels else ""
     note = _whole_note(kind, name, names, no_ranges_hint)
