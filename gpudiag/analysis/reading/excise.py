@@ -32,6 +32,13 @@ def mid_spans(
     return np.asarray(s, np.int64), np.asarray(e, np.int64)
 
 
+def with_cuts(win: StepWindows, cut_s: I64, cut_e: I64) -> tuple[StepWindows, int]:
+    """``win`` with the spans to cut out of it, and their total."""
+    if not cut_s.size:
+        return win, 0
+    return dataclasses.replace(win, cut_start=cut_s, cut_end=cut_e), int((cut_e - cut_s).sum())
+
+
 def excise(tl: RankTimeline, win: StepWindows) -> tuple[RankTimeline, StepWindows]:
     """``tl`` and ``win`` with the spans ``win.cut_start``/``cut_end`` taken out of time.
 

@@ -36,7 +36,7 @@ import numpy.typing as npt
 from gpudiag.analysis.model.kinds import StepSource
 from gpudiag.analysis.rank import intervals as iv
 from gpudiag.analysis.reading import startup as su
-from gpudiag.analysis.reading.excise import mid_spans
+from gpudiag.analysis.reading.excise import mid_spans, with_cuts
 from gpudiag.analysis.reading.steps import StepWindows, find_steps
 from gpudiag.config import ReadingRules
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline, no_steps
@@ -99,10 +99,9 @@ def read_rank(
         lo, hi = max(int(start[0]), startup_end, g0), min(int(end[0]), g1)
         if lo < hi:
             start[0], end[0] = lo, hi
-        cut_s, cut_e = mid_spans(tl, items, int(start[0]), int(end[0]))
-        if cut_s.size:
-            reading["startup_cut_ns"] = int((cut_e - cut_s).sum())
-            win = dataclasses.replace(win, cut_start=cut_s, cut_end=cut_e)
+        win, cut_ns = with_cuts(win, *mid_spans(tl, items, int(start[0]), int(end[0])))
+        if cut_ns:
+            reading["startup_cut_ns"] = cut_ns
     elif startup_end > np.iinfo(np.int64).min:
         for i in range(len(win)):
             if start[i] >= startup_end:

@@ -65,10 +65,7 @@ def resolve_steps(
     the lane of the step ranges when they decide it. ``python``: the rank's Python-function
     ranges, candidate iteration ranges after the user's own (:func:`python_steps`); the step
     column then covers them too, after the rank's rows. ``kernel_launches``: the sorted
-    start times of the runtime calls that launched kernels; ``launch_ns`` the rows' launch
-    times (-1: none), for iterations from a repeating kernel sequence
-    (:func:`~gpudiag.traces.core.kernel_period.kernel_steps`), tried last, and not when a
-    repeating Python function was refused as parts of one iteration.
+    start times of kernel launches; ``launch_ns``: the rows' (-1: none; :func:`_by_kernels`).
     """
     refused = ""
     step_col = np.full(len(start) + (len(python.start_ns) if python else 0), -1, np.int32)
@@ -117,17 +114,39 @@ def resolve_steps(
         hs = HostSteps(start[idx], end[idx], numbers, "user_range", [note], family)
         return hs, step_col, int(lane[idx[0]])
     if launch_ns is not None and not refused:  # Python said its repeats are parts of one
-        by_kernels = kernel_steps(
-            start, end, kind, lane, name, names, lanes, launch_ns, patterns.rules
-        )
-        if isinstance(by_kernels, HostSteps):
-            hint = f" ({no_ranges_hint})" if no_ranges_hint else ""
-            by_kernels.notes[0] = refused + by_kernels.notes[0] + hint
-            return by_kernels, step_col, main
-        refused += by_kernels + "; " if by_kernels else ""
+        k = _by_kernels(start, end, kind, lane, name, names, lanes, launch_ns, patterns)
+        if isinstance(k, HostSteps):
+            return _hinted(k, refused, no_ranges_hint), step_col, main
+        refused += k
     note = _whole_note(kind, name, names, no_ranges_hint)
     one = np.zeros(1, np.int64)
     return HostSteps(one + lo, one + hi, one * 0, "whole", [refused + note]), step_col, main
+
+
+def _by_kernels(
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.integer],
+    lane: npt.NDArray[np.integer],
+    name: npt.NDArray[np.integer],
+    names: Sequence[str],
+    lanes: Sequence[str],
+    launch_ns: I64,
+    patterns: NamePatterns,
+) -> HostSteps | str:
+    """Iterations from a repeating kernel sequence, tried last, else why not ("; " ended).
+
+    See :mod:`~gpudiag.traces.core.kernel_period`; not tried when a repeating Python
+    function was refused as parts of one iteration.
+    """
+    k = kernel_steps(start, end, kind, lane, name, names, lanes, launch_ns, patterns.rules)
+    return k if isinstance(k, HostSteps) or not k else k + "; "
+
+
+def _hinted(hs: HostSteps, refused: str, hint: str) -> HostSteps:
+    """Steps found from the kernels, their note with what was refused and the format's hint."""
+    hs.notes[0] = refused + hs.notes[0] + (f" ({hint})" if hint else "")
+    return hs
 
 
 def _markers(
