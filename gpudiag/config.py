@@ -245,6 +245,13 @@ class LoaderRules:
 
     user_step_coverage_ratio: float = 0.8  # a user range holds ≥ this share of the launches
     user_step_min_ranges: int = 3  # ... and recurs at least this often to be the iteration
+    # a Python function whose calls have kernels launched between them in this share of the
+    # gaps is part of one iteration (a model's layers), not the iteration
+    iteration_gap_launch_ratio: float = 0.5
+    # the longest kernel-name period tried for iterations from a repeating kernel sequence
+    kernel_period_max: int = 4096
+    # ... whose repeats meet where the host pauses launching this many times the median gap
+    kernel_period_pause_factor: float = 3.0
     phase_max_share: float = 0.9  # a one-off phase range bounds the analysis up to this share
     launch_linked_min_ratio: float = 0.5  # fewer GPU ops with a launch call: steps by time
     clock_tolerance_ns: int = 100_000  # GPU/host clock bounds violated by more: an offset
@@ -262,6 +269,7 @@ class ReadingRules:
     startup_repeat_ratio: float = 0.25  # … that no later call of its name lasts this share of
     startup_dominant_ratio: float = 0.5  # start-up this share of the window: the verdict says so
     step_gpu_coverage_ratio: float = 0.5  # found ranges hold less GPU time: one window instead
+    autotune_min_trials: int = 3  # an operator launching this many kernels, as many syncs: tuning
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,7 @@ RANK_THRESHOLDS = (
     "reading.startup_repeat_ratio",
     "reading.startup_dominant_ratio",
     "reading.step_gpu_coverage_ratio",
+    "reading.autotune_min_trials",
 )
 NO_CACHE_ENV = "GPUDIAG_NO_CACHE"
 DIR_ENV = "GPUDIAG_CACHE_DIR"
@@ -236,10 +237,13 @@ def _canonical(doc: Any) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
+CODE_ROOT = Path(__file__).resolve().parents[1]  # the gpudiag package, every layer of it
+
+
 @functools.lru_cache(maxsize=1)
 def _code_fingerprint() -> str:
     """Size and mtime of every source file of this gpudiag: a code change is a miss."""
-    root = Path(__file__).resolve().parent
+    root = CODE_ROOT
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()

@@ -84,7 +84,8 @@ class HostSteps:
     ``number`` their step numbers; ``source`` says where they came from (``ProfilerStep``:
     step markers, ``marker``: the ranges ``--step-marker`` matched, ``user_range``: the
     user's own iteration range, found automatically,
-    ``optimizer``: inferred from the ends of ``Optimizer.step`` ranges, ``whole``: no steps,
+    ``optimizer``: inferred from the ends of ``Optimizer.step`` ranges, ``kernels``: a
+    repeating kernel sequence, ``whole``: no steps,
     the trace is one window) and ``notes`` how; ``range_name`` is the user range's name
     with digits folded (``step N``).
     """

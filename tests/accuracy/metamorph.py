@@ -345,6 +345,10 @@ def drop_flows(docs: list[Doc]) -> list[Doc] | str:
 def strip_python(docs: list[Doc]) -> list[Doc] | str:
     if not any(e.get("cat") == "python_function" for d in docs for e in _events(d)):
         return "no python_function events"
+    if not any(
+        str(e.get("name", "")).startswith("ProfilerStep#") for d in docs for e in _events(d)
+    ):
+        return "no step markers: a repeating Python function may be its iterations"
     return [
         _with_events(d, [e for e in _events(d) if e.get("cat") != "python_function"]) for d in docs
     ]

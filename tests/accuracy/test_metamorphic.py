@@ -79,8 +79,14 @@ def _precision(d: Diagnosis) -> str:
 
 
 def _gains_within_step(d: Diagnosis) -> None:
-    """No time is promised twice: the gains of remedies that do not overlap fit in the step."""
+    """No time is promised twice: the gains of remedies that do not overlap fit in the step.
+
+    The step is the gains' base: the what-if's mean step where there is one (uneven steps
+    make it longer than the median), else the slowest rank's median.
+    """
     step = max((r.step_time_ns_median for r in d.ranks), default=0)
+    if d.what_if is not None:
+        step = max(step, d.what_if.step_time_ns)
     recs = [r for r in d.recommendations if r.estimated_gain_ns]
     for r in recs:
         assert r.estimated_gain_ns <= step, (r.id, r.estimated_gain_ns, step)

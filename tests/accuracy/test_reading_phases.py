@@ -6,92 +6,22 @@
 3. the capture's idle edges around inference steps, and Python functions as steps;
 4. per-layer ranges taken for steps while the largest GPU item lies outside them;
 8. what a trace without kernels holds, said exactly (Kineto copies only, a capture that
-   ended in start-up, Nsight exports with copies only and with NVTX ranges only).
+   ended in start-up, Kineto ranges only, Nsight exports with copies only and with NVTX
+   ranges only: the ranges' breakdown is a Diagnosis).
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import shutil
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 from cli_runner import run_cli
+from make_kineto_cases import MS, Kineto
 
 import gpudiag
 from gpudiag.config import Thresholds
-
-MS = 1_000_000
-US_PER_MS = 1000
-PID, TID = 1, 1
-
-
-class Kineto:
-    """A Kineto trace in milliseconds: host calls on one thread, kernels linked to them."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.corr = 0
-
-    def host(self, cat: str, name: str, start: float, end: float) -> Kineto:
-        self.events.append(
-            {
-                "ph": "X",
-                "cat": cat,
-                "name": name,
-                "pid": PID,
-                "tid": TID,
-                "ts": start * US_PER_MS,
-                "dur": (end - start) * US_PER_MS,
-                "args": {},
-            }
-        )
-        return self
-
-    def gpu(self, cat: str, name: str, launch: float, start: float, end: float) -> Kineto:
-        self.corr += 1
-        self.events.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaLaunchKernel",
-                "pid": PID,
-                "tid": TID,
-                "ts": launch * US_PER_MS,
-                "dur": 10,
-                "args": {"correlation": self.corr},
-            }
-        )
-        self.events.append(
-            {
-                "ph": "X",
-                "cat": cat,
-                "name": name,
-                "pid": 0,
-                "tid": 7,
-                "ts": start * US_PER_MS,
-                "dur": (end - start) * US_PER_MS,
-                "args": {"correlation": self.corr, "device": 0, "stream": 7},
-            }
-        )
-        return self
-
-    def kernel(self, launch: float, start: float, end: float, name: str = "gemm") -> Kineto:
-        return self.gpu("kernel", name, launch, start, end)
-
-    def save(self, path: Path) -> Path:
-        doc = {
-            "schemaVersion": 1,
-            "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
-            "traceEvents": self.events,
-        }
-        with gzip.open(path, "wt") as f:
-            json.dump(doc, f)
-        return path
-
 
 # --- kind 1: start-up ---------------------------------------------------------------------
 
@@ -160,8 +90,9 @@ def _inference(cat: str = "user_annotation") -> Kineto:
 
 
 def test_idle_edges_of_an_inference_capture_do_not_decide(tmp_path):
-    # no markers: one window, cut to the GPU work (19.5 … 118 ms): 85 ms of kernels in 98.5
-    d = gpudiag.analyze(_inference("python_function").save(tmp_path / "t.json.gz"), jobs=1)
+    # no markers, no ranges (the calls are operators): one window, cut to the GPU work
+    # (19.5 … 118 ms): 85 ms of kernels in 98.5
+    d = gpudiag.analyze(_inference("cpu_op").save(tmp_path / "t.json.gz"), jobs=1)
     assert d.run.shares.compute == pytest.approx(85 / 98.5, abs=1e-6)
     assert d.verdict.bottleneck == "none"  # was host-bound 61%: 85 ms of kernels in 216 ms
     r = d.reading
@@ -226,6 +157,26 @@ def test_a_capture_that_ended_during_start_up_says_so(tmp_path):
     assert "cudaFree 400 ms" in d.verdict.headline and "no kernel ran" in d.verdict.headline
 
 
+def test_a_kineto_trace_of_ranges_only_gets_their_breakdown(tmp_path):
+    # ten 13 ms frames, each a 6.77 ms find_centers and a 4 ms draw: 67.7 of 130 ms
+    k = Kineto()
+    for i in range(10):
+        t = 13.0 * i
+        k.host("user_annotation", "frame", t, t + 13)
+        k.host("user_annotation", "find_centers", t + 1, t + 7.77)
+        k.host("user_annotation", "draw", t + 8, t + 12)
+    d = gpudiag.analyze(k.save(tmp_path / "t.json.gz"), jobs=1)
+    r = d.reading
+    assert r is not None and r.holds == {"ranges": 30} and r.ranges_span_ns == 130 * MS
+    assert r.ranges == {
+        "frame": 130 * MS,
+        "find_centers": pytest.approx(67.7 * MS, abs=10),
+        "draw": 40 * MS,
+    }
+    assert "find_centers 68 ms of 130 ms (52%)" in d.verdict.headline
+    assert d.verdict.headline.startswith("ranges only: the trace holds 30 host ranges")
+
+
 def _nsys(src: Path, dst: Path, drop: list[str]) -> Path:
     shutil.copy(src, dst)
     dst.chmod(0o644)
@@ -263,15 +214,23 @@ def test_nsys_export_with_nvtx_ranges_only_gives_their_breakdown(tmp_path, share
         ],
     )
     con = sqlite3.connect(p)
-    name, total = con.execute(
-        "SELECT COALESCE(n.text, s.value) AS nm, SUM(n.end - n.start) AS d FROM NVTX_EVENTS n "
-        "LEFT JOIN StringIds s ON s.id = n.textId WHERE n.end > n.start "
-        "GROUP BY nm ORDER BY d DESC LIMIT 1"
-    ).fetchone()
+    top = con.execute(
+        "SELECT COALESCE(n.text, s.value) AS nm, SUM(n.end - n.start) AS d, COUNT(*) "
+        "FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId WHERE n.end > n.start "
+        "GROUP BY nm ORDER BY d DESC LIMIT 4"
+    ).fetchall()
     con.close()
-    r = run_cli("analyze", str(p))
-    assert r.returncode != 0 and "Traceback" not in r.stderr
-    assert "holds NVTX ranges but no GPU activity" in r.stderr
-    assert f"by range: {name} {total / MS:.1f} ms" in r.stderr or (
-        f"by range: {name} {total / 1e9:.2f} s" in r.stderr
-    )
+    d = gpudiag.analyze(p, jobs=1)  # a Diagnosis, not a failure
+    r = d.reading
+    assert r is not None and r.holds.keys() == {"ranges"} and r.ranges
+    # each named range's time is its ranges' total read from the raw rows (none overlaps
+    # another of its name)
+    raw = {name: total for name, total, _ in top}
+    for name, ns in r.ranges.items():
+        if name in raw:
+            assert ns == raw[name], name
+    assert next(iter(r.ranges)) == top[0][0]
+    assert d.verdict.headline.startswith("ranges only: the trace holds")
+    assert f"by range: {top[0][0]} " in d.verdict.headline
+    cli = run_cli("analyze", str(p))
+    assert cli.returncode == 0 and "Traceback" not in cli.stderr

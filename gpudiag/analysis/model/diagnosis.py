@@ -550,8 +550,9 @@ class Reading:
     """What gpudiag took the trace to be (analysis/reading): phases, edges, iterations.
 
     Of the rank the line describes (the one with the largest start-up share, else the
-    first): its window, start-up (one-off calls before the first kernel, by name), the idle
-    head and tail left out, and the iterations found and analysed.
+    first): its window, start-up (its items by name and by kind: calls, compilation,
+    autotuning, first calls), teardown, the idle head and tail left out, and the
+    iterations found and analysed.
     """
 
     line: str
@@ -566,6 +567,12 @@ class Reading:
     source: str
     holds: dict[str, int]
     startup_dominant: bool = False
+    startup_kinds: dict[str, int] = field(default_factory=dict)
+    teardown_ns: int = 0
+    teardown_calls: dict[str, int] = field(default_factory=dict)
+    # a trace of host ranges alone: the four longest names' time and the ranges' span
+    ranges: dict[str, int] = field(default_factory=dict)
+    ranges_span_ns: int = 0
 
 
 @dataclass(frozen=True)

@@ -142,11 +142,21 @@ class RankReading:
     startup_ns: int = 0
     # call name → start-up time (the four longest), and where start-up ends
     startup_calls: dict[str, int] | None = field(default=None, metadata=OMIT_IF_NONE)
+    # start-up by kind (calls, compilation, autotuning, first calls) → time
+    startup_kinds: dict[str, int] | None = field(default=None, metadata=OMIT_IF_NONE)
     startup_end_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    # one-off calls after the last GPU work, left out of the idle tail
+    teardown_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    teardown_calls: dict[str, int] | None = field(default=None, metadata=OMIT_IF_NONE)
+    # start-up inside one window cut out of it (analysis/reading/excise.py)
+    startup_cut_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
     steps_in_startup: int | None = field(default=None, metadata=OMIT_IF_NONE)
     idle_head_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
     idle_tail_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
     holds: dict[str, int] = field(default_factory=dict)  # kernels, copies, memsets …
+    # a trace of host ranges alone: each range name's time, and the ranges' span
+    ranges_by_name: dict[str, int] | None = field(default=None, metadata=OMIT_IF_NONE)
+    ranges_span_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def to_json(self) -> JsonObject:
         """The ``reading`` object of a rank's JSON evidence (no nulls)."""

@@ -79,6 +79,7 @@ class StepSource(StrEnum):
     MARKER = "marker"  # the user's --step-marker regex
     USER_RANGE = "user_range"  # a repeated user range found automatically
     OPTIMIZER = "optimizer"  # between optimizer steps
+    KERNELS = "kernels"  # a repeating sequence of kernel names
     WHOLE = "whole"  # no steps: the whole trace is one
     TELEMETRY = "telemetry"  # gpudiag run's step telemetry
 

@@ -55,6 +55,7 @@ from gpudiag.analysis.rank.hostcause import host_evidence
 from gpudiag.analysis.rank.kernels import breakdown as kernel_breakdown
 from gpudiag.analysis.rank.timeline import RankLanes, rank_lanes
 from gpudiag.analysis.rank.workload import name_counts, recognise
+from gpudiag.analysis.reading.excise import excise
 from gpudiag.analysis.reading.phases import read_rank
 from gpudiag.analysis.reading.steady import steady_steps
 from gpudiag.analysis.reading.steps import StepWindows, find_steps
@@ -194,6 +195,7 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
     """Steps and their classification for one rank."""
     win = find_steps(tl, th.loader.launch_linked_min_ratio)
     win, keep, reading = read_rank(tl, win, th.reading, th.loader.launch_linked_min_ratio)
+    tl, win = excise(tl, win)
     sets = rank_sets(tl, th.comm_op_re)
     parts = classify_steps(tl, win, sets)
     mode = Mode(parts.mode)

@@ -4,17 +4,21 @@ Between the timeline (and its steps, :mod:`gpudiag.analysis.reading.steps`) and 
 each rank's trace is read by mechanism, never by a list of names
 (docs/definitions.md, "Reading"):
 
-* **Start-up**: the runtime calls made before the rank's first kernel that last at least
-  ``reading.startup_call_min_ns`` and that no later call of the same name repeats (none
-  lasts ``reading.startup_repeat_ratio`` of it): context creation, the first allocations,
-  lazy module loading in the first launch, first-call library set-up. It ends with the
-  last of them. Start-up is one-off: steps that lie in it, and steps that are mostly it
-  (``reading.startup_dominant_ratio``) while other steps remain, are left out; a step it
-  ends in starts where it ends.
+* **Start-up** (:mod:`gpudiag.analysis.reading.startup`): one-off work before the steady
+  pattern, by kind — runtime calls before the first kernel, compilation, autotuning, first
+  calls far longer than the later ones. It ends with the last of them (in one window, the
+  last before the first kernel). Start-up is one-off: steps that lie in it, and steps that
+  are mostly it (``reading.startup_dominant_ratio``) while other steps remain, are left
+  out; a step it ends in starts where it ends. **Teardown** (one-off runtime calls after
+  the last GPU work) is named and left out of the idle tail.
 * **Idle head and tail**: in one window (no steps, or one phase range found), the time
   before the first and after the last GPU work of the window is the capture's edge: the
   window is cut to its GPU work (after start-up), so edges never decide the verdict.
-* **Iterations**: ranges found automatically as steps (a user range, optimizer steps) are
+  Start-up inside the window (compilation, autotuning, first calls after the first kernel)
+  is cut out of it on a rank without communication (:mod:`gpudiag.analysis.reading.excise`):
+  the rules judge the steady work only.
+* **Iterations**: ranges found automatically as steps (a user range, a Python function,
+  optimizer steps) are
   steps only when the GPU work they launch is at least ``reading.step_gpu_coverage_ratio``
   of the rank's GPU time; else the window is analysed as one phase and the reading says so.
 
@@ -31,11 +35,15 @@ import numpy.typing as npt
 from gpudiag.analysis.model.evidence import RankReading
 from gpudiag.analysis.model.kinds import StepSource
 from gpudiag.analysis.rank import intervals as iv
+from gpudiag.analysis.reading import startup as su
+from gpudiag.analysis.reading.excise import mid_spans, with_cuts
 from gpudiag.analysis.reading.steps import StepWindows, find_steps
 from gpudiag.config import ReadingRules
 from gpudiag.traces.schema import GPU_BUSY_KINDS, Kind, RankTimeline, no_steps
 
-_FOUND = (StepSource.USER_RANGE, StepSource.OPTIMIZER)  # steps gpudiag found, not marked
+# steps gpudiag found, not marked
+_FOUND = (StepSource.USER_RANGE, StepSource.OPTIMIZER, StepSource.KERNELS)
+_NONE = np.iinfo(np.int64).min  # no start-up end
 
 
 def read_rank(
@@ -52,11 +60,17 @@ def read_rank(
     work = tl.kind != Kind.OS_WAIT
     t0 = int(tl.start_ns[work].min()) if work.any() else 0
     t1 = int(tl.end_ns[work].max()) if work.any() else 0
-    startup_end, startup = _startup(tl, gpu, rules)
+    window_ns = t1 - t0
+    one = win.source == StepSource.WHOLE or (win.source == StepSource.USER_RANGE and len(win) == 1)
+    items, startup_end = su.startup_items(tl, gpu, None if one else int(win.end[0]), rules)
+    every = np.concatenate(list(items.values())) if items else np.zeros(0, np.intp)
+    startup = bool(every.size)
+    down = su.teardown_items(tl, gpu, rules)
+    if down.size:
+        t1 = int(tl.start_ns[down].min())
     keep = np.ones(len(win), bool)
     start, end = win.start.copy(), win.end.copy()
-    in_startup = None
-    one = win.source == StepSource.WHOLE or (win.source == StepSource.USER_RANGE and len(win) == 1)
+    in_startup, cut_ns = None, 0
     mine = busy & (win.owner >= 0) if win.source != StepSource.WHOLE else busy
     if one and mine.any():
         g0 = int(tl.start_ns[mine & (tl.start_ns >= startup_end)].min(initial=t1))
@@ -64,23 +78,40 @@ def read_rank(
         lo, hi = max(int(start[0]), startup_end, g0), min(int(end[0]), g1)
         if lo < hi:
             start[0], end[0] = lo, hi
-    elif startup:
+        win, cut_ns = with_cuts(win, *mid_spans(tl, items, int(start[0]), int(end[0])))
+    elif startup_end > _NONE:
         start = _cut_startup(win, startup_end, rules, start, keep)
         in_startup = int(np.count_nonzero(~keep))
+    head = tail = None
+    if keep.any():
+        # the head before the first analysed step, less the start-up in it
+        first = int(start[keep].min())
+        up = iv.measure(iv.union(tl.start_ns[every], tl.end_ns[every]), [t0], [first])
+        head = max(first - t0 - int(up[0]), 0)
+        tail = max(t1 - int(end[keep].max()), 0)
+    holds, ranges, ranges_span = _holds(tl, gpu)
     reading = RankReading(
         steps_found=found,
         source=str(win.source),
         range=tl.steps.range_name or None,
         gpu_in_steps_ratio=round(inside, 4) if inside is not None else None,
         refused=refused,
-        window_ns=t1 - t0,
-        startup_ns=int(iv.total(startup[0])) if startup else 0,
-        startup_calls=startup[1] if startup else None,
-        startup_end_ns=startup_end - t0 if startup else None,
+        window_ns=window_ns,
+        startup_ns=_span_total(tl, every),
+        startup_calls=su.by_name(tl, every) if startup else None,
+        startup_kinds=su.kinds_ns(tl, items) if startup else None,
+        startup_end_ns=startup_end - t0 if startup and startup_end > _NONE else None,
+        teardown_ns=int(iv.total(iv.union(tl.start_ns[down], tl.end_ns[down])))
+        if down.size
+        else None,
+        teardown_calls=su.by_name(tl, down) if down.size else None,
+        startup_cut_ns=cut_ns or None,
         steps_in_startup=in_startup,
-        idle_head_ns=max(int(start[keep].min()) - max(t0, startup_end), 0) if keep.any() else None,
-        idle_tail_ns=max(t1 - int(end[keep].max()), 0) if keep.any() else None,
-        holds=_holds(tl, gpu),
+        idle_head_ns=head,
+        idle_tail_ns=tail,
+        holds=holds,
+        ranges_by_name=ranges,
+        ranges_span_ns=ranges_span,
     )
     return dataclasses.replace(win, start=start, end=end), keep, reading
 
@@ -164,12 +195,22 @@ def _startup(
     return int(tl.end_ns[idx].max()), (iv.union(tl.start_ns[idx], tl.end_ns[idx]), top)
 
 
-def _holds(tl: RankTimeline, gpu: npt.NDArray[np.bool_]) -> dict[str, int]:
-    """What the trace holds, counted: kernels, copies, memsets, host ranges and operators."""
+def _span_total(tl: RankTimeline, idx: npt.NDArray[np.intp]) -> int:
+    """The time the intervals ``idx`` cover together."""
+    return int(iv.total(iv.union(tl.start_ns[idx], tl.end_ns[idx])))
+
+
+def _holds(
+    tl: RankTimeline, gpu: npt.NDArray[np.bool_]
+) -> tuple[dict[str, int], dict[str, int] | None, int | None]:
+    """What the trace holds, counted: kernels, copies, memsets, host ranges and operators.
+
+    With ranges alone, also their breakdown by name and their span (what such a trace shows).
+    """
     k = np.bincount(tl.kind[gpu].astype(np.int64), minlength=len(Kind)) if len(tl) else None
     h = np.bincount(tl.kind[~gpu].astype(np.int64), minlength=len(Kind)) if len(tl) else None
     if k is None or h is None:
-        return {}
+        return {}, None, None
     holds = {
         "kernels": int(k[Kind.COMPUTE] + k[Kind.COMM]),
         "copies": int(k[Kind.MEMCPY]),
@@ -178,4 +219,9 @@ def _holds(tl: RankTimeline, gpu: npt.NDArray[np.bool_]) -> dict[str, int]:
         "operators": int(h[Kind.CPU_OP]),
         "ranges": int(h[Kind.ANNOTATION] + h[Kind.STEP] + h[Kind.DATALOADER]),
     }
-    return {key: v for key, v in holds.items() if v}
+    seen = {key: v for key, v in holds.items() if v}
+    if list(seen) != ["ranges"]:
+        return seen, None, None
+    rng = ~gpu & np.isin(tl.kind, [Kind.ANNOTATION, Kind.STEP, Kind.DATALOADER, Kind.COMM])
+    idx = np.flatnonzero(rng)
+    return seen, su.by_name(tl, idx), int(tl.end_ns[idx].max() - tl.start_ns[idx].min())

@@ -44,6 +44,9 @@ class StepWindows:
     source: StepSource
     owner: I32  # per interval of the timeline: the step number it belongs to, else -1
     notes: list[str] = field(default_factory=list)
+    # start-up spans inside one window, cut out of it before the rules (reading.excise)
+    cut_start: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    cut_end: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
 
     def __len__(self) -> int:
         return int(self.step.shape[0])

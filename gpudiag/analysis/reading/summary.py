@@ -15,6 +15,7 @@ _SOURCE = {
     "marker": "--step-marker",
     "user_range": "ranges found",
     "optimizer": "Optimizer.step ends",
+    "kernels": "a repeating kernel sequence",
     "whole": "no iterations: one window",
 }
 
@@ -42,6 +43,11 @@ def run_reading(
         source=rd.source,
         holds=dict(rd.holds),
         startup_dominant=dominant,
+        startup_kinds=dict(rd.startup_kinds or {}),
+        teardown_ns=rd.teardown_ns or 0,
+        teardown_calls=dict(rd.teardown_calls or {}),
+        ranges=dict(rd.ranges_by_name or {}),
+        ranges_span_ns=rd.ranges_span_ns or 0,
     )
     return dataclasses.replace(r, line=_line(r, rd, len(ranks)))
 
@@ -58,9 +64,11 @@ def _line(r: Reading, rd: RankReading, ranks: int) -> str:
     """``rank 0: window 9.8 s · start-up 6.2 s (63%: cudaFree 6.2 s) · 10 steps …``."""
     parts = [f"window {words.duration(r.window_ns, 'brief')}"]
     if r.startup_ns:
+        kinds = [k for k in r.startup_kinds if k != "calls"]
+        how = "; " + ", ".join(f"{k} {words.duration(r.startup_kinds[k], 'brief')}" for k in kinds)
         parts.append(
             f"start-up {words.duration(r.startup_ns, 'brief')} "
-            f"({words.percent(_share(rd))}: {_calls(r.startup_calls)})"
+            f"({words.percent(_share(rd))}: {_calls(r.startup_calls)}{how if kinds else ''})"
         )
     else:
         parts.append("no start-up")
@@ -83,13 +91,22 @@ def _line(r: Reading, rd: RankReading, ranks: int) -> str:
     ]
     if edges:
         parts.append(", ".join(edges) + " left out")
+    if r.teardown_ns:
+        parts.append(
+            f"teardown {words.duration(r.teardown_ns, 'brief')} ({_calls(r.teardown_calls)}) "
+            "left out"
+        )
     who = f"rank {r.rank}" + (f" (of {ranks} ranks)" if ranks > 1 else "")
     return f"{who}: " + " · ".join(parts)
 
 
 def with_reading(v: Verdict, r: Reading | None) -> Verdict:
-    """The verdict when start-up dominates the window: it says so and what to capture."""
-    if r is None or not r.startup_dominant or v.bottleneck in ("hang", "failure", "mismatch"):
+    """The verdict when start-up dominates the window, or the trace holds ranges alone."""
+    if r is None or v.bottleneck in ("hang", "failure", "mismatch"):
+        return v
+    if r.ranges:
+        return dataclasses.replace(v, headline=ranges_only(r))
+    if not r.startup_dominant:
         return v
     share = words.percent(r.startup_ns / max(r.window_ns, 1))
     what = f"this window is {share} start-up ({_calls(r.startup_calls)})"
@@ -104,3 +121,19 @@ def with_reading(v: Verdict, r: Reading | None) -> Verdict:
     n = r.steps_found - r.steps_analysed
     after = f"after {n + 1} warm-up iterations" if n > 0 else "after a few warm-up iterations"
     return dataclasses.replace(v, headline=f"{v.headline} — {what}: profile {after}")
+
+
+def ranges_only(r: Reading) -> str:
+    """``ranges only: … by range: find_centers 67.7 ms of 130.0 ms (52%), …``."""
+    span = max(r.ranges_span_ns, 1)
+    by = ", ".join(
+        f"{n} {words.duration(ns, 'brief')} of {words.duration(span, 'brief')} "
+        f"({words.percent(ns / span)})"
+        for n, ns in r.ranges.items()
+    )
+    n = r.holds.get("ranges", 0)
+    return (
+        f"ranges only: the trace holds {words.plural(n, 'host range')} and no GPU activity, "
+        f"runtime call or operator; by range: {by} — that breakdown is what it can show; "
+        "for a diagnosis, profile with CUDA tracing on"
+    )

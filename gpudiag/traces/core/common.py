@@ -259,3 +259,6 @@ class RawColumns:
     coll_dtype: npt.NDArray[np.int64] | None = None
     shape: npt.NDArray[np.int64] | None = None  # index into shapes, -1: none (RankTimeline)
     shapes: list[str] | None = None
+    # per name: a Python function's (Kineto python_function): its ranges are only candidate
+    # iteration ranges (resolve_steps), dropped from the timeline unless chosen as steps
+    python_names: npt.NDArray[np.bool_] | None = None

@@ -7,9 +7,11 @@ resolves the steps (:mod:`gpudiag.traces.core.step_ranges`) and notes what the t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -233,6 +235,7 @@ def build_rank(
     range"); ``no_ranges_hint`` is said when the trace has no host ranges to take steps
     from.
     """
+    cols, python = _split_python(cols)
     kind = cols.kind
     if not kinds_final:
         kind = refine_kinds(kind, patterns.flags(cols.names)[cols.name])
@@ -246,16 +249,7 @@ def build_rank(
         )
     check_clocks(cols, kind, meta, patterns.rules)
     meta.main_lane = main_lane(cols.lanes, cols.lane, kind, cols.name, cols.names, meta.pid)
-    gpu = np.array([ln.startswith("gpu:") for ln in cols.lanes], bool)
-    is_gpu = gpu[cols.lane] if len(cols.lane) else np.zeros(0, bool)
-    n_gpu = int(np.count_nonzero(is_gpu))
-    linked = int(np.count_nonzero(is_gpu & (cols.launch_ns >= 0)))
-    meta.has_gpu = meta.has_gpu or n_gpu > 0
-    if n_gpu and linked < patterns.rules.launch_linked_min_ratio * n_gpu:
-        meta.notes.append(
-            f"only {linked} of {n_gpu} GPU ops have a launching runtime call in "
-            "the trace; steps are assigned by time instead"
-        )
+    is_gpu = _note_links(cols, meta, patterns.rules)
     steps, step_col, meta.main_lane = resolve_steps(
         cols.start_ns,
         cols.end_ns,
@@ -269,7 +263,12 @@ def build_rank(
         path,
         range_label=range_label,
         no_ranges_hint=no_ranges_hint,
+        python=python,
+        kernel_launches=np.unique(cols.launch_ns[is_gpu & np.isin(kind, _KERNELS)]),
+        launch_ns=cols.launch_ns,
     )
+    if python is not None:  # the step column covers them too: only those chosen stay
+        cols, kind, step_col = _keep_chosen(cols, kind, step_col, python)
     return RankTimeline.from_columns(
         rank,
         start_ns=cols.start_ns,
@@ -290,3 +289,73 @@ def build_rank(
         shape=cols.shape,
         shapes=cols.shapes,
     )
+
+
+_KERNELS = [int(Kind.COMPUTE), int(Kind.COMM)]
+
+
+def _note_links(cols: RawColumns, meta: RankMeta, rules: LoaderRules) -> npt.NDArray[np.bool_]:
+    """Which rows are GPU work; a note when too few of them have a launch link."""
+    gpu = np.array([ln.startswith("gpu:") for ln in cols.lanes], bool)
+    is_gpu: npt.NDArray[np.bool_] = gpu[cols.lane] if len(cols.lane) else np.zeros(0, bool)
+    n_gpu = int(np.count_nonzero(is_gpu))
+    linked = int(np.count_nonzero(is_gpu & (cols.launch_ns >= 0)))
+    meta.has_gpu = meta.has_gpu or n_gpu > 0
+    if n_gpu and linked < rules.launch_linked_min_ratio * n_gpu:
+        meta.notes.append(
+            f"only {linked} of {n_gpu} GPU ops have a launching runtime call in "
+            "the trace; steps are assigned by time instead"
+        )
+    return is_gpu
+
+
+_ROWS = (
+    "start_ns",
+    "end_ns",
+    "kind",
+    "lane",
+    "name",
+    "launch_ns",
+    "nbytes",
+    "coll_id",
+    "coll_name",
+    "coll_dtype",
+    "shape",
+)
+
+
+def _rows(cols: RawColumns, idx: npt.NDArray[np.intp]) -> RawColumns:
+    """The rows ``idx`` of ``cols`` (every per-row column)."""
+    new: dict[str, Any] = {f: getattr(cols, f)[idx] for f in _ROWS if getattr(cols, f) is not None}
+    return dataclasses.replace(cols, **new)
+
+
+def _split_python(cols: RawColumns) -> tuple[RawColumns, RawColumns | None]:
+    """The columns without their Python-function ranges, and those ranges (None: none)."""
+    if cols.python_names is None or not len(cols.name):
+        return cols, None
+    py = cols.python_names[cols.name] & (cols.kind == Kind.ANNOTATION)
+    if not py.any():
+        return dataclasses.replace(cols, python_names=None), None
+    base = _rows(cols, np.flatnonzero(~py))
+    return dataclasses.replace(base, python_names=None), _rows(cols, np.flatnonzero(py))
+
+
+def _keep_chosen(
+    cols: RawColumns, kind: npt.NDArray[np.int64], step_col: npt.NDArray[np.int32], py: RawColumns
+) -> tuple[RawColumns, npt.NDArray[np.int64], npt.NDArray[np.int32]]:
+    """The columns, kinds and step column with the Python ranges chosen as steps appended."""
+    n = len(kind)
+    chosen = np.flatnonzero(step_col[n:] >= 0)
+    step_col = np.concatenate([step_col[:n], step_col[n:][chosen]])
+    return _join(cols, py, chosen), np.concatenate([kind, py.kind[chosen]]), step_col
+
+
+def _join(cols: RawColumns, extra: RawColumns, idx: npt.NDArray[np.intp]) -> RawColumns:
+    """``cols`` with the rows ``idx`` of ``extra`` appended."""
+    new: dict[str, Any] = {
+        f: np.concatenate([getattr(cols, f), getattr(extra, f)[idx]])
+        for f in _ROWS
+        if getattr(cols, f) is not None
+    }
+    return dataclasses.replace(cols, **new)

@@ -11,7 +11,7 @@ overlap themselves is an error naming the problem.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +29,16 @@ from gpudiag.traces.core.common import (
     STEP_MAX,
     STEP_NAME_HINT,
     NamePatterns,
+    RawColumns,
     frequent_ranges,
 )
+from gpudiag.traces.core.kernel_period import kernel_steps
 from gpudiag.traces.schema import I64, HostSteps, Kind
 
 _DIGITS = re.compile(r"\d+")
+# A Python frame's name, ``file.py(LINE): function``: its file and line are the function's
+# identity, not a number to fold (another line is another function)
+_PY_FRAME = re.compile(r"^\S.*\(\d+\): \S+$")
 
 
 def resolve_steps(
@@ -50,23 +55,22 @@ def resolve_steps(
     *,
     range_label: str = "range",
     no_ranges_hint: str = "",
+    python: RawColumns | None = None,
+    kernel_launches: I64 | None = None,
+    launch_ns: I64 | None = None,
 ) -> tuple[HostSteps, npt.NDArray[np.int32], int]:
     """The host steps of a rank, the step column and the training thread.
 
     The step column holds the numbers on the step ranges, else -1; the training thread is
-    the lane of the step ranges when they decide it.
+    the lane of the step ranges when they decide it. ``python``: the rank's Python-function
+    ranges, candidate iteration ranges after the user's own (:func:`python_steps`); the step
+    column then covers them too, after the rank's rows. ``kernel_launches``: the sorted
+    start times of kernel launches; ``launch_ns``: the rows' (-1: none; :func:`_by_kernels`).
     """
-    step_col = np.full(len(start), -1, np.int32)
-    steps = np.flatnonzero(kind == Kind.STEP)
-    if steps.size:
-        steps = _marker_steps(steps, start, end, lane, lanes, main, patterns, path)
-        numbers = _step_numbers(steps, name, names, patterns, path)
-        keep = np.sort(unique_index(numbers)[1])  # drop repeated numbers
-        steps, numbers = steps[keep], numbers[keep]
-        step_col[steps] = numbers
-        source = "marker" if patterns.explicit_step else "ProfilerStep"
-        hs = HostSteps(start[steps], end[steps], numbers, source)
-        return hs, step_col, int(lane[steps[0]])
+    refused = ""
+    step_col = np.full(len(start) + (len(python.start_ns) if python else 0), -1, np.int32)
+    if np.any(kind == Kind.STEP):
+        return _markers(start, end, kind, lane, name, names, lanes, main, patterns, path, step_col)
     if patterns.explicit_step:
         _no_match(kind, name, names, patterns, path)
     user = find_user_steps(
@@ -77,6 +81,15 @@ def resolve_steps(
         step_col[idx] = numbers
         hs = HostSteps(start[idx], end[idx], numbers, "user_range", [note], family)
         return hs, step_col, int(lane[idx[0]])
+    if python is not None:
+        launches = kernel_launches if kernel_launches is not None else np.zeros(0, np.int64)
+        found = python_steps(start, end, kind, lane, names, lanes, python, patterns.rules, launches)
+        if isinstance(found, str):
+            refused = found + "; "
+        elif found is not None:
+            hs, idx, lane_of = found
+            step_col[len(start) + idx] = hs.number
+            return hs, step_col, lane_of
     work = kind != Kind.OS_WAIT  # waits alone do not widen the window
     lo, hi = (int(start[work].min()), int(end[work].max())) if work.any() else (0, 0)
     opt_names = [i for i, s in enumerate(names) if s.startswith(OPTIMIZER_STEP)]
@@ -100,22 +113,185 @@ def resolve_steps(
         step_col[idx] = numbers
         hs = HostSteps(start[idx], end[idx], numbers, "user_range", [note], family)
         return hs, step_col, int(lane[idx[0]])
+    if launch_ns is not None and not refused:  # Python said its repeats are parts of one
+        k = _by_kernels(start, end, kind, lane, name, names, lanes, launch_ns, patterns)
+        if isinstance(k, HostSteps):
+            return _hinted(k, refused, no_ranges_hint), step_col, main
+        refused += k
+    note = _whole_note(kind, name, names, no_ranges_hint)
+    one = np.zeros(1, np.int64)
+    return HostSteps(one + lo, one + hi, one * 0, "whole", [refused + note]), step_col, main
+
+
+def _by_kernels(
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.integer],
+    lane: npt.NDArray[np.integer],
+    name: npt.NDArray[np.integer],
+    names: Sequence[str],
+    lanes: Sequence[str],
+    launch_ns: I64,
+    patterns: NamePatterns,
+) -> HostSteps | str:
+    """Iterations from a repeating kernel sequence, tried last, else why not ("; " ended).
+
+    See :mod:`~gpudiag.traces.core.kernel_period`; not tried when a repeating Python
+    function was refused as parts of one iteration.
+    """
+    k = kernel_steps(start, end, kind, lane, name, names, lanes, launch_ns, patterns.rules)
+    return k if isinstance(k, HostSteps) or not k else k + "; "
+
+
+def _hinted(hs: HostSteps, refused: str, hint: str) -> HostSteps:
+    """Steps found from the kernels, their note with what was refused and the format's hint."""
+    hs.notes[0] = refused + hs.notes[0] + (f" ({hint})" if hint else "")
+    return hs
+
+
+def _markers(
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.integer],
+    lane: npt.NDArray[np.integer],
+    name: npt.NDArray[np.integer],
+    names: Sequence[str],
+    lanes: Sequence[str],
+    main: int,
+    patterns: NamePatterns,
+    path: Path | str,
+    step_col: npt.NDArray[np.int32],
+) -> tuple[HostSteps, npt.NDArray[np.int32], int]:
+    """Steps from the step-marker ranges (numbered, on one thread, repeated numbers dropped)."""
+    steps = _marker_steps(
+        np.flatnonzero(kind == Kind.STEP), start, end, lane, lanes, main, patterns, path
+    )
+    numbers = _step_numbers(steps, name, names, patterns, path)
+    keep = np.sort(unique_index(numbers)[1])  # drop repeated numbers
+    steps, numbers = steps[keep], numbers[keep]
+    step_col[steps] = numbers
+    source = "marker" if patterns.explicit_step else "ProfilerStep"
+    hs = HostSteps(start[steps], end[steps], numbers, source)
+    return hs, step_col, int(lane[steps[0]])
+
+
+def _whole_note(
+    kind: npt.NDArray[np.integer], name: npt.NDArray[np.integer], names: Sequence[str], hint: str
+) -> str:
+    """Why the trace is one window, with the most frequent ranges to pick a marker from."""
     ranges = kind == Kind.ANNOTATION
     if ranges.any():
         often = frequent_ranges(names, name[ranges])
-        note = (
+        return (
             "no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
             "Optimizer.step: the whole trace is one window (most frequent ranges: "
             f"{often}; pick one with --step-marker REGEX)"
         )
-    else:
-        hint = f" ({no_ranges_hint})" if no_ranges_hint else ""
-        note = (
-            "no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
-            f"Optimizer.step: the whole trace is one window{hint}"
+    hint = f" ({hint})" if hint else ""
+    return (
+        "no step markers (ProfilerStep#N, gpudiag.step#N), iteration ranges or "
+        f"Optimizer.step: the whole trace is one window{hint}"
+    )
+
+
+def python_steps(
+    start: I64,
+    end: I64,
+    kind: npt.NDArray[np.integer],
+    lane: npt.NDArray[np.integer],
+    names: Sequence[str],
+    lanes: Sequence[str],
+    python: RawColumns,
+    rules: LoaderRules,
+    kernel_launches: I64,
+) -> tuple[HostSteps, npt.NDArray[np.intp], int] | str | None:
+    """Iterations from repeating Python-function ranges (a worker's ``execute_model``).
+
+    The same rule as the user's ranges (:func:`find_user_steps`), on the Python-function
+    ranges alone: a function called at least ``rules.user_step_min_ranges`` times on one
+    thread, never inside itself, whose calls hold ``rules.user_step_coverage_ratio`` of the
+    thread's launches; the outermost such function. Its calls are parts of one iteration
+    (a model's layers, a forward's convolutions), not iterations, when the thread launches
+    kernels between consecutive calls in ``rules.iteration_gap_launch_ratio`` of the gaps:
+    between iterations a loop fetches the next input, it does not compute. Returns the
+    steps, the chosen ranges (indices into ``python``) and the training thread; the reason
+    when the chosen function is refused; None when none qualifies.
+    """
+    pairs = (python.lane << 32) | python.name
+    _, inv, counts = np.unique(pairs, return_inverse=True, return_counts=True)
+    often = np.flatnonzero(counts.reshape(-1)[inv.reshape(-1)] >= rules.user_step_min_ranges)
+    if not often.size:
+        return None
+    n = len(start)
+    # the rank's own ranges are no candidates here (they were tried): only its launches count
+    own = np.where(np.isin(kind, [Kind.ANNOTATION, Kind.STEP]), -1, kind)
+    found = find_user_steps(
+        np.concatenate([start, python.start_ns[often]]),
+        np.concatenate([end, python.end_ns[often]]),
+        np.concatenate([own, np.full(often.size, Kind.ANNOTATION)]),
+        np.concatenate([lane, python.lane[often]]),
+        np.concatenate([np.zeros(n, np.int64), python.name[often]]),
+        names,
+        lanes,
+        "Python function",
+        rules=rules,
+        fold=_py_family,
+    )
+    if found is None:
+        return None
+    idx, numbers, note, family = found
+    mine = often[idx - n]
+    anchor = int(python.lane[mine[0]])
+    calls = np.sort(start[(kind == Kind.RUNTIME) & (lane == anchor)])
+    launched = calls[np.isin(calls, kernel_launches)]
+    s, e = python.start_ns[mine], python.end_ns[mine]
+    between = np.searchsorted(launched, s[1:]) - np.searchsorted(launched, e[:-1], side="right")
+    busy_gaps = int(np.count_nonzero(between > 0))
+    if mine.size > 1 and busy_gaps >= rules.iteration_gap_launch_ratio * (mine.size - 1):
+        return (
+            f"Python function '{family}' ({mine.size} calls) is not the iteration: kernels "
+            f"are launched between its calls in {busy_gaps} of {mine.size - 1} gaps (parts "
+            "of one iteration)"
         )
-    one = np.zeros(1, np.int64)
-    return HostSteps(one + lo, one + hi, one * 0, "whole", [note]), step_col, main
+    parent = _one_parent_call(start, end, lane, python, mine, anchor)
+    if parent is not None:
+        return (
+            f"Python function '{family}' ({mine.size} calls) is not the iteration: its calls "
+            f"all lie in one call of '{names[int(python.name[parent])]}', which starts and "
+            "ends inside the trace (parts of one iteration)"
+        )
+    hs = HostSteps(
+        python.start_ns[mine], python.end_ns[mine], numbers, "user_range", [note], family
+    )
+    return hs, mine, int(python.lane[mine[0]])
+
+
+def _one_parent_call(
+    start: I64,
+    end: I64,
+    lane: npt.NDArray[np.integer],
+    python: RawColumns,
+    mine: npt.NDArray[np.intp],
+    anchor: int,
+) -> int | None:
+    """The innermost Python call holding all of ``mine`` when it starts and ends in the trace.
+
+    A loop's caller was running when the capture began (its frame is cut at the trace's
+    edges); a call that begins and ends inside the capture was captured once, whole.
+    """
+    on = python.lane == anchor
+    s0, e0 = int(python.start_ns[mine].min()), int(python.end_ns[mine].max())
+    holds = np.flatnonzero(on & (python.start_ns <= s0) & (python.end_ns >= e0))
+    holds = holds[~np.isin(holds, mine)]
+    if not holds.size:
+        return None
+    inner = int(holds[np.argmax(python.start_ns[holds])])
+    own = lane == anchor
+    first = min(int(start[own].min(initial=s0)), int(python.start_ns[on].min()))
+    last = max(int(end[own].max(initial=e0)), int(python.end_ns[on].max()))
+    if python.start_ns[inner] > first and python.end_ns[inner] < last:
+        return inner
+    return None
 
 
 def _marker_steps(
@@ -207,6 +383,11 @@ def _family(name: str) -> str:
     return _DIGITS.sub("N", name)
 
 
+def _py_family(name: str) -> str:
+    """A Python function's family: a frame (``model.py(88): step``) as it is, else folded."""
+    return name if _PY_FRAME.match(name) else _family(name)
+
+
 def _anchor_lanes(
     lanes: Sequence[str], lane: npt.NDArray[np.integer], kind: npt.NDArray[np.integer]
 ) -> tuple[list[int], npt.NDArray[np.bool_], str]:
@@ -238,6 +419,7 @@ def find_user_steps(
     range_label: str = "range",
     phase: bool = False,
     rules: LoaderRules = DEFAULT_RULES,
+    fold: Callable[[str], str] = _family,
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.int64], str, str] | None:
     """The user's own iteration range (``step N``, ``iteration N``, ``Batch N``, ``train_step``).
 
@@ -267,7 +449,7 @@ def find_user_steps(
     anchors, events, what = _anchor_lanes(lanes, lane, kind)
     for anchor in anchors:
         found = _user_step_families(
-            start, end, kind, lane, name, names, anchor, events, phase, rules
+            start, end, kind, lane, name, names, anchor, events, phase, rules, fold
         )
         if phase:
             found = _bounding(found, start, end, lane, anchor, kind, rules.phase_max_share)
@@ -313,6 +495,7 @@ def _user_step_families(
     events: npt.NDArray[np.bool_],
     phase: bool = False,
     rules: LoaderRules = DEFAULT_RULES,
+    fold: Callable[[str], str] = _family,
 ) -> list[tuple[str, npt.NDArray[np.intp], float]]:
     """The qualifying range families of one thread: (name, ranges in order, coverage)."""
     cand = np.flatnonzero((kind == Kind.ANNOTATION) & (lane == anchor))
@@ -331,7 +514,7 @@ def _user_step_families(
         n = names[i]
         if LIBRARY_RANGE.search(n) or (PHASE_RANGE.search(n) and not phase):
             continue
-        families.setdefault(_family(n), []).append(i)
+        families.setdefault(fold(n), []).append(i)
     found = []
     for fam, ids in families.items():
         idx = cand[np.isin(name[cand], ids)]

@@ -56,7 +56,9 @@ CATEGORY_KINDS: dict[str, Kind | None] = {
     "cpu_instant_event": None,
 }
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "memcpy", "gpu_memset", "memset"}
-PYTHON_CATEGORIES = {"python_function", "python"}  # kept only as --step-marker's steps
+# Python functions: with --step-marker only the ranges it matches are kept (as steps); else
+# every one is kept as a candidate iteration range (build_rank keeps only the chosen ones)
+PYTHON_CATEGORIES = {"python_function", "python"}
 
 _STREAM_NUM = re.compile(r"(\d+)")
 _NBYTES_MAX = 2**62
@@ -214,6 +216,7 @@ class Columns:
         self.gpu_cat = np.zeros(0, bool)
         self.python_cat = np.zeros(0, bool)
         self.names = Interner()
+        self.python_name = np.zeros(0, bool)  # per name id: a Python function's name
         self.name_flags = np.zeros((0, 4), bool)  # comm kernel, comm host, data, step
         self.name_shaped = np.zeros(0, bool)  # an operator whose inputs are kept (SHAPED_OP)
         self.shapes = Interner()  # dims, types, concrete, strides (raw JSON lines) → id
@@ -249,6 +252,7 @@ class Columns:
             self.name_flags = np.concatenate([self.name_flags, flags])
             shaped = np.fromiter((bool(SHAPED_OP.match(t)) for t in texts), bool, len(texts))
             self.name_shaped = np.concatenate([self.name_shaped, shaped])
+            self.python_name = np.concatenate([self.python_name, np.zeros(len(new), bool)])
         raw_new = list(self.raw_ids)[len(self.raw_to_id) :]
         if raw_new:
             ext = np.fromiter((self.ids[str(v)] for v in raw_new), np.int64, len(raw_new))
@@ -263,17 +267,23 @@ class Columns:
         cat = np.fromiter(map(self.cats.__getitem__, map(_GET_CAT, events)), np.int64, n)
         self._grow()
         kind = self.kind_of_cat[cat]
+        python = np.zeros(n, bool)
         if self.patterns.explicit_step:
             kind = self._python_steps(events, kind, cat)
+        else:  # candidate iteration ranges (RawColumns.python_names)
+            python = (kind == -2) & self.python_cat[cat]
+            if python.any():
+                kind = np.where(python, np.int8(Kind.ANNOTATION), kind)
         self.skipped += int(np.count_nonzero(kind == -1))
         known = np.flatnonzero(kind >= 0)
         if len(known) != n:
             events, kind, cat = _take(events, known), kind[known], cat[known]
+            python = python[known]
             if not events:
                 return
         if self.first_cat is None:
             self.first_cat = events[0].cat
-        self._add_known(events, kind, self.gpu_cat[cat])
+        self._add_known(events, kind, self.gpu_cat[cat], python)
 
     def _python_steps(self, events: list[Any], kind: I8, cat: I64) -> I8:
         """Python-function events an explicit ``--step-marker`` matches, kept as ranges.
@@ -313,8 +323,11 @@ class Columns:
         x = np.flatnonzero(ph == _PH_X)
         return events if len(x) == n else _take(events, x)
 
-    def _add_known(self, events: list[Any], kind: I8, is_gpu: Mask) -> None:
-        """The columns of ``X`` events of known categories; untimed or unplaced ones dropped."""
+    def _add_known(self, events: list[Any], kind: I8, is_gpu: Mask, python: Mask) -> None:
+        """The columns of ``X`` events of known categories; untimed or unplaced ones dropped.
+
+        ``python``: the Python-function events, kept as plain ranges whatever their name.
+        """
         n = len(events)
         ts = np.fromiter(map(_GET_TS, events), np.float64, n)
         dur = np.fromiter(map(_GET_DUR, events), np.float64, n)
@@ -327,7 +340,7 @@ class Columns:
             keep = np.flatnonzero(ok)
             events = _take(events, keep)
             ts, dur, name, pid, tid = ts[keep], dur[keep], name[keep], pid[keep], tid[keep]
-            kind, is_gpu = kind[keep], is_gpu[keep]
+            kind, is_gpu, python = kind[keep], is_gpu[keep], python[keep]
             if not events:
                 return
         unnamed = self.names.get(msgspec.UNSET)
@@ -337,6 +350,9 @@ class Columns:
         self._name_lanes(events, key, is_gpu)
         # kinds refined by name (here, per slice: copies and collectives need their args)
         kind = refine_kinds(kind.astype(np.int64), self.name_flags[name]).astype(np.int8)
+        if python.any():
+            kind[python] = Kind.ANNOTATION
+            self.python_name[name[python]] = True
         args = list(map(_GET_ARGS, events))
         nbytes, coll_id, coll_name, coll_dtype = self._sizes(args, kind)
         _host_collective_sizes(events, args, kind, is_gpu, nbytes)

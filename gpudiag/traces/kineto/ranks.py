@@ -180,6 +180,7 @@ def _one_rank(
         coll_dtype=timed.coll_dtype.astype(np.int64),
         shape=timed.shape.astype(np.int64),
         shapes=list(cols.shapes),
+        python_names=cols.python_name if cols.python_name.any() else None,
     )
     return build_rank(
         rank, raw, meta, cols.patterns, path, kinds_final=True, range_label="record_function range"

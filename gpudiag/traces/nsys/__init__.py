@@ -42,6 +42,7 @@ from gpudiag.traces.nsys.export import (
     report_version,
     resolve_report,
 )
+from gpudiag.traces.nsys.holds import range_timelines
 from gpudiag.traces.nsys.sql import (
     gpu_metrics,
     gpu_names,
@@ -255,6 +256,8 @@ class _Rows:
 
 def _load(ex: Export, patterns: NamePatterns, source: str) -> list[RankTimeline]:
     era, notes = check_schema(ex, ex.meta())
+    if not ex.table("CUPTI_ACTIVITY_KIND_KERNEL"):  # NVTX ranges only (check_schema)
+        return range_timelines(ex, patterns, source, era, notes + ex.notes)
     rows = _Rows(ex, notes, patterns)
     notes += ex.notes
     gp, rp, npc = pieces(rows.gpu, 1), pieces(rows.rt, 0), pieces(rows.nv, 0)

@@ -310,8 +310,10 @@ def check_schema(ex: Export, meta: dict[str, str]) -> tuple[str, list[str]]:
                 "read with the rules of schema 3"
             )
     if not ex.table("CUPTI_ACTIVITY_KIND_KERNEL"):
-        from gpudiag.traces.nsys.holds import no_kernels  # it reads this module's Export
+        from gpudiag.traces.nsys.holds import no_kernels, ranges_only  # they read Export
 
+        if ranges_only(ex):  # read as host ranges (holds.range_timelines)
+            return f"nsys {product or '≤2021.3'}" + (f" schema {schema}" if schema else ""), notes
         raise InputError(ex.path, *no_kernels(ex))
     missing = sorted(GPU_COLUMNS - ex.cols("CUPTI_ACTIVITY_KIND_KERNEL"))
     if missing:

@@ -1,10 +1,22 @@
-"""What an Nsight export without kernels holds, said exactly: copies, start-up calls, NVTX."""
+"""What an Nsight export without kernels holds, said exactly: copies, start-up calls, NVTX.
+
+An export of NVTX ranges alone (no kernel, copy, memset or runtime call) is no error: its
+ranges are read as host timelines (:func:`range_timelines`), whose per-range breakdown the
+reading gives (docs/definitions.md, "Reading").
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from gpudiag.errors import InputError
+from gpudiag.traces.core.common import NamePatterns, RawColumns, rank_from_filename
+from gpudiag.traces.core.rank_builder import build_rank
 from gpudiag.traces.nsys.database import Export, quoted
+from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
 
 _NS = 1_000_000
 
@@ -50,6 +62,56 @@ def no_kernels(ex: Export) -> tuple[str, str]:
         "export has no CUDA kernel table (CUPTI_ACTIVITY_KIND_KERNEL): no GPU work was captured",
         "profile with CUDA tracing on: `nsys profile -t cuda,nvtx …`",
     )
+
+
+def ranges_only(ex: Export) -> bool:
+    """The export has no kernel table, and NVTX ranges but no copy, memset or runtime call."""
+    return (
+        not ex.table("CUPTI_ACTIVITY_KIND_KERNEL")
+        and not ex.count("CUPTI_ACTIVITY_KIND_MEMCPY")
+        and not ex.count("CUPTI_ACTIVITY_KIND_MEMSET")
+        and not ex.count("CUPTI_ACTIVITY_KIND_RUNTIME")
+        and ex.count("NVTX_EVENTS") > 0
+    )
+
+
+def range_timelines(
+    ex: Export, patterns: NamePatterns, source: str, era: str, notes: list[str]
+) -> list[RankTimeline]:
+    """One host timeline per process of an NVTX-only export (ranks in process order)."""
+    from gpudiag.traces.nsys.sql import nvtx_rows  # sql reads this package's Export
+
+    rows, names = nvtx_rows(ex, True)
+    if not len(rows):
+        raise InputError(ex.path, *no_kernels(ex))
+    pids = sorted(set(rows[:, 0].tolist()))
+    file_rank = rank_from_filename(Path(source))
+    out = []
+    for order, pid in enumerate(pids):
+        r = rows[rows[:, 0] == pid]
+        tids, lane = np.unique(r[:, 1], return_inverse=True)
+        used, name = np.unique(r[:, 4], return_inverse=True)
+        none = np.full(len(r), -1, np.int64)
+        cols = RawColumns(
+            start_ns=r[:, 2].copy(),
+            end_ns=r[:, 3].copy(),
+            kind=np.where(r[:, 5] != 0, int(Kind.COMM), int(Kind.ANNOTATION)).astype(np.int64),
+            lane=lane.reshape(-1).astype(np.int64),
+            name=name.reshape(-1).astype(np.int64),
+            lanes=[f"cpu:{int(t)}" for t in tids.tolist()],
+            names=[names[int(i)] for i in used.tolist()],
+            launch_ns=none,
+            nbytes=none.copy(),
+        )
+        meta = RankMeta(source=source, fmt="nsys", era=era, notes=list(notes), pid=int(pid))
+        meta.notes.append(
+            "the export holds NVTX ranges only (no CUDA kernel, copy or runtime call): read "
+            "as host ranges, their breakdown is what it can show"
+        )
+        rank = file_rank if file_rank is not None and len(pids) == 1 else order
+        meta.rank_from = "file name" if rank == file_rank else "process order"
+        out.append(build_rank(rank, cols, meta, patterns, ex.path, range_label="NVTX range"))
+    return out
 
 
 def _longest(ex: Export, table: str, name_col: str) -> str:

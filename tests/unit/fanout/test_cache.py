@@ -443,3 +443,12 @@ def test_concurrent_runs_share_one_directory_safely(traces, tmp_path):
         assert entry.read_bytes().startswith(cache.MAGIC)
     out, _, _ = _analyse([traces], home)
     assert out == expected
+
+
+def test_the_code_fingerprint_covers_every_layer_of_the_package():
+    # a change to the analysis (not only to the fan-out) must miss the cache
+    import gpudiag
+    from gpudiag.fanout import cache
+
+    assert Path(gpudiag.__file__).resolve().parent == cache.CODE_ROOT
+    assert (cache.CODE_ROOT / "analysis" / "diagnose.py").is_file()

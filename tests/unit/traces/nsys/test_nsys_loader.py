@@ -240,12 +240,13 @@ def test_batch_step_marker_numbers_steps_from_the_name(nsys_dir):
     assert len(d.steps) == 59
 
 
-def test_no_nvtx_is_one_window_with_a_note(nsys_dir):
+def test_no_nvtx_steps_come_from_the_kernel_sequence(nsys_dir):
     (tl,) = load_nsys(nsys_dir / "ai-profiler" / "baseline.sqlite")
     assert _kinds(tl)["COMPUTE"] == 9345
     assert any("no NVTX ranges" in n for n in tl.steps.notes)
     d = gpudiag.analyze(nsys_dir / "ai-profiler" / "baseline.sqlite", jobs=1)
-    assert d.ranks[0].step_source == "whole"
+    # no ranges, but its kernel sequence repeats: the loop's 58 iterations
+    assert (d.ranks[0].step_source, d.ranks[0].steps) == ("kernels", 58)
 
 
 def test_one_off_user_range_bounds_the_phase_instead_of_one_window(nsys_dir):
@@ -446,4 +447,4 @@ def test_nsys_rep_is_exported_to_the_cache_and_matches_the_shared_export(
     assert _kinds(mine) == _kinds(ref)
     assert np.array_equal(np.sort(mine.start_ns), np.sort(ref.start_ns))
     again = gpudiag.analyze(rep, jobs=1)  # the cached export is reused
-    assert again.ranks[0].idle_ratio == pytest.approx(0.962, abs=0.001)
+    assert again.ranks[0].idle_ratio == pytest.approx(0.951, abs=0.001)

@@ -1,0 +1,344 @@
+"""Transformations of raw Nsight SQLite exports with a known effect (the metamorphic suite's).
+
+The Nsight counterpart of metamorph.py: each transformation edits a copy of an export with
+SQL, on its raw rows — never on what gpudiag made of it — and says whether it applies
+(``None``: applied; a string: why not). What the effect must be is decided here from the
+raw rows: the launch links (``correlationId``), the host ranges of collectives on the
+launching thread, the threads' runtime calls.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+RUNTIME = "CUPTI_ACTIVITY_KIND_RUNTIME"
+GPU_TABLES = (KERNEL, "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET")
+EVENT_TABLES = (
+    *GPU_TABLES,
+    RUNTIME,
+    "NVTX_EVENTS",
+    "OSRT_API",
+    "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+    "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
+    "MPI_OTHER_EVENTS",
+    "MPI_P2P_EVENTS",
+    "MPI_COLLECTIVES_EVENTS",
+    "MPI_START_WAIT_EVENTS",
+)
+# Host ranges that are collective / point-to-point operators (as in metamorph.COMM_OP)
+COMM_OP = re.compile(r"^(c10d::|nccl:|rccl:|gloo:|record_param_comms$)")
+SHORT_NS = 10_000
+NO_LINK = 1 << 62  # clock_evidence's least latency when no GPU work is linked
+NS = 1_000_000_000
+PID_MASK = ~0xFFFFFF  # a globalTid's process part (Nsight packs the pid above the tid)
+_SYNC = re.compile(r"^(cuda|hip)(Device|Stream)Synchronize(_v\d+)?$")
+_COPY_CALL = re.compile(r"^(cuda|hip)Memcpy")
+
+
+@dataclass
+class Transform:
+    """One transformation: its name, what it does to an export, and the relation to check."""
+
+    name: str
+    apply: Callable[[sqlite3.Connection], str | None]
+    expect: str  # "same" | "clock+" | "clock-" | "filtered" | "startup" | "padded"
+    doc: str
+
+
+def tables(con: sqlite3.Connection) -> set[str]:
+    rows = con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    return {r[0] for r in rows}
+
+
+def cols(con: sqlite3.Connection, table: str) -> set[str]:
+    return {r[1] for r in con.execute(f"PRAGMA table_info({table})")}
+
+
+def window(src: Path, dst: Path, kernels: int = 1000) -> Path:
+    """A copy of ``src`` cut at the start of its ``kernels``-th kernel (every event table)."""
+    shutil.copy(src, dst)
+    dst.chmod(0o644)
+    con = sqlite3.connect(dst)
+    have = tables(con)
+    row = con.execute(
+        f"SELECT start FROM {KERNEL} ORDER BY start LIMIT 1 OFFSET ?", (kernels,)
+    ).fetchone()
+    if row is not None:
+        for t in EVENT_TABLES:
+            if t in have and "start" in cols(con, t):
+                con.execute(f"DELETE FROM {t} WHERE start > ?", (row[0],))
+    con.commit()
+    con.execute("VACUUM")
+    con.close()
+    return dst
+
+
+def edit(src: Path, dst: Path, fn: Callable[[sqlite3.Connection], str | None]) -> str | None:
+    """``fn`` applied to a copy of ``src`` at ``dst``; why it does not apply, or None."""
+    shutil.copy(src, dst)
+    dst.chmod(0o644)
+    con = sqlite3.connect(dst)
+    try:
+        why = fn(con)
+        con.commit()
+    finally:
+        con.close()
+    return why
+
+
+def _string(con: sqlite3.Connection, text: str) -> int:
+    (top,) = con.execute("SELECT COALESCE(MAX(id), 0) FROM StringIds").fetchone()
+    con.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (top + 1, text))
+    return int(top + 1)
+
+
+def _names(con: sqlite3.Connection) -> dict[int, str]:
+    return dict(con.execute("SELECT id, value FROM StringIds").fetchall())
+
+
+def _runtime(con: sqlite3.Connection) -> list[tuple[int, int, int, int, str]]:
+    """Runtime calls: (start, end, globalTid, correlationId, name), in start order."""
+    names = _names(con)
+    rows = con.execute(
+        f"SELECT start, end, globalTid, correlationId, nameId FROM {RUNTIME} ORDER BY start"
+    ).fetchall()
+    return [(s, e, t, c, re.sub(r"_v\d+$", "", names.get(n, ""))) for s, e, t, c, n in rows]
+
+
+def main_threads(con: sqlite3.Connection) -> dict[int, int]:
+    """Per process: the thread with the most runtime calls (globalTid)."""
+    counts: dict[int, dict[int, int]] = {}
+    for _, _, tid, _, _ in _runtime(con):
+        per = counts.setdefault(tid & PID_MASK, {})
+        per[tid] = per.get(tid, 0) + 1
+    return {p: max(per, key=lambda t: per[t]) for p, per in counts.items()}
+
+
+def spans(con: sqlite3.Connection) -> dict[int, tuple[int, int]]:
+    """Per process: the first start and last end of its work (host calls and ranges, GPU work).
+
+    Blocking OS calls do not count (a wait alone does not widen a window); GPU rows count
+    for their process where the table names it, else for every process.
+    """
+    out: dict[int, tuple[int, int]] = {}
+    have = tables(con)
+    for t in (RUNTIME, "NVTX_EVENTS"):
+        if t in have and "globalTid" in cols(con, t):
+            q = f"SELECT globalTid, MIN(start), MAX(end) FROM {t} GROUP BY globalTid"
+            for tid, s, e in con.execute(q):
+                p = int(tid) & PID_MASK
+                a, b = out.get(p, (s, e))
+                out[p] = (min(a, s), max(b, e))
+    gpu: dict[int, tuple[int, int]] = {}
+    for t in GPU_TABLES:
+        if t not in have:
+            continue
+        pid = "globalPid" if "globalPid" in cols(con, t) else "-1"
+        for p, s, e in con.execute(f"SELECT {pid}, MIN(start), MAX(end) FROM {t} GROUP BY 1"):
+            k = int(p) & PID_MASK if pid != "-1" else -1
+            a, b = gpu.get(k, (s, e))
+            gpu[k] = (min(a, s), max(b, e))
+    if not out:
+        return {0: (min(a for a, _ in gpu.values()), max(b for _, b in gpu.values()))}
+    for p, (a, b) in list(out.items()):
+        g = gpu.get(p, gpu.get(-1))
+        if g is not None:
+            out[p] = (min(a, g[0]), max(b, g[1]))
+    return out
+
+
+def clock_evidence(con: sqlite3.Connection) -> tuple[int, bool]:
+    """(the least launch latency in ns over linked GPU work, whether a wait bounds the clock).
+
+    As metamorph.clock_evidence: a device synchronisation after some GPU work, or a copy
+    call followed on its thread by a stream synchronisation, bounds a GPU clock ahead.
+    """
+    calls = _runtime(con)
+    by_corr: dict[int, list[tuple[int, int]]] = {}
+    for s, _, tid, c, _ in calls:
+        by_corr.setdefault(c, []).append((s, tid & PID_MASK))
+    least = NO_LINK
+    for t in GPU_TABLES:
+        if t not in tables(con):
+            continue
+        pid = "globalPid" if "globalPid" in cols(con, t) else "0"
+        for start, corr, p in con.execute(f"SELECT start, correlationId, {pid} FROM {t}"):
+            for s, q in by_corr.get(corr, []):
+                if pid == "0" or q == (int(p) & PID_MASK):
+                    least = min(least, int(start) - s)
+    bound = False
+    threads: dict[int, list[str]] = {}
+    for _, _, tid, _, name in calls:
+        threads.setdefault(tid, []).append(name)
+    for seq in threads.values():
+        for a, b in itertools.pairwise(seq):
+            if _COPY_CALL.search(a) and "Stream" in b and _SYNC.search(b):
+                bound = True
+        if any("Device" in n and _SYNC.search(n) for n in seq[1:]):
+            bound = True
+    return least, bound
+
+
+def comm_launched(con: sqlite3.Connection) -> list[int]:
+    """Rowids of kernels whose launching call lies inside a collective's NVTX range.
+
+    Launch link: ``correlationId`` (within the process when the kernel table names it);
+    the call lies inside a range on its own thread whose name is a collective operator.
+    """
+    if "NVTX_EVENTS" not in tables(con):
+        return []
+    names = _names(con)
+    ranges: dict[int, list[tuple[int, int]]] = {}
+    has_id = "textId" in cols(con, "NVTX_EVENTS")
+    text = "COALESCE(text, '')" + (", textId" if has_id else ", NULL")
+    q = f"SELECT start, end, globalTid, {text} FROM NVTX_EVENTS WHERE end > start"
+    for s, e, tid, txt, tid_text in con.execute(q):
+        name = txt or names.get(tid_text, "")
+        if COMM_OP.search(name):
+            ranges.setdefault(tid, []).append((s, e))
+    if not ranges:
+        return []
+    calls: dict[tuple[int, int], int] = {}
+    for s, _, tid, c, _ in _runtime(con):
+        if any(a <= s <= b for a, b in ranges.get(tid, [])):
+            calls[(c, tid & PID_MASK)] = s
+    pid = "globalPid" if "globalPid" in cols(con, KERNEL) else "0"
+    out = []
+    for rowid, corr, p in con.execute(f"SELECT rowid, correlationId, {pid} FROM {KERNEL}"):
+        if (corr, int(p) & PID_MASK) in calls or (pid == "0" and any(k[0] == corr for k in calls)):
+            out.append(int(rowid))
+    return out
+
+
+# --- the transformations -----------------------------------------------------------------
+
+
+def shift_gpu(delta_ns: int) -> Callable[[sqlite3.Connection], str | None]:
+    """Every GPU row's start and end moved by ``delta_ns`` (a GPU clock offset)."""
+
+    def run(con: sqlite3.Connection) -> str | None:
+        for t in GPU_TABLES:
+            if t in tables(con):
+                con.execute(
+                    f"UPDATE {t} SET start = start + ?, end = end + ?", (delta_ns, delta_ns)
+                )
+        return None
+
+    return run
+
+
+def _insert_call(con: sqlite3.Connection, tid: int, start: int, end: int, name_id: int) -> None:
+    (corr,) = con.execute(f"SELECT COALESCE(MAX(correlationId), 0) + 1 FROM {RUNTIME}").fetchone()
+    c = cols(con, RUNTIME)
+    fields = {
+        "start": start,
+        "end": end,
+        "globalTid": tid,
+        "correlationId": corr,
+        "nameId": name_id,
+    }
+    if "eventClass" in c:
+        fields["eventClass"] = 1
+    if "returnValue" in c:
+        fields["returnValue"] = 0
+    keys = ", ".join(fields)
+    marks = ", ".join("?" for _ in fields)
+    con.execute(f"INSERT INTO {RUNTIME} ({keys}) VALUES ({marks})", tuple(fields.values()))
+
+
+def prepend_startup(seconds: float, name: str) -> Callable[[sqlite3.Connection], str | None]:
+    """A one-off runtime call of ``seconds`` on each process's main thread, before anything."""
+
+    def run(con: sqlite3.Connection) -> str | None:
+        threads = main_threads(con)
+        if not threads:
+            return "no runtime calls: no thread to make the call on"
+        sid = _string(con, name)
+        sp = spans(con)
+        for p, tid in threads.items():
+            t0 = sp.get(p, next(iter(sp.values())))[0]
+            _insert_call(con, tid, t0 - round(seconds * NS) - 1_000_000, t0 - 1_000_000, sid)
+        return None
+
+    return run
+
+
+def pad_edges(head_s: float, tail_s: float) -> Callable[[sqlite3.Connection], str | None]:
+    """A 10 µs runtime call ``head_s`` before the first and ``tail_s`` after the last event."""
+
+    def run(con: sqlite3.Connection) -> str | None:
+        threads = main_threads(con)
+        if not threads:
+            return "no runtime calls: no thread to make the call on"
+        sid = _string(con, "cudaGetDevice")
+        sp = spans(con)
+        for p, tid in threads.items():
+            t0, t1 = sp.get(p, next(iter(sp.values())))
+            for s in (t0 - round(head_s * NS) - 10_000, t1 + round(tail_s * NS)):
+                _insert_call(con, tid, s, s + 10_000, sid)
+        return None
+
+    return run
+
+
+def rename_comm_kernels(con: sqlite3.Connection) -> str | None:
+    hit = comm_launched(con)
+    if not hit:
+        return "no kernel is launched inside a collective operator"
+    sid = _string(con, "custom_exchange_kernel")
+    sets = ", ".join(
+        f"{c} = ?" for c in ("shortName", "demangledName", "mangledName") if c in cols(con, KERNEL)
+    )
+    n = sets.count("?")
+    for chunk in range(0, len(hit), 500):
+        part = hit[chunk : chunk + 500]
+        marks = ", ".join("?" for _ in part)
+        con.execute(
+            f"UPDATE {KERNEL} SET {sets} WHERE rowid IN ({marks})", (sid,) * n + tuple(part)
+        )
+    return None
+
+
+def drop_short_kernels(con: sqlite3.Connection) -> str | None:
+    (n,) = con.execute(f"SELECT COUNT(*) FROM {KERNEL}").fetchone()
+    (short,) = con.execute(
+        f"SELECT COUNT(*) FROM {KERNEL} WHERE end - start < ?", (SHORT_NS,)
+    ).fetchone()
+    launches = sum(1 for c in _runtime(con) if "aunch" in c[4])
+    if not launches:
+        return "no launch calls: a dropped kernel leaves no trace"
+    if n < 50:
+        return f"only {n} kernels: too few to tell a filter from chance"
+    if short < 0.2 * n or n - short < 1:
+        return f"{short} of {n} kernels are short"
+    con.execute(f"DELETE FROM {KERNEL} WHERE end - start < ?", (SHORT_NS,))
+    return None
+
+
+STARTUP_S = 3.0
+STARTUP_CALL = "cudaStreamCreateWithPriority"
+TRANSFORMS = [
+    Transform("shift_gpu_plus", shift_gpu(600_000_000), "clock+", "GPU clock +0.6 s"),
+    Transform("shift_gpu_minus", shift_gpu(-300_000_000), "clock-", "GPU clock −0.3 s"),
+    Transform(
+        "prepend_startup",
+        prepend_startup(STARTUP_S, STARTUP_CALL),
+        "startup",
+        f"a {STARTUP_S:.0f} s {STARTUP_CALL} before anything",
+    ),
+    Transform("pad_edges", pad_edges(0.2, 0.5), "padded", "0.2 s idle before, 0.5 s after"),
+    Transform(
+        "rename_comm_kernels",
+        rename_comm_kernels,
+        "same",
+        "kernels launched inside collective ranges renamed to a custom name",
+    ),
+    Transform("drop_short_kernels", drop_short_kernels, "filtered", "kernels under 10 µs dropped"),
+]
