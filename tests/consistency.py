@@ -329,7 +329,11 @@ def _step_stats(d: dict[str, Any], text: str, out: list[str]) -> None:
     if (
         text
         and sum(1 for r in d["ranks"] if r["steps"]) > 1
-        and (re.search(r"step time median .*p90 \S+ \S+ over all ranks' steps", text) is None)
+        # the console wraps (a continuation line is indented): read it as one line
+        and re.search(
+            r"step time median .*p90 \S+ \S+ over all ranks' steps", re.sub(r"\s+", " ", text)
+        )
+        is None
     ):
         out.append("a header of several ranks' step times does not say it is over all of them")
 
