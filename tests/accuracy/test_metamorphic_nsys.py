@@ -121,9 +121,10 @@ def test_nsys_transformation_keeps_its_relation(name, t, bases, tmp_path_factory
         # the call (3 s) and its 1 ms gap widen the rank's window and add to its start-up
         was = next(x for x in base.ranks if x.rank == r.rank).evidence.reading
         # (within the GPU clock offset the loader corrects, under a millisecond here)
-        widened = was["window_ns"] + round(nm.STARTUP_S * 1e9) + 1_000_000
+        assert was is not None
+        widened = was.window_ns + round(nm.STARTUP_S * 1e9) + 1_000_000
         assert r.window_ns == pytest.approx(widened, abs=1_000_000)
-        assert r.startup_ns == was["startup_ns"] + round(nm.STARTUP_S * 1e9)
+        assert r.startup_ns == was.startup_ns + round(nm.STARTUP_S * 1e9)
         ratio = ReadingRules().startup_dominant_ratio
         assert r.startup_dominant == (r.startup_ns >= ratio * r.window_ns)
         if not r.startup_dominant:
