@@ -66,27 +66,29 @@ def _bad(tmp_path: Path, name: str, content: bytes) -> Path:
     return p
 
 
-@pytest.mark.parametrize(
-    ("name", "content", "problem"),
-    [
-        ("notjson.json", b"hello world", "not JSON"),
-        (
-            "trunc.json.gz",
-            gzip.compress(b'{"traceEvents": []}' * 100)[:40],
-            "truncated or corrupt gzip",
-        ),
-        ("empty.json", b"", "empty file"),
-        ("noevents.json", b'{"schemaVersion": 1}', "without `traceEvents`"),
-        (
-            "cut.json",
-            b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1',
-            "malformed or truncated JSON",
-        ),
-        ("wrong.json", b'{"traceEvents": {"a": 1}}', "does not look like a PyTorch Profiler trace"),
-        ("noX.json", b'{"traceEvents": []}', "holds no events"),
-        ("data.parquet", b"PAR1", "unknown file type"),
-    ],
-)
+# name, content, the problem its one line names (ids: the names, so that every pytest-xdist
+# worker collects the same tests)
+BAD_INPUTS = [
+    ("notjson.json", b"hello world", "not JSON"),
+    (
+        "trunc.json.gz",
+        gzip.compress(b'{"traceEvents": []}' * 100, mtime=0)[:40],
+        "truncated or corrupt gzip",
+    ),
+    ("empty.json", b"", "empty file"),
+    ("noevents.json", b'{"schemaVersion": 1}', "without `traceEvents`"),
+    (
+        "cut.json",
+        b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1',
+        "malformed or truncated JSON",
+    ),
+    ("wrong.json", b'{"traceEvents": {"a": 1}}', "does not look like a PyTorch Profiler trace"),
+    ("noX.json", b'{"traceEvents": []}', "holds no events"),
+    ("data.parquet", b"PAR1", "unknown file type"),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "problem"), BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
 def test_bad_input_is_one_line_with_hint_and_exit_4(tmp_path, name, content, problem):
     p = _bad(tmp_path, name, content)
     r = run_cli("analyze", str(p))
