@@ -220,8 +220,10 @@ def _holds(
         "ranges": int(h[Kind.ANNOTATION] + h[Kind.STEP] + h[Kind.DATALOADER]),
     }
     seen = {key: v for key, v in holds.items() if v}
-    if list(seen) != ["ranges"]:
+    # ranges alone: no GPU activity, runtime call or operator, and no collective the host
+    # called (a trace of steps and collectives is read as steps: its comm-wait is measured)
+    if list(seen) != ["ranges"] or h[Kind.COMM]:
         return seen, None, None
-    rng = ~gpu & np.isin(tl.kind, [Kind.ANNOTATION, Kind.STEP, Kind.DATALOADER, Kind.COMM])
+    rng = ~gpu & np.isin(tl.kind, [Kind.ANNOTATION, Kind.STEP, Kind.DATALOADER])
     idx = np.flatnonzero(rng)
     return seen, su.by_name(tl, idx), int(tl.end_ns[idx].max() - tl.start_ns[idx].min())

@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from gpudiag._support import lazyre
+from gpudiag._support import lazyre, nputil
 from gpudiag.analysis.rank import intervals as iv
 from gpudiag.analysis.rank.hostcause import API_CLASSES
 from gpudiag.config import ReadingRules
@@ -63,7 +63,12 @@ def startup_items(
         ("autotuning", _autotuning(tl, gpu, host & early & (tl.kind == Kind.CPU_OP), rules)),
         ("first calls", _first_calls(tl, gpu, host & early, rules, dur)),
     ):
-        idx = np.setdiff1d(idx, np.concatenate(list(items.values()) or [np.zeros(0, np.intp)]))
+        # those no earlier kind took (np.setdiff1d, without its import of numpy.ma)
+        taken = np.zeros(len(tl), bool)
+        for v in items.values():
+            taken[v] = True
+        idx = nputil.unique(idx)
+        idx = idx[~taken[idx]]
         if idx.size and iv.total(iv.union(tl.start_ns[idx], tl.end_ns[idx])) >= (
             rules.startup_call_min_ns
         ):

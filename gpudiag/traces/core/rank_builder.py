@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from gpudiag._support import nputil
 from gpudiag._support.records import dataclass
 from gpudiag.config import LoaderRules
 from gpudiag.traces.core.common import (
@@ -264,7 +265,7 @@ def build_rank(
         range_label=range_label,
         no_ranges_hint=no_ranges_hint,
         python=python,
-        kernel_launches=np.unique(cols.launch_ns[is_gpu & np.isin(kind, _KERNELS)]),
+        kernel_launches=nputil.unique(cols.launch_ns[is_gpu & np.isin(kind, _KERNELS)]),
         launch_ns=cols.launch_ns,
     )
     if python is not None:  # the step column covers them too: only those chosen stay
