@@ -17,7 +17,7 @@ from gpudiag.analysis.model.diagnosis import Finding
 from gpudiag.analysis.model.efficiency import Opportunity
 from gpudiag.analysis.model.metrics import BandwidthMetrics, BelowPeakMetrics
 from gpudiag.analysis.remedies.compute import amp_on, precision_how, precision_title
-from gpudiag.analysis.remedies.remedy import Context, Evidence, Remedy
+from gpudiag.analysis.remedies.remedy import Context, Evidence, Remedy, Text
 from gpudiag.analysis.remedies.remedy import compiled as _compiled
 from gpudiag.analysis.remedies.remedy import const as _const
 from gpudiag.analysis.remedies.remedy import native as _native
@@ -141,38 +141,42 @@ def _applies(remedy: str) -> Any:
     return applies
 
 
+def _from_peak(remedy: str, rid: str, title: Text, detail: Text) -> Remedy:
+    """A remedy answering one opportunity of ``below_peak``: its gain, evidence and test."""
+    return Remedy(
+        id=_const(rid),
+        title=title,
+        detail=detail,
+        gain=_gain(remedy),
+        evidence=_evidence(remedy),
+        applies=_applies(remedy),
+    )
+
+
 BELOW_PEAK = (
-    Remedy(
-        id=_const("reduced-precision"),
-        title=lambda f, c: precision_title(c, _on_tf32(f)),
-        detail=_precision_detail,
-        gain=_gain("precision"),
-        evidence=_evidence("precision"),
-        applies=_applies("precision"),
+    _from_peak(
+        "precision",
+        "reduced-precision",
+        lambda f, c: precision_title(c, _on_tf32(f)),
+        _precision_detail,
     ),
-    Remedy(
-        id=_const("fuse-kernels"),
-        title=_const("Fuse elementwise and normalisation work with torch.compile"),
-        detail=_fusion_detail,
-        gain=_gain("fusion"),
-        evidence=_evidence("fusion"),
-        applies=_applies("fusion"),
+    _from_peak(
+        "fusion",
+        "fuse-kernels",
+        _const("Fuse elementwise and normalisation work with torch.compile"),
+        _fusion_detail,
     ),
-    Remedy(
-        id=_const("bigger-gemms"),
-        title=_const("Give the GEMMs larger shapes: more work per matmul"),
-        detail=_gemm_detail,
-        gain=_gain("bigger-gemms"),
-        evidence=_evidence("bigger-gemms"),
-        applies=_applies("bigger-gemms"),
+    _from_peak(
+        "bigger-gemms",
+        "bigger-gemms",
+        _const("Give the GEMMs larger shapes: more work per matmul"),
+        _gemm_detail,
     ),
-    Remedy(
-        id=_const("channels-last"),
-        title=_const("Run the convolutions in channels-last memory format"),
-        detail=_conv_detail,
-        gain=_gain("channels-last"),
-        evidence=_evidence("channels-last"),
-        applies=_applies("channels-last"),
+    _from_peak(
+        "channels-last",
+        "channels-last",
+        _const("Run the convolutions in channels-last memory format"),
+        _conv_detail,
     ),
 )
 
