@@ -160,6 +160,11 @@ class RankMeta:
     dropped: dict[str, int] = field(default_factory=dict)
 
 
+def gpu_lanes(lanes: Sequence[str]) -> npt.NDArray[np.bool_]:
+    """Per lane index: true for the device lanes (``gpu:<device>:<stream>``)."""
+    return np.array([ln.startswith("gpu:") for ln in lanes], dtype=bool)
+
+
 @dataclass
 class RankTimeline:
     """All intervals of one rank, column-wise."""
@@ -259,7 +264,7 @@ class RankTimeline:
 
     def gpu_lane_mask(self) -> npt.NDArray[np.bool_]:
         """Per lane index: true for ``gpu:`` lanes."""
-        return np.array([ln.startswith("gpu:") for ln in self.lanes], dtype=bool)
+        return gpu_lanes(self.lanes)
 
     def to_frame(self) -> Any:
         """The interval table as a pandas DataFrame with string columns (for users and tests)."""

@@ -8,7 +8,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpudiag.config import LoaderRules
-from gpudiag.traces.schema import I64, HostSteps, Kind
+from gpudiag.traces.schema import I64, HostSteps, Kind, gpu_lanes
 
 _KERNELS = [int(Kind.COMPUTE), int(Kind.COMM)]
 _NAME_MAX = 60  # a kernel's name quoted in the note, cut to this length
@@ -35,7 +35,7 @@ def kernel_steps(
     iteration's last launch. Returns the steps, else why there are none ("" without kernels
     to repeat).
     """
-    gpu = np.array([ln.startswith("gpu:") for ln in lanes], bool)
+    gpu = gpu_lanes(lanes)
     k = np.flatnonzero(gpu[lane] & np.isin(kind, _KERNELS)) if len(lane) else np.zeros(0, np.intp)
     reps_min = rules.user_step_min_ranges
     if k.size < reps_min:

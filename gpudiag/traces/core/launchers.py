@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpudiag.config import LoaderRules
-from gpudiag.traces.schema import Kind
+from gpudiag.traces.schema import Kind, gpu_lanes
 
 I64 = npt.NDArray[np.int64]
 
@@ -43,7 +43,7 @@ def comm_by_launch(
     rules: LoaderRules,
 ) -> tuple[I64, int]:
     """The kinds with launched-as-communication kernels made COMM; and how many were renamed."""
-    gpu_lane = np.array([ln.startswith("gpu:") for ln in lanes], bool)
+    gpu_lane = gpu_lanes(lanes)
     is_gpu = gpu_lane[lane] if lane.size else np.zeros(0, bool)
     out = kind.copy()
     kern = np.flatnonzero(is_gpu & (kind == Kind.COMPUTE) & (launch_ns >= 0))

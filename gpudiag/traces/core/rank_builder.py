@@ -28,7 +28,7 @@ from gpudiag.traces.core.common import (
 )
 from gpudiag.traces.core.launchers import comm_by_launch
 from gpudiag.traces.core.step_ranges import resolve_steps
-from gpudiag.traces.schema import Kind, RankMeta, RankTimeline
+from gpudiag.traces.schema import Kind, RankMeta, RankTimeline, gpu_lanes
 
 # GPU/CPU clocks. A GPU op cannot start before its launch call starts, and an op launched by
 # a blocking call (a synchronous copy) ends before that call returns. Violations beyond
@@ -157,7 +157,7 @@ def check_clocks(
     if not len(cols.start_ns):
         return
     tol = rules.clock_tolerance_ns
-    gpu_lane = np.array([ln.startswith("gpu:") for ln in cols.lanes], bool)
+    gpu_lane = gpu_lanes(cols.lanes)
     is_gpu = gpu_lane[cols.lane]
     lk = _links(cols, kind, is_gpu)
     if not lk.ops.size:
@@ -297,7 +297,7 @@ _KERNELS = [int(Kind.COMPUTE), int(Kind.COMM)]
 
 def _note_links(cols: RawColumns, meta: RankMeta, rules: LoaderRules) -> npt.NDArray[np.bool_]:
     """Which rows are GPU work; a note when too few of them have a launch link."""
-    gpu = np.array([ln.startswith("gpu:") for ln in cols.lanes], bool)
+    gpu = gpu_lanes(cols.lanes)
     is_gpu: npt.NDArray[np.bool_] = gpu[cols.lane] if len(cols.lane) else np.zeros(0, bool)
     n_gpu = int(np.count_nonzero(is_gpu))
     linked = int(np.count_nonzero(is_gpu & (cols.launch_ns >= 0)))
