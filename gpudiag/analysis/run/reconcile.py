@@ -9,7 +9,7 @@ notes about what the inputs lacked, and leave the warm-up steps out of the stati
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gpudiag._support import nputil
 from gpudiag.analysis.findings.causes import cpu_host_cause, host_cause
@@ -48,9 +48,7 @@ def without_warmup(
     warm = warmup_steps([s for r in results for s in r.steps], th.steady)
     if not warm:
         return results, []
-    kept = [
-        dataclasses.replace(r, steps=[s for s in r.steps if s.step not in warm]) for r in results
-    ]
+    kept = [_without_steps(r, warm) for r in results]
     rest = [s.duration_ns for r in kept for s in r.steps]
     median = float(nputil.median(rest)) if rest else 0.0
     nums = sorted(warm)
@@ -72,6 +70,33 @@ def without_warmup(
         metrics=WarmupMetrics({str(n): round(warm[n]) for n in nums}, round(median)),
     )
     return kept, [finding]
+
+
+def _without_steps(r: RankResult, warm: Mapping[int, float]) -> RankResult:
+    """``r`` without the steps numbered in ``warm``, its per-step evidence cut alike.
+
+    A rank's per-step evidence lists run over the steps the rank analysed, which the
+    warm-up cut (a run-level decision, made once every rank is in) shortens; the totals
+    derived from a per-step list are recomputed from the kept steps, so a stage's
+    receive wait and its step time cover the same steps.
+    """
+    mask = [s.step not in warm for s in r.steps]
+    ev = r.evidence
+    change: dict[str, object] = {}
+    if ev.p2p_recv_wait_ns_per_step is not None and len(ev.p2p_recv_wait_ns_per_step) == len(mask):
+        per = [w for w, k in zip(ev.p2p_recv_wait_ns_per_step, mask, strict=True) if k]
+        change |= {"p2p_recv_wait_ns_per_step": per, "p2p_recv_wait_ns": sum(per)}
+    if ev.gpu_metrics_per_step is not None:
+        change["gpu_metrics_per_step"] = {
+            key: [v for v, k in zip(vals, mask, strict=True) if k]
+            for key, vals in ev.gpu_metrics_per_step.items()
+            if len(vals) == len(mask)
+        }
+    return dataclasses.replace(
+        r,
+        steps=[s for s, k in zip(r.steps, mask, strict=True) if k],
+        evidence=dataclasses.replace(ev, **change) if change else ev,  # type: ignore[arg-type]
+    )
 
 
 def comm_wait_for_stragglers(
