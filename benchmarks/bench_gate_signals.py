@@ -27,6 +27,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -74,9 +75,8 @@ def record(out: Path, labels: Sequence[str]) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for label in labels:
-                extra = (
-                    ["--extra-work", str(int(label[4:]) / 100)] if label.startswith("slow") else []
-                )
+                slow = re.match(r"slow(\d+)", label)
+                extra = ["--extra-work", str(int(slow[1]) / 100)] if slow else []
                 d = Path(tmp) / label
                 cmd = [
                     sys.executable,

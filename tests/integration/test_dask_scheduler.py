@@ -377,8 +377,9 @@ def test_a_rank_whose_workers_keep_dying_is_named(fresh_cluster, tmp_path, share
     t0 = time.monotonic()
     proc = _analyze_in_background(fresh_cluster.scheduler_address, r0, big)
     killed: set[int] = set()
+    deadline = t0 + 2 * START_S  # a bounded wait: a client that never returns fails here
     try:
-        while proc.poll() is None and len(killed) < 5:
+        while proc.poll() is None and len(killed) < 5 and time.monotonic() < deadline:
             try:
                 pid = _reader_of(big, time.monotonic() + 5, killed)
             except AssertionError:
