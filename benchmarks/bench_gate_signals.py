@@ -65,15 +65,19 @@ JOB = [
 EFFECT = 0.25
 
 
-def record(out: Path, labels: Sequence[str]) -> None:
-    """Run the demo once per label beside a CPU hog; write the runs as a baseline file."""
+def record(out: Path, labels: Sequence[str], keep: Path | None = None) -> None:
+    """Run the demo once per label beside a CPU hog; write the runs as a baseline file.
+
+    ``keep``: leave each run directory there (``KEEP/LABEL``), to gate them with the CLI.
+    """
     from gpudiag.api.load import analyze
     from gpudiag.cli.gate import run_conditions
 
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     runs = []
     try:
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory() as scratch:
+            tmp = keep or Path(scratch)
             for label in labels:
                 slow = re.match(r"slow(\d+)", label)
                 extra = ["--extra-work", str(int(slow[1]) / 100)] if slow else []
@@ -178,6 +182,74 @@ def replay(path: Path, replicates: int, seed: int, n: int = 3) -> None:
         )
 
 
+def block(name: str) -> tuple[str, int] | None:
+    """``base3`` → ("base", 3), ``slow30_3`` → ("slow30", 3): a run's kind and its block."""
+    m = re.fullmatch(r"([a-z]+\d*?)_?(\d+)", name)
+    return (m[1], int(m[2])) if m else None
+
+
+def replay_paired(path: Path, replicates: int, seed: int, n: int = 3) -> None:
+    """The paired rule on runs recorded in blocks (base_k, same_k, slowNN_k, …, k = 1, 2, …).
+
+    Each block's runs ran one after the other, so a candidate run is paired with its
+    block's ``base`` run. Every choice of ``n`` blocks, each also with seeded bootstrap
+    replicates of every run's steps: the ``same`` runs (false alarms), the ``same`` runs
+    with their own work +25% (detection, as :func:`slowed`), and each recorded ``slowNN``.
+    """
+    from gpudiag.analysis.compare.paired import paired_checks
+
+    runs = baseline_from_json(json.loads(path.read_text()))
+    blocks: dict[int, dict[str, RunStat]] = {}
+    for r in runs:
+        kb = block(r.name)
+        if kb:
+            blocks.setdefault(kb[1], {})[kb[0]] = r
+    kinds = sorted({k for b in blocks.values() for k in b} - {"base"})
+    cfg = GateConfig()
+    rng = np.random.default_rng(seed)
+    tally: dict[str, list[int]] = {}
+
+    def count(key: str, cands: list[RunStat], base: list[RunStat]) -> None:
+        checks = paired_checks(cands, base, cfg, "cpu", False)
+        t = tally.setdefault(key, [0, 0, 0])
+        fails = [c.name for c in checks if c.status == "fail"]
+        t[0] += bool(fails)
+        t[1] += 1
+        t[2] += fails == ["step_time_regression"]
+
+    for chosen in itertools.combinations(sorted(blocks), n):
+        for rep in range(replicates + 1):
+
+            def pick(kind: str, chosen: tuple[int, ...] = chosen, rep: int = rep) -> list[RunStat]:
+                got = [blocks[k][kind] for k in chosen]
+                return got if rep == 0 else [_resample(x, rng) for x in got]
+
+            if not all(kind in blocks[k] for k in chosen for kind in ["base", *kinds]):
+                continue
+            base = pick("base")
+            for kind in kinds:
+                cands = pick(kind)
+                count(kind, cands, base)
+                if kind.startswith("same"):
+                    count(f"{kind} +{EFFECT:.0%} own work", [slowed(c) for c in cands], base)
+    print(f"{len(blocks)} blocks; {n}-pair subsets, {replicates} bootstrap replicates each")
+    for key, (fails, total, wall) in tally.items():
+        print(
+            f"  {key:24s} {fails:5d} of {total:5d} fail ({fails / max(total, 1):.1%}); "
+            f"{wall} by the wall clock alone"
+        )
+    for k in sorted(blocks):
+        b = blocks[k]["base"]
+        row = [f"block {k}: base {b.step_time_ns_median / 1e6:.0f} ms"]
+        for kind in kinds:
+            c = blocks[k].get(kind)
+            if c is not None and b.cpu_ns and c.cpu_ns:
+                wall = c.step_time_ns_median / b.step_time_ns_median  # type: ignore[operator]
+                cpu = _median(c.cpu_ns) / _median(b.cpu_ns)
+                row.append(f"{kind} wall ×{wall:.2f} cpu ×{cpu:.2f}")
+        print("  " + "; ".join(row))
+
+
 def main() -> None:
     """``record`` or ``replay`` (the module's doc)."""
     p = argparse.ArgumentParser(description=__doc__)
@@ -185,14 +257,22 @@ def main() -> None:
     r = sub.add_parser("record")
     r.add_argument("out", type=Path)
     r.add_argument("--runs", nargs="+", default=["base1", "base2", "base3", "same1", "slow30"])
+    r.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
     q = sub.add_parser("replay")
     q.add_argument("runs", type=Path)
     q.add_argument("--replicates", type=int, default=10)
     q.add_argument("--seed", type=int, default=32)
     q.add_argument("--baseline-runs", type=int, default=3)
+    q2 = sub.add_parser("replay-paired")
+    q2.add_argument("runs", type=Path)
+    q2.add_argument("--replicates", type=int, default=10)
+    q2.add_argument("--seed", type=int, default=32)
+    q2.add_argument("--pairs", type=int, default=3)
     a = p.parse_args()
     if a.cmd == "record":
-        record(a.out, a.runs)
+        record(a.out, a.runs, a.keep)
+    elif a.cmd == "replay-paired":
+        replay_paired(a.runs, a.replicates, a.seed, a.pairs)
     else:
         replay(a.runs, a.replicates, a.seed, a.baseline_runs)
 

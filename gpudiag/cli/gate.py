@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -52,6 +53,16 @@ def _gate_runs(path: Path, th: Thresholds, cfg: Any) -> list[Any]:
     return [run_stat(d, str(path), run_conditions(path), cfg.warmup_steps, th)]
 
 
+Paired = Annotated[
+    bool,
+    typer.Option(
+        "--paired",
+        help="PATHS are baseline and candidate runs alternated as recorded "
+        "(B1 C1 B2 C2 …): test their pairs.",
+    ),
+]
+
+
 @app.command(cls=clihelp.Command)
 def gate(
     paths: Annotated[
@@ -94,6 +105,7 @@ def gate(
     inconclusive_ok: Annotated[
         bool | None, typer.Option("--inconclusive-ok", help="Exit 0, not 5, if undecided.")
     ] = None,
+    paired: Paired = False,
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Write JUnit XML.", readable=False)
     ] = None,
@@ -122,12 +134,36 @@ def gate(
         stragglers=stragglers,
         inconclusive_ok=inconclusive_ok,
     )
+    if paired:
+        sys.exit(_gate_paired(paths, baseline, save_baseline, th, cfg, form, junit, markdown))
     if save_baseline is not None and not baseline and len(paths) > 1:
         sys.exit(_save_baseline(paths, save_baseline, th, cfg, form, junit, markdown))
     if len(paths) > 1 and not baseline:
         raise typer.BadParameter("one run to gate; several only with --baseline or --save-baseline")
     base_paths = [*(baseline or []), *paths[1:]]
     sys.exit(_gate_one(paths[0], base_paths, th, cfg, form, save_baseline, junit, markdown))
+
+
+def _gate_paired(
+    paths: list[Path],
+    baseline: list[Path] | None,
+    save_baseline: Path | None,
+    th: Thresholds,
+    cfg: Any,
+    form: str,
+    junit: Path | None,
+    markdown: Path | None,
+) -> int:
+    """``--paired B1 C1 B2 C2 …``: each candidate run against the baseline run before it."""
+    if save_baseline is not None or baseline or len(paths) < 4 or len(paths) % 2:
+        raise typer.BadParameter(
+            "--paired takes the baseline and candidate runs alternated as they were "
+            "recorded, two pairs or more: `gpudiag gate --paired B1 C1 B2 C2 B3 C3` "
+            f"(got {len(paths)} paths{', and --baseline' if baseline else ''}"
+            f"{', and --save-baseline' if save_baseline is not None else ''})"
+        )
+    base, cands = paths[0::2], paths[1::2]
+    return _gate_one(cands[0], base, th, cfg, form, None, junit, markdown, cands[1:])
 
 
 def _gate_one(
@@ -139,8 +175,13 @@ def _gate_one(
     save_diagnosis: Path | None,
     junit: Path | None,
     markdown: Path | None,
+    paired: Sequence[Path] | None = None,
 ) -> int:
-    """Gate one run against the baseline runs; its exit code."""
+    """Gate one run against the baseline runs; its exit code.
+
+    ``paired``: the candidate's further runs (``--paired``), each paired with the baseline
+    run of its position (``path`` with the first).
+    """
     from gpudiag.analysis.compare.baseline import run_outcome
     from gpudiag.analysis.compare.gate import evaluate
     from gpudiag.report import ci
@@ -157,7 +198,8 @@ def _gate_one(
         emit(d, "json", save_diagnosis)
     base = [r for p in base_paths for r in _gate_runs(p, th, cfg)] or None
     names = " ".join(str(p) for p in base_paths) or None
-    res = evaluate(d, cfg, base, str(path), names, th, run_conditions(path))
+    more = None if paired is None else [r for p in paired for r in _gate_runs(p, th, cfg)]
+    res = evaluate(d, cfg, base, str(path), names, th, run_conditions(path), more)
     emit(res, form, None)
     ci.write_outputs(res, junit, markdown)
     if res.exit_code:

@@ -61,6 +61,10 @@ class CheckDetails(TypedDict, total=False):
     own_test_slower: bool  # slower than the limit: whether the check's own test says so
     run: str  # ``baseline_run``: the run's name
     comparable_contention: str  # a contended candidate's wall clock tested: why (timing.py)
+    paired: bool  # ``--paired``: alternated runs, tested by their pairs' ratios (paired.py) …
+    pair_ratios: list[float]  # … each pair's candidate median ÷ its partner's, …
+    pair_log_sd: float  # … the sample standard deviation of their logs, …
+    candidate_medians_ns: list[float]  # … and each candidate run's median
 
 
 class Fingerprint(TypedDict, total=False):

@@ -79,6 +79,7 @@ from gpudiag.analysis.compare.checks import (
     GateResult,
     GateStatus,
 )
+from gpudiag.analysis.compare.paired import paired_checks
 from gpudiag.analysis.compare.stats import t_ppf
 from gpudiag.analysis.compare.timing import (
     CPU,
@@ -256,11 +257,16 @@ def evaluate(
     baseline_name: str | None = None,
     th: Thresholds | None = None,
     conditions: RunConditions | None = None,
+    paired: Sequence[RunStat] | None = None,
 ) -> GateResult:
     """Run every configured check on ``d`` (and against the baseline runs) and decide.
 
     ``th``: the analysis thresholds in force (the idle limit and the steady-step rule);
-    ``conditions``: the subject's recorded run conditions (:func:`gpudiag.rundir.conditions.merge`).
+    ``conditions``: the subject's recorded run conditions (:func:`gpudiag.rundir.conditions.merge`);
+    ``paired``: the candidate's further runs when the runs were alternated (``--paired``):
+    ``d`` and each of them is paired with the baseline run of its position, the timing
+    checks are :mod:`gpudiag.analysis.compare.paired`'s, and a further run that did not
+    end well fails the gate as ``d`` would.
     """
     th = th or Thresholds()
     base = _as_runs(baseline, cfg, th)
@@ -268,37 +274,17 @@ def evaluate(
     contended = contention(conditions, cfg)
     recorded = conditions.to_json() if conditions is not None else None
     note = f" (run contended: {describe_run_conditions(conditions)})" if contended else ""
-    ended = run_outcome(d)
+    ended = run_outcome(d) or next(
+        (f"{r.name or 'a candidate run'}: {r.outcome}" for r in paired or [] if r.outcome), None
+    )
     checks = [
         Check("run_outcome", None, FAIL, None, None, f"the run did not end well: {ended}")
         if ended
         else Check("run_outcome", None, PASS, None, None, "no failure, crash, interruption or hang")
     ]
     checks += _limit_checks(d, cfg, th, note) + _straggler_checks(d, cfg, base, contended)
-    checks.append(
-        Check(
-            "run_conditions",
-            None,
-            WARN if contended else PASS,
-            None,
-            None,
-            ("contended: " + "; ".join(contended))
-            if contended
-            else f"quiet: {describe_run_conditions(conditions)}",
-            details=recorded,
-        )
-        if recorded
-        else Check(
-            "run_conditions",
-            None,
-            OFF,
-            None,
-            None,
-            "not applied: no run conditions "
-            "recorded (traces or a saved diagnosis; `gpudiag run` records them)",
-        )
-    )
-    checks += _baseline_checks(d, base, fp, cfg, th, subject, conditions, contended)
+    checks.append(_conditions_check(conditions, contended))
+    checks += _baseline_checks(d, base, fp, cfg, th, subject, conditions, contended, paired)
     if cfg.inconclusive_ok:
         checks = [hold_to_own_test(c) for c in checks]
     statuses = {c.status for c in checks}
@@ -327,6 +313,31 @@ def evaluate(
     )
 
 
+def _conditions_check(conditions: RunConditions | None, contended: list[str]) -> Check:
+    """``run_conditions``: quiet (pass), contended (warn), or not recorded (off)."""
+    if conditions is None or not conditions.to_json():
+        return Check(
+            "run_conditions",
+            None,
+            OFF,
+            None,
+            None,
+            "not applied: no run conditions "
+            "recorded (traces or a saved diagnosis; `gpudiag run` records them)",
+        )
+    return Check(
+        "run_conditions",
+        None,
+        WARN if contended else PASS,
+        None,
+        None,
+        ("contended: " + "; ".join(contended))
+        if contended
+        else f"quiet: {describe_run_conditions(conditions)}",
+        details=conditions.to_json(),
+    )
+
+
 def _baseline_checks(
     d: Diagnosis,
     base: list[RunStat],
@@ -336,12 +347,19 @@ def _baseline_checks(
     subject: str,
     conditions: RunConditions | None,
     contended: list[str],
+    paired: Sequence[RunStat] | None = None,
 ) -> list[Check]:
-    """The fingerprint and the two timing checks, or why they are not applied."""
+    """The fingerprint and the two timing checks, or why they are not applied.
+
+    ``paired``: the candidate's further runs (``--paired``); a pair whose baseline run did
+    not end well leaves with that run.
+    """
     if not base:
         why = "not applied: no baseline (give --baseline B1 B2 B3)"
         return [Check(n, None, OFF, None, None, why) for n in ("fingerprint", WALL, CPU)]
     out: list[Check] = []
+    cand = run_stat(d, subject, conditions, cfg.warmup_steps, th)
+    cands = None if paired is None else [cand, *paired]
     bad = [b for b in base if b.outcome]
     if bad:
         names = ", ".join(f"{b.name or 'a run'} ({b.outcome})" for b in bad)
@@ -355,12 +373,15 @@ def _baseline_checks(
                 f"baseline runs that did not end well are left out: {names}",
             )
         )
+        if cands is not None and len(cands) == len(base):
+            cands = [c for c, b in zip(cands, base, strict=True) if not b.outcome]
         base = [b for b in base if not b.outcome]
         if not base:
             return out
-    odd = next((b for b in base if b.fingerprint != fp), None)
+    odd = next((b for b in [*base, *(cands or [])] if b.fingerprint != fp), None)
     if odd is not None:
         diffs = describe_fingerprint_difference(fp, odd.fingerprint)
+        who = "baseline" if any(odd is b for b in base) else "candidate"
         return [
             *out,
             Check(
@@ -369,11 +390,13 @@ def _baseline_checks(
                 INCONCLUSIVE,
                 None,
                 None,
-                f"baseline {odd.name or 'run'} is from a different setup ({diffs}): not compared",
+                f"{who} {odd.name or 'run'} is from a different setup ({diffs}): not compared",
             ),
         ]
     out.append(Check("fingerprint", None, PASS, None, None, "same setup as the baseline"))
-    cand = run_stat(d, subject, conditions, cfg.warmup_steps, th)
+    gpu = bool(fp.get("devices"))
+    if cands is not None:
+        return out + paired_checks(cands, base, cfg, str(d.run.mode), gpu)
     out.append(regression_check(cand, base, cfg, contended))
-    out.append(cpu_check(cand, base, cfg, str(d.run.mode), bool(fp.get("devices"))))
+    out.append(cpu_check(cand, base, cfg, str(d.run.mode), gpu))
     return out
