@@ -30,18 +30,20 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpudiag._support.records import dataclass
-from gpudiag.analysis.model.diagnosis import RunStep
-from gpudiag.analysis.run.online import RAISED, Alert, LiveRules, alert_record
 from gpudiag.config import Thresholds, gate_config
 from gpudiag.rundir import layout as rundir
 from gpudiag.rundir.conditions import RunConditions, contention
 from gpudiag.rundir.sections import WatcherName
 from gpudiag.traces.runfiles.jsonl import Follower
-from gpudiag.traces.runfiles.samples import SamplesFollower
-from gpudiag.traces.runfiles.telemetry import StepsFollower
+
+if TYPE_CHECKING:  # the rules and the followers need numpy and pandas: imported at start()
+    from gpudiag.analysis.model.diagnosis import RunStep
+    from gpudiag.analysis.run.online import Alert, LiveRules
+    from gpudiag.traces.runfiles.samples import SamplesFollower
+    from gpudiag.traces.runfiles.telemetry import StepsFollower
 
 
 @dataclass
@@ -69,7 +71,7 @@ class Monitor:
         self.th = thresholds or Thresholds()
         self.opts = opts or AlertOptions()
         self.log = log or (lambda msg: None)
-        self.rules = LiveRules(self.th)
+        self._rules: LiveRules | None = None
         self.run_dir: Path | None = None
         self.path: Path | None = None
         self._steps: StepsFollower | None = None
@@ -87,6 +89,18 @@ class Monitor:
         self.rules_cpu_ns = 0  # of which judging (LiveRules.evaluate)
         self.alerts: list[Alert] = []
 
+    @property
+    def rules(self) -> LiveRules:
+        """The live rules, built on first use (after the job started).
+
+        Their numpy and pandas imports (~1 s of CPU on a 2-core host) never delay the job.
+        """
+        if self._rules is None:
+            from gpudiag.analysis.run.online import LiveRules
+
+            self._rules = LiveRules(self.th)
+        return self._rules
+
     # ---- lifecycle (called by the launcher) ----
 
     def start(self, run_dir: Path, child_pid: int) -> None:
@@ -96,6 +110,9 @@ class Monitor:
         self.path = self.run_dir / rundir.ALERTS
         with open(self.path, "wb"):
             pass
+        from gpudiag.traces.runfiles.samples import SamplesFollower
+        from gpudiag.traces.runfiles.telemetry import StepsFollower
+
         self._steps = StepsFollower(self.run_dir)
         self._samples = SamplesFollower(self.run_dir)
         self._thread = threading.Thread(target=self._loop, name="gpudiag-alerts", daemon=True)
@@ -113,6 +130,8 @@ class Monitor:
         for f in (self._steps, self._samples, *self._conditions.values()):
             if f is not None:
                 f.close()
+        from gpudiag.analysis.run.online import RAISED
+
         judged = max(1, self.rules.judged)
         return {
             "file": rundir.ALERTS,
@@ -211,6 +230,8 @@ class Monitor:
 
     def _emit(self, a: Alert) -> None:
         self.alerts.append(a)
+        from gpudiag.analysis.run.online import alert_record
+
         record = json.dumps(alert_record(a), separators=(",", ":")) + "\n"
         if self.path is not None:
             try:
@@ -258,6 +279,8 @@ class Monitor:
 
 
 def _run_step(rank: int, r: dict[str, Any]) -> RunStep:
+    from gpudiag.analysis.model.diagnosis import RunStep
+
     return RunStep(
         rank,
         r["step"],
