@@ -110,13 +110,29 @@ class Monitor:
         self.path = self.run_dir / rundir.ALERTS
         with open(self.path, "wb"):
             pass
-        from gpudiag.traces.runfiles.samples import SamplesFollower
-        from gpudiag.traces.runfiles.telemetry import StepsFollower
-
-        self._steps = StepsFollower(self.run_dir)
-        self._samples = SamplesFollower(self.run_dir)
-        self._thread = threading.Thread(target=self._loop, name="gpudiag-alerts", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="gpudiag-alerts", daemon=True)
         self._thread.start()
+
+    def _run(self) -> None:
+        """The monitor's thread: its followers and rules (their imports), then the loop.
+
+        Built here, not in :meth:`start`, so that the launcher's thread goes on at once to
+        forward the job's signals: a Ctrl-C during these imports reaches the job.
+        """
+        try:
+            from gpudiag.traces.runfiles.samples import SamplesFollower
+            from gpudiag.traces.runfiles.telemetry import StepsFollower
+
+            assert self.run_dir is not None
+            self._samples = SamplesFollower(self.run_dir)
+            self._steps = StepsFollower(self.run_dir)
+            self.rules  # noqa: B018 (built now, in this thread)
+        except Exception as e:
+            msg = f"live alerts stopped: {type(e).__name__}: {e}"
+            self.errors.append(msg)
+            self.log(msg)
+            return
+        self._loop()
 
     def stop(self) -> dict[str, Any]:
         """Judge what the job wrote last, stop, and say what happened (for the manifest)."""
@@ -149,7 +165,7 @@ class Monitor:
     def raised(self) -> list[Alert]:
         """The alerts raised and not cleared (for the status line)."""
         with self._lock:
-            return self.rules.raised()
+            return self._rules.raised() if self._rules is not None else []
 
     def no_progress(self, message: str, metrics: dict[str, Any]) -> None:
         """The hang watchdog's finding, as an alert (cleared when a step finishes again)."""
