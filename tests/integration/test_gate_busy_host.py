@@ -127,7 +127,13 @@ def test_much_more_own_work_fails(results: dict, ok: bool) -> None:
     code, res = results[("slow150", ok)]
     rows = {c["name"]: c for c in res["checks"]}
     assert code == 1, [c["message"] for c in res["checks"]]
-    assert rows["cpu_time_regression"]["status"] == "fail"
+    cpu, wall = rows["cpu_time_regression"], rows["step_time_regression"]
+    # the job's own work decides, unless the host made that work dearer during the run
+    # (seen under load 11: the sampler's fixed work +25% or more), when the wall clock of
+    # as-contended baseline runs does
+    if cpu["status"] != "fail":
+        assert cpu["status"] == "inconclusive" and "dearer" in cpu["message"], cpu["message"]
+        assert wall["status"] == "fail", wall["message"]
 
 
 def test_a_run_whose_rank_raised_fails_and_is_no_baseline(
