@@ -128,11 +128,10 @@ def test_much_more_own_work_fails(results: dict, ok: bool) -> None:
     rows = {c["name"]: c for c in res["checks"]}
     assert code == 1, [c["message"] for c in res["checks"]]
     cpu, wall = rows["cpu_time_regression"], rows["step_time_regression"]
-    # the job's own work decides, unless the host made that work dearer during the run
-    # (seen under load 11: the sampler's fixed work +25% or more), when the wall clock of
-    # as-contended baseline runs does
+    # the job's own work decides, or (seen once under load 11, the CPU check inconclusive)
+    # the wall clock against as-contended baseline runs: either way a timing check fails
     if cpu["status"] != "fail":
-        assert cpu["status"] == "inconclusive" and "dearer" in cpu["message"], cpu["message"]
+        assert cpu["status"] == "inconclusive", cpu["message"]
         assert wall["status"] == "fail", wall["message"]
 
 
