@@ -28,7 +28,13 @@ from gpudiag.analysis.model.evidence import (
     RankReading,
     WorkloadTag,
 )
-from gpudiag.analysis.model.kinds import Bottleneck, MatchMethod, TimeUnit, VerdictBasis
+from gpudiag.analysis.model.kinds import (
+    Bottleneck,
+    EfficiencyGap,
+    MatchMethod,
+    TimeUnit,
+    VerdictBasis,
+)
 from gpudiag.analysis.model.kinds import Cause as Cause
 from gpudiag.analysis.model.kinds import FindingKind as FindingKind
 from gpudiag.analysis.model.kinds import Mode as Mode
@@ -192,6 +198,7 @@ class RankEvidence:
     comm_dtypes: dict[str, dict[str, float]] | None = None
     # achieved FLOP/s and bandwidth of the modelled operators against the device's peak
     efficiency: ComputeEfficiency | None = None
+    efficiency_gap: EfficiencyGap | None = None  # a GPU rank without it: why
     # what the trace was taken to be: start-up, edges, iterations (analysis/reading)
     reading: RankReading | None = None
 
@@ -247,6 +254,7 @@ class EvidenceParts(TypedDict, total=False):
     comm_calls: dict[str, int]
     comm_dtypes: dict[str, dict[str, float]]
     efficiency: ComputeEfficiency
+    efficiency_gap: EfficiencyGap
     reading: RankReading
 
 
