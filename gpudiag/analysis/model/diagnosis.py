@@ -25,6 +25,7 @@ from gpudiag.analysis.model.evidence import (
     HostApiEntry,
     HostOps,
     KernelsByStep,
+    PythonSites,
     RankReading,
     WorkloadTag,
 )
@@ -176,6 +177,8 @@ class RankEvidence:
     host_op_share: float | None = None  # of the steps, an operator open on a host thread
     # per step: inside operators on the training/other threads, inside or between them idle
     host_ops: HostOps | None = None
+    # per step: the Python functions the training thread is in, between operators, GPU idle
+    python_sites: PythonSites | None = None
     # per step: kernels, and the compute kernels whose time varies most (name → ns a step)
     kernels_by_step: KernelsByStep | None = None
     kernels_per_step: float | None = None
@@ -236,6 +239,7 @@ class EvidenceParts(TypedDict, total=False):
     host_api: dict[str, HostApiEntry]
     host_op_share: float
     host_ops: HostOps
+    python_sites: PythonSites
     kernels_by_step: KernelsByStep
     kernels_per_step: float
     kernel_ns_median: int

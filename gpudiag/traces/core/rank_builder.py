@@ -28,7 +28,7 @@ from gpudiag.traces.core.common import (
 )
 from gpudiag.traces.core.launchers import comm_by_launch
 from gpudiag.traces.core.step_ranges import resolve_steps
-from gpudiag.traces.schema import Kind, RankMeta, RankTimeline, gpu_lanes
+from gpudiag.traces.schema import Kind, PythonFrames, RankMeta, RankTimeline, gpu_lanes
 
 # GPU/CPU clocks. A GPU op cannot start before its launch call starts, and an op launched by
 # a blocking call (a synchronous copy) ends before that call returns. Violations beyond
@@ -268,8 +268,16 @@ def build_rank(
         kernel_launches=nputil.unique(cols.launch_ns[is_gpu & np.isin(kind, _KERNELS)]),
         launch_ns=cols.launch_ns,
     )
+    frames = None
     if python is not None:  # the step column covers them too: only those chosen stay
         cols, kind, step_col = _keep_chosen(cols, kind, step_col, python)
+        # every call, chosen or not, stays a frame (hostcause.python_sites reads them)
+        frames = PythonFrames(
+            python.start_ns.astype(np.int64),
+            python.end_ns.astype(np.int64),
+            python.lane.astype(np.int32),
+            python.name.astype(np.int32),
+        )
     return RankTimeline.from_columns(
         rank,
         start_ns=cols.start_ns,
@@ -289,6 +297,7 @@ def build_rank(
         steps=steps,
         shape=cols.shape,
         shapes=cols.shapes,
+        python=frames,
     )
 
 
