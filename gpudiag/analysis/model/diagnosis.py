@@ -178,6 +178,7 @@ class RankEvidence:
     # per step: inside operators on the training/other threads, inside or between them idle
     host_ops: HostOps | None = None
     # per step: the Python functions the training thread is in, between operators, GPU idle
+    # (not in the JSON: the Python cause's call_sites quote it)
     python_sites: PythonSites | None = None
     # per step: kernels, and the compute kernels whose time varies most (name → ns a step)
     kernels_by_step: KernelsByStep | None = None
@@ -210,6 +211,9 @@ class RankEvidence:
     def to_json(self) -> JsonObject:
         """The ``evidence`` object of a JSON rank: only what was seen (no nulls)."""
         out = {k: v for k, v in asdict(self).items() if v is not None}
+        # read by the host cause, whose call_sites carry what it names (issue 29): a trace's
+        # Python frames alone add nothing to the JSON
+        out.pop("python_sites", None)
         if self.reading is not None:
             out["reading"] = self.reading.to_json()
         return out
