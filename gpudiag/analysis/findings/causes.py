@@ -35,6 +35,13 @@ activity, its time a step and the analysed steps ("… 120.0 ms a step, steps 3�
 
 Graph launches (``cudaGraphLaunch``/``hipGraphLaunch``) are reported beside the cause:
 CUDA graphs are then already in use and not suggested again.
+
+A Python cause on a trace with Python frames (``python_function``: the ranks' evidence
+``python_sites``, analysis/rank/hostcause.py) names where its time goes: ``call_sites``,
+the innermost frames holding it with their time and calls a step, the top three in its
+text; and, when the steps launch graphs, the part before each step's first graph launch
+(``before_graph_ns_per_step``), which leads the text when it holds half of the time
+("Python before the first graph launch: …"). Without such frames neither is set.
 """
 
 from __future__ import annotations

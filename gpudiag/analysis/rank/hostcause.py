@@ -30,7 +30,9 @@ The rank's *operator threads* are the training thread and its autograd threads: 
 named ``pt_autograd_N`` (or anything with "autograd"/"backward" in its name) and threads
 running ``autograd::engine::evaluate_function`` ranges — in a GPU job, backward runs there,
 not on the training thread. Their operators' union, per step, splits the steps' time into
-"inside an operator" and "between operators" (``host_ops``).
+"inside an operator" and "between operators" (``host_ops``). With Python frames in the
+trace (``RankTimeline.python``), the GPU-idle time between operators goes to the innermost
+frame open on the training thread (``python_sites``, :func:`python_sites`).
 """
 
 from __future__ import annotations

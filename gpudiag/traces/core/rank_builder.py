@@ -268,16 +268,8 @@ def build_rank(
         kernel_launches=nputil.unique(cols.launch_ns[is_gpu & np.isin(kind, _KERNELS)]),
         launch_ns=cols.launch_ns,
     )
-    frames = None
     if python is not None:  # the step column covers them too: only those chosen stay
         cols, kind, step_col = _keep_chosen(cols, kind, step_col, python)
-        # every call, chosen or not, stays a frame (hostcause.python_sites reads them)
-        frames = PythonFrames(
-            python.start_ns.astype(np.int64),
-            python.end_ns.astype(np.int64),
-            python.lane.astype(np.int32),
-            python.name.astype(np.int32),
-        )
     return RankTimeline.from_columns(
         rank,
         start_ns=cols.start_ns,
@@ -297,7 +289,7 @@ def build_rank(
         steps=steps,
         shape=cols.shape,
         shapes=cols.shapes,
-        python=frames,
+        python=_frames(python),
     )
 
 
@@ -349,6 +341,18 @@ def _split_python(cols: RawColumns) -> tuple[RawColumns, RawColumns | None]:
         return dataclasses.replace(cols, python_names=None), None
     base = _rows(cols, np.flatnonzero(~py))
     return dataclasses.replace(base, python_names=None), _rows(cols, np.flatnonzero(py))
+
+
+def _frames(python: RawColumns | None) -> PythonFrames | None:
+    """Every Python call, chosen as a step or not, as a frame (hostcause.python_sites)."""
+    if python is None:
+        return None
+    return PythonFrames(
+        python.start_ns.astype(np.int64),
+        python.end_ns.astype(np.int64),
+        python.lane.astype(np.int32),
+        python.name.astype(np.int32),
+    )
 
 
 def _keep_chosen(
