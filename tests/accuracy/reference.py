@@ -579,7 +579,10 @@ def _step_thread(events: list[dict]) -> tuple[str, str]:
 
 
 def _innermost_pieces(frames: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
-    """Between consecutive frame bounds, the open frame that started last (shorter first)."""
+    """Between consecutive frame bounds, the open frame that started last (shorter first).
+
+    Of two frames with the same bounds, the one later in the trace.
+    """
     bounds = sorted({t for f in frames for t in f[:2]})
     order = sorted(frames, key=lambda f: (f[0], -f[1]))
     pieces: list[tuple[int, int, str]] = []
@@ -591,7 +594,8 @@ def _innermost_pieces(frames: list[tuple[int, int, str]]) -> list[tuple[int, int
             k += 1
         open_ = [f for f in open_ if f[1] > a]
         if open_:
-            top = max(open_, key=lambda f: (f[0], -f[1]))
+            # the latest start, then the earliest end, then the later in the trace
+            top = max(reversed(open_), key=lambda f: (f[0], -f[1]))
             if pieces and pieces[-1][2] == top[2] and pieces[-1][1] == a:
                 pieces[-1] = (pieces[-1][0], b, top[2])
             else:

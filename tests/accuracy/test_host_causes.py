@@ -308,3 +308,31 @@ def test_pinned_htod_copies_are_a_copy_bound_verdict(shared_traces: Path) -> Non
     assert "pin_memory" not in overlap.detail and "pinned memory" not in overlap.title
     assert "already pinned" in overlap.detail
     assert "copy-less" in overlap.overlaps_with
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_innermost_frame_matches_the_reference_on_ragged_frames(seed: int) -> None:
+    """Frames that start together, end together, are empty or overlap without nesting."""
+    import random
+
+    import numpy as np
+
+    from gpudiag.analysis.rank.hostcause import innermost
+
+    rng = random.Random(seed)
+    frames = []
+    for k in range(400):
+        a = rng.randrange(0, 5_000) * 10
+        frames.append((a, a + rng.choice([0, 10, 20, 50, 500, 3_000]), f"f{k % 17}"))
+    s, e, i = innermost(
+        np.array([f[0] for f in frames], np.int64), np.array([f[1] for f in frames], np.int64)
+    )
+    got: dict[str, int] = {}
+    for a, b, k in zip(s.tolist(), e.tolist(), i.tolist(), strict=True):
+        got[frames[k][2]] = got.get(frames[k][2], 0) + b - a
+    want: dict[str, int] = {}
+    for a, b, name in reference._innermost_pieces(frames):
+        want[name] = want.get(name, 0) + b - a
+    assert got == want
+    assert all(b > a for a, b in zip(s.tolist(), e.tolist(), strict=True))
+    assert all(b <= a for a, b in zip(s[1:].tolist(), e[:-1].tolist(), strict=True))

@@ -273,7 +273,8 @@ def innermost(
     """The self-time pieces of nested calls on one thread: ``(start, end, call)``, disjoint.
 
     At each instant the innermost call is the open one (``start <= t < end``) that started
-    last, the shorter first among calls starting together. One pass over the calls in
+    last, the shorter first among calls starting together (the later one of two with the
+    same bounds). One pass over the calls in
     start order with a stack of the open ones (a Python loop: calls are read once).
     """
     order = np.lexsort((-end, start)).tolist()
