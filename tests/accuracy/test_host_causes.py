@@ -180,6 +180,24 @@ def test_python_before_the_first_graph_launch_is_named_with_its_call_sites(cases
     assert "capture the step in a CUDA graph" not in _text(d)
 
 
+def test_python_call_sites_with_an_explicit_step_marker(cases: Path) -> None:
+    """--step-marker keeps the Python frames it does not match as frames, never as steps."""
+    path = cases / "decode_python_graph" / "rank-0.json.gz"
+    d = gpudiag.analyze(path, jobs=1, step_marker=r"^ProfilerStep#(\d+)$")
+    assert d.ranks[0].step_source == "marker" and len(d.steps) == 6
+    cause = _finding(d, FindingKind.HOST_BOUND).metrics.cause
+    top = cause.call_sites[0]
+    assert (top.name, top.calls_per_step, top.ns_per_step) == (
+        "dict.__getitem__",
+        1_207,
+        24_140_000,
+    )
+    # the frames' figures as without the marker (its steps end at the ranges' ends, 10 µs
+    # before the next: time with no frame open, counted in neither)
+    plain = _finding(_analyze(path), FindingKind.HOST_BOUND).metrics.cause
+    assert cause.call_sites == plain.call_sites
+
+
 def test_python_cause_without_python_frames_is_as_before(cases: Path) -> None:
     """The same trace without its python_function events: the same cause, no call sites."""
     with_frames = _finding(

@@ -264,11 +264,11 @@ def build_rank(
         path,
         range_label=range_label,
         no_ranges_hint=no_ranges_hint,
-        python=python,
+        python=None if patterns.explicit_step else python,  # frames, never steps, then
         kernel_launches=nputil.unique(cols.launch_ns[is_gpu & np.isin(kind, _KERNELS)]),
         launch_ns=cols.launch_ns,
     )
-    if python is not None:  # the step column covers them too: only those chosen stay
+    if python is not None and not patterns.explicit_step:  # the step column covers them too
         cols, kind, step_col = _keep_chosen(cols, kind, step_col, python)
     return RankTimeline.from_columns(
         rank,
