@@ -16,7 +16,6 @@ from gpudiag.analysis.model import words
 from gpudiag.analysis.model.diagnosis import (
     Diagnosis,
     KernelBreakdown,
-    Mode,
     RankSummary,
     Severity,
     Verdict,
@@ -25,7 +24,6 @@ from gpudiag.analysis.model.words import duration
 from gpudiag.analysis.run import modes
 from gpudiag.report.format import (
     COLLECTIVE_HEAD,
-    NO_SHAPES,
     NOT_MEASURED,
     WHOLE_RUN_HEAD,
     WHOLE_RUN_TITLE,
@@ -37,6 +35,7 @@ from gpudiag.report.format import (
     kernel_base,
     last_rank_waits,
     mode_label,
+    no_efficiency,
     recommendation_title,
     split_withheld,
     spread_and_what_if,
@@ -240,8 +239,8 @@ def _detail_tables(con: Console, d: Diagnosis, show_steps: bool) -> None:
     if d.efficiency is not None:
         for first, text in efficiency_lines(d.efficiency):
             _print_wrapped(con, Text(first, style="dim"), text, style="dim")
-    elif d.run.mode == Mode.GPU and d.kernels and d.kernels.top:
-        _print_wrapped(con, Text("efficiency: ", style="dim"), NO_SHAPES, style="dim")
+    elif d.kernels and d.kernels.top and (why := no_efficiency(d)) is not None:
+        _print_wrapped(con, Text("efficiency: ", style="dim"), why, style="dim")
     if show_steps:
         con.print()
         con.print(Text("profiled steps", style="bold"))

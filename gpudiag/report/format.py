@@ -136,6 +136,21 @@ NO_SHAPES = (
     "not measured: the trace records no operator input shapes (PyTorch Profiler: "
     "record_shapes=True; Nsight Systems traces carry none)"
 )
+NO_EFFICIENCY: dict[str, str] = {  # a GPU rank's evidence.efficiency_gap → the line
+    "no_shapes": NO_SHAPES,
+    "no_device": "not measured: the trace names no GPU model (no deviceProperties), so no "
+    "peak to compare with",
+    "unmodelled": "not measured: no kernel of the analysed steps is tied to an operator "
+    "whose shapes gpudiag models (GEMM, convolution, attention, normalisation, elementwise)",
+}
+
+
+def no_efficiency(d: Diagnosis) -> str | None:
+    """Why a GPU run has no efficiency line, worded; None when it has one or is no GPU run."""
+    if d.efficiency is not None or str(d.run.mode) != "gpu":
+        return None
+    gaps = [r.evidence.efficiency_gap for r in d.ranks if r.evidence.efficiency_gap]
+    return NO_EFFICIENCY[gaps[0]] if gaps else NO_SHAPES
 
 
 def _rate(v: float, unit: str) -> str:

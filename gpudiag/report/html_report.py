@@ -29,7 +29,6 @@ from gpudiag.analysis.run import modes
 from gpudiag.analysis.run.collectives import collective_type
 from gpudiag.report.format import (
     COLLECTIVE_HEAD,
-    NO_SHAPES,
     NOT_MEASURED,
     WHOLE_RUN_HEAD,
     WHOLE_RUN_TITLE,
@@ -41,6 +40,7 @@ from gpudiag.report.format import (
     kernel_base,
     last_rank_waits,
     mode_label,
+    no_efficiency,
     pct,
     recommendation_title,
     split_withheld,
@@ -295,11 +295,8 @@ def _kernels(d: Diagnosis) -> str:
 def _efficiency(d: Diagnosis) -> str:
     """The compute efficiency lines, as the console words them."""
     if d.efficiency is None:
-        return (
-            f'<p class="muted efficiency">efficiency: {_e(NO_SHAPES)}</p>'
-            if str(d.run.mode) == "gpu"
-            else ""
-        )
+        why = no_efficiency(d)
+        return f'<p class="muted efficiency">efficiency: {_e(why)}</p>' if why else ""
     return "".join(
         f'<p class="muted efficiency">{_e(first.strip() + " " + text)}</p>'
         for first, text in efficiency_lines(d.efficiency)

@@ -165,6 +165,24 @@ def gpu_lanes(lanes: Sequence[str]) -> npt.NDArray[np.bool_]:
     return np.array([ln.startswith("gpu:") for ln in lanes], dtype=bool)
 
 
+@dataclass(frozen=True)
+class PythonFrames:
+    """A rank's Python-function calls (Kineto ``python_function``) not chosen as steps.
+
+    Kept beside the intervals, not among them (one per Python call, they would weigh on
+    every rule): what the host-cause evidence reads to name where Python time goes.
+    ``lane`` and ``name`` index the timeline's ``lanes`` and ``names``.
+    """
+
+    start_ns: I64
+    end_ns: I64
+    lane: I32
+    name: I32
+
+    def __len__(self) -> int:
+        return int(self.start_ns.shape[0])
+
+
 @dataclass
 class RankTimeline:
     """All intervals of one rank, column-wise."""
@@ -189,6 +207,8 @@ class RankTimeline:
     # ``Input Dims``, ``Input type``, ``Concrete Inputs`` and ``Input Strides`` of an operator
     # as the trace wrote them (JSON, the last two empty when absent), one line each
     shapes: list[str] = field(default_factory=list)
+    # Python-function calls, when the trace records them (None: none)
+    python: PythonFrames | None = None
 
     def __post_init__(self) -> None:
         n = int(self.start_ns.shape[0])
@@ -260,6 +280,7 @@ class RankTimeline:
             steps=self.steps,
             shape=self.shape[mask],
             shapes=self.shapes,
+            python=self.python,
         )
 
     def gpu_lane_mask(self) -> npt.NDArray[np.bool_]:
@@ -307,6 +328,7 @@ class RankTimeline:
         steps: HostSteps | None = None,
         shape: Any = None,
         shapes: list[str] | None = None,
+        python: PythonFrames | None = None,
     ) -> RankTimeline:
         """Build and validate a timeline, filling optional columns with their defaults."""
         s = np.asarray(start_ns, dtype=np.int64)
@@ -334,6 +356,7 @@ class RankTimeline:
             steps=steps or no_steps(),
             shape=col(shape, np.int32, -1),
             shapes=shapes or [],
+            python=python,
         ).validate()
 
 

@@ -36,6 +36,14 @@ shaped like the real trace the issue describes:
 * ``python_gaps`` — the same five steps with no autograd thread: 60 operators of 100 µs,
   400 µs apart, on the training thread alone, each launching one 16 µs kernel: no thread
   is inside an operator 24 ms of each 30 ms step — Python between operators.
+* ``decode_python_graph`` — six decode steps (H100) of an inference engine that replays a
+  CUDA graph (issue 29): each 30.49 ms step opens ``engine.py(210): step``
+  (``python_function``), in it ``model.py(88): forward`` whose ``model.py(95):
+  prepare_inputs`` runs one 200 µs ``aten::to``, then 1,207 ``dict.__getitem__`` calls of
+  20 µs, 20.5 µs apart (24.14 ms of their own a step), then ``cuda_graphs.py(40): replay``
+  calls ``cudaGraphLaunch``, whose graph runs one 5 ms kernel; the GPU is idle until then.
+  ``decode_python_graph_stripped``: the same trace with its ``python_function`` events
+  dropped.
 * ``sync_waits_for_gpu`` — six steps (A100); each launches GEMM kernels and ends in
   ``aten::item`` → ``cudaStreamSynchronize`` until they finish; steps 2 and 4 run 12
   GEMMs of 2 ms instead of 6 (24 ms of compute instead of 12): the synchronisation grows
@@ -345,6 +353,44 @@ def sync_waits_for_gpu() -> dict[str, Any]:
     return g.doc(A100)
 
 
+# decode_python_graph's construction (µs from the step's start), the tests' known answer
+DECODE_STEP_US = 30_490.0
+DECODE_LOOKUPS = 1_207
+DECODE_LOOKUP_US = 20.0
+DECODE_OP_US = 200.0
+DECODE_GRAPH_AT_US = 25_220.0
+DECODE_KERNEL_US = 5_000.0
+
+
+def decode_python_graph(stripped: bool = False) -> dict[str, Any]:
+    g = Rank()
+    t = 1_000.0
+
+    def py(name: str, ts: float, dur: float) -> None:
+        if not stripped:
+            g.host("python_function", name, ts, dur)
+
+    for s in range(6):
+        g.host("user_annotation", f"ProfilerStep#{s}", t, DECODE_STEP_US)
+        py("engine.py(210): step", t + 10.0, 30_290.0)
+        py("model.py(88): forward", t + 50.0, 25_150.0)
+        py("model.py(95): prepare_inputs", t + 60.0, 300.0)
+        g.host("cpu_op", "aten::to", t + 100.0, DECODE_OP_US)
+        for k in range(DECODE_LOOKUPS):
+            py("dict.__getitem__", t + 400.0 + 20.5 * k, DECODE_LOOKUP_US)
+        py("cuda_graphs.py(40): replay", t + 25_210.0, 30.0)
+        g.launch(
+            t + DECODE_GRAPH_AT_US,
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n",
+            t + 25_240.0,
+            DECODE_KERNEL_US,
+            api="cudaGraphLaunch",
+        )
+        g.ev[-2]["dur"] = 10.0
+        t += DECODE_STEP_US + 10.0
+    return g.doc(H100)
+
+
 def legacy_optimizer() -> dict[str, Any]:
     pid, t0 = 4242, 1_620_000_000_000_000
     ev: list[dict[str, Any]] = [
@@ -390,6 +436,8 @@ CASES = {
     "legacy_optimizer": legacy_optimizer,
     "eager_autograd": eager_autograd,
     "python_gaps": python_gaps,
+    "decode_python_graph": decode_python_graph,
+    "decode_python_graph_stripped": lambda: decode_python_graph(stripped=True),
     "sync_waits_for_gpu": sync_waits_for_gpu,
 }
 

@@ -484,3 +484,120 @@ def host_calls(path: Path) -> dict[int, dict[str, int]]:
             if key == main and ce > s and cs < e:
                 per[cls] = per.get(cls, 0) + round((min(ce, e) - max(cs, s)) * 1000)
     return out
+
+
+# ---- Python frames: where the host's GPU-idle time between operators goes ---------------
+
+AUTOGRAD_THREAD = re.compile(r"autograd|backward", re.IGNORECASE)
+
+
+def python_self_idle(
+    path: Path, periods: dict[int, tuple[int, int]] | None = None
+) -> dict[int, dict[str, tuple[int, int]]]:
+    """Per ProfilerStep: each Python function's self time with the GPU idle and no operator.
+
+    Written from docs/definitions.md ("Host-side causes"): the time counted is inside the
+    step (:func:`kineto`'s periods), with no operator (``cpu_op``) open on the training
+    thread or an autograd thread (named so, or running ``autograd::engine::evaluate_function``),
+    no kernel running and no data wait; each instant of it goes to the innermost
+    ``python_function`` open on the training thread — the open one that started last, the
+    shorter of two that started together. ``{step: {name: (ns, calls starting in the step)}}``
+    with the key ``""`` for the whole of it (frame or none). Plain loops: one sweep over the
+    frames' bounds, one over the time left. ``periods`` (step → start, end) stands in for
+    :func:`kineto`'s steps on a trace without ProfilerStep ranges (one whole-window step).
+    """
+    raw = path.read_bytes()
+    doc = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    names = {
+        (str(e.get("pid")), str(e.get("tid"))): str((e.get("args") or {}).get("name", ""))
+        for e in doc["traceEvents"]
+        if e.get("ph") == "M" and e.get("name") == "thread_name"
+    }
+    events = [e for e in doc["traceEvents"] if e.get("ph") == "X" and "ts" in e]
+    origin = math.floor(min(e["ts"] for e in events))
+    base = int(doc.get("baseTimeNanoseconds") or 0)
+
+    def span(e: dict) -> tuple[int, int]:
+        start = round((e["ts"] - origin) * 1000) + origin * 1000 + base
+        return start, start + round(max(e.get("dur", 0), 0) * 1000)
+
+    if periods is None:
+        periods = {s.step: (s.start, s.start + s.duration) for s in kineto(path)}
+    main = _step_thread(events)
+    threads = {main} | {k for k, n in names.items() if AUTOGRAD_THREAD.search(n)}
+    for e in events:
+        if str(e.get("cat", "")).lower() == "cpu_op" and str(e.get("name", "")).startswith(
+            "autograd::engine::evaluate_function"
+        ):
+            threads.add((str(e.get("pid")), str(e.get("tid"))))
+    busy: list[tuple[int, int]] = []
+    frames: list[tuple[int, int, str]] = []
+    data: list[tuple[int, int]] = []
+    for e in events:
+        cat = str(e.get("cat", "")).lower()
+        key = (str(e.get("pid")), str(e.get("tid")))
+        name = str(e.get("name", ""))
+        if cat == "kernel":
+            busy.append(span(e))
+        elif cat in ("cpu_op", "operator") and key in threads:
+            (data if DATA_RANGE.search(name) and key == main else busy).append(span(e))
+        elif cat == "python_function" and key == main:
+            frames.append((*span(e), name))
+    gpu = merge([span(e) for e in events if str(e.get("cat", "")).lower() in GPU_CATS])
+    busy = merge(busy + minus(merge(data), gpu))
+    idle = minus(merge(list(periods.values())), busy)
+    out: dict[int, dict[str, tuple[int, int]]] = {}
+    for n, (lo, hi) in periods.items():
+        per = out.setdefault(n, {"": (inside(idle, lo, hi), 0)})
+        for fs, _, name in frames:
+            if lo <= fs < hi:
+                ns, calls = per.get(name, (0, 0))
+                per[name] = (ns, calls + 1)
+    for a, b, name in _innermost_pieces(frames):
+        for n, (lo, hi) in periods.items():
+            t = inside(idle, max(a, lo), min(b, hi)) if a < hi and b > lo else 0
+            if t:
+                ns, calls = out[n].get(name, (0, 0))
+                out[n][name] = (ns + t, calls)
+    return out
+
+
+def _step_thread(events: list[dict]) -> tuple[str, str]:
+    """The thread with the most ProfilerStep ranges, else with the most operators."""
+    counts: dict[tuple[str, str], int] = {}
+    for pattern in (r"^ProfilerStep#\d+$", ""):
+        for e in events:
+            cat = str(e.get("cat", "")).lower()
+            if (pattern and re.match(pattern, str(e.get("name", "")))) or (
+                not pattern and cat == "cpu_op"
+            ):
+                key = (str(e.get("pid")), str(e.get("tid")))
+                counts[key] = counts.get(key, 0) + 1
+        if counts:
+            break
+    return max(counts, key=lambda k: counts[k])
+
+
+def _innermost_pieces(frames: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Between consecutive frame bounds, the open frame that started last (shorter first).
+
+    Of two frames with the same bounds, the one later in the trace.
+    """
+    bounds = sorted({t for f in frames for t in f[:2]})
+    order = sorted(frames, key=lambda f: (f[0], -f[1]))
+    pieces: list[tuple[int, int, str]] = []
+    open_: list[tuple[int, int, str]] = []
+    k = 0
+    for a, b in itertools.pairwise(bounds):
+        while k < len(order) and order[k][0] <= a:
+            open_.append(order[k])
+            k += 1
+        open_ = [f for f in open_ if f[1] > a]
+        if open_:
+            # the latest start, then the earliest end, then the later in the trace
+            top = max(reversed(open_), key=lambda f: (f[0], -f[1]))
+            if pieces and pieces[-1][2] == top[2] and pieces[-1][1] == a:
+                pieces[-1] = (pieces[-1][0], b, top[2])
+            else:
+                pieces.append((a, b, top[2]))
+    return pieces

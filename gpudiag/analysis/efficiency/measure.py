@@ -26,12 +26,26 @@ from gpudiag._support import nputil
 from gpudiag.analysis.efficiency.flops import BYTE_FAMILIES, FLOP_FAMILIES, OpWork, op_work
 from gpudiag.analysis.efficiency.peaks import Peak, peak_of
 from gpudiag.analysis.model.efficiency import ComputeEfficiency, FamilyEfficiency
+from gpudiag.analysis.model.kinds import EfficiencyGap
 from gpudiag.analysis.rank.kernels import MATRIX
 from gpudiag.analysis.rank.kernels import family as kernel_family
 from gpudiag.traces.schema import Kind, RankTimeline
 
 _TF32_KERNEL = re.compile(r"tf32|xf32|s1688|s16816|_1688|16816", re.IGNORECASE)
 ABOVE_PEAK_TOLERANCE = 1.02  # a rounding margin over the table's peak
+
+
+def efficiency_gap(tl: RankTimeline) -> EfficiencyGap:
+    """Why :func:`rank_efficiency` found nothing.
+
+    No operator input shapes, no GPU model named, or no kernel of the analysed steps tied
+    to an operator of a modelled family.
+    """
+    if not len(tl.shapes):
+        return "no_shapes"
+    if not tl.meta.devices:
+        return "no_device"
+    return "unmodelled"
 
 
 def rank_efficiency(

@@ -35,6 +35,13 @@ activity, its time a step and the analysed steps ("… 120.0 ms a step, steps 3�
 
 Graph launches (``cudaGraphLaunch``/``hipGraphLaunch``) are reported beside the cause:
 CUDA graphs are then already in use and not suggested again.
+
+A Python cause on a trace with Python frames (``python_function``: the ranks' evidence
+``python_sites``, analysis/rank/hostcause.py) names where its time goes: ``call_sites``,
+the innermost frames holding it with their time and calls a step, the top three in its
+text; and, when the steps launch graphs, the part before each step's first graph launch
+(``before_graph_ns_per_step``), which leads the text when it holds half of the time
+("Python before the first graph launch: …"). Without such frames neither is set.
 """
 
 from __future__ import annotations
@@ -46,7 +53,13 @@ from typing import Any
 from gpudiag._support import nputil
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model import words
-from gpudiag.analysis.model.causes import CALL_CLASSES, CallClass, HostCause, HostCauseKind
+from gpudiag.analysis.model.causes import (
+    CALL_CLASSES,
+    CallClass,
+    CallSite,
+    HostCause,
+    HostCauseKind,
+)
 from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
@@ -336,8 +349,76 @@ def _op_cause(sc: _Scope) -> HostCause | None:
         return dataclasses.replace(_done("eager", text, sc, inside), share=inside / sc.other)
     if between < sc.rules.host_cause_share * sc.other:
         return None
-    text = f"no host thread inside an operator, the GPU idle, {_share_text(sc, between)}"
-    return dataclasses.replace(_done("python", text, sc, between), share=between / sc.other)
+    sites = _call_sites(sc)
+    before = sum(_series(r, _before_graph(r), sc.kept)[0] for r in sc.mine)
+    where = _sites_text(sites)
+    if before and before >= _MOST * between:
+        text = (
+            f"Python before the first graph launch: {fmt_ns(min(before, sc.other) / sc.n_steps)}"
+            f" a step ({_steps_text(sc.numbers)}; {words.percent(before / between)} of the "
+            f"time between operators, the GPU idle){where}"
+        )
+    else:
+        text = f"no host thread inside an operator, the GPU idle, {_share_text(sc, between)}{where}"
+    return dataclasses.replace(
+        _done("python", text, sc, between),
+        share=between / sc.other,
+        call_sites=sites or None,
+        before_graph_ns_per_step=min(before, sc.other) // sc.n_steps if before else None,
+    )
+
+
+# the share of the Python time before the first graph launch that names it so
+_MOST = 0.5
+# call sites a Python cause records, and those its text names
+_CALL_SITES, _SITES_NAMED = 5, 3
+
+
+def _call_sites(sc: _Scope) -> list[CallSite]:
+    """The Python frames holding the flagged ranks' Python time, most first (python_sites)."""
+    ns: dict[str, int] = {}
+    calls: dict[str, int] = {}
+    for r in sc.mine:
+        if (e := r.evidence.python_sites) is None:
+            continue
+        for site in e["sites"]:
+            name, steps = site["name"], e["steps"]
+            own = {"steps": steps, "ns_per_step": site["ns_per_step"]}
+            ns[name] = ns.get(name, 0) + _series(r, own, sc.kept)[0]
+            calls[name] = calls.get(name, 0) + sum(
+                c
+                for n, c in zip(steps, site["calls_per_step"], strict=False)
+                if (r.rank, n) in sc.kept
+            )
+    top = sorted((n for n in ns if ns[n] > 0), key=lambda n: (-ns[n], n))[:_CALL_SITES]
+    return [
+        CallSite(
+            name=n,
+            ns_per_step=ns[n] // sc.n_steps,
+            calls_per_step=round(calls[n] / sc.n_steps),
+        )
+        for n in top
+    ]
+
+
+def _sites_text(sites: Sequence[CallSite]) -> str:
+    """``, mostly in dict.__getitem__ (1,207 calls a step, 11.0 ms) and …``; '' with none."""
+    if not sites:
+        return ""
+    named = [
+        f"{c.name} ({c.calls_per_step:,} {words.plural(c.calls_per_step, 'call', count=False)}"
+        f" a step, {fmt_ns(c.ns_per_step)})"
+        for c in sites[:_SITES_NAMED]
+    ]
+    return ", mostly in " + (
+        ", ".join(named[:-1]) + " and " + named[-1] if len(named) > 1 else named[0]
+    )
+
+
+def _before_graph(r: RankSummary) -> Mapping[str, list[int]]:
+    """The rank's Python time before each step's first graph launch as ``{steps, ns_per_step}``."""
+    e: Mapping[str, Any] = r.evidence.python_sites or {}
+    return {"steps": e.get("steps", []), "ns_per_step": e.get("before_graph_ns_per_step", [])}
 
 
 def _python_old(sc: _Scope) -> HostCause | None:

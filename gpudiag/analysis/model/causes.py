@@ -24,6 +24,15 @@ CALL_CLASSES: tuple[CallClass, ...] = ("sync", "allocator", "copy", "jit")
 
 
 @dataclass(frozen=True)
+class CallSite:
+    """A Python function the host is in while nothing else runs: its self time and calls."""
+
+    name: str
+    ns_per_step: int
+    calls_per_step: int
+
+
+@dataclass(frozen=True)
 class HostCause:
     """A host-side cause; ``text`` names the call or activity, its time and the steps."""
 
@@ -48,6 +57,10 @@ class HostCause:
     bytes_median: int | None = None  # … and their median size (-1: unknown)
     # a blocking class (sync, copy): what the GPU ran while its calls blocked (shares)
     waits_for: dict[str, float] | None = None
+    # Python: the innermost Python frames holding its time (trace with python_function) …
+    call_sites: list[CallSite] | None = None
+    # … and of its time a step, the part before the step's first graph launch
+    before_graph_ns_per_step: int | None = None
 
     def to_json(self) -> dict[str, object]:
         """The JSON object: the fields this cause sets (those not ``None``)."""

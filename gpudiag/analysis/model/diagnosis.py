@@ -25,10 +25,17 @@ from gpudiag.analysis.model.evidence import (
     HostApiEntry,
     HostOps,
     KernelsByStep,
+    PythonSites,
     RankReading,
     WorkloadTag,
 )
-from gpudiag.analysis.model.kinds import Bottleneck, MatchMethod, TimeUnit, VerdictBasis
+from gpudiag.analysis.model.kinds import (
+    Bottleneck,
+    EfficiencyGap,
+    MatchMethod,
+    TimeUnit,
+    VerdictBasis,
+)
 from gpudiag.analysis.model.kinds import Cause as Cause
 from gpudiag.analysis.model.kinds import FindingKind as FindingKind
 from gpudiag.analysis.model.kinds import Mode as Mode
@@ -176,6 +183,9 @@ class RankEvidence:
     host_op_share: float | None = None  # of the steps, an operator open on a host thread
     # per step: inside operators on the training/other threads, inside or between them idle
     host_ops: HostOps | None = None
+    # per step: the Python functions the training thread is in, between operators, GPU idle
+    # (not in the JSON: the Python cause's call_sites quote it)
+    python_sites: PythonSites | None = None
     # per step: kernels, and the compute kernels whose time varies most (name → ns a step)
     kernels_by_step: KernelsByStep | None = None
     kernels_per_step: float | None = None
@@ -192,6 +202,7 @@ class RankEvidence:
     comm_dtypes: dict[str, dict[str, float]] | None = None
     # achieved FLOP/s and bandwidth of the modelled operators against the device's peak
     efficiency: ComputeEfficiency | None = None
+    efficiency_gap: EfficiencyGap | None = None  # a GPU rank without it: why
     # what the trace was taken to be: start-up, edges, iterations (analysis/reading)
     reading: RankReading | None = None
 
@@ -207,6 +218,9 @@ class RankEvidence:
     def to_json(self) -> JsonObject:
         """The ``evidence`` object of a JSON rank: only what was seen (no nulls)."""
         out = {k: v for k, v in asdict(self).items() if v is not None}
+        # read by the host cause, whose call_sites carry what it names (issue 29): a trace's
+        # Python frames alone add nothing to the JSON
+        out.pop("python_sites", None)
         if self.reading is not None:
             out["reading"] = self.reading.to_json()
         return out
@@ -236,6 +250,7 @@ class EvidenceParts(TypedDict, total=False):
     host_api: dict[str, HostApiEntry]
     host_op_share: float
     host_ops: HostOps
+    python_sites: PythonSites
     kernels_by_step: KernelsByStep
     kernels_per_step: float
     kernel_ns_median: int
@@ -247,6 +262,7 @@ class EvidenceParts(TypedDict, total=False):
     comm_calls: dict[str, int]
     comm_dtypes: dict[str, dict[str, float]]
     efficiency: ComputeEfficiency
+    efficiency_gap: EfficiencyGap
     reading: RankReading
 
 

@@ -110,6 +110,34 @@ class HostOps(TypedDict):
     launch_ns_per_step: list[int]
 
 
+class PythonSite(TypedDict):
+    """One Python function's innermost-frame time with no operator open and the GPU idle."""
+
+    name: str
+    ns_per_step: list[int]
+    calls_per_step: list[int]  # its calls starting in each step
+
+
+class _PythonTime(TypedDict):
+    """The keys of :class:`PythonSites` always there."""
+
+    steps: list[int]
+    ns_per_step: list[int]
+    sites: list[PythonSite]
+
+
+class PythonSites(_PythonTime, total=False):
+    """Per step, where the training thread's Python time with the GPU idle goes (hostcause.py).
+
+    ``ns_per_step``: the between-operator, GPU-idle time with a Python frame open on the
+    training thread; ``before_graph_ns_per_step``: the between-operator, GPU-idle time
+    before the step's first graph launch (-1: the step launches none; absent: no step
+    does); ``sites``: the innermost frames that hold the most of it.
+    """
+
+    before_graph_ns_per_step: list[int]
+
+
 class KernelsByStep(TypedDict):
     """Per step, the kernel count and the compute kernels whose time varies most (name → ns)."""
 

@@ -116,6 +116,8 @@ LimitKind = Literal[
     "unlinked",
 ]
 LimitEffect = Literal["withhold", "qualify"]
+# why a GPU rank has no compute efficiency (analysis/efficiency/measure.efficiency_gap)
+EfficiencyGap = Literal["no_shapes", "no_device", "unmodelled"]
 # what the verdict names as the run's bottleneck (analysis/verdict.py, docs/definitions.md)
 Bottleneck = Literal[
     "data",

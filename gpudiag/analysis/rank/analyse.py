@@ -19,7 +19,7 @@ import numpy as np
 
 from gpudiag._support import nputil
 from gpudiag._support.records import dataclass
-from gpudiag.analysis.efficiency.measure import rank_efficiency
+from gpudiag.analysis.efficiency.measure import efficiency_gap, rank_efficiency
 from gpudiag.analysis.model.diagnosis import (
     BetweenSteps,
     EvidenceParts,
@@ -239,6 +239,8 @@ def rank_result(tl: RankTimeline, th: Thresholds, timeline: str | None = None) -
         eff = rank_efficiency(tl, (win.start[keep], win.end[keep]))
         if eff is not None:
             evidence["efficiency"] = eff
+        else:
+            evidence["efficiency_gap"] = efficiency_gap(tl)
     if top is not None:
         evidence["kernels"] = top
     if colls.type:

@@ -30,7 +30,9 @@ The rank's *operator threads* are the training thread and its autograd threads: 
 named ``pt_autograd_N`` (or anything with "autograd"/"backward" in its name) and threads
 running ``autograd::engine::evaluate_function`` ranges — in a GPU job, backward runs there,
 not on the training thread. Their operators' union, per step, splits the steps' time into
-"inside an operator" and "between operators" (``host_ops``).
+"inside an operator" and "between operators" (``host_ops``). With Python frames in the
+trace (``RankTimeline.python``), the GPU-idle time between operators goes to the innermost
+frame open on the training thread (``python_sites``, :func:`python_sites`).
 """
 
 from __future__ import annotations
@@ -47,7 +49,14 @@ from gpudiag._support import lazyre, nputil
 from gpudiag._support.nputil import unique_inverse
 from gpudiag._support.records import dataclass
 from gpudiag.analysis.model.diagnosis import EvidenceParts
-from gpudiag.analysis.model.evidence import CopiesAlone, HostApiEntry, HostOps, KernelsByStep
+from gpudiag.analysis.model.evidence import (
+    CopiesAlone,
+    HostApiEntry,
+    HostOps,
+    KernelsByStep,
+    PythonSite,
+    PythonSites,
+)
 from gpudiag.analysis.rank import intervals as iv
 from gpudiag.analysis.rank.classify import RankSets
 from gpudiag.analysis.reading.steps import StepWindows
@@ -78,6 +87,9 @@ LOW_PRECISION_KERNEL = re.compile(
 AUTOGRAD_THREAD = re.compile(r"autograd|backward", re.IGNORECASE)
 AUTOGRAD_OP = re.compile(r"^autograd::engine::evaluate_function")
 _LAUNCH = list(API_CLASSES).index("launch")
+_GRAPH = list(API_CLASSES).index("graph")
+# Python functions named per rank (python_sites): those holding the most GPU-idle time
+_PYTHON_SITES = 5
 # Kernels named per step (kernels_by_step): the ones whose time varies most between steps.
 _KERNELS_BY_STEP = 8
 PAGEABLE_COPY = re.compile(r"Pageable", re.IGNORECASE)
@@ -122,6 +134,8 @@ def host_evidence(
     ops = np.flatnonzero(threads & (tl.kind == Kind.CPU_OP))
     if ops.size:
         out |= _op_time(tl, ops, w, sets)
+        if tl.python is not None and main >= 0:
+            out |= python_sites(tl, ops, w, sets, threads)
     return out | _kernels(tl, gpu, w) | _by_step(tl, gpu, w) | _copies(tl, gpu, w, sets)
 
 
@@ -187,6 +201,155 @@ def _op_time(
             ),
         ),
     }
+
+
+def python_sites(
+    tl: RankTimeline,
+    ops: npt.NDArray[np.int64],
+    w: _Window,
+    sets: RankSets,
+    threads: npt.NDArray[np.bool_],
+) -> EvidenceParts:
+    """Per step, the Python functions the training thread is in while nothing else runs.
+
+    The time counted is the ``between_idle`` time of :func:`_op_time` (no operator open on
+    an operator thread, the GPU computing nothing, no communication or data wait); each
+    instant of it goes to the **innermost** Python frame open on the training thread then
+    (:func:`innermost`: the open frame that started last), so a function's time is its
+    self time. ``before_graph_ns_per_step``: that time before each step's first graph
+    launch (``cudaGraphLaunch``…) on the operator threads, when any step launches one.
+    """
+    py = tl.python
+    assert py is not None
+    on = np.flatnonzero(
+        (py.lane == tl.meta.main_lane) & (py.end_ns > w.s[0]) & (py.start_ns < w.e[-1])
+    )
+    if not on.size:
+        return {}
+    idle = iv.subtract(
+        iv.union(w.s, w.e),
+        iv.join(iv.union(tl.start_ns[ops], tl.end_ns[ops]), _busy(sets)),
+    )
+    seg_s, seg_e, frame = _in_steps(w, *innermost(py.start_ns[on], py.end_ns[on]))
+    ns = iv.measure(idle, seg_s, seg_e)
+    step_of = np.searchsorted(w.s, seg_s, side="right") - 1
+    names, inv = unique_inverse(py.name[on][frame])
+    table = np.zeros((names.size, w.s.size), np.int64)
+    np.add.at(table, (inv, step_of), ns)
+    starts = _inside(py.start_ns[on], w.s, w.e)
+    call_names, call_inv = unique_inverse(py.name[on][starts])
+    calls = np.zeros((call_names.size, w.s.size), np.int64)
+    call_step = np.searchsorted(w.s, py.start_ns[on][starts], side="right") - 1
+    np.add.at(calls, (call_inv, call_step), 1)
+    totals = table.sum(axis=1)
+    top = [j for j in np.argsort(-totals, kind="stable")[:_PYTHON_SITES].tolist() if totals[j]]
+    if not top:
+        return {}
+    row = {int(n): k for k, n in enumerate(call_names.tolist())}
+    sites = [
+        PythonSite(
+            name=tl.names[int(names[j])],
+            ns_per_step=_ints(table[j]),
+            calls_per_step=_ints(calls[row[k]] if (k := int(names[j])) in row else table[j] * 0),
+        )
+        for j in top
+    ]
+    out = PythonSites(steps=_ints(w.numbers), ns_per_step=_ints(table.sum(axis=0)), sites=sites)
+    first = _first_graph_launch(tl, threads, w)
+    if first is not None:
+        before = iv.measure(idle, w.s, np.where(first >= 0, first, w.s))
+        out["before_graph_ns_per_step"] = _ints(np.where(first >= 0, before, -1))
+    return {"python_sites": out}
+
+
+def _busy(sets: RankSets) -> iv.IntervalSet:
+    """The GPU computing or communicating, or the rank waiting for data."""
+    return iv.join(iv.join(sets.compute, sets.comm), sets.data)
+
+
+def innermost(
+    start: npt.NDArray[np.int64], end: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The self-time pieces of nested calls on one thread: ``(start, end, call)``, disjoint.
+
+    At each instant the innermost call is the open one (``start <= t < end``) that started
+    last, the shorter first among calls starting together (the later one of two with the
+    same bounds). One pass over the calls in
+    start order with a stack of the open ones (a Python loop: calls are read once).
+    """
+    order = np.lexsort((-end, start)).tolist()
+    s_of, e_of = start.tolist(), end.tolist()
+    out_s: list[int] = []
+    out_e: list[int] = []
+    out_i: list[int] = []
+    stack: list[int] = []
+    cur = 0
+
+    def close_until(t: int) -> None:
+        nonlocal cur
+        while stack and e_of[stack[-1]] <= t:
+            top = stack.pop()
+            if e_of[top] > cur:
+                out_s.append(cur)
+                out_e.append(e_of[top])
+                out_i.append(top)
+                cur = e_of[top]
+
+    for i in order:
+        close_until(s_of[i])
+        if stack and s_of[i] > cur:
+            out_s.append(cur)
+            out_e.append(s_of[i])
+            out_i.append(stack[-1])
+        stack.append(i)
+        cur = s_of[i]
+    close_until(max(e_of, default=0))
+    return np.array(out_s, np.int64), np.array(out_e, np.int64), np.array(out_i, np.int64)
+
+
+def _in_steps(
+    w: _Window, s: npt.NDArray[np.int64], e: npt.NDArray[np.int64], i: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The pieces cut at the steps' bounds and kept where they lie inside a step."""
+    bounds = np.unique(np.concatenate([w.s, w.e]))
+    first = np.searchsorted(bounds, s, side="right")
+    last = np.searchsorted(bounds, e, side="left")
+    cut = np.flatnonzero(last > first)  # a bound strictly inside: at most two a step
+    if cut.size:
+        extra = [
+            (int(a), int(b), int(k))
+            for j in cut.tolist()
+            for a, b, k in zip(
+                [s[j], *bounds[first[j] : last[j]].tolist()],
+                [*bounds[first[j] : last[j]].tolist(), e[j]],
+                [i[j]] * (int(last[j] - first[j]) + 1),
+                strict=True,
+            )
+        ]
+        keep = np.ones(s.size, bool)
+        keep[cut] = False
+        s = np.concatenate([s[keep], np.array([x[0] for x in extra], np.int64)])
+        e = np.concatenate([e[keep], np.array([x[1] for x in extra], np.int64)])
+        i = np.concatenate([i[keep], np.array([x[2] for x in extra], np.int64)])
+    inside = _inside(s, w.s, w.e)
+    return s[inside], e[inside], i[inside]
+
+
+def _first_graph_launch(
+    tl: RankTimeline, threads: npt.NDArray[np.bool_], w: _Window
+) -> npt.NDArray[np.int64] | None:
+    """Per step, the start of its first graph launch on the operator threads (-1: none)."""
+    rt = np.flatnonzero(threads & (tl.kind == Kind.RUNTIME))
+    graph = rt[_per_event(tl.names, tl.name[rt], _class_of) == _GRAPH]
+    graph = graph[_inside(tl.start_ns[graph], w.s, w.e)]
+    if not graph.size:
+        return None
+    never = np.iinfo(np.int64).max
+    first = np.full(w.s.size, never, np.int64)
+    np.minimum.at(
+        first, np.searchsorted(w.s, tl.start_ns[graph], side="right") - 1, tl.start_ns[graph]
+    )
+    return np.where(first == never, -1, first)
 
 
 def _ints(a: npt.NDArray[Any]) -> list[int]:

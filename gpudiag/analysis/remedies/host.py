@@ -112,6 +112,21 @@ def _cause_gain(f: Finding, c: Context) -> int | None:
     return None  # no cause the trace shows: no gain from time it did not see
 
 
+def _stall_title(f: Finding, c: Context) -> str:
+    if cause_kind(f) != "python":
+        return "Find the host work that stalls the GPU inside the step"
+    if _figures(f).before_graph_ns_per_step:
+        return "Cut the per-step Python before the graph replay"
+    return "Cut Python overhead between operators"
+
+
+def _stall_gain(f: Finding, c: Context) -> int | None:
+    """The cause's own time; before a graph replay, the Python time before it (at most that)."""
+    own = _cause_gain(f, c)
+    before = _figures(f).before_graph_ns_per_step
+    return min(before, own) if before and own is not None else own
+
+
 def _stall_detail(f: Finding, c: Context) -> str:
     gaps = _idle_in_steps(f, c)
     many = (
@@ -122,6 +137,16 @@ def _stall_detail(f: Finding, c: Context) -> str:
         if gaps["long_gaps"]
         else ""
     )
+    if cause_kind(f) == "python" and _figures(f).before_graph_ns_per_step:
+        return (
+            "The GPU waits for the host's Python before each step's graph replay — "
+            + str(_figures(f).text)
+            + ". CUDA graphs are already in use: what is left is the per-step Python work "
+            "before the replay. Move dictionary lookups, input preparation and bookkeeping "
+            "out of the step (build the inputs once, keep static buffers and copy into them, "
+            "cache per-request state instead of looking it up each step), torch.compile the "
+            "pre-processing, and prepare the next step's inputs while the graph runs."
+        )
     if cause_kind(f) == "python":
         return (
             "The host spends its time between operators — "
@@ -382,13 +407,9 @@ HOST = (
     ),
     Remedy(
         id=_const("host-stalls"),
-        title=lambda f, c: (
-            "Cut Python overhead between operators"
-            if cause_kind(f) == "python"
-            else "Find the host work that stalls the GPU inside the step"
-        ),
+        title=_stall_title,
         detail=_stall_detail,
-        gain=_cause_gain,
+        gain=_stall_gain,
         evidence=_host_evidence,
         applies=lambda f, c: (
             c.run.mode == Mode.GPU and (cause_kind(f) or "unknown") in ("python", "unknown")

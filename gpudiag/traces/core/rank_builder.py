@@ -28,7 +28,7 @@ from gpudiag.traces.core.common import (
 )
 from gpudiag.traces.core.launchers import comm_by_launch
 from gpudiag.traces.core.step_ranges import resolve_steps
-from gpudiag.traces.schema import Kind, RankMeta, RankTimeline, gpu_lanes
+from gpudiag.traces.schema import Kind, PythonFrames, RankMeta, RankTimeline, gpu_lanes
 
 # GPU/CPU clocks. A GPU op cannot start before its launch call starts, and an op launched by
 # a blocking call (a synchronous copy) ends before that call returns. Violations beyond
@@ -264,11 +264,11 @@ def build_rank(
         path,
         range_label=range_label,
         no_ranges_hint=no_ranges_hint,
-        python=python,
+        python=None if patterns.explicit_step else python,  # frames, never steps, then
         kernel_launches=nputil.unique(cols.launch_ns[is_gpu & np.isin(kind, _KERNELS)]),
         launch_ns=cols.launch_ns,
     )
-    if python is not None:  # the step column covers them too: only those chosen stay
+    if python is not None and not patterns.explicit_step:  # the step column covers them too
         cols, kind, step_col = _keep_chosen(cols, kind, step_col, python)
     return RankTimeline.from_columns(
         rank,
@@ -289,6 +289,7 @@ def build_rank(
         steps=steps,
         shape=cols.shape,
         shapes=cols.shapes,
+        python=_frames(python),
     )
 
 
@@ -340,6 +341,18 @@ def _split_python(cols: RawColumns) -> tuple[RawColumns, RawColumns | None]:
         return dataclasses.replace(cols, python_names=None), None
     base = _rows(cols, np.flatnonzero(~py))
     return dataclasses.replace(base, python_names=None), _rows(cols, np.flatnonzero(py))
+
+
+def _frames(python: RawColumns | None) -> PythonFrames | None:
+    """Every Python call, chosen as a step or not, as a frame (hostcause.python_sites)."""
+    if python is None:
+        return None
+    return PythonFrames(
+        python.start_ns.astype(np.int64),
+        python.end_ns.astype(np.int64),
+        python.lane.astype(np.int32),
+        python.name.astype(np.int32),
+    )
 
 
 def _keep_chosen(

@@ -269,7 +269,7 @@ class Columns:
         kind = self.kind_of_cat[cat]
         python = np.zeros(n, bool)
         if self.patterns.explicit_step:
-            kind = self._python_steps(events, kind, cat)
+            kind, python = self._python_steps(events, kind, cat)
         else:  # candidate iteration ranges (RawColumns.python_names)
             python = (kind == -2) & self.python_cat[cat]
             if python.any():
@@ -285,24 +285,24 @@ class Columns:
             self.first_cat = events[0].cat
         self._add_known(events, kind, self.gpu_cat[cat], python)
 
-    def _python_steps(self, events: list[Any], kind: I8, cat: I64) -> I8:
+    def _python_steps(self, events: list[Any], kind: I8, cat: I64) -> tuple[I8, Mask]:
         """Python-function events an explicit ``--step-marker`` matches, kept as ranges.
 
-        They are dropped otherwise (one per Python call); the step marker makes them steps.
+        The others are kept as Python frames (the mask), never as candidate steps: the
+        step marker makes the matched ones steps.
         """
-        py = np.flatnonzero((kind == -2) & self.python_cat[cat])
+        python = (kind == -2) & self.python_cat[cat]
+        py = np.flatnonzero(python)
         if not py.size:
-            return kind
+            return kind, python
         ids = np.fromiter(
             map(self.names.__getitem__, map(_GET_NAME, _take(events, py))), np.int64, py.size
         )
         self._grow()
         hit = self.name_flags[ids, NamePatterns.STEP]
-        if not hit.any():
-            return kind
-        kind = kind.copy()
-        kind[py[hit]] = Kind.ANNOTATION
-        return kind
+        kind = np.where(python, np.int8(Kind.ANNOTATION), kind)
+        python[py[hit]] = False
+        return kind, python
 
     def _complete_events(self, events: list[Any], phs: Iterable[str]) -> list[Any]:
         """The slice's ``X`` events; names read from its ``M`` events, odd phases counted."""

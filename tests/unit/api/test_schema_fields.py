@@ -35,6 +35,7 @@ FREE_FORM = {
 # Fields of the types that are not JSON keys, and why.
 NOT_IN_JSON = {
     "Shares.comm_measured": "the JSON writes comm_wait as null when it was not measured",
+    "RankEvidence.python_sites": "read by the host cause; its call_sites carry what it names",
 }
 _SCALARS = {bool: {"boolean"}, int: {"integer", "number"}, float: {"number"}, str: {"string"}}
 

@@ -189,3 +189,13 @@ def test_efficiency_fits_two_lines_of_80_columns_on_every_golden() -> None:
             for label, text in lines:
                 assert len(label + text) <= 80, (p.parent.name, label + text)
     assert seen >= 8
+
+
+def test_every_efficiency_gap_has_its_own_words():
+    from typing import get_args
+
+    from gpudiag.analysis.model.kinds import EfficiencyGap
+    from gpudiag.report.format import NO_EFFICIENCY
+
+    assert set(NO_EFFICIENCY) == set(get_args(EfficiencyGap))
+    assert len(set(NO_EFFICIENCY.values())) == len(NO_EFFICIENCY)
