@@ -46,6 +46,9 @@ if TYPE_CHECKING:  # the rules and the followers need numpy and pandas: imported
     from gpudiag.traces.runfiles.telemetry import StepsFollower
 
 
+SETUP_TIMEOUT_S = 60.0  # the most a poll waits for the thread to build its followers
+
+
 @dataclass
 class AlertOptions:
     """``--alerts on|off``, ``--alert-exec CMD`` and how often to look."""
@@ -81,6 +84,7 @@ class Monitor:
         self._limits = gate_config(self.th.extra.get("gate"))
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._ready = threading.Event()  # the thread has built its followers (or failed to)
         self._lock = threading.Lock()
         self._execs: list[threading.Thread] = []
         self.errors: list[str] = []
@@ -132,6 +136,8 @@ class Monitor:
             self.errors.append(msg)
             self.log(msg)
             return
+        finally:
+            self._ready.set()
         self._loop()
 
     def stop(self) -> dict[str, Any]:
@@ -193,6 +199,8 @@ class Monitor:
 
     def poll_once(self) -> list[Alert]:
         """Read what was appended, judge the steps every rank finished, tell each alert."""
+        if self._thread is not None:
+            self._ready.wait(SETUP_TIMEOUT_S)  # the thread's set-up: its imports
         t0 = time.thread_time_ns()
         assert self._steps is not None
         assert self._samples is not None
