@@ -37,12 +37,13 @@ import numpy as np
 
 from gpudiag._support import nputil
 from gpudiag.analysis.compare.baseline import RunStat
-from gpudiag.analysis.compare.checks import FAIL, INCONCLUSIVE, OFF, PASS, Check, CheckDetails
+from gpudiag.analysis.compare.checks import FAIL, INCONCLUSIVE, PASS, Check, CheckDetails
 from gpudiag.analysis.compare.stats import t_ppf, t_sf
 from gpudiag.analysis.compare.timing import (
     CPU,
     WALL,
     comparable_contention,
+    cpu_not_applied,
     host_cost,
 )
 from gpudiag.config import GateConfig
@@ -169,31 +170,5 @@ def paired_checks(
             f"more ({len(cands)} candidate, {len(base)} baseline); {PAIRED_HOW}"
         )
         return [Check(n, None, INCONCLUSIVE, None, None, why) for n in (WALL, CPU)]
-    out = [paired_check(WALL, cands, base, cfg)]
-    missing = [r.name or "a run" for r in [*cands, *base] if not r.cpu_ns]
-    if gpu or mode == "gpu":
-        out.append(
-            Check(
-                CPU,
-                None,
-                OFF,
-                None,
-                None,
-                "not applied on a GPU run (the training thread's CPU time is not the "
-                "step's work there)",
-            )
-        )
-    elif missing:
-        out.append(
-            Check(
-                CPU,
-                None,
-                OFF,
-                None,
-                None,
-                f"not applied: no training-thread CPU time recorded for {', '.join(missing[:3])}",
-            )
-        )
-    else:
-        out.append(paired_check(CPU, cands, base, cfg))
-    return out
+    off = cpu_not_applied([*cands, *base], mode, gpu)
+    return [paired_check(WALL, cands, base, cfg), off or paired_check(CPU, cands, base, cfg)]

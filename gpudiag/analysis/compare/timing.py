@@ -238,36 +238,43 @@ def _details(
     return details
 
 
+def cpu_not_applied(runs: Sequence[RunStat], mode: str, gpu: bool) -> Check | None:
+    """Why ``cpu_time_regression`` is off for these runs (a GPU run, runs without CPU times)."""
+    if gpu or mode == "gpu":
+        why = (
+            "not applied on a GPU run (the training thread's CPU time is not the step's work there)"
+        )
+        return Check(CPU, None, OFF, None, None, why)
+    missing = [r.name or f"run {i}" for i, r in enumerate(runs) if not r.cpu_ns]
+    if not missing:
+        return None
+    return Check(
+        CPU,
+        None,
+        OFF,
+        None,
+        None,
+        f"not applied: no training-thread CPU time recorded for "
+        f"{', '.join(missing[:3])}{' …' if len(missing) > 3 else ''} (recorded "
+        "by `gpudiag run`'s step telemetry; traces, older runs and saved "
+        "diagnoses without it)",
+    )
+
+
 def cpu_check(
     cand: RunStat, base: Sequence[RunStat], cfg: GateConfig, mode: str, gpu: bool
 ) -> Check:
-    """``cpu_time_regression``, or why it is not applied (a GPU run, runs without CPU times)."""
-    if gpu or mode == "gpu":
-        return Check(
-            CPU,
-            None,
-            OFF,
-            None,
-            None,
-            "not applied on a GPU run (the training thread's CPU time is not the "
-            "step's work there)",
-        )
-    noisy = noisy_runs(base, cfg)
-    missing = [r.name or f"run {i}" for i, r in enumerate([cand, *base]) if not r.cpu_ns]
-    if missing:
-        return Check(
-            CPU,
-            None,
-            OFF,
-            None,
-            None,
-            f"not applied: no training-thread CPU time recorded for "
-            f"{', '.join(missing[:3])}{' …' if len(missing) > 3 else ''} (recorded "
-            "by `gpudiag run`'s step telemetry; traces, older runs and saved "
-            "diagnoses without it)",
-        )
+    """``cpu_time_regression``, or why it is not applied (:func:`cpu_not_applied`)."""
+    off = cpu_not_applied([cand, *base], mode, gpu)
+    if off is not None:
+        return off
     return timing_check(
-        CPU, cand.cpu_ns, [b.cpu_ns for b in base], cfg, host_cost(cand, base, cfg), noisy
+        CPU,
+        cand.cpu_ns,
+        [b.cpu_ns for b in base],
+        cfg,
+        host_cost(cand, base, cfg),
+        noisy_runs(base, cfg),
     )
 
 

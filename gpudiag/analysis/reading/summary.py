@@ -96,7 +96,7 @@ def _line(r: Reading, rd: RankReading, ranks: int) -> str:
             f"teardown {words.duration(r.teardown_ns, 'brief')} ({_calls(r.teardown_calls)}) "
             "left out"
         )
-    who = f"rank {r.rank}" + (f" (of {ranks} ranks)" if ranks > 1 else "")
+    who = f"rank {r.rank}" + (f" (one of {ranks} ranks)" if ranks > 1 else "")
     return f"{who}: " + " · ".join(parts)
 
 
