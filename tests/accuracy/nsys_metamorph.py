@@ -452,6 +452,62 @@ def renumber_strings(con: sqlite3.Connection) -> str | None:
     return None
 
 
+IDLE_RANGE = "unrelated_marker"
+IDLE_GAP_NS = 20_000
+
+
+def idle_gaps(con: sqlite3.Connection) -> list[tuple[int, int]]:
+    """The gaps where nothing runs: no row with a start and an end, in any table but the NVTX
+    ranges (host calls, OS calls, GPU work, profiler overhead), overlaps them; largest first."""
+    spans_: list[tuple[int, int]] = []
+    for t in _event_tables(con):
+        if t == "NVTX_EVENTS" or not {"start", "end"} <= cols(con, t):
+            continue
+        q = f'SELECT start, "end" FROM {t} WHERE "end" IS NOT NULL AND "end" >= start'
+        spans_ += [(int(a), int(b)) for a, b in con.execute(q)]
+    spans_.sort()
+    gaps = []
+    reach = None
+    for a, b in spans_:
+        if reach is not None and a > reach:
+            gaps.append((reach, a))
+        reach = b if reach is None else max(reach, b)
+    return sorted(gaps, key=lambda g: (g[0] - g[1], g[0]))
+
+
+def add_idle_nvtx(con: sqlite3.Connection) -> str | None:
+    """An NVTX push/pop range of an unrelated name on a main thread in each of the (up to)
+    three largest gaps where nothing runs, over the middle half of the gap."""
+    if "NVTX_EVENTS" not in tables(con):
+        return "no NVTX_EVENTS table"
+    need = {"start", "end", "eventType", "globalTid", "text"}
+    if not need <= cols(con, "NVTX_EVENTS"):
+        return f"NVTX_EVENTS lacks {', '.join(sorted(need - cols(con, 'NVTX_EVENTS')))}"
+    threads = main_threads(con)
+    if not threads:
+        return "no runtime calls: no thread to put the range on"
+    gaps = [g for g in idle_gaps(con) if g[1] - g[0] >= IDLE_GAP_NS][:3]
+    if not gaps:
+        return f"no gap of {IDLE_GAP_NS // 1000} µs where nothing runs"
+    tid = threads[min(threads)]
+    fields = {"eventType": 59, "globalTid": tid, "text": IDLE_RANGE}
+    if "domainId" in cols(con, "NVTX_EVENTS"):
+        row = con.execute(
+            "SELECT domainId FROM NVTX_EVENTS WHERE eventType = 59 "
+            "GROUP BY domainId ORDER BY COUNT(*) DESC LIMIT 1"
+        ).fetchone()
+        fields["domainId"] = 0 if row is None else row[0]
+    if "endGlobalTid" in cols(con, "NVTX_EVENTS"):
+        fields["endGlobalTid"] = tid
+    keys = ", ".join(f'"{k}"' for k in ["start", "end", *fields])
+    marks = ", ".join("?" for _ in range(len(fields) + 2))
+    for a, b in gaps:
+        q = (b - a) // 4
+        row_ = (a + q, b - q, *fields.values())
+        con.execute(f"INSERT INTO NVTX_EVENTS ({keys}) VALUES ({marks})", row_)
+    return None
+
+
 STARTUP_S = 3.0
 STARTUP_CALL = "cudaStreamCreateWithPriority"
 TRANSFORMS = [
@@ -476,5 +532,11 @@ TRANSFORMS = [
     Transform("scale_time_x2", scale_time(2), "scaled", "every start/end/timestamp ×2"),
     Transform(
         "renumber_strings", renumber_strings, "same", "StringIds renumbered with every reference"
+    ),
+    Transform(
+        "add_idle_nvtx",
+        add_idle_nvtx,
+        "same",
+        "NVTX ranges of an unrelated name where nothing runs",
     ),
 ]
