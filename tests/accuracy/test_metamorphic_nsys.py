@@ -7,7 +7,10 @@ else withheld, as on Kineto), a 3 s start-up call prepended (steady figures unch
 start-up named, dominant exactly when it is half the new window), idle padding at both
 edges (same figures and verdict, the edges left out), kernels launched inside collective
 ranges renamed (same verdict and figures), kernels under 10 µs dropped (a filtered trace:
-withheld, no gains). A transformation that does not apply is skipped with its reason.
+withheld, no gains), every event table's rows shuffled, every thread renumbered, StringIds
+renumbered with their references, NVTX ranges of an unrelated name where nothing runs (all
+four: same verdict and figures), every time ×2 (same shares, each step ×2 within 1 µs).
+A transformation that does not apply is skipped with its reason.
 """
 
 from __future__ import annotations
