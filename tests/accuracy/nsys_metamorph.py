@@ -10,6 +10,7 @@ launching thread, the threads' runtime calls.
 from __future__ import annotations
 
 import itertools
+import random
 import re
 import shutil
 import sqlite3
@@ -48,7 +49,7 @@ class Transform:
 
     name: str
     apply: Callable[[sqlite3.Connection], str | None]
-    expect: str  # "same" | "clock+" | "clock-" | "filtered" | "startup" | "padded"
+    expect: str  # "same" | "clock+" | "clock-" | "filtered" | "startup" | "padded" | "scaled"
     doc: str
 
 
@@ -322,6 +323,191 @@ def drop_short_kernels(con: sqlite3.Connection) -> str | None:
     return None
 
 
+def _event_tables(con: sqlite3.Connection) -> list[str]:
+    """Every table with a time column (``start`` or ``timestamp``): the export's events."""
+    return sorted(t for t in tables(con) if cols(con, t) & {"start", "timestamp"})
+
+
+def _has_key(con: sqlite3.Connection, table: str) -> bool:
+    """Whether a column is the table's key (its rows are stored in key order, not as written)."""
+    return any(r[5] for r in con.execute(f"PRAGMA table_info({table})"))
+
+
+def shuffle_rows(con: sqlite3.Connection) -> str | None:
+    """The rows of every event table written back in a shuffled order (rowids renewed).
+
+    A table keyed by a column (stored in key order whatever the order written) is left.
+    """
+    rng = random.Random(29)
+    done = 0
+    for t in _event_tables(con):
+        if _has_key(con, t):
+            continue
+        names = [r[1] for r in con.execute(f"PRAGMA table_info({t})")]
+        keys = ", ".join(f'"{c}"' for c in names)
+        rows = con.execute(f"SELECT {keys} FROM {t}").fetchall()
+        if len(rows) < 2:
+            continue
+        order = list(range(len(rows)))
+        rng.shuffle(order)
+        if order == sorted(order):
+            order.reverse()
+        con.execute(f"DELETE FROM {t}")
+        marks = ", ".join("?" for _ in names)
+        con.executemany(f"INSERT INTO {t} ({keys}) VALUES ({marks})", [rows[i] for i in order])
+        done += 1
+    return None if done else "no event table holds two rows: no order to shuffle"
+
+
+TID_COLS = ("globalTid", "endGlobalTid")  # the columns that hold a thread's globalTid
+
+
+def renumber_threads(con: sqlite3.Connection) -> str | None:
+    """Every thread's number (a globalTid's low 24 bits) mapped to another, in every table.
+
+    The process part stays (the GPU rows' ``globalPid`` still names the process); each
+    globalTid gets a number of its own (900,000 up), the same in every table and column.
+    """
+    where = [(t, c) for t in sorted(tables(con)) for c in TID_COLS if c in cols(con, t)]
+    seen: set[int] = set()
+    for t, c in where:
+        q = f"SELECT DISTINCT {c} FROM {t} WHERE typeof({c}) = 'integer'"
+        seen.update(int(v) for (v,) in con.execute(q))
+    if not seen:
+        return "no table holds a globalTid"
+    new = {old: (old & PID_MASK) | (900_000 + i) for i, old in enumerate(sorted(seen))}
+    if all(old == n for old, n in new.items()):
+        return "every thread already has the numbers it would get"
+    con.execute("CREATE TEMP TABLE tid_map (old INTEGER PRIMARY KEY, new INTEGER)")
+    con.executemany("INSERT INTO tid_map VALUES (?, ?)", new.items())
+    for t, c in where:
+        con.execute(
+            f"UPDATE {t} SET {c} = (SELECT new FROM tid_map WHERE old = {t}.{c}) "
+            f"WHERE {c} IN (SELECT old FROM tid_map)"
+        )
+    con.execute("DROP TABLE tid_map")
+    return None
+
+
+TIME_COLS = ("start", "end", "timestamp")
+
+
+def scale_time(k: int) -> Callable[[sqlite3.Connection], str | None]:
+    """Every time column (start, end, timestamp) of every event table ×k about the first
+    time: every duration and gap ×k, every share the same."""
+
+    def run(con: sqlite3.Connection) -> str | None:
+        firsts = []
+        for t in _event_tables(con):
+            for c in TIME_COLS:
+                if c in cols(con, t):
+                    (v,) = con.execute(f'SELECT MIN("{c}") FROM {t}').fetchone()
+                    firsts += [] if v is None else [int(v)]
+        if not firsts:
+            return "no times"
+        t0 = min(firsts)
+        for t in _event_tables(con):
+            sets = ", ".join(
+                f'"{c}" = {t0} + ("{c}" - {t0}) * {k}' for c in TIME_COLS if c in cols(con, t)
+            )
+            con.execute(f"UPDATE {t} SET {sets}")
+        return None
+
+    return run
+
+
+_REF = re.compile(r"^\s*(\w+)\s.*--\s*REFERENCES StringIds\(id\)", re.MULTILINE)
+
+
+def string_refs(con: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(table, column) of every column the schema says references ``StringIds(id)``."""
+    rows = con.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()
+    return sorted((t, c) for t, sql in rows for c in _REF.findall(sql or "") if t != "StringIds")
+
+
+def renumber_strings(con: sqlite3.Connection) -> str | None:
+    """Every StringIds id mapped to another (a shuffled order, above the old ones), and every
+    column the schema marks ``REFERENCES StringIds(id)`` mapped the same way."""
+    refs = string_refs(con)
+    if not refs:
+        return (
+            "the schema marks no column as referencing StringIds: a renumbering can't be followed"
+        )
+    ids = [int(i) for (i,) in con.execute("SELECT id FROM StringIds ORDER BY id")]
+    if len(ids) < 2:
+        return "fewer than two strings"
+    perm = list(range(len(ids)))
+    random.Random(29).shuffle(perm)
+    top = ids[-1] + 1
+    con.execute("CREATE TEMP TABLE sid_map (old INTEGER PRIMARY KEY, new INTEGER)")
+    con.executemany(
+        "INSERT INTO sid_map VALUES (?, ?)", [(o, top + p) for o, p in zip(ids, perm, strict=True)]
+    )
+    for t, c in [*refs, ("StringIds", "id")]:
+        con.execute(
+            f"UPDATE {t} SET {c} = (SELECT new FROM sid_map WHERE old = {t}.{c}) "
+            f"WHERE {c} IN (SELECT old FROM sid_map)"
+        )
+    con.execute("DROP TABLE sid_map")
+    return None
+
+
+IDLE_RANGE = "unrelated_marker"
+IDLE_GAP_NS = 20_000
+
+
+def idle_gaps(con: sqlite3.Connection) -> list[tuple[int, int]]:
+    """The gaps where nothing runs: no row with a start and an end, in any table but the NVTX
+    ranges (host calls, OS calls, GPU work, profiler overhead), overlaps them; largest first."""
+    spans_: list[tuple[int, int]] = []
+    for t in _event_tables(con):
+        if t == "NVTX_EVENTS" or not {"start", "end"} <= cols(con, t):
+            continue
+        q = f'SELECT start, "end" FROM {t} WHERE "end" IS NOT NULL AND "end" >= start'
+        spans_ += [(int(a), int(b)) for a, b in con.execute(q)]
+    spans_.sort()
+    gaps = []
+    reach = None
+    for a, b in spans_:
+        if reach is not None and a > reach:
+            gaps.append((reach, a))
+        reach = b if reach is None else max(reach, b)
+    return sorted(gaps, key=lambda g: (g[0] - g[1], g[0]))
+
+
+def add_idle_nvtx(con: sqlite3.Connection) -> str | None:
+    """An NVTX push/pop range of an unrelated name on a main thread in each of the (up to)
+    three largest gaps where nothing runs, over the middle half of the gap."""
+    if "NVTX_EVENTS" not in tables(con):
+        return "no NVTX_EVENTS table"
+    need = {"start", "end", "eventType", "globalTid", "text"}
+    if not need <= cols(con, "NVTX_EVENTS"):
+        return f"NVTX_EVENTS lacks {', '.join(sorted(need - cols(con, 'NVTX_EVENTS')))}"
+    threads = main_threads(con)
+    if not threads:
+        return "no runtime calls: no thread to put the range on"
+    gaps = [g for g in idle_gaps(con) if g[1] - g[0] >= IDLE_GAP_NS][:3]
+    if not gaps:
+        return f"no gap of {IDLE_GAP_NS // 1000} µs where nothing runs"
+    tid = threads[min(threads)]
+    fields = {"eventType": 59, "globalTid": tid, "text": IDLE_RANGE}
+    if "domainId" in cols(con, "NVTX_EVENTS"):
+        row = con.execute(
+            "SELECT domainId FROM NVTX_EVENTS WHERE eventType = 59 "
+            "GROUP BY domainId ORDER BY COUNT(*) DESC LIMIT 1"
+        ).fetchone()
+        fields["domainId"] = 0 if row is None else row[0]
+    if "endGlobalTid" in cols(con, "NVTX_EVENTS"):
+        fields["endGlobalTid"] = tid
+    keys = ", ".join(f'"{k}"' for k in ["start", "end", *fields])
+    marks = ", ".join("?" for _ in range(len(fields) + 2))
+    for a, b in gaps:
+        q = (b - a) // 4
+        row_ = (a + q, b - q, *fields.values())
+        con.execute(f"INSERT INTO NVTX_EVENTS ({keys}) VALUES ({marks})", row_)
+    return None
+
+
 STARTUP_S = 3.0
 STARTUP_CALL = "cudaStreamCreateWithPriority"
 TRANSFORMS = [
@@ -341,4 +527,16 @@ TRANSFORMS = [
         "kernels launched inside collective ranges renamed to a custom name",
     ),
     Transform("drop_short_kernels", drop_short_kernels, "filtered", "kernels under 10 µs dropped"),
+    Transform("shuffle_rows", shuffle_rows, "same", "every event table's rows in a shuffled order"),
+    Transform("renumber_threads", renumber_threads, "same", "every globalTid's thread renumbered"),
+    Transform("scale_time_x2", scale_time(2), "scaled", "every start/end/timestamp ×2"),
+    Transform(
+        "renumber_strings", renumber_strings, "same", "StringIds renumbered with every reference"
+    ),
+    Transform(
+        "add_idle_nvtx",
+        add_idle_nvtx,
+        "same",
+        "NVTX ranges of an unrelated name where nothing runs",
+    ),
 ]

@@ -7,7 +7,10 @@ else withheld, as on Kineto), a 3 s start-up call prepended (steady figures unch
 start-up named, dominant exactly when it is half the new window), idle padding at both
 edges (same figures and verdict, the edges left out), kernels launched inside collective
 ranges renamed (same verdict and figures), kernels under 10 µs dropped (a filtered trace:
-withheld, no gains). A transformation that does not apply is skipped with its reason.
+withheld, no gains), every event table's rows shuffled, every thread renumbered, StringIds
+renumbered with their references, NVTX ranges of an unrelated name where nothing runs (all
+four: same verdict and figures), every time ×2 (same shares, each step ×2 within 1 µs).
+A transformation that does not apply is skipped with its reason.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ SETS = sorted(f"{p.parent.name}/{p.name}" for p in NSYS.glob("*/*.sqlite")) if N
 SHARE_TOL = 0.02
 STEP_TOL = 0.02
 LAUNCH_BOUND_NS = 1_000_000
+STEP_SCALED_TOL_NS = 1000  # a step ×2 within 1 µs
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +59,12 @@ def _figures(d: Diagnosis) -> dict[int, tuple[Any, ...]]:
     }
 
 
-def _same_figures(a: Diagnosis, b: Diagnosis) -> None:
+def _same_figures(a: Diagnosis, b: Diagnosis, scale: float = 1.0) -> None:
     fa, fb = _figures(a), _figures(b)
     assert fa.keys() == fb.keys()
     for rank in fa:
         x, y = fa[rank], fb[rank]
-        assert y[0] == pytest.approx(x[0], rel=STEP_TOL, abs=2000), (rank, x, y)
+        assert y[0] == pytest.approx(x[0] * scale, rel=STEP_TOL, abs=2000), (rank, x, y)
         for i in range(1, 5):
             assert y[i] == pytest.approx(x[i], abs=SHARE_TOL), (rank, i, x, y)
 
@@ -109,6 +113,16 @@ def test_nsys_transformation_keeps_its_relation(name, t, bases, tmp_path_factory
             assert _withheld(out) or _withheld(base), out.verdict.headline
         else:
             pytest.skip(f"{name}: least launch latency {least / 1e6:.1f} ms, no bounding wait")
+    elif t.expect == "scaled":
+        # every time ×2 about the first: the same shares, each step twice as long (the
+        # times are whole nanoseconds, ×2 exactly; a step's edges may round by a few ns)
+        _same_figures(base, out, scale=2.0)
+        assert out.run.steps == base.run.steps
+        was = [(s.rank, s.duration_ns) for s in base.steps]
+        now = [(s.rank, s.duration_ns) for s in out.steps]
+        assert [r for r, _ in now] == [r for r, _ in was]
+        for (rank, a), (_, b) in zip(was, now, strict=True):
+            assert abs(b - 2 * a) <= STEP_SCALED_TOL_NS, (rank, a, b)
     elif t.expect == "filtered":
         assert _withheld(out), out.verdict.headline
         assert any("filtered" in s for s in out.verdict.limits or []), out.verdict.limits
