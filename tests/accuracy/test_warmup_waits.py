@@ -82,6 +82,12 @@ def test_a_rank_late_in_every_step_is_the_straggler(diagnosed):
     (f,) = _of(d, "straggler")
     assert f.ranks == [1]
     assert f.metrics.median_excess_ns == round(c.late(1, 1) * US)
+    # rank 0's comm-wait a step: 150 ms waiting for rank 1 + the 5 ms transfer
+    (comm,) = _of(d, "comm_bound")
+    assert comm.ranks == [0]
+    want = c.sync_wait_us(1) / c.comm_us(0, 1)
+    assert comm.metrics.sync_wait_share == pytest.approx(want, abs=1e-3)
+    assert "waiting for the straggler (rank 1)" in comm.message
 
 
 def test_load_imbalance_share_counts_the_analysed_steps_only(diagnosed):
