@@ -44,6 +44,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -382,6 +383,92 @@ NSYS = {
 }
 
 
+# ---- Multi-rank Kineto: a warm-up step's skew -------------------------------------------
+
+ALLREDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+
+
+@dataclass(frozen=True)
+class Skew:
+    """Two ranks, ``steps`` ProfilerSteps, each one compute kernel then one all_reduce.
+
+    Rank r's compute kernel (``compute_us``; ``warm_compute_us`` in step 0, the warm-up
+    step) starts ``late_us(r, step)`` after the rank's step offset; its all_reduce kernel is
+    launched when that kernel ends and ends ``transfer_us`` after the last rank entered it
+    (NCCL's kernel spins until every rank is in). Step 0 lasts ``warm_step_us``; every
+    later step ``compute_us + max late + transfer_us + tail_us``.
+    """
+
+    warm_late_us: float  # rank 1's delay in step 0
+    late_us_by_step: tuple[float, ...]  # rank 1's delay in steps 1 …; rank 0 is never late
+    steps: int = 6
+    compute_us: float = 10_000.0
+    warm_compute_us: float = 600_000.0
+    warm_step_us: float = 1_000_000.0
+    transfer_us: float = 5_000.0
+    tail_us: float = 4_500.0
+    lead_us: float = 500.0
+
+    def late(self, rank: int, step: int) -> float:
+        """Rank ``rank``'s delay before its compute kernel in ``step``."""
+        if rank == 0:
+            return 0.0
+        return self.warm_late_us if step == 0 else self.late_us_by_step[step - 1]
+
+    def step_us(self, step: int) -> float:
+        """Step ``step``'s length (the same on both ranks)."""
+        if step == 0:
+            return self.warm_step_us
+        return self.lead_us + self.compute_us + self.late(1, step) + self.transfer_us + self.tail_us
+
+    def sync_wait_us(self, step: int) -> float:
+        """Rank 0's wait for rank 1 inside the step's all_reduce (rank 1 waits for nobody)."""
+        return self.late(1, step)
+
+    def comm_us(self, rank: int, step: int) -> float:
+        """Rank ``rank``'s all_reduce kernel: the others' lateness over its own, plus transfer."""
+        return self.late(1, step) - self.late(rank, step) + self.transfer_us
+
+
+#: ``warm_straggler``: rank 1 150 ms late into step 0's all_reduce only (a 1 s warm-up
+#: step, 50× the 20 ms steps after it); steps 1–5 within 0.5 ms (rank 1 later by 0.1–0.5).
+#: ``every_straggler``: the same warm-up, and rank 1 150 ms late in every step (170 ms
+#: steps: the 1 s step is still warm-up, 5.9×). ``warm_imbalance``: rank 1 300 ms late in
+#: step 0 only; steps 1–5 with rank 1 later by 0.2–0.4 ms into a 5 ms transfer.
+SKEW = {
+    "warm_straggler": Skew(150_000.0, (100.0, 300.0, 500.0, 200.0, 400.0)),
+    "every_straggler": Skew(150_000.0, (150_000.0,) * 5),
+    "warm_imbalance": Skew(300_000.0, (200.0, 300.0, 400.0, 300.0, 200.0)),
+}
+
+
+def skew_rank(c: Skew, rank: int) -> dict[str, Any]:
+    """Rank ``rank``'s trace of case ``c``."""
+    k = Kineto()
+    t = float(T0)
+    for n in range(c.steps):
+        k.x("user_annotation", f"ProfilerStep#{n}", PID, TID, t, c.step_us(n))
+        start = t + c.lead_us + c.late(rank, n)
+        comp = c.warm_compute_us if n == 0 else c.compute_us
+        k.kernel(GEMM, start, comp, start - 50, 7, k.op("aten::mm", start - 60, 20))
+        enter = start + comp
+        ext = k.op("nccl:all_reduce", enter - 40, 20)
+        k.kernel(ALLREDUCE, enter, c.comm_us(rank, n), enter - 30, 20, ext)
+        t += c.step_us(n)
+    doc = k.doc(devices=2)
+    doc["distributedInfo"] = {"backend": "nccl", "rank": rank, "world_size": 2}
+    return doc
+
+
+def skew_case(out: Path, name: str) -> Path:
+    """Write case ``name`` of ``SKEW`` as out/name/rank-<r>.json; the folder."""
+    folder = out / name
+    folder.mkdir(parents=True, exist_ok=True)
+    for r in (0, 1):
+        (folder / f"rank-{r}.json").write_text(json.dumps(skew_rank(SKEW[name], r)))
+    return folder
+
+
 def build_all(out: Path) -> dict[str, Path]:
     """Write every case into ``out``; name → path."""
     out.mkdir(parents=True, exist_ok=True)
@@ -392,6 +479,8 @@ def build_all(out: Path) -> dict[str, Path]:
         paths[name] = p
     for name, build in NSYS.items():
         paths[name] = build(out)
+    for name in SKEW:
+        paths[name] = skew_case(out, name)
     return paths
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from gpudiag._support import nputil
 from gpudiag.analysis.findings.causes import cpu_host_cause, host_cause
 from gpudiag.analysis.model import words
@@ -78,7 +80,8 @@ def _without_steps(r: RankResult, warm: Mapping[int, float]) -> RankResult:
     A rank's per-step evidence lists run over the steps the rank analysed, which the
     warm-up cut (a run-level decision, made once every rank is in) shortens; the totals
     derived from a per-step list are recomputed from the kept steps, so a stage's
-    receive wait and its step time cover the same steps.
+    receive wait and its step time cover the same steps. The rank's collectives in those
+    steps go too: waits for the last rank are matched over the analysed steps only.
     """
     mask = [s.step not in warm for s in r.steps]
     ev = r.evidence
@@ -92,10 +95,29 @@ def _without_steps(r: RankResult, warm: Mapping[int, float]) -> RankResult:
             for key, vals in ev.gpu_metrics_per_step.items()
             if len(vals) == len(mask)
         }
+    colls = r.collectives
+    if colls is not None and len(colls.type):
+        # the warm-up steps' collectives go with their steps: who waited for whom, and how
+        # long, is read from the analysed steps only (issue 29)
+        keep = ~np.isin(colls.step, np.fromiter(warm, np.int64, len(warm)))
+        if not keep.all():
+            colls = dataclasses.replace(
+                colls,
+                type=[t for t, k in zip(colls.type, keep.tolist(), strict=True) if k],
+                key=colls.key[keep],
+                nbytes=colls.nbytes[keep],
+                start=colls.start[keep],
+                dur=colls.dur[keep],
+                step=colls.step[keep],
+                dtype=[t for t, k in zip(colls.dtype, keep.tolist(), strict=True) if k]
+                if len(colls.dtype) == len(keep)
+                else colls.dtype,
+            )
     return dataclasses.replace(
         r,
         steps=[s for s, k in zip(r.steps, mask, strict=True) if k],
         evidence=dataclasses.replace(ev, **change) if change else ev,  # type: ignore[arg-type]
+        collectives=colls,
     )
 
 
