@@ -56,30 +56,39 @@ def torchrun(tmp: Path, nproc: int, *args: str) -> Path:
 @pytest.mark.slow
 def test_periodic_stall_in_a_six_step_window_is_named_not_called_persistent(tmp_path):
     # rank 1 sleeps 0.5 s in every 4th step (3, 7, 11); the profiler records steps 3-8
-    torchrun(
-        tmp_path,
-        2,
-        "-m",
-        "gpudiag.demo.train",
-        "--steps",
-        "12",
-        "--batch",
-        "1024",
-        "--pin",
-        "--profile-dir",
-        str(tmp_path),
-        "--profile-wait",
-        "2",
-        "--profile-active",
-        "6",
-        "--sleep-rank",
-        "1",
-        "--sleep-s",
-        "0.5",
-        "--sleep-every",
-        "4",
-    )
-    d = gpudiag.analyze(tmp_path, jobs=1)
+    # A loaded host (3 test workers on 2 cores) can make rank 1 late at other steps too
+    # (seen once: 2.2 s of waiting where 1.0 s was injected, read as a late-arrival
+    # straggler): the job runs once more then, in a fresh directory, as a run that missed.
+    for attempt in range(2):
+        out = tmp_path / f"run{attempt}"
+        out.mkdir()
+        torchrun(
+            out,
+            2,
+            "-m",
+            "gpudiag.demo.train",
+            "--steps",
+            "12",
+            "--batch",
+            "1024",
+            "--pin",
+            "--profile-dir",
+            str(out),
+            "--profile-wait",
+            "2",
+            "--profile-active",
+            "6",
+            "--sleep-rank",
+            "1",
+            "--sleep-s",
+            "0.5",
+            "--sleep-every",
+            "4",
+        )
+        d = gpudiag.analyze(out, jobs=1)
+        found = [f for f in d.findings if f.kind == "straggler"]
+        if [f.persistent for f in found] == [False]:
+            break
     assert sorted({s.step for s in d.steps}) == [3, 4, 5, 6, 7, 8]
     (f,) = [f for f in d.findings if f.kind == "straggler"]
     assert f.ranks == [1] and f.persistent is False and f.steps == [3, 7]
