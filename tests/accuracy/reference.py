@@ -17,6 +17,7 @@ notify kernels in its ``deep_ep::intranode``/``internode`` namespaces.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import itertools
 import json
@@ -88,24 +89,35 @@ def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def minus(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Merged intervals ``a`` less merged intervals ``b``."""
+    """Merged intervals ``a`` less merged intervals ``b`` (one sweep over both, in order)."""
     out = []
+    j = 0
     for s, e in a:
+        while j < len(b) and b[j][1] <= s:
+            j += 1
         cur = s
-        for bs, be in b:
-            if be <= cur or bs >= e:
-                continue
-            if bs > cur:
-                out.append((cur, bs))
-            cur = max(cur, be)
+        k = j
+        while k < len(b) and b[k][0] < e:
+            bs, be = b[k]
+            if be > cur:
+                if bs > cur:
+                    out.append((cur, bs))
+                cur = be
+            k += 1
         if cur < e:
             out.append((cur, e))
     return out
 
 
 def inside(merged: list[tuple[int, int]], lo: int, hi: int) -> int:
-    """Length of merged intervals within [lo, hi)."""
-    return sum(max(0, min(e, hi) - max(s, lo)) for s, e in merged)
+    """Length of merged intervals within [lo, hi): from the last one starting before ``lo``."""
+    k = max(bisect.bisect_left(merged, (lo,)) - 1, 0)
+    total = 0
+    while k < len(merged) and merged[k][0] < hi:
+        s, e = merged[k]
+        total += max(0, min(e, hi) - max(s, lo))
+        k += 1
+    return total
 
 
 def steps_of(
