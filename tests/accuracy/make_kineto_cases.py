@@ -72,5 +72,5 @@ class Kineto:
             "traceEvents": self.events,
         }
         with gzip.open(path, "wt") as f:
-            json.dump(doc, f)
+            f.write(json.dumps(doc))  # dumps: C-encoded; dump streams through the Python one
         return path

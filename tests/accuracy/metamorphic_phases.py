@@ -23,8 +23,9 @@ def load(path: Path) -> dict[str, Any]:
 
 
 def save(doc: dict[str, Any], path: Path) -> Path:
+    # json.dumps, not json.dump: dump streams through the pure-Python encoder (10x slower)
     with gzip.open(path, "wt", compresslevel=1) as f:
-        json.dump(doc, f)
+        f.write(json.dumps(doc))
     return path
 
 

@@ -14,6 +14,7 @@ Each transformation (metamorphic_phases.py) has an effect known without gpudiag:
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import metamorphic_phases as mp
@@ -58,6 +59,12 @@ def _transformed(src: Path, out: Path, fn) -> tuple[Path, list[tuple[float, floa
     return out, spans
 
 
+@functools.cache
+def _before(sets: Path, name: str) -> gpudiag.Diagnosis:
+    """The untransformed set's diagnosis, read once for the module's four transformations."""
+    return gpudiag.analyze(sets / name, jobs=1)
+
+
 def _figures(d: gpudiag.Diagnosis) -> tuple:
     return (
         d.run.steps,
@@ -68,7 +75,7 @@ def _figures(d: gpudiag.Diagnosis) -> tuple:
 
 @pytest.mark.parametrize("name", SETS)
 def test_prepended_startup_leaves_steady_figures_and_is_named(name, kineto_sets, tmp_path):
-    before = gpudiag.analyze(kineto_sets / name, jobs=1)
+    before = _before(kineto_sets, name)
     path, spans = _transformed(
         kineto_sets / name,
         tmp_path / name,
@@ -94,7 +101,7 @@ def test_prepended_startup_leaves_steady_figures_and_is_named(name, kineto_sets,
 
 @pytest.mark.parametrize("name", SETS)
 def test_idle_padding_at_the_edges_changes_nothing(name, kineto_sets, tmp_path):
-    before = gpudiag.analyze(kineto_sets / name, jobs=1)
+    before = _before(kineto_sets, name)
     path, _ = _transformed(kineto_sets / name, tmp_path / name, lambda d: mp.pad_edges(d, 0.2, 0.5))
     after = gpudiag.analyze(path, jobs=1)
     assert _figures(after) == _figures(before)
@@ -111,7 +118,7 @@ def _durations(d: gpudiag.Diagnosis) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize("name", STEPPED)
 def test_renamed_step_markers_give_the_same_steps(name, kineto_sets, tmp_path):
-    before = gpudiag.analyze(kineto_sets / name, jobs=1)
+    before = _before(kineto_sets, name)
     path, _ = _transformed(
         kineto_sets / name, tmp_path / name, lambda d: mp.rename_markers(d, "train iteration {n}")
     )
@@ -125,7 +132,7 @@ def test_renamed_step_markers_give_the_same_steps(name, kineto_sets, tmp_path):
 
 @pytest.mark.parametrize("name", STEPPED)
 def test_python_function_steps_by_step_marker(name, kineto_sets, tmp_path):
-    before = gpudiag.analyze(kineto_sets / name, jobs=1)
+    before = _before(kineto_sets, name)
     path, _ = _transformed(
         kineto_sets / name,
         tmp_path / name,
