@@ -84,3 +84,31 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 
     config.option.loadscopereorder = False
     return LoadScopeScheduling(config, log)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> object:
+    """``GPUDIAG_TEST_CPU_LOG=FILE``: one JSON line per test, its wall and CPU seconds.
+
+    CPU is this worker's own plus that of the children it waited for (the real jobs a test
+    starts), so the suite's cost can be read per test; fixtures count with the test that
+    set them up. Off unless the variable is set.
+    """
+    log = os.environ.get("GPUDIAG_TEST_CPU_LOG")
+    if not log:
+        yield
+        return
+    import json
+    import resource
+    import time
+
+    def cpu() -> float:
+        s = resource.getrusage(resource.RUSAGE_SELF)
+        c = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
+
+    t0, c0 = time.monotonic(), cpu()
+    yield
+    rec = {"test": item.nodeid, "wall_s": time.monotonic() - t0, "cpu_s": cpu() - c0}
+    with open(log, "a") as f:
+        f.write(json.dumps(rec) + "\n")
