@@ -1,9 +1,10 @@
 """Issue 12: nothing gpudiag does hurts the job.
 
-Every test injects one fault into a real 2-rank gloo job under `gpudiag run` and checks
+Every test injects a fault into a real 2-rank gloo job under `gpudiag run` and checks
 the job's exit code and output against the same job run directly: an exception in each
-rank hook (``GPUDIAG_FAULT=hook:…``), a disk that fills up, an output directory the ranks
-cannot write, NVML losing a GPU or blocking mid-run, gpudiag itself SIGKILLed, and jobs
+rank hook (``GPUDIAG_FAULT=hook:…``); a trace export, a disk that fills up and an exit hook
+failing in one run (three losses that leave each other's evidence); an output directory the
+ranks cannot write, NVML losing a GPU or blocking mid-run, gpudiag itself SIGKILLed, and jobs
 that spawn processes or exec another program. gpudiag's own losses land in the manifest.
 """
 
@@ -127,30 +128,38 @@ def test_exception_in_a_hook(tmp_path: Path, direct_runs: Any, fault: str) -> No
     assert not list((out / "ranks").glob("*.pt.trace.json.gz"))
 
 
-def test_trace_export_failing(tmp_path: Path, direct_runs: Any) -> None:
+def test_trace_export_exit_hook_and_telemetry_writes_failing_in_one_run(
+    tmp_path: Path, direct_runs: Any
+) -> None:
+    # GIVEN three independent losses in one run: the trace export fails, telemetry writes
+    # fail half-way (ENOSPC) during steps 3-5, and the exit hook raises
     out = tmp_path / "run"
-    r = _gpudiag(out, JOB, "hook:save")
+    r = _gpudiag(out, JOB, "hook:save,write:enospc@3-5,hook:exit")
+    # THEN the job cannot tell
     _same_as_direct(r, _direct(direct_runs, JOB))
     m = _manifest(out)
-    # the window is lost, the telemetry is not
-    assert sorted(load_steps(out)["step"].unique()) == list(range(STEPS))
+    # the window is lost, the telemetry outside steps 3-5 is not; the files hold whole records
+    df = load_steps(out)
+    for rank in (0, 1):
+        assert sorted(df.loc[df["rank"] == rank, "step"]) == [0, 1, 2, 6, 7]
+    # the ranks ran 8 steps, the 3 lost ones included
+    assert m.extra["steps_per_rank"] == {"0": STEPS, "1": STEPS}
+    # the window's own record (not saved, at step 5) went with the lost telemetry: the
+    # manifest says so rather than guess from the steps that remain ("not reached")
     assert not m.sources["kineto"].captured
-    assert m.sources["kineto"].reason.startswith("window 2:5: trace of steps 2-4 not saved")
-    # said on stderr (two ranks write there at once, so lines may interleave) and recorded
-    # once per rank in the manifest
+    reason = m.sources["kineto"].reason
+    assert reason.startswith("window 2:5: no trace, and the record of what became of it"), reason
+    assert "lost with the telemetry of steps 3-5 (every rank: OSError" in reason, reason
+    # the ranks said it on stderr as it happened (two ranks write there at once, so lines
+    # may interleave); each loss once per rank
     assert "trace of steps 2-4 not saved" in r.stderr
-    lost = [w["rank"] for w in m.extra.get("profile_windows", []) if w.get("status") == "not_saved"]
-    assert sorted(lost) == [0, 1]
-
-
-def test_exit_hook_failing(tmp_path: Path, direct_runs: Any) -> None:
-    out = tmp_path / "run"
-    r = _gpudiag(out, JOB, "hook:exit")
-    _same_as_direct(r, _direct(direct_runs, JOB))
-    m = _manifest(out)
-    assert sorted(load_steps(out)["step"].unique()) == list(range(STEPS))
+    assert r.stderr.count("telemetry write failed") == 2
     assert sum("at exit: InjectedFault" in x for x in m.diagnosis_incomplete) == 2
-    assert m.sources["kineto"].captured
+    for rank in (0, 1):
+        assert any(
+            re.match(rf"rank {rank}: telemetry lost \d+ records \(steps 3-5\): OSError", x)
+            for x in m.diagnosis_incomplete
+        ), m.diagnosis_incomplete
 
 
 def test_hook_installation_failing(tmp_path: Path, direct_runs: Any) -> None:
@@ -166,24 +175,6 @@ def test_hook_installation_failing(tmp_path: Path, direct_runs: Any) -> None:
 
 
 # -- the output directory ---------------------------------------------------------------
-
-
-def test_disk_full_mid_run(tmp_path: Path, direct_runs: Any) -> None:
-    # GIVEN telemetry writes that fail half-way (ENOSPC) during steps 3-5
-    out = tmp_path / "run"
-    r = _gpudiag(out, JOB, "write:enospc@3-5")
-    _same_as_direct(r, _direct(direct_runs, JOB))
-    assert r.stderr.count("telemetry write failed") == 2  # once per rank
-    # THEN the files hold whole records, the loss is counted, the rest is there
-    df = load_steps(out)
-    for rank in (0, 1):
-        assert sorted(df.loc[df["rank"] == rank, "step"]) == [0, 1, 2, 6, 7]
-    m = _manifest(out)
-    for rank in (0, 1):
-        assert any(
-            re.match(rf"rank {rank}: telemetry lost \d+ records \(steps 3-5\): OSError", x)
-            for x in m.diagnosis_incomplete
-        ), m.diagnosis_incomplete
 
 
 def test_unwritable_rank_directory(tmp_path: Path, direct_runs: Any) -> None:

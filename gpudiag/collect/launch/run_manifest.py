@@ -89,6 +89,8 @@ def finish_manifest(run_dir: Path, m: rundir.RunManifest) -> None:
                 if ev.get("where") == "gpudiag":
                     m.diagnosis_incomplete.append(f"rank {r}: {ev.get('message')}")
             elif kind == "lost":
+                # the rank ran the steps whose records were lost: "ran N steps" counts them
+                steps += int((ev.get("types") or {}).get("step", 0))
                 m.diagnosis_incomplete.append(
                     f"rank {r}: telemetry lost {ev.get('records')} records (steps "
                     f"{ev.get('first_step')}-{ev.get('last_step')}): {ev.get('message')}"
@@ -207,6 +209,10 @@ def _kineto_status(
     if lost:
         log(lost)
         return rundir.SourceStatus(False, lost + tail)
+    gone = _window_record_lost(m.profile_steps, per_rank)
+    if gone:
+        log(gone)
+        return rundir.SourceStatus(False, gone + tail)
     most = max(m.extra.get("steps_per_rank", {}).values(), default=0)
     why = f"profile window {m.profile_steps} not reached: ranks ran {most} steps"
     fit = suggest_window(most)
@@ -214,6 +220,34 @@ def _kineto_status(
     if most:
         log(why)
     return rundir.SourceStatus(False, why + tail)
+
+
+def _window_record_lost(
+    profile_steps: str | None, per_rank: dict[int, list[dict[str, Any]]]
+) -> str:
+    """Why no trace exists when the record of the window's outcome was lost with telemetry.
+
+    A rank whose telemetry writes failed (a full disk) drops whole records; when a dropped
+    record was the window's own (saved, not saved, cut), what became of the window is not
+    known from the run directory: said so, with the steps and the write error, rather than
+    guessed from the steps that remain.
+    """
+    lost = [
+        (r, ev)
+        for r, evs in sorted(per_rank.items())
+        for ev in evs
+        if ev.get("type") == "lost" and (ev.get("types") or {}).get("window")
+    ]
+    if not lost:
+        return ""
+    ranks = sorted({r for r, _ in lost})
+    who = "every rank" if len(ranks) == len(per_rank) else f"ranks {ranks}"
+    ev = lost[0][1]
+    return (
+        f"window {profile_steps}: no trace, and the record of what became of it was lost with "
+        f"the telemetry of steps {ev.get('first_step')}-{ev.get('last_step')} ({who}: "
+        f"{ev.get('message')})"
+    )
 
 
 def _window_note(windows: list[ProfileWindow]) -> str:

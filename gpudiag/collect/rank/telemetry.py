@@ -97,6 +97,9 @@ class TelemetryWriter:
             }
         self._lost["records"] += 1
         self._lost["last_step"] = step
+        kinds = self._lost.setdefault("types", {})  # what was lost: steps, a window's outcome…
+        kind = str(rec.get("type", "?"))
+        kinds[kind] = kinds.get(kind, 0) + 1
         if not self._lost_logged:
             self._lost_logged = True
             stderr(

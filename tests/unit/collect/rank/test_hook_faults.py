@@ -53,6 +53,7 @@ def test_full_disk_drops_records_whole_and_says_what_was_lost(
     lost = [r for r in recs if r["type"] == "lost"]
     assert len(lost) == 1
     assert (lost[0]["records"], lost[0]["first_step"], lost[0]["last_step"]) == (2, 2, 3)
+    assert lost[0]["types"] == {"step": 2}  # what was lost, by record type
     assert "No space left" in lost[0]["message"]
     assert recs[-1]["type"] == "exit"
     assert capsys.readouterr().err.count("telemetry write failed") == 1  # logged once
