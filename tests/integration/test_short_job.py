@@ -1,5 +1,5 @@
 """Issue 12, launch side of "a diagnosis from telemetry alone": a job shorter than the
-profiling window is never left without a trace silently.
+profiling window is never left without a trace silently, and still ends with a diagnosis.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from run_helpers import DEMO, TORCHRUN, run_gpudiag
 
+import gpudiag
 from gpudiag.rundir import layout as rundir
 from gpudiag.traces.runfiles.telemetry import load_steps
 
@@ -24,18 +25,7 @@ SMALL = ["--hidden", "64", "--layers", "2", "--batch", "16"]
 def test_job_shorter_than_the_window(tmp_path: Path, steps: int, fit: str) -> None:
     out = tmp_path / "run"
     r = run_gpudiag(
-        [
-            "run",
-            "--out",
-            str(out),
-            "--no-analyze",
-            "--",
-            *TORCHRUN,
-            str(DEMO),
-            "--steps",
-            str(steps),
-            *SMALL,
-        ]
+        ["run", "--out", str(out), "--", *TORCHRUN, str(DEMO), "--steps", str(steps), *SMALL]
     )
     assert r.returncode == 0, r.stderr[-3000:]
     want = f"profile window 5:10 not reached: ranks ran {steps} steps; rerun with --profile-steps {fit}"
@@ -48,6 +38,10 @@ def test_job_shorter_than_the_window(tmp_path: Path, steps: int, fit: str) -> No
     df = load_steps(out)
     for rank in (0, 1):
         assert sorted(df.loc[df["rank"] == rank, "step"]) == list(range(steps))
+    # AND the run still ends with a diagnosis, from the step telemetry
+    assert "step telemetry (no trace)" in r.stdout, r.stdout[-2000:]
+    d = gpudiag.analyze(out, jobs=1)
+    assert d.run.mode == "telemetry" and d.run.steps >= steps - 1
 
 
 def test_job_ending_inside_the_window_keeps_its_complete_steps(tmp_path: Path) -> None:
