@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -85,10 +86,10 @@ def test_cpu_hog_beside_the_job_is_other_cpu(tmp_path: Path) -> None:
     job_share = float(r.stdout) / (window_s * c["cpus"])
     assert abs(c["job_cpu_ratio_mean"] - job_share) < 0.1, (c["job_cpu_ratio_mean"], job_share)
     assert c["other_cpu_ratio_mean"] + c["job_cpu_ratio_mean"] <= c["cpu_busy_ratio_mean"] + 0.01
-    # the job: one python; at the edges a loaded host may sample it before it is in /proc's
-    # listing or after it ended (0), never as another count
-    counts = [s["job_processes"] for s in samples]
-    assert set(counts[1:-1]) == {1} and set(counts[:1] + counts[-1:]) <= {0, 1}, counts
+    # the job: one python while it runs; a loaded host may sample it before /proc lists it
+    # and, while gpudiag winds down, several times after it ended (0): 1s, 0s only at the edges
+    counts = "".join(str(s["job_processes"]) for s in samples)
+    assert re.fullmatch(r"0?1{3,}0*", counts), counts
     assert c["sample_cost_us_mean"] < 50_000  # 0.8 ms measured on this host; 5% of a core
 
 
