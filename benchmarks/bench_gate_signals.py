@@ -17,6 +17,9 @@ Two parts (docs/gate.md, "Error rates on a busy host", reports the figures):
   baseline runs were as contended); the count of those the wall clock decided is printed.
 
     python benchmarks/bench_gate_signals.py record /tmp/runs.json --runs base1 base2 same1 slow30
+    python benchmarks/bench_gate_signals.py record /tmp/pairs.json --concurrent \\
+        --runs base_1 same_1 slow30_1 base_2 same_2 slow30_2
+    python benchmarks/bench_gate_signals.py replay-paired /tmp/pairs.json
     python benchmarks/bench_gate_signals.py replay benchmarks/data/gate_hog_runs.json
 """
 
@@ -65,47 +68,78 @@ JOB = [
 EFFECT = 0.25
 
 
-def record(out: Path, labels: Sequence[str], keep: Path | None = None) -> None:
+def _job(label: str, d: Path) -> list[str]:
+    """The ``gpudiag run`` command of one recorded run (``slowNN``: +NN% own work)."""
+    slow = re.match(r"slow(\d+)", label)
+    extra = ["--extra-work", str(int(slow[1]) / 100)] if slow else []
+    return [
+        sys.executable,
+        "-m",
+        "gpudiag",
+        "run",
+        "--out",
+        str(d),
+        "-q",
+        "--no-analyze",
+        "--profile-steps",
+        "5:10",
+        "--",
+        "torchrun",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(ROOT / "gpudiag" / "demo" / "train.py"),
+        *JOB,
+        *extra,
+    ]
+
+
+def _groups(labels: Sequence[str], concurrent: bool) -> list[list[str]]:
+    """The runs started together: one each, or (``concurrent``) a block's runs at once."""
+    if not concurrent:
+        return [[x] for x in labels]
+    out: dict[int, list[str]] = {}
+    for x in labels:
+        kb = block(x)
+        if kb is None:
+            raise SystemExit(f"--concurrent needs block labels (base_1, same_1, …), not {x!r}")
+        out.setdefault(kb[1], []).append(x)
+    return list(out.values())
+
+
+def record(
+    out: Path, labels: Sequence[str], keep: Path | None = None, concurrent: bool = False
+) -> None:
     """Run the demo once per label beside a CPU hog; write the runs as a baseline file.
 
     ``keep``: leave each run directory there (``KEEP/LABEL``), to gate them with the CLI.
+    ``concurrent``: a block's runs (``base_k``, ``same_k``, ``slow30_k``…) start at the same
+    time, side by side, so that they share the host's state of that minute.
     """
     from gpudiag.api.load import analyze
     from gpudiag.cli.gate import run_conditions
 
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     runs = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     try:
         with tempfile.TemporaryDirectory() as scratch:
             tmp = keep or Path(scratch)
-            for label in labels:
-                slow = re.match(r"slow(\d+)", label)
-                extra = ["--extra-work", str(int(slow[1]) / 100)] if slow else []
-                d = Path(tmp) / label
-                cmd = [
-                    sys.executable,
-                    "-m",
-                    "gpudiag",
-                    "run",
-                    "--out",
-                    str(d),
-                    "-q",
-                    "--no-analyze",
-                    "--profile-steps",
-                    "5:10",
-                    "--",
-                    "torchrun",
-                    "--standalone",
-                    "--nproc-per-node",
-                    "2",
-                    str(ROOT / "gpudiag" / "demo" / "train.py"),
-                    *JOB,
-                    *extra,
-                ]
-                env = {**os.environ, "PYTHONPATH": str(ROOT)}
-                subprocess.run(cmd, check=True, env=env, capture_output=True)
-                runs.append(run_stat(analyze(d), label, run_conditions(d)))
-                print(f"{label}: recorded", file=sys.stderr)
+            for group in _groups(labels, concurrent):
+                procs = []
+                for x in group:
+                    log = open(Path(tmp) / f"{x}.log", "w")  # noqa: SIM115 (closed below)
+                    cmd = _job(x, Path(tmp) / x)
+                    procs.append((x, log, subprocess.Popen(cmd, env=env, stdout=log, stderr=log)))
+                for label, log, proc in procs:
+                    proc.wait()
+                    log.close()
+                    if proc.returncode != 0:
+                        tail = (Path(tmp) / f"{label}.log").read_text()[-2000:]
+                        raise SystemExit(f"{label}: gpudiag run exited {proc.returncode}\n{tail}")
+                    d = Path(tmp) / label
+                    runs.append(run_stat(analyze(d), label, run_conditions(d)))
+                    print(f"{label}: recorded", file=sys.stderr)
     finally:
         hog.kill()
         hog.wait()
@@ -258,6 +292,9 @@ def main() -> None:
     r.add_argument("out", type=Path)
     r.add_argument("--runs", nargs="+", default=["base1", "base2", "base3", "same1", "slow30"])
     r.add_argument("--keep", type=Path, default=None, help="keep the run directories here")
+    r.add_argument(
+        "--concurrent", action="store_true", help="start each block's runs at the same time"
+    )
     q = sub.add_parser("replay")
     q.add_argument("runs", type=Path)
     q.add_argument("--replicates", type=int, default=10)
@@ -270,7 +307,7 @@ def main() -> None:
     q2.add_argument("--pairs", type=int, default=3)
     a = p.parse_args()
     if a.cmd == "record":
-        record(a.out, a.runs, a.keep)
+        record(a.out, a.runs, a.keep, a.concurrent)
     elif a.cmd == "replay-paired":
         replay_paired(a.runs, a.replicates, a.seed, a.pairs)
     else:
