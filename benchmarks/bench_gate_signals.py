@@ -72,26 +72,10 @@ def _job(label: str, d: Path) -> list[str]:
     """The ``gpudiag run`` command of one recorded run (``slowNN``: +NN% own work)."""
     slow = re.match(r"slow(\d+)", label)
     extra = ["--extra-work", str(int(slow[1]) / 100)] if slow else []
-    return [
-        sys.executable,
-        "-m",
-        "gpudiag",
-        "run",
-        "--out",
-        str(d),
-        "-q",
-        "--no-analyze",
-        "--profile-steps",
-        "5:10",
-        "--",
-        "torchrun",
-        "--standalone",
-        "--nproc-per-node",
-        "2",
-        str(ROOT / "gpudiag" / "demo" / "train.py"),
-        *JOB,
-        *extra,
-    ]
+    gpudiag = [sys.executable, "-m", "gpudiag", "run", "--out", str(d), "-q", "--no-analyze"]
+    torchrun = ["torchrun", "--standalone", "--nproc-per-node", "2"]
+    demo = str(ROOT / "gpudiag" / "demo" / "train.py")
+    return [*gpudiag, "--profile-steps", "5:10", "--", *torchrun, demo, *JOB, *extra]
 
 
 def _groups(labels: Sequence[str], concurrent: bool) -> list[list[str]]:
