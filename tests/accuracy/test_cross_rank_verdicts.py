@@ -57,9 +57,9 @@ def torchrun(tmp: Path, nproc: int, *args: str) -> Path:
 def test_periodic_stall_in_a_six_step_window_is_named_not_called_persistent(tmp_path):
     # rank 1 sleeps 1 s in every 4th step (3, 7, 11); the profiler records steps 3-8.
     # A stall is named when it stands 3.5 robust standard deviations above the excesses of
-    # the window: on a loaded host (3 test workers on 2 cores) those measured 88-91 ms with
-    # six CPU hogs beside the job (limit 307-319 ms), and CI, at 243 ms a step (80 ms here),
-    # missed a 0.5 s stall twice in a row (read as a late-arrival straggler). 1 s stands
+    # the window. With six CPU hogs beside the job on 2 cores that SD measured 88-91 ms
+    # (limit 307-319 ms; 20-55 ms on a quiet host, 80 ms a step); CI, at 243 ms a step,
+    # missed a 0.5 s stall on both tries (read as a late-arrival straggler). 1 s stands
     # clear of that; a run that misses still runs once more, in a fresh directory.
     for attempt in range(2):
         out = tmp_path / f"run{attempt}"
