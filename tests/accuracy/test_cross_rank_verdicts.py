@@ -97,6 +97,10 @@ def test_periodic_stall_in_a_six_step_window_is_named_not_called_persistent(tmp_
     assert "stalled in 2 of 6 profiled steps (3 and 7" in f.message
     assert "too few steps to tell persistent from periodic" in f.message
     assert 0.85e9 < f.metrics.median_excess_ns < 1.3e9  # the injected 1 s
+    # rank 0 waits ~1 s at each of the 2 stalls, once: DDP's two buckets' all-reduces run
+    # side by side on gloo's threads and wait for rank 1 together (summed, it read ~4 s)
+    assert 1.7e9 < f.wait_caused_ns < 2.6e9, f.wait_caused_ns
+    assert d.collectives.per_rank["0"].sync_wait_ns < 2.6e9
     assert 0 <= f.metrics.step_time_ns_if_median_speed <= f.metrics.step_time_ns_median
 
 

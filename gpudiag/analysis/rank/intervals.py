@@ -37,6 +37,31 @@ def union(starts: npt.ArrayLike, ends: npt.ArrayLike) -> IntervalSet:
     return s[first], np.maximum.reduceat(e, first)
 
 
+def union_shares(starts: npt.ArrayLike, ends: npt.ArrayLike) -> I64:
+    """Each interval's own part of the union of its column: ``[starts[i, j], ends[i, j])``.
+
+    Columns are separate sets (a rank each, say). Within a column, an interval's share is
+    what it adds to the intervals that start before it (ties: the earlier row first), so a
+    column's shares sum to the length of its union and intervals that overlap no other keep
+    their whole length. One sort per column and a running maximum: no Python loop.
+    """
+    s = np.asarray(starts, dtype=np.int64)
+    e = np.maximum(np.asarray(ends, dtype=np.int64), s)
+    if s.ndim == 1:
+        return union_shares(s[:, None], e[:, None])[:, 0]
+    if s.shape[0] < 2:
+        return e - s
+    order = np.argsort(s, axis=0, kind="stable")
+    ss = np.take_along_axis(s, order, axis=0)
+    es = np.take_along_axis(e, order, axis=0)
+    reach = np.maximum.accumulate(es, axis=0)  # the furthest end so far, this one included
+    floor = ss.copy()
+    np.maximum(ss[1:], reach[:-1], out=floor[1:])  # covered already up to here
+    out = np.empty_like(s)
+    np.put_along_axis(out, order, np.maximum(es - floor, 0), axis=0)
+    return out
+
+
 def _combine(a: IntervalSet, b: IntervalSet, op: str) -> IntervalSet:
     """Boolean sweep over the elementary segments of both sets."""
     pts = unique(np.concatenate([a[0], a[1], b[0], b[1]]))

@@ -8,12 +8,17 @@ have: on early ranks its duration is *waiting for the last rank* plus the transf
   on each rank (the i-th all-reduce everywhere), checked against the message size where both
   sides know it — a size mismatch drops that pair rather than guessing.
 * **Transfer** of a matched collective = its shortest duration over the ranks (the last
-  arrival waits for no one); each rank's **synchronisation wait** = its duration − transfer.
+  arrival waits for no one); each rank's **synchronisation wait** = its duration − transfer,
+  the interval [entry, entry + wait]. A rank's wait (in all and per step) is the length of
+  the union of those intervals: collectives that run side by side on one rank (DDP's
+  buckets on gloo's worker threads, NCCL on several streams) wait for the same late rank
+  at the same time, and that time is counted once.
 * **Late arrival**: the rank with the shortest duration arrived last — everyone else
   waited for it. Counted per rank (``late_arrival``) when the others' mean wait is at
   least ``collectives.late_wait_ns`` (10 µs, below which it is jitter), with the others'
-  total wait and the range of their mean wait per collective. Durations alone decide, so
-  ranks' clocks need not agree.
+  total wait (each rank's as a union, as above) and the range of their mean wait per
+  collective. Durations, and each rank's own entry times, alone decide, so ranks' clocks
+  need not agree.
 * **Sizes**: NCCL's own annotation, else the launching operator's recorded inputs
   (:func:`gpudiag.analysis.efficiency.comm.sizes_from_operators`).
 * **Bandwidth**, as nccl-tests defines it, from the transfer time t and the message size S:
@@ -57,6 +62,7 @@ from gpudiag.analysis.model.diagnosis import (
 )
 from gpudiag.analysis.model.kinds import MatchMethod
 from gpudiag.analysis.model.metrics import BandwidthMetrics
+from gpudiag.analysis.rank.intervals import union_shares
 from gpudiag.config import CollectiveRules
 from gpudiag.traces.schema import I32, I64, Kind, RankTimeline
 
@@ -382,7 +388,6 @@ def summarize_collectives(
     if not colls:
         return None, {}
     method, matched = match(colls)
-    by_rank = {c.rank: c for c in colls}
     sync, transfer_total, sync_by_step, late, rows = _matched_waits(colls, matched, rules)
     lower_bound = not matched
     if lower_bound:
@@ -395,10 +400,7 @@ def summarize_collectives(
     per_rank = (
         {str(r): RankSync(sync[r], transfer_total[r]) for r in sorted(sync)} if matched else {}
     )
-    late_arrival = {
-        str(r): LateArrival(len(w), sum(w) * (len(by_rank) - 1), min(w), max(w))
-        for r, w in sorted(late.items())
-    }
+    late_arrival = {str(r): v for r, v in sorted(late.items())}
     summary = CollectivesSummary(
         method, len(matched), lower_bound, table, per_rank, late_arrival=late_arrival
     )
@@ -407,11 +409,11 @@ def summarize_collectives(
 
 def _matched_waits(
     colls: Sequence[Collectives], matched: list[dict[int, int]], rules: CollectiveRules
-) -> tuple[dict[int, int], dict[int, int], SyncByStep, dict[int, list[int]], list[Row]]:
+) -> tuple[dict[int, int], dict[int, int], SyncByStep, dict[int, LateArrival], list[Row]]:
     """Per matched collective: who waited for whom, and the transfer (the fastest rank's time).
 
-    Returns each rank's total sync wait and transfer, the sync wait per (rank, step), the
-    others' mean wait at each collective a rank arrived last to (rank → waits), and one
+    Returns each rank's total sync wait and transfer, the sync wait per (rank, step), what
+    each rank that arrived last cost the others (rank → :class:`LateArrival`), and one
     (type, bytes, transfer, ranks) row per matched collective. Whole-matrix numpy over
     collectives × ranks: linear in both, whatever the number of ranks.
     """
@@ -430,22 +432,32 @@ def _matched_waits(
     nb = np.concatenate([c.nbytes for c in colls])[flat].max(axis=1)
     t = dur.min(axis=1)  # the transfer: the last rank to arrive waits for nobody
     wait = dur - t[:, None]
-    for r, w in zip(ranks, wait.sum(axis=0).tolist(), strict=True):
+    # a rank waits from its entry until the last rank's: [start, start + wait]. Collectives
+    # that run side by side on one rank (gloo's worker threads, NCCL streams) wait for the
+    # same late rank at once, so a rank's wait is the union of those intervals, not their sum
+    start = np.concatenate([c.start for c in colls])[flat]
+    own = union_shares(start, start + wait)
+    for r, w in zip(ranks, own.sum(axis=0).tolist(), strict=True):
         sync[r] = int(w)
     total_t = int(t.sum())
     for r in ranks:
         transfer_total[r] = total_t
     step = np.concatenate([c.step.astype(np.int64) for c in colls])[flat]
     del flat
-    sync_by_step = _sum_by_rank_step(np.asarray(ranks, np.int64), step, wait)
-    del step
-    late: dict[int, list[int]] = {}
+    sync_by_step = _sum_by_rank_step(np.asarray(ranks, np.int64), step, own)
+    del step, own
+    late: dict[int, LateArrival] = {}
     n = len(ranks)
     if n > 1:
         last = dur.argmin(axis=1)  # the first rank (in rank order) with the shortest wait
         waited = (dur.sum(axis=1) - n * t) // (n - 1)
-        for k in np.flatnonzero(waited >= rules.late_wait_ns).tolist():
-            late.setdefault(ranks[int(last[k])], []).append(int(waited[k]))
+        held = np.flatnonzero(waited >= rules.late_wait_ns)
+        for li in unique(last[held]).tolist():
+            rows = held[last[held] == li]
+            w = waited[rows]
+            # the others' waits for this rank, as a union per rank (side-by-side collectives)
+            total = int(union_shares(start[rows], start[rows] + wait[rows]).sum())
+            late[ranks[li]] = LateArrival(rows.size, total, int(w.min()), int(w.max()))
     types = colls[0].type
     rows = [
         (types[int(i)], float(nbk), float(tk), n)

@@ -64,6 +64,23 @@ def test_comms_id_matching_splits_transfer_from_sync_wait():
     assert f.metrics.wait_attribution == "synchronisation wait of matched collectives"
 
 
+def test_side_by_side_collectives_wait_for_the_late_rank_once():
+    """Two buckets' all-reduces on one rank run at once (gloo's threads): rank 0 enters both
+    ([0, 503] and [20, 529] ms), rank 1 (late) enters at 500 and 525 ms and both end with 3 ms
+    of transfer. Rank 0 waited 526 ms, not 500 + 506: the union of its wait intervals."""
+    a = colls(0, ["allreduce", "allreduce"], [503 * MS, 509 * MS], [100, 200])
+    a.start[:] = [0, 20 * MS]
+    b = colls(1, ["allreduce", "allreduce"], [3 * MS, 3 * MS], [100, 200])
+    b.start[:] = [500 * MS, 525 * MS]
+    section, by_step = summarize_collectives([a, b])
+    assert section.per_rank["0"].sync_wait_ns == 526 * MS
+    assert by_step[(0, 0)] == 526 * MS
+    assert section.per_rank["1"].sync_wait_ns == 0
+    late = section.late_arrival["1"]
+    assert (late.last, late.waited_ns) == (2, 526 * MS)
+    assert (late.waited_ns_min, late.waited_ns_max) == (500 * MS, 506 * MS)  # per collective
+
+
 def test_order_matching_drops_size_mismatches():
     a = colls(0, ["allreduce", "allreduce", "broadcast"], [5 * MS, 3 * MS, 1 * MS], [100, 200, 8])
     b = colls(1, ["allreduce", "allreduce", "broadcast"], [2 * MS, 3 * MS, 2 * MS], [100, 999, 8])

@@ -38,27 +38,56 @@ def _colls(seed: int, ranks: int, n: int, keyed: bool) -> list[Collectives]:
     return out
 
 
+def _union_parts(intervals):
+    """Each (start, end, label)'s part of the union: a sweep in start order (ties: first listed)."""
+    parts = []
+    reach = None
+    for s, e, label in sorted(intervals, key=lambda x: x[0]):
+        lo = s if reach is None else max(s, reach)
+        parts.append((label, max(0, e - lo)))
+        reach = e if reach is None else max(reach, e)
+    return parts
+
+
 def _reference(colls, rules):
-    """The per-collective loop, as the definition reads."""
+    """The per-collective loop, as the definition reads: a rank's wait is the union of its
+    [entry, entry + wait] intervals, each collective's part going to its step."""
     _, matched = match(colls)
     by_rank = {c.rank: c for c in colls}
     sync = {c.rank: 0 for c in colls}
     transfer = {c.rank: 0 for c in colls}
-    by_step: dict[tuple[int, int], int] = {}
+    waits: dict[int, list] = {c.rank: [] for c in colls}  # (start, end, (k, step))
     late: dict[int, list[int]] = {}
-    for m in matched:
+    late_waits: dict[tuple[int, int], list] = {}  # (late rank, other rank) -> intervals
+    for k, m in enumerate(matched):
         durs = {r: int(by_rank[r].dur[i]) for r, i in m.items()}
         t = min(durs.values())
         for r, d in durs.items():
-            sync[r] += d - t
             transfer[r] += t
-            st = int(by_rank[r].step[m[r]])
-            by_step[(r, st)] = by_step.get((r, st), 0) + d - t
+            s0 = int(by_rank[r].start[m[r]])
+            waits[r].append((s0, s0 + d - t, (k, int(by_rank[r].step[m[r]]))))
         last = min(durs, key=lambda r: durs[r])
         waited = (sum(durs.values()) - len(durs) * t) // (len(durs) - 1)
         if waited >= rules.late_wait_ns:
             late.setdefault(last, []).append(waited)
-    return sync, transfer, by_step, late
+            for r, d in durs.items():
+                s0 = int(by_rank[r].start[m[r]])
+                late_waits.setdefault((last, r), []).append((s0, s0 + d - t, k))
+    # sums per (rank, step), keys in the order a collective-by-collective pass meets them
+    part = {}
+    for r, iv in waits.items():
+        for (k, st), w in _union_parts(iv):
+            part[(k, r)] = (st, w)
+            sync[r] += w
+    by_step: dict[tuple[int, int], int] = {}
+    for k in range(len(matched)):
+        for c in colls:
+            st, w = part[(k, c.rank)]
+            by_step[(c.rank, st)] = by_step.get((c.rank, st), 0) + w
+    late_total = dict.fromkeys(late, 0)
+    for (r, _), iv in late_waits.items():
+        late_total[r] += sum(w for _, w in _union_parts(iv))
+    return sync, transfer, by_step, late, late_total
 
 
 @pytest.mark.parametrize(
@@ -69,15 +98,31 @@ def test_matched_waits_are_the_loops(seed, ranks, keyed):
     rules = CollectiveRules()
     colls = _colls(seed, ranks, 40, keyed)
     summary, by_step = summarize(colls, rules=rules)
-    sync, transfer, ref_steps, late = _reference(colls, rules)
+    sync, transfer, ref_steps, late, late_total = _reference(colls, rules)
     assert summary is not None and summary.matched > 0
     assert list(by_step.items()) == list(ref_steps.items())  # same sums, same key order
     assert {int(r): (v.sync_wait_ns, v.transfer_ns) for r, v in summary.per_rank.items()} == {
         r: (sync[r], transfer[r]) for r in sync
     }
     assert {
-        int(r): (v.last, v.waited_ns_min, v.waited_ns_max) for r, v in summary.late_arrival.items()
-    } == {r: (len(w), min(w), max(w)) for r, w in late.items()}
+        int(r): (v.last, v.waited_ns, v.waited_ns_min, v.waited_ns_max)
+        for r, v in summary.late_arrival.items()
+    } == {r: (len(w), late_total[r], min(w), max(w)) for r, w in late.items()}
+
+
+def test_the_random_runs_hold_side_by_side_collectives():
+    """The runs above exercise the union: some rank enters a collective before its last ends."""
+    rules = CollectiveRules()
+    colls = _colls(1, 5, 40, True)
+    summary, _ = summarize(colls, rules=rules)
+    _, matched = match(colls)
+    summed = {c.rank: 0 for c in colls}
+    for m in matched:
+        durs = {r: int(colls[r].dur[i]) for r, i in m.items()}
+        for r, d in durs.items():
+            summed[r] += d - min(durs.values())
+    assert summary is not None
+    assert any(summary.per_rank[str(r)].sync_wait_ns < summed[r] for r in summed)
 
 
 @pytest.mark.parametrize(("ranks", "seed"), [(2, 0), (3, 1), (8, 2), (33, 3)])
