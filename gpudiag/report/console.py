@@ -73,6 +73,9 @@ def make_console(out: TextIO, width: int | None = None, color: bool | None = Non
         highlight=False,
         soft_wrap=False,
         emoji=False,
+        # text is printed as it is: names and messages come from traces and jobs, where
+        # "[/path/pair.cc:553]" or "[bold]" are text, never rich markup (styles are Text's)
+        markup=False,
     )
 
 

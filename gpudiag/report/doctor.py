@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any, TextIO
 
 from rich.table import Table
+from rich.text import Text
 
 from gpudiag.report.console import make_console
 
@@ -20,7 +21,7 @@ def render_table(
     t = Table("capability", "status", "detail", box=None)
 
     def row(name: str, ok: bool, detail: str | None) -> None:
-        t.add_row(name, "[green]ok[/]" if ok else "[red]no[/]", detail or "")
+        t.add_row(name, Text("ok", style="green") if ok else Text("no", style="red"), detail or "")
 
     row(
         "NVML",
