@@ -162,3 +162,26 @@ def test_cli_paired(tmp_path):
     for bad in ([str(slow[0]), str(slow[1])], [*map(str, slow), *map(str, base[:2])]):
         r = run_cli(*args, *bad, cwd=tmp_path)
         assert r.returncode == 2 and "--paired B1 C1 B2 C2" in r.stderr
+
+
+def test_recorded_pairs_beside_a_hog_fail_30_and_60_percent_and_pass_unchanged():
+    """Real runs (benchmarks/data/gate_paired_runs_3.json): the demo under `gpudiag run`
+    beside a CPU hog, in 5 blocks base_k, same_k, slow30_k, slow60_k (--extra-work 0.3 and
+    0.6 of the job's own CPU work). Every choice of 4 blocks: the unchanged runs pass, the
+    slowed ones fail, the CPU-time check among the failing."""
+    import itertools
+    from pathlib import Path
+
+    from gpudiag.analysis.compare.baseline import baseline_from_json
+
+    data = Path(__file__).resolve().parents[4] / "benchmarks" / "data" / "gate_paired_runs_3.json"
+    runs = {r.name: r for r in baseline_from_json(json.loads(data.read_text()))}
+    assert all(r.conditions is not None for r in runs.values())  # every run's host recorded
+    cfg = GateConfig()
+    for chosen in itertools.combinations(range(1, 6), 4):
+        base = [runs[f"base_{k}"] for k in chosen]
+        for kind, slower in (("same", False), ("slow30", True), ("slow60", True)):
+            checks = paired_checks([runs[f"{kind}_{k}"] for k in chosen], base, cfg, "cpu", False)
+            fails = {c.name for c in checks if c.status == "fail"}
+            assert bool(fails) == slower, (chosen, kind, [(c.name, c.message) for c in checks])
+            assert not slower or CPU in fails
