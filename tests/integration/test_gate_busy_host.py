@@ -15,8 +15,10 @@ deciding signal) is printed (``pytest -s``) and written to ``gate-runs.txt`` in 
 temporary directory. The same runs serve the gate's plumbing against a saved baseline: an
 unchanged rerun against three baseline runs, the wall clock alone with the contention limits
 off (the waiting run: beside the hog the unchanged runs' wall clock varies by up to ±40%, so
-only a wait-dominated slowdown clears it). +30% and +60% of own work sit inside this host's noise floor (docs/gate.md, "Error rates on a busy
-host"): bench_gate_signals.py measures them, not this test.
+only a wait-dominated slowdown clears it). +30% and +60% of own work sit inside the unpaired
+rule's noise floor on a shared runner (docs/gate.md, "Error rates on a busy host"); the
+paired rule fails them on recorded pairs beside a hog
+(tests/unit/analysis/compare/test_gate_paired.py, benchmarks/bench_gate_signals.py).
 """
 
 from __future__ import annotations
