@@ -56,24 +56,34 @@ print("ranks", len(a.t.traces), len(b))
 
 def rank_files(d: str) -> int:
     """The trace files of the directory: what every analyser must read."""
-    return sum(1 for p in Path(d).iterdir() if p.name.endswith((".json", ".json.gz")))
+    return sum(
+        1
+        for p in Path(d).iterdir()
+        if p.name.endswith((".json", ".json.gz")) and not p.name.startswith(".")
+    )  # make_big_trace.py's .bench-info.json is no trace
 
 
 def measure(cmd: list[str], env: dict[str, str], cwd: str) -> dict[str, Any]:
     """Wall, CPU and peak RSS of the command's tree (its own rusage), sampled peak tree PSS."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    pss = 0
-    while True:  # wait4 (not poll): the child's own rusage, its waited-for workers included
-        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-        if pid:
-            break
-        pss = max(pss, 1024 * sum(_pss(q) for q in _tree(p.pid)))  # kB
-        time.sleep(0.05)
-    wall = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
-    out = p.stdout.read().decode(errors="replace") if p.stdout else ""
+    # output to files, not pipes: nobody reads a pipe until the child ends, and a child
+    # whose output passes the pipe's 64 KiB (a diagnosis of 8 ranks does) would block
+    # on it forever
+    with tempfile.TemporaryFile() as fout, tempfile.TemporaryFile() as ferr:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=fout, stderr=ferr)
+        pss = 0
+        while True:  # wait4 (not poll): the child's own rusage, its waited-for workers included
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            pss = max(pss, 1024 * sum(_pss(q) for q in _tree(p.pid)))  # kB
+            time.sleep(0.05)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        fout.seek(0)
+        ferr.seek(0)
+        out = fout.read().decode(errors="replace")
+        err = ferr.read().decode(errors="replace")
     if p.returncode:
         sys.stderr.write(err[-2000:])
     return {

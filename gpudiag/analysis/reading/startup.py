@@ -160,18 +160,20 @@ def _autotuning(
     s_sync = np.sort(tl.start_ns[syncs])
     order = np.argsort(tl.launch_ns[kern])
     k_at, k_name = tl.launch_ns[kern][order], tl.name[kern][order]
-    hits = []
-    for i in np.flatnonzero(ops).tolist():
-        a, b = int(tl.start_ns[i]), int(tl.end_ns[i])
-        n_sync = np.searchsorted(s_sync, b) - np.searchsorted(s_sync, a)
-        lo, hi = np.searchsorted(k_at, a), np.searchsorted(k_at, b)
-        trials = hi - lo
-        if (
-            n_sync >= rules.autotune_min_trials
-            and trials >= rules.autotune_min_trials
-            and np.unique(k_name[lo:hi]).size >= 2
-        ):
-            hits.append(i)
+    # every operator at once: the syncs and kernel launches inside it (one searchsorted
+    # each), then the few with enough of both checked for two kernel names
+    cand = np.flatnonzero(ops)
+    a, b = tl.start_ns[cand], tl.end_ns[cand]
+    n_sync = np.searchsorted(s_sync, b) - np.searchsorted(s_sync, a)
+    lo, hi = np.searchsorted(k_at, a), np.searchsorted(k_at, b)
+    enough = (n_sync >= rules.autotune_min_trials) & (hi - lo >= rules.autotune_min_trials)
+    hits = [
+        i
+        for i, x, y in zip(
+            cand[enough].tolist(), lo[enough].tolist(), hi[enough].tolist(), strict=True
+        )
+        if np.unique(k_name[x:y]).size >= 2
+    ]
     idx = np.asarray(hits, np.intp)
     inner = [
         i

@@ -220,6 +220,7 @@ class Columns:
         self.name_flags = np.zeros((0, 4), bool)  # comm kernel, comm host, data, step
         self.name_shaped = np.zeros(0, bool)  # an operator whose inputs are kept (SHAPED_OP)
         self.shapes = Interner()  # dims, types, concrete, strides (raw JSON lines) → id
+        self._raw_shapes: dict[bytes, int] = {}  # the same four raw JSON values → that id
         self.ids = Interner()  # str(pid) / str(tid) → id
         self.raw_ids = Interner()  # raw pid/tid value (int or str) → raw id
         self.raw_to_id = np.zeros(0, np.int64)
@@ -412,9 +413,18 @@ class Columns:
     def _shapes(self, args: list[Args], name: I64, is_gpu: Mask) -> I32:
         """The id of each modelled host operator's recorded inputs, -1 for every other event."""
         shape = np.full(len(args), -1, dtype=np.int32)
+        seen = self._raw_shapes
         for i in np.flatnonzero(self.name_shaped[name] & ~is_gpu).tolist():
             a = args[i]
             if len(a.input_dims):
+                # a step repeats its operators' inputs: the raw bytes find them again
+                raw = b"\0".join(
+                    (a.input_dims, a.input_type, a.concrete, a.input_strides)  # type: ignore[arg-type]
+                )
+                known = seen.get(raw)
+                if known is not None:
+                    shape[i] = known
+                    continue
                 text = bytes(a.input_dims).decode("utf-8", "replace")
                 types = (
                     bytes(a.input_type).decode("utf-8", "replace") if len(a.input_type) else "[]"
@@ -429,7 +439,7 @@ class Columns:
                 text, types, conc, strides = (
                     t.replace("\n", " ") for t in (text, types, conc, strides)
                 )
-                shape[i] = self.shapes[f"{text}\n{types}\n{conc}\n{strides}"]
+                shape[i] = seen[raw] = self.shapes[f"{text}\n{types}\n{conc}\n{strides}"]
         return shape
 
     def _sizes(self, args: list[Args], kind: I8) -> tuple[I64, I64, I32, I32]:
