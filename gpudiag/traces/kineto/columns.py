@@ -418,9 +418,7 @@ class Columns:
             a = args[i]
             if len(a.input_dims):
                 # a step repeats its operators' inputs: the raw bytes find them again
-                raw = b"\0".join(
-                    (a.input_dims, a.input_type, a.concrete, a.input_strides)  # type: ignore[arg-type]
-                )
+                raw = b"\0".join((a.input_dims, a.input_type, a.concrete, a.input_strides))
                 known = seen.get(raw)
                 if known is not None:
                     shape[i] = known
