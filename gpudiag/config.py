@@ -17,7 +17,7 @@ from dataclasses import field, fields
 from pathlib import Path
 from typing import Any
 
-from gpudiag._support.records import dataclass
+from gpudiag._support.records import asdict, dataclass
 from gpudiag.errors import UsageError
 
 # One classification of communication, used by the shares, the kernel families and the
@@ -403,7 +403,7 @@ class Thresholds:
             if f.name in ("extra", "live"):  # live: alerts during `gpudiag run` only, never a
                 continue  # verdict of the diagnosis (each alert records its own limits)
             v = getattr(self, f.name)
-            out[f.name] = dataclasses.asdict(v) if f.name in _GROUPS else v
+            out[f.name] = asdict(v) if f.name in _GROUPS else v
         return out
 
 

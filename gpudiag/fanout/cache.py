@@ -56,7 +56,7 @@ import msgspec
 import numpy as np
 
 from gpudiag import __version__
-from gpudiag._support.records import dataclass
+from gpudiag._support.records import asdict, dataclass
 from gpudiag.fanout.work import RankWork
 
 MAGIC = b"GPUDIAG-RANK-CACHE\n"
@@ -229,7 +229,7 @@ def _key_doc(item: Any, th: dict[str, Any], code: str) -> dict[str, Any] | None:
 
 def _plain(options: Any) -> dict[str, Any] | None:
     if dataclasses.is_dataclass(options) and not isinstance(options, type):
-        return dataclasses.asdict(options)
+        return asdict(options)
     return None
 
 

@@ -5,9 +5,9 @@ pandas is imported here, when a frame is built, and nowhere in analysis.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import TYPE_CHECKING, TextIO
 
+from gpudiag._support.records import asdict
 from gpudiag.analysis.model.diagnosis import Diagnosis
 
 if TYPE_CHECKING:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO
+
+from gpudiag._support.records import asdict
 
 if TYPE_CHECKING:  # annotations only: a diagnosis' JSON needs neither gate nor diff
     from gpudiag.analysis.compare.diff import RunDiff

@@ -28,11 +28,11 @@ import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, field
+from dataclasses import field
 from pathlib import Path
 from typing import IO, Any, cast
 
-from gpudiag._support.records import dataclass
+from gpudiag._support.records import asdict, dataclass
 from gpudiag.rundir.conditions import RunConditions
 from gpudiag.rundir.sections import ManifestExtra
 

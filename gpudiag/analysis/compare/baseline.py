@@ -8,11 +8,11 @@ run as the gate compares it and as a baseline file (``gate --save-baseline``) st
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Any, TypedDict
 
 from gpudiag._support import nputil
-from gpudiag._support.records import dataclass
+from gpudiag._support.records import asdict, dataclass
 from gpudiag.analysis.compare.checks import ConditionsJSON, Fingerprint
 from gpudiag.analysis.model.diagnosis import Diagnosis, FindingKind, Mode, RunStep
 from gpudiag.analysis.reading.steady import steady_steps

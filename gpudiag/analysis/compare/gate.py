@@ -56,10 +56,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict
 
 import numpy as np
 
+from gpudiag._support.records import asdict
 from gpudiag.analysis.compare.baseline import (
     RunStat,
     describe_fingerprint_difference,

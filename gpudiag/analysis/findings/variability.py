@@ -28,7 +28,6 @@ symptom, its cause is in the other findings or in the slow steps themselves.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -36,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpudiag._support import nputil
-from gpudiag._support.records import dataclass
+from gpudiag._support.records import asdict, dataclass
 from gpudiag.analysis.findings.causes import LABEL, fmt_ns, gpu_busy_share, waits_for
 from gpudiag.analysis.model import words
 from gpudiag.analysis.model.causes import CALL_CLASSES, CallClass, HostCause, KernelsGrew
@@ -376,7 +375,7 @@ def _pattern(
     if kinds:
         # two kinds of step: a median describes neither; name both (and the slow ones)
         fast, slow_kind = kinds
-        modes = [dataclasses.asdict(k) for k in kinds]
+        modes = [asdict(k) for k in kinds]
         both = (
             f"two kinds of step: {fast.steps} around {_ms(fast.median_ns)} "
             f"({_ms(fast.min_ns)}–{_ms(fast.max_ns)}) and {slow_kind.steps} around "

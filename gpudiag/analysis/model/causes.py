@@ -9,10 +9,9 @@ in the declaration order below (docs/json-schema.md, "host_bound").
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Literal, TypedDict
 
-from gpudiag._support.records import dataclass
+from gpudiag._support.records import asdict, dataclass
 
 # the causes, in the order analysis/findings/causes.py tries them ("unknown": none held)
 HostCauseKind = Literal[

@@ -13,10 +13,10 @@ strings of the JSON. Each finding kind's metrics are a class of
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Any, TypedDict, TypeVar
 
-from gpudiag._support.records import dataclass
+from gpudiag._support.records import asdict, dataclass
 from gpudiag.analysis.model.efficiency import ComputeEfficiency
 from gpudiag.analysis.model.evidence import (
     CopiesAlone,

@@ -10,11 +10,11 @@ finding is about (its largest and mean per-rank value), which the verdict ranks 
 
 from __future__ import annotations
 
-from dataclasses import asdict, field, fields
+from dataclasses import field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypedDict
 
-from gpudiag._support.records import dataclass
+from gpudiag._support.records import asdict, dataclass
 from gpudiag.analysis.model.causes import HostCause, KernelsGrew
 from gpudiag.analysis.model.efficiency import Opportunity
 from gpudiag.analysis.model.kinds import (

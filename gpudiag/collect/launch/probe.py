@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import asdict, field
+from dataclasses import field
 from typing import Any
 
 from gpudiag._support import nsysbin
-from gpudiag._support.records import dataclass
+from gpudiag._support.records import asdict, dataclass
 from gpudiag.collect.samplers.nvml import list_gpus, load_nvml
 
 _TORCH_PROBE = r"""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import pickle
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -106,3 +106,108 @@ def test_explicit_methods_are_kept() -> None:
     assert repr(Own(1)) == "own"
     assert Own(1) == Own(2)
     assert Own.__hash__ is object.__hash__
+
+
+def test_init_defaults_factories_and_post_init_as_dataclasses() -> None:
+    """The template ``__init__``: keywords, defaults, factories, init=False, __post_init__."""
+
+    def make(deco: Any) -> type:
+        @deco(frozen=True)
+        class Base:
+            a: int
+            b: list[int] = dataclasses.field(default_factory=lambda: [7])
+
+        @deco(frozen=True)
+        class Child(Base):
+            c: str = "c"
+            d: dict[str, int] = dataclasses.field(default_factory=dict, init=False)
+            e: int = dataclasses.field(default=5, init=False)
+
+            def __post_init__(self) -> None:
+                object.__setattr__(self, "e", self.e + self.a)
+
+        return Child
+
+    std, rec = make(dataclasses.dataclass), make(records.dataclass)
+    for args, kw in [((1,), {}), ((1, [2]), {"c": "x"}), ((), {"a": 3, "b": [], "c": "y"})]:
+        s, r = std(*args, **kw), rec(*args, **kw)
+        assert repr(r) == repr(s) and dataclasses.asdict(r) == dataclasses.asdict(s)
+    assert rec(1).b is not rec(1).b  # a new list each time
+    for bad_args, bad_kw in [
+        ((), {}),
+        ((1, [], "c", "extra"), {}),
+        ((1,), {"d": {}}),
+        ((1,), {"z": 1}),
+    ]:
+        with pytest.raises(TypeError):
+            std(*bad_args, **bad_kw)
+        with pytest.raises(TypeError):
+            rec(*bad_args, **bad_kw)
+    assert [f.name for f in dataclasses.fields(rec)] == ["a", "b", "c", "d", "e"]
+    assert rec.__match_args__ == std.__match_args__
+    assert rec.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert "e" in rec.__dict__ and "d" not in rec.__dict__  # class attributes as dataclasses
+    with pytest.raises(TypeError, match="non-default argument"):
+
+        @records.dataclass
+        class Wrong:
+            a: int = 1
+            b: int  # type: ignore[misc]
+
+    with pytest.raises(ValueError, match="mutable default"):
+
+        @records.dataclass
+        class Mutable:
+            a: list[int] = []  # noqa: RUF012
+
+
+def test_classvar_and_own_setattr() -> None:
+    @records.dataclass(frozen=True)
+    class K:
+        kinds: ClassVar[tuple[str, ...]] = ("x",)
+        a: int = 0
+
+    assert [f.name for f in dataclasses.fields(K)] == ["a"] and K.kinds == ("x",)
+
+    @records.dataclass
+    class Logged:  # its own __setattr__: dataclasses builds it, and assignment goes through it
+        a: int
+        seen: ClassVar[list[str]] = []
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            Logged.seen.append(name)
+            object.__setattr__(self, name, value)
+
+    Logged(1)
+    assert Logged.seen == ["a"]
+
+
+def test_asdict_is_dataclasses_asdict() -> None:
+    """records.asdict gives what dataclasses.asdict gives, on a real diagnosis and odd leaves."""
+    from collections import namedtuple
+
+    import numpy as np
+    from testpaths import DATA
+
+    import gpudiag
+
+    d = gpudiag.analyze(DATA / "straggler_comms_id")
+    assert records.asdict(d) == dataclasses.asdict(d)
+    assert repr(records.asdict(d)) == repr(dataclasses.asdict(d))  # key order, types of leaves
+
+    Pair = namedtuple("Pair", "a b")
+
+    @dataclasses.dataclass
+    class Odd:
+        t: tuple[Any, ...]
+        n: Any
+        arr: Any
+
+    o = Odd((1, [Frozen(2)]), Pair(Frozen(1), 2.5), np.arange(3))
+    mine, std = records.asdict(o), dataclasses.asdict(o)
+    assert repr({k: v for k, v in mine.items() if k != "arr"}) == repr(
+        {k: v for k, v in std.items() if k != "arr"}
+    )
+    assert mine["arr"] is not o.arr and (mine["arr"] == o.arr).all()  # deep-copied, as theirs
+    with pytest.raises(TypeError):
+        records.asdict(3)
