@@ -10,7 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from gpudiag.cli import help as clihelp
-from gpudiag.cli.common import NoColor, app, emit, thresholds
+from gpudiag.cli.base import emit, thresholds
+from gpudiag.cli.common import NoColor, app
 from gpudiag.errors import EXIT_USAGE, GpudiagError
 
 TIMELINE_FILE = "timeline.json.gz"  # the annotated timeline in every run directory

@@ -28,8 +28,11 @@ _MESSAGES = {
 _KINDS = (str, Path, int, float, bool)
 
 
-def _convert(kind: type, value: Any) -> Any:
-    """``value`` (a str from the command line, or already typed) as ``kind``."""
+def convert(kind: type, value: Any) -> Any:
+    """``value`` (a str from the command line, or already typed) as ``kind``.
+
+    Raises ValueError with the message typer's own coercion gives.
+    """
     if isinstance(value, kind) and not (kind is int and isinstance(value, bool)):
         return value
     if kind is Path:
@@ -85,8 +88,8 @@ def install(command: Any) -> None:
             try:
                 if many:
                     items = value if isinstance(value, (list, tuple)) else [value]
-                    return [_convert(kind, v) for v in items]
-                return _convert(kind, value)
+                    return [convert(kind, v) for v in items]
+                return convert(kind, value)
             except ValueError as e:
                 raise BadParameter(str(e), ctx=ctx, param=param) from None
 

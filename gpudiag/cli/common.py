@@ -1,4 +1,6 @@
-"""What every command shares: the typer app, the root options, thresholds, output, diagnoses.
+"""What every command shares: the typer app and its root options.
+
+Their state, thresholds, output and diagnoses are in :mod:`gpudiag.cli.base` (no typer).
 
 The commands live in :mod:`gpudiag.cli.analyze`, :mod:`gpudiag.cli.capture` and
 :mod:`gpudiag.cli.gate`; :mod:`gpudiag.cli.main` is the entry point that builds only the command
@@ -7,16 +9,13 @@ it runs.
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from gpudiag import __version__
 from gpudiag.cli import help as clihelp
-from gpudiag.config import Thresholds, load_project_config, thresholds_from_config
+from gpudiag.cli.base import set_no_cache, set_no_color, set_root
 
 app = typer.Typer(
     name="gpudiag",
@@ -30,9 +29,6 @@ app = typer.Typer(
 )
 
 
-state: dict[str, Any] = {"debug": False, "cache": True}
-
-
 def _version(value: bool) -> None:
     if value:
         print(f"gpudiag {__version__}")
@@ -40,9 +36,8 @@ def _version(value: bool) -> None:
 
 
 def _no_color(value: bool) -> None:
-    """``--no-color``: as ``NO_COLOR=1`` for everything this process prints."""
     if value:
-        os.environ["NO_COLOR"] = "1"
+        set_no_color()
 
 
 NoColor = Annotated[
@@ -52,9 +47,8 @@ NoColor = Annotated[
 
 
 def _no_cache(value: bool) -> None:
-    """``--no-cache``: analyse every trace file anew, and store nothing (gpudiag.fanout.cache)."""
     if value:
-        state["cache"] = False
+        set_no_cache()
 
 
 NoCache = Annotated[
@@ -75,40 +69,4 @@ def _root(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
-    state["debug"] = debug
-    state["cache"] = True  # until a command's --no-cache says otherwise
-
-
-def thresholds(**overrides: Any) -> Thresholds:
-    """Defaults → [tool.gpudiag] → CLI options (``None`` means not given)."""
-    return thresholds_from_config(load_project_config()).replace(**overrides)
-
-
-def emit(result: Any, fmt: str | None, output: Path | None, **options: Any) -> None:
-    """Render ``result`` on stdout, or into ``output`` (:mod:`gpudiag._support.fileio` rules).
-
-    The renderer picks the format for the result (``fmt``, else ``output``'s extension, else
-    its default) and says what to warn about on stderr. ``-`` is stdout; a regular file (or
-    a new one) is replaced atomically; a device, FIFO or symbolic link is written through;
-    anything else is refused with one line.
-    """
-    from gpudiag.report import notices, renderer_for
-
-    write = renderer_for(result, fmt, output, **options)
-    for line in notices(result):
-        print(line, file=sys.stderr)
-    if output is None or str(output) == "-":
-        write(sys.stdout)
-        return
-    from gpudiag._support.fileio import write_output
-
-    with write_output(output) as f:
-        write(f)
-    print(f"wrote {output}", file=sys.stderr)
-
-
-def diagnosis(path: Path, th: Thresholds, **kw: Any) -> Any:
-    """A Diagnosis: a saved diagnosis JSON read back, anything else analysed."""
-    from gpudiag.api import load as api
-
-    return api.analyze(path, thresholds=th, cache=state["cache"], **kw)
+    set_root(debug)

@@ -11,7 +11,8 @@ import typer
 
 from gpudiag import __version__
 from gpudiag.cli import help as clihelp
-from gpudiag.cli.common import NoCache, NoColor, app, diagnosis, emit, thresholds
+from gpudiag.cli.base import diagnosis, emit, thresholds
+from gpudiag.cli.common import NoCache, NoColor, app
 from gpudiag.config import Thresholds
 from gpudiag.rundir.conditions import RunConditions
 

@@ -3,7 +3,8 @@
 A thin typer app (:data:`gpudiag.cli.common.app`); its commands are in
 :mod:`gpudiag.cli.analyze` (analyze), :mod:`gpudiag.cli.capture` (run, attach, doctor) and
 :mod:`gpudiag.cli.gate` (gate, diff, report), each ≲ 20 lines, registered in that order when
-this module is imported.
+:func:`typer_app` imports them. The common spellings of ``gpudiag analyze`` run without
+typer (:mod:`gpudiag.cli.quick`); everything else goes through typer.
 """
 
 from __future__ import annotations
@@ -11,15 +12,14 @@ from __future__ import annotations
 import copy
 import gc
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from gpudiag.cli import analyze as cli_analyze  # noqa: F401  (registers the commands)
-from gpudiag.cli import capture as cli_capture  # noqa: F401  (registers the commands)
-from gpudiag.cli import gate as cli_gate  # noqa: F401  (registers the commands)
-from gpudiag.cli.common import app, state
+from gpudiag.cli.base import state
+from gpudiag.cli.quick import ROOT_FLAGS
 from gpudiag.errors import EXIT_USAGE, GpudiagError
+
+if TYPE_CHECKING:
+    import typer
 
 # A command builds ~100 classes and then a diagnosis, nearly all of it alive until exit;
 # the collector's default (a pass every 700 new objects) walks them again and again:
@@ -34,7 +34,17 @@ def _printable(text: str) -> str:
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
-_ROOT_FLAGS = {"--debug", "--no-color"}  # the root options that a command name may follow
+_ROOT_FLAGS = set(ROOT_FLAGS)  # the root options that a command name may follow
+
+
+def typer_app() -> typer.Typer:
+    """The whole typer app, its commands registered."""
+    from gpudiag.cli import analyze as cli_analyze  # noqa: F401  (registers the commands)
+    from gpudiag.cli import capture as cli_capture  # noqa: F401  (registers the commands)
+    from gpudiag.cli import gate as cli_gate  # noqa: F401  (registers the commands)
+    from gpudiag.cli.common import app
+
+    return app
 
 
 def _hoisted(args: list[str]) -> list[str]:
@@ -67,6 +77,9 @@ def _app_for(args: list[str]) -> typer.Typer:
     ~30 ms for the seven) before it looks at the arguments; one command needs only its
     own. Help, ``--version``, an unknown name or any other root option get the whole app.
     """
+    import typer
+
+    app = typer_app()
     i = 0
     while i < len(args) and args[i] in _ROOT_FLAGS:
         i += 1
@@ -120,14 +133,30 @@ def _usage_words(e: Any) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the app; print GpudiagError as one line plus a hint, exit with its code."""
-    from gpudiag.cli.coerce import install
+    """Entry point: run the app; print GpudiagError as one line plus a hint, exit with its code.
+
+    Called as the program (no ``argv``), it freezes the garbage collector's objects on the
+    way out: what is alive then stays alive to the end, and the interpreter's collections
+    while it shuts down would walk every one of them (~17 ms of a 0.2 s small analyze,
+    issue 34). Files are closed before that; nothing gpudiag writes waits for a collection.
+    """
+    try:
+        _main(argv)
+    finally:
+        if argv is None:
+            gc.freeze()
+
+
+def _main(argv: list[str] | None) -> None:
+    from gpudiag.cli.quick import analyze_call
 
     args = _hoisted(sys.argv[1:] if argv is None else argv)
-    command = typer.main.get_command(_app_for(args))
-    install(command)  # plain str/Path/int/float coercion: no pydantic in every process
+    quick = analyze_call(args)
     try:
-        command.main(args=args, prog_name="gpudiag", standalone_mode=False)
+        if quick is not None:
+            quick()
+        else:
+            _typer_main(args)
     except GpudiagError as e:
         if state["debug"]:
             raise
@@ -135,11 +164,6 @@ def main(argv: list[str] | None = None) -> None:
         if e.hint:
             print(f"  hint: {_printable(e.hint)}", file=sys.stderr)
         sys.exit(e.exit_code)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
-    except typer.Abort:
-        print("gpudiag: aborted", file=sys.stderr)
-        sys.exit(130)
     except KeyboardInterrupt:
         sys.exit(130)
     except BrokenPipeError:
@@ -150,6 +174,11 @@ def main(argv: list[str] | None = None) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)
     except Exception as e:
+        if _is_a(e, "Exit"):  # typer.Exit (click's): --version, --help
+            sys.exit(e.exit_code)  # type: ignore[attr-defined]
+        if _is_a(e, "Abort"):
+            print("gpudiag: aborted", file=sys.stderr)
+            sys.exit(130)
         if _is_a(e, "UsageError"):  # click/typer usage errors: gpudiag's one line
             message, hint = _usage_words(e)
             print(f"gpudiag: error: {_printable(message)}", file=sys.stderr)
@@ -163,6 +192,17 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         sys.exit(70)
+
+
+def _typer_main(args: list[str]) -> None:
+    """Parse ``args`` with typer and run the command they name."""
+    import typer
+
+    from gpudiag.cli.coerce import install
+
+    command = typer.main.get_command(_app_for(args))
+    install(command)  # plain str/Path/int/float coercion: no pydantic in every process
+    command.main(args=args, prog_name="gpudiag", standalone_mode=False)
 
 
 def _debug_command(args: list[str]) -> str:

@@ -94,7 +94,8 @@ def test_cli_analyze_json_imports_only_what_it_needs(tmp_path):
     assert json.loads((tmp_path / "o.json").read_text())["ranks"]
     # no pandas (frames only), no Dask, no table renderer for JSON, no pydantic (typer's
     # coercion is replaced), and no process pool for two tiny files
-    for heavy in ("pandas", "distributed", "dask", "rich", "pydantic", "concurrent"):
+    # and no typer: the quick path parses this command line (gpudiag.cli.quick)
+    for heavy in ("pandas", "distributed", "dask", "rich", "pydantic", "concurrent", "typer"):
         assert heavy not in mods, heavy
 
 
@@ -176,15 +177,15 @@ def test_bad_option_values_are_one_usage_error(tmp_path, args, message):
 
 
 def test_plain_coercion_types():
-    from gpudiag.cli.coerce import _convert
+    from gpudiag.cli.coerce import convert
 
-    assert _convert(int, " 12 ") == 12 and _convert(float, "0.25") == 0.25
-    assert _convert(Path, "a/b") == Path("a/b") and _convert(str, "x") == "x"
-    assert _convert(bool, "yes") is True and _convert(bool, "0") is False
+    assert convert(int, " 12 ") == 12 and convert(float, "0.25") == 0.25
+    assert convert(Path, "a/b") == Path("a/b") and convert(str, "x") == "x"
+    assert convert(bool, "yes") is True and convert(bool, "0") is False
     with pytest.raises(ValueError, match="valid integer"):
-        _convert(int, "1.5")
+        convert(int, "1.5")
     with pytest.raises(ValueError, match="valid boolean"):
-        _convert(bool, "maybe")
+        convert(bool, "maybe")
 
 
 def test_small_inputs_run_in_this_process(tmp_path):
@@ -236,19 +237,20 @@ def test_one_command_app_says_what_the_whole_app_says(argv, capsys, monkeypatch)
 
     one = run()
     assert len(cli._app_for(argv).registered_commands) in (0, 1)  # 0: "diff" is no command
-    monkeypatch.setattr(cli, "_app_for", lambda _: cli.app)
+    monkeypatch.setattr(cli, "_app_for", lambda _: cli.typer_app())
     assert one == run()
 
 
 def test_app_for_picks_the_named_command_only():
     from gpudiag.cli import main as cli
 
-    assert cli._app_for(["--help"]) is cli.app and cli._app_for([]) is cli.app
-    assert cli._app_for(["--version", "analyze"]) is cli.app
-    assert cli._app_for(["anlyze", "x"]) is cli.app  # a typo: the whole app suggests
+    app = cli.typer_app()
+    assert cli._app_for(["--help"]) is app and cli._app_for([]) is app
+    assert cli._app_for(["--version", "analyze"]) is app
+    assert cli._app_for(["anlyze", "x"]) is app  # a typo: the whole app suggests
     one = cli._app_for(["--debug", "analyze", "x", "--", "report"])
     assert [c.callback.__name__ for c in one.registered_commands] == ["analyze"]
-    assert len(cli.app.registered_commands) > 1  # the app itself is untouched
+    assert len(app.registered_commands) > 1  # the app itself is untouched
 
 
 def test_gpudiag_run_starts_the_job_before_numpy_and_pandas(tmp_path):
