@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -79,6 +77,9 @@ class StatusLine:
             return
         self._write(f"\n\x1b[A\x1b7\x1b[1;{rows - 1}r\x1b8")
         self.rows = rows
+        import signal  # here: an analysis without a terminal never needs them (~1 ms)
+        import threading
+
         if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGWINCH"):
             self._old_winch = signal.signal(signal.SIGWINCH, self._on_winch)
 
@@ -108,6 +109,8 @@ class StatusLine:
     def stop(self) -> None:
         """Erase the status and give the whole screen back to scrolling."""
         if self._old_winch is not None:
+            import signal
+
             signal.signal(signal.SIGWINCH, self._old_winch)
             self._old_winch = None
         if self.rows:

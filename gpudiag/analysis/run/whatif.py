@@ -45,6 +45,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpudiag._support import nputil
+from gpudiag._support.records import dataclass
 from gpudiag.analysis.model.diagnosis import (
     Finding,
     FindingKind,
@@ -114,7 +115,7 @@ def _differs(median: WhatIf, mean: WhatIf, gap: float) -> bool:
     return False
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclass(frozen=True)
 class _PerStep:
     """Each step's modelled time under each change (one entry a step)."""
 
