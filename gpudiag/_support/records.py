@@ -21,7 +21,8 @@ string annotation it cannot read) is handed to :func:`dataclasses.dataclass` as 
 Differences, none of which gpudiag relies on: a frozen instance refuses to *re*-assign an
 attribute (or delete one), as before, but may be given a new, non-field attribute once;
 ``__init__`` carries no annotations; a class without a docstring gets ``Name(a, b)`` as
-its ``__doc__``, without the types. Type checkers see :func:`dataclasses.dataclass` itself.
+its ``__doc__``, without the types; ``__dataclass_params__`` reports ``eq`` and ``repr`` as
+``False`` (``frozen`` as given). Type checkers see :func:`dataclasses.dataclass` itself.
 """
 
 from __future__ import annotations
@@ -179,17 +180,20 @@ def _build(cls: type, frozen: bool) -> type | None:
     for base in cls.__mro__[-1:0:-1]:
         base_fields = base.__dict__.get("__dataclass_fields__")
         if base_fields is not None:
+            if base.__dict__["__dataclass_params__"].frozen != frozen:
+                return None  # dataclasses says why a frozen and a plain one cannot mix
             fields.update(base_fields)
     annotations = own.get("__annotations__", {})
+    kinds = {name: _is_classvar(annotation) for name, annotation in annotations.items()}
+    if None in kinds.values() or any(
+        isinstance(v, dataclasses.Field) and v.kw_only is True for v in own.values()
+    ):
+        return None  # decided before the class is touched: dataclasses gets it as it was
     for name, annotation in annotations.items():
-        classvar = _is_classvar(annotation)
-        if classvar is None:
-            return None
+        classvar = kinds[name]
         value = own.get(name, _MISSING)
         if isinstance(value, dataclasses.Field):
             f = value
-            if f.kw_only is True:
-                return None
             if classvar and f.default_factory is not _MISSING:
                 raise TypeError(f"field {name} cannot have a default factory")
         else:

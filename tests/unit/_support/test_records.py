@@ -211,3 +211,35 @@ def test_asdict_is_dataclasses_asdict() -> None:
     assert mine["arr"] is not o.arr and (mine["arr"] == o.arr).all()  # deep-copied, as theirs
     with pytest.raises(TypeError):
         records.asdict(3)
+
+
+def test_a_class_left_to_dataclasses_arrives_untouched() -> None:
+    """A field this module does not handle (InitVar) after a factory field: dataclasses
+    builds the class from its own body, factory included, as if records had not looked."""
+
+    def make(deco: Any) -> type:
+        @deco
+        class WithInitVar:
+            a: list[int] = dataclasses.field(default_factory=list)
+            b: dataclasses.InitVar[int] = 0
+
+            def __post_init__(self, b: int) -> None:
+                self.a.append(b)
+
+        return WithInitVar
+
+    std, rec = make(dataclasses.dataclass), make(records.dataclass)
+    assert repr(rec(b=3)) == repr(std(b=3)) and repr(rec(b=3)).endswith("WithInitVar(a=[3])")
+    assert rec().a is not rec().a
+
+
+def test_frozen_and_plain_do_not_mix() -> None:
+    @records.dataclass(frozen=True)
+    class FrozenBase:
+        a: int = 0
+
+    with pytest.raises(TypeError, match="non-frozen dataclass from a frozen one"):
+
+        @records.dataclass
+        class Plain(FrozenBase):
+            b: int = 0
