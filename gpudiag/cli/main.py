@@ -202,7 +202,12 @@ def _typer_main(args: list[str]) -> None:
 
     command = typer.main.get_command(_app_for(args))
     install(command)  # plain str/Path/int/float coercion: no pydantic in every process
-    command.main(args=args, prog_name="gpudiag", standalone_mode=False)
+    code = command.main(args=args, prog_name="gpudiag", standalone_mode=False)
+    # Without standalone mode, typer *returns* the code of an Exit raised while a command
+    # runs (Ctrl-C becomes Exit(130)) instead of exiting: a Ctrl-C'd analyze exited 0.
+    # The commands themselves return None.
+    if isinstance(code, int) and code:
+        sys.exit(code)
 
 
 def _debug_command(args: list[str]) -> str:

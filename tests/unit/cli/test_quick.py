@@ -121,3 +121,20 @@ def test_errors_come_from_typer(
     err = capsys.readouterr().err
     assert code == 2 and not seen
     assert "gpudiag analyze: Invalid value for '--jobs'" in err and "hint:" in err
+
+
+@pytest.mark.parametrize("quick_path", [True, False])
+def test_ctrl_c_exits_130_on_either_path(monkeypatch: pytest.MonkeyPatch, quick_path: bool) -> None:
+    """Ctrl-C while analysing: exit 130, as `gpudiag run` and the shell say (typer used to
+    turn it into a returned code that main dropped: exit 0, as if the analysis had ended)."""
+
+    def interrupted(paths: list[Path], **kw: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("gpudiag.cli.analyzing.run_analyze", interrupted)
+    monkeypatch.setattr(cli_analyze, "run_analyze", interrupted)
+    if not quick_path:
+        monkeypatch.setattr("gpudiag.cli.quick.analyze_call", lambda args: None)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["analyze", "d", "-f", "json"])
+    assert e.value.code == 130
