@@ -27,7 +27,25 @@ def _compile_bytecode() -> None:
     compileall.compile_dir(Path(__file__).resolve().parents[1] / "gpudiag", quiet=1)
 
 
+def _sigint_as_on_a_terminal() -> None:
+    """Ctrl-C's signal handled in this process, so the jobs the tests start can act on it.
+
+    A process started with SIGINT ignored (``cmd &`` from a script, nohup, some CI agents)
+    hands that down through fork and exec: each job then ignores SIGINT as it would without
+    gpudiag, and the tests of what SIGINT does (forwarding, ``--on-hang kill``, an exit
+    handler that saves a window) fail for a reason of the launching shell's. Seen: beside a
+    CPU hog started with the suite in the background, ``test_sigint_is_forwarded`` and
+    ``test_sigint_first_lets_exit_handlers_run`` failed twice. A handled signal is reset to
+    its default in the children, as on a terminal.
+    """
+    import signal
+
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _sigint_as_on_a_terminal()  # in the main process and in each xdist worker
     if not hasattr(config, "workerinput"):  # once, in the main process (not per xdist worker)
         _compile_bytecode()
     # gpudiag's per-rank cache (gpudiag/fanout/cache.py) is off for the CLIs the tests start: a

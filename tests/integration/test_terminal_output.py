@@ -38,12 +38,24 @@ sys.exit(7)
 """
 
 
-def _tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+def _tmux(session: str, *args: str) -> str:
+    """tmux on the session's own server (``-L``, named as the session): never the user's, and
+    never one that is exiting. On the shared default socket the second test of this module
+    once failed to start its session (``new-session`` exit 1) while the server of the first,
+    its last session killed, was shutting down."""
+    r = subprocess.run(["tmux", "-L", session, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise AssertionError(f"tmux {shlex.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def _end(session: str) -> None:
+    """End the session's own server, and the session with it."""
+    subprocess.run(["tmux", "-L", session, "kill-server"], check=False, capture_output=True)
 
 
 def _pane(session: str) -> list[str]:
-    return _tmux("capture-pane", "-p", "-S", "-", "-t", session).splitlines()
+    return _tmux(session, "capture-pane", "-p", "-S", "-", "-t", session).splitlines()
 
 
 def _wait(pred, timeout: float) -> bool:  # type: ignore[no-untyped-def]
@@ -81,6 +93,7 @@ def _start(tmp_path: Path, job_text: str, *job_args: str) -> tuple[str, Path]:
     )
     session = f"gpudiag-test-{tmp_path.name}"[:60].replace(".", "-")
     _tmux(
+        session,
         "new-session",
         "-d",
         "-s",
@@ -107,12 +120,12 @@ def test_every_job_line_survives_in_order_on_a_terminal(tmp_path: Path) -> None:
             60,
         )
         during = _pane(session)
-        _tmux("resize-window", "-t", session, "-y", "30")  # SIGWINCH while the job prints
+        _tmux(session, "resize-window", "-t", session, "-y", "30")  # SIGWINCH while the job prints
         go.write_text("x")
         assert _wait(rc.exists, 60), "\n".join(_pane(session))
         after = _pane(session)
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
+        _end(session)
     assert shown, "no gpudiag status while the job ran:\n" + "\n".join(during)
     steps = [line.rstrip() for line in after if line.startswith("step ")]
     assert steps == [f"step {i} loss {1.0 / (i + 1):.4f}" for i in range(12)], "\n".join(after)
@@ -150,12 +163,12 @@ def test_ctrl_c_on_the_terminal_reaches_the_job_once(tmp_path: Path) -> None:
             ),
             60,
         ), "\n".join(_pane(session))
-        _tmux("send-keys", "-t", session, "C-c")
+        _tmux(session, "send-keys", "-t", session, "C-c")
         assert _wait(rc.exists, 60), "\n".join(_pane(session))
         # the terminal echoes ^C where the cursor is, as it would without gpudiag
         after = [line.rstrip().removeprefix("^C") for line in _pane(session)]
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], check=False, capture_output=True)
+        _end(session)
     assert rc.read_text().strip() == "130"  # an interrupted run exits 130 (issue 21), as before
     assert [x for x in after if x.startswith(("line", "job"))] == [
         "line 0",
