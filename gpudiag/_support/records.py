@@ -120,27 +120,60 @@ _NOT_HANDLED_TEXT = ("InitVar", "dataclasses.InitVar", "KW_ONLY", "dataclasses.K
 _templates: dict[int, CodeType] = {}
 
 
-def _template(n: int) -> CodeType:
-    """An ``__init__`` of ``n`` parameters ``_p0`` … that stores them under ``__record_names__``.
+def template_source(n: int) -> str:
+    """The source of the ``__init__`` template of ``n`` parameters ``_p0`` ….
 
-    One ``dict.update`` for all fields (faster than ``n`` assignments from ~6 fields on, and
-    half the source to compile), then ``__record_after__`` for factories and
-    ``__post_init__``. It writes the instance's ``__dict__``, as the generated ``__init__`` of
-    a frozen dataclass does through ``object.__setattr__``; a class with its own
-    ``__setattr__`` goes to :mod:`dataclasses` (:func:`_build`).
+    It stores them under ``__record_names__`` with one ``dict.update`` for all fields
+    (faster than ``n`` assignments from ~6 fields on, and half the source to compile), then
+    calls ``__record_after__`` for factories and ``__post_init__``. It writes the instance's
+    ``__dict__``, as the generated ``__init__`` of a frozen dataclass does through
+    ``object.__setattr__``; a class with its own ``__setattr__`` goes to :mod:`dataclasses`
+    (:func:`_build`).
+    """
+    params = "".join(f", _p{i}" for i in range(n))
+    values = "".join(f"_p{i}, " for i in range(n))
+    return (
+        f"def __init__(__record_self__{params}):\n"
+        f"    __record_self__.__dict__.update(zip(__record_names__, ({values})))\n"
+        "    __record_after__(__record_self__)\n"
+    )
+
+
+INITS_MAX = 40  # templates kept in record_inits.py: the classes here have up to 35 fields
+
+
+def inits_source() -> str:
+    """The text of :mod:`gpudiag._support.record_inits` (tests check the file is this)."""
+    head = (
+        '"""``__init__`` templates of 0 to INITS_MAX parameters, as bytecode on import.\n\n'
+        "Generated from :func:`gpudiag._support.records.template_source`; do not edit. To write\n"
+        "it again: ``python -m gpudiag._support.records``.\n"
+        '"""\n'
+    )
+    defs = "".join(
+        "\n\n" + template_source(n).replace("def __init__(", f"def init{n}(")
+        for n in range(INITS_MAX + 1)
+    )
+    return head + defs
+
+
+def _template(n: int) -> CodeType:
+    """The code of the ``__init__`` template of ``n`` parameters (:func:`template_source`).
+
+    Up to :data:`~gpudiag._support.record_inits.MAX` parameters it comes from that module's
+    bytecode, written when the package is installed or first imported (compiling the ~25
+    templates a diagnosis uses took ~3 ms of every start); beyond, it is compiled here once.
     """
     code = _templates.get(n)
     if code is None:
-        params = "".join(f", _p{i}" for i in range(n))
-        values = "".join(f"_p{i}, " for i in range(n))
-        src = (
-            f"def __init__(__record_self__{params}):\n"
-            f"    __record_self__.__dict__.update(zip(__record_names__, ({values})))\n"
-            "    __record_after__(__record_self__)\n"
-        )
-        ns: dict[str, Any] = {}
-        exec(compile(src, __file__, "exec"), ns)  # once per number of fields, not per class
-        code = _templates[n] = ns["__init__"].__code__
+        from gpudiag._support import record_inits
+
+        fn = getattr(record_inits, f"init{n}", None)
+        if fn is None:
+            ns: dict[str, Any] = {}
+            exec(compile(template_source(n), __file__, "exec"), ns)
+            fn = ns["__init__"]
+        code = _templates[n] = fn.__code__
     return code
 
 
@@ -262,7 +295,9 @@ def _init(cls: type, fs: list[dataclasses.Field[Any]], frozen: bool) -> Any:
     names = tuple(f.name for f in params)
     real = {f"_p{i}": name for i, name in enumerate(names)}
     code = _template(len(names))
-    code = code.replace(co_varnames=tuple(real.get(v, v) for v in code.co_varnames))
+    code = code.replace(
+        co_name="__init__", co_varnames=tuple(real.get(v, v) for v in code.co_varnames)
+    )
     if sys.version_info >= (3, 11):  # tracebacks name the class's __init__
         code = code.replace(co_qualname=f"{cls.__qualname__}.__init__")
     scope = {
@@ -367,3 +402,9 @@ else:
         if cls is None:
             return lambda c: _process(c, frozen)
         return _process(cls, frozen)
+
+
+if __name__ == "__main__":  # writes record_inits.py again
+    from pathlib import Path
+
+    Path(__file__).with_name("record_inits.py").write_text(inits_source())

@@ -8,8 +8,6 @@ trusts a section's shape (a manifest is edited by hand at times): it checks what
 docs/run-directory.md, "Manifest additions from `gpudiag run`", lists them.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal, TypedDict
 
 # what a live watcher records under its name (gpudiag/live/: the alerts monitor)

@@ -7,8 +7,6 @@ sets its own fields; the others stay ``None`` and are absent from the JSON, whos
 in the declaration order below (docs/json-schema.md, "host_bound").
 """
 
-from __future__ import annotations
-
 from typing import Literal, TypedDict
 
 from gpudiag._support.records import asdict, dataclass

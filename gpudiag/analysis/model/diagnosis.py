@@ -10,8 +10,6 @@ strings of the JSON. Each finding kind's metrics are a class of
 :func:`gpudiag.api.saved.diagnosis_from_json`; rendering and frames are above analysis.
 """
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 from dataclasses import field
 from typing import Any, TypedDict, TypeVar
@@ -207,7 +205,7 @@ class RankEvidence:
     reading: RankReading | None = None
 
     @classmethod
-    def of(cls, parts: EvidenceParts) -> RankEvidence:
+    def of(cls, parts: "EvidenceParts") -> "RankEvidence":
         """From the per-rank analysis' named parts (those it did not find stay None)."""
         return cls(**parts)
 

@@ -10,8 +10,6 @@ docs/json-schema.md describes each; tests/unit/api/test_schema_fields.py checks 
 against gpudiag/schema/diagnosis.schema.json.
 """
 
-from __future__ import annotations
-
 from dataclasses import field
 from typing import TypedDict
 

@@ -8,8 +8,6 @@ docs/json-schema.md documents. ``share`` and ``mean_share`` are the share of ste
 finding is about (its largest and mean per-rank value), which the verdict ranks by.
 """
 
-from __future__ import annotations
-
 from dataclasses import field, fields
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypedDict
@@ -54,7 +52,7 @@ def without_omitted(obj: Any) -> JsonObject:
     return {k: v for k, v in d.items() if not (v is None and k in omit)}
 
 
-BY_KIND: dict[FindingKind, list[type[FindingMetrics]]] = {}
+BY_KIND: "dict[FindingKind, list[type[FindingMetrics]]]" = {}
 
 
 @dataclass(frozen=True)

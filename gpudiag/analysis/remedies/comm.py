@@ -8,8 +8,6 @@ synchronisation, parameter gathering (FSDP/ZeRO-3), token exchange (mixture of e
 point-to-point traffic outside a pipeline; AMD GPUs get RCCL's tools and settings.
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Callable
 from typing import TypedDict

@@ -9,8 +9,6 @@ know. Elsewhere the ``below_peak`` remedies (:mod:`.efficiency`), whose gains th
 bounds, take their place.
 """
 
-from __future__ import annotations
-
 from typing import TypedDict
 
 from gpudiag.analysis.efficiency.peaks import peak_of

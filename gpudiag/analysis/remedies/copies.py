@@ -15,8 +15,6 @@ Two rows of :data:`gpudiag.analysis.remedies.advice.RULES`, chosen from what the
   none of that data would save, an upper bound; moving half saves about half.
 """
 
-from __future__ import annotations
-
 from typing import TypedDict
 
 from gpudiag.analysis.findings.causes import cause_json, cause_kind, fmt_ns

@@ -8,8 +8,6 @@ names the rank, step and error line that ended the run; an interrupted run says 
 speed-ups are those of the steps it finished.
 """
 
-from __future__ import annotations
-
 import os
 from typing import TypedDict
 

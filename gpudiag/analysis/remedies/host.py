@@ -9,8 +9,6 @@ copies alone get the pinned-memory / side-stream remedy; otherwise the remedy is
 host work (syncs, Python, logging) behind the long gaps.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import TypedDict
 

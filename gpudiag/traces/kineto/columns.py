@@ -5,8 +5,6 @@ dict interning) to compact arrays; no per-event Python code runs, except over th
 events that need it (metadata, first events of lanes, copies and collectives).
 """
 
-from __future__ import annotations
-
 import copy
 import math
 import re
@@ -145,13 +143,13 @@ class EventColumns(NamedTuple):
     coll_dtype: I32  # id in Columns.names of a collective's args."dtype", -1 when none
     shape: I32  # id in Columns.shapes of a modelled operator's inputs, -1 when none
 
-    def where(self, ok: Mask) -> EventColumns:
+    def where(self, ok: Mask) -> "EventColumns":
         """The events where ``ok``."""
         kept: list[Any] = [c[ok] for c in self]
         return EventColumns(*kept)
 
     @staticmethod
-    def empty(n: int) -> EventColumns:
+    def empty(n: int) -> "EventColumns":
         """Uninitialised columns for ``n`` events, of the record's dtypes."""
         return EventColumns(
             ts_us=np.empty(n, np.float64),
@@ -185,7 +183,7 @@ class TimedColumns(NamedTuple):
     shape: I32
     launch_ns: I64  # start of the runtime call that launched GPU work, -1 otherwise
 
-    def take(self, idx: Any) -> TimedColumns:
+    def take(self, idx: Any) -> "TimedColumns":
         """The events at ``idx`` (indices or a mask)."""
         kept: list[Any] = [c[idx] for c in self]
         return TimedColumns(*kept)
@@ -498,7 +496,7 @@ class Columns:
             at += m
         return out
 
-    def for_lanes(self, lanes: dict[int, str]) -> Columns:
+    def for_lanes(self, lanes: dict[int, str]) -> "Columns":
         """What one rank of a merged file sees: its own lanes, the shared names and ids."""
         sub = copy.copy(self)
         sub.lanes, sub.skipped, sub.unknown_cats, sub._parts = lanes, 0, set(), []

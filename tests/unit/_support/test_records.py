@@ -243,3 +243,30 @@ def test_frozen_and_plain_do_not_mix() -> None:
         @records.dataclass
         class Plain(FrozenBase):
             b: int = 0
+
+
+def test_init_templates_module_is_current() -> None:
+    """record_inits.py is what records.py generates (``python -m gpudiag._support.records``)."""
+    from pathlib import Path
+
+    text = Path(records.__file__).with_name("record_inits.py").read_text()
+    assert text == records.inits_source()
+
+
+def test_beyond_the_kept_templates_and_with_evaluated_annotations() -> None:
+    """More fields than record_inits keeps, and annotations that are types, not strings."""
+    n = records.INITS_MAX + 3
+    ns: dict[str, Any] = {f"f{i}": i for i in range(1, n)}  # the first field has no default
+
+    def make(deco: Any) -> Any:
+        notes: dict[str, Any] = {f"f{i}": int for i in range(n)}
+        notes["kind"] = ClassVar[str]
+        return deco(type("Wide", (), {"__annotations__": notes, "kind": "w", **ns}))
+
+    std, rec = make(dataclasses.dataclass), make(records.dataclass)
+    assert [f.name for f in dataclasses.fields(rec)] == [f.name for f in dataclasses.fields(std)]
+    a, b = std(-1, f5=50), rec(-1, f5=50)
+    assert dataclasses.asdict(a) == dataclasses.asdict(b) == records.asdict(b)
+    assert rec.__init__.__name__ == rec.__init__.__code__.co_name == "__init__"
+    with pytest.raises(TypeError):
+        rec()

@@ -157,17 +157,19 @@ def test_event_columns_do_not_depend_on_slicing(kineto_sets, slice_len):
 
 
 def test_gunzip_is_isal_and_the_standard_gzip_reads_the_same(monkeypatch, kineto_sets):
-    """isal (a dependency) gunzips; the standard library's gzip, the fallback where isal
-    cannot be imported, gives the same timeline."""
+    """isal (a dependency) gunzips files past SMALL_GZIP_BYTES; the standard library's gzip,
+    used below it and where isal cannot be imported, gives the same timeline."""
     import gzip
 
     from gpudiag.traces.kineto import whole
 
     pytest.importorskip("isal")
-    assert whole._gzip_impl.__name__ == "isal.igzip"
-    p = kineto_sets / "sampled_2rank_a2a/rank-0.json.gz"  # 1.8 MB: two streaming blocks
+    p = kineto_sets / "sampled_2rank_a2a/rank-0.json.gz"  # 1.8 MB (124 KB gzipped): two streaming blocks
+    assert p.stat().st_size >= whole.SMALL_GZIP_BYTES
+    assert whole._gzip_for(p.stat().st_size).__name__ == "isal.igzip"
+    assert whole._gzip_for(whole.SMALL_GZIP_BYTES - 1) is gzip
     fast = load_kineto(p).to_frame()
-    monkeypatch.setattr(whole, "_gzip_impl", gzip)
+    monkeypatch.setattr(whole, "SMALL_GZIP_BYTES", 1 << 40)  # every file through gzip
     slow = load_kineto(p).to_frame()
     assert len(fast) > 1000
     assert fast.equals(slow)
@@ -181,7 +183,7 @@ def test_without_isal_the_standard_gzip_is_used():
         "import sys; sys.modules['isal'] = None\n"  # an environment where isal cannot import
         "import gzip\n"
         "from gpudiag.traces.kineto import whole\n"
-        "assert whole._gzip_impl is gzip, whole._gzip_impl\n"
+        "assert whole._gzip_for(1 << 30) is gzip, whole._gzip_for(1 << 30)\n"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
