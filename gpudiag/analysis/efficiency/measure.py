@@ -104,19 +104,16 @@ def _outermost_ops(tl: RankTimeline) -> tuple[npt.NDArray[np.intp], list[OpWork]
     cand = np.flatnonzero((tl.shape >= 0) & (tl.kind == Kind.CPU_OP))
     if not len(cand):
         return cand, []
-    cache: dict[tuple[int, int], OpWork | None] = {}
-    works: list[OpWork | None] = []
-    for i in cand.tolist():
-        key = (int(tl.name[i]), int(tl.shape[i]))
-        if key not in cache:
-            cache[key] = op_work(tl.names[key[0]], tl.shapes[key[1]])
-        works.append(cache[key])
-    has = np.array([w is not None for w in works], bool)
-    cand = cand[has]
-    kept_works = [w for w in works if w is not None]
+    # each distinct (name, inputs) pair modelled once: the ops of a job repeat a few hundred
+    key = (tl.name[cand].astype(np.int64) << 32) | tl.shape[cand].astype(np.int64)
+    pairs, which = nputil.unique_inverse(key)
+    models = [op_work(tl.names[k >> 32], tl.shapes[k & 0xFFFFFFFF]) for k in pairs.tolist()]
+    has = np.array([w is not None for w in models], bool)[which]
+    cand, which = cand[has], which[has]
+    if not len(cand):
+        return cand, []
     order = np.lexsort((-tl.end_ns[cand], tl.start_ns[cand], tl.lane[cand]))
-    cand = cand[order]
-    kept_works = [kept_works[j] for j in order.tolist()]
+    cand, which = cand[order], which[order]
     lane, end = tl.lane[cand], tl.end_ns[cand]
     prev = np.empty_like(end)
     prev[0] = np.iinfo(np.int64).min
@@ -129,7 +126,7 @@ def _outermost_ops(tl: RankTimeline) -> tuple[npt.NDArray[np.intp], list[OpWork]
     running = _segmented_cummax(prev, seg)
     outer = running < end
     idx = cand[outer]
-    return idx, [w for w, o in zip(kept_works, outer.tolist(), strict=True) if o]
+    return idx, [w for j in which[outer].tolist() if (w := models[j]) is not None]
 
 
 def _segmented_cummax(v: npt.NDArray[np.int64], seg: npt.NDArray[np.intp]) -> Any:
@@ -176,9 +173,10 @@ def _families(
 ) -> list[FamilyEfficiency]:
     """One row per modelled family that launched kernels in the steps."""
     live = op_ns > 0
+    family = np.array([w.family for w in works])
     out = []
     for fam in (*FLOP_FAMILIES, *BYTE_FAMILIES):
-        sel = [i for i, w in enumerate(works) if w.family == fam and live[i]]
+        sel = np.flatnonzero((family == fam) & live).tolist()
         if not sel:
             continue
         ns = float(op_ns[sel].sum())

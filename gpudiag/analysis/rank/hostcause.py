@@ -513,9 +513,19 @@ def _per_event(
     return np.array([judge(names[i]) for i in distinct.tolist()], np.int64)[inverse]
 
 
+@functools.cache
 def _found(pat: re.Pattern[str]) -> Callable[[str], int]:
-    """1 where the pattern occurs in the name, else 0."""
-    return lambda name: int(pat.search(name) is not None)
+    """1 where the pattern occurs in the name, else 0.
+
+    Ranks of one job share their names: each name is searched once per process (a long
+    kernel name takes ~25 us a search).
+    """
+
+    @functools.lru_cache(maxsize=1 << 15)
+    def found(name: str) -> int:
+        return int(pat.search(name) is not None)
+
+    return found
 
 
 def _inside(t: npt.NDArray[np.int64], s: npt.NDArray[np.int64], e: npt.NDArray[np.int64]) -> Any:
