@@ -63,8 +63,16 @@ def rank_files(d: str) -> int:
     )  # make_big_trace.py's .bench-info.json is no trace
 
 
-def measure(cmd: list[str], env: dict[str, str], cwd: str) -> dict[str, Any]:
-    """Wall, CPU and peak RSS of the command's tree (its own rusage), sampled peak tree PSS."""
+def measure(
+    cmd: list[str], env: dict[str, str], cwd: str, sample_pss: bool = False
+) -> dict[str, Any]:
+    """Wall, CPU and peak RSS of the command's tree (its own rusage); with ``sample_pss``,
+    the sampled peak PSS of the tree instead of timing figures.
+
+    Sampling reads ``/proc`` every 50 ms: 10-18% of a core here (more for HTA's larger
+    processes), taken from the command it watches. So timed runs never sample, and the
+    PSS comes from runs of their own, whose times are not reported.
+    """
     # output to files, not pipes: nobody reads a pipe until the child ends, and a child
     # whose output passes the pipe's 64 KiB (a diagnosis of 8 ranks does) would block
     # on it forever
@@ -73,6 +81,9 @@ def measure(cmd: list[str], env: dict[str, str], cwd: str) -> dict[str, Any]:
         p = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=fout, stderr=ferr)
         pss = 0
         while True:  # wait4 (not poll): the child's own rusage, its waited-for workers included
+            if not sample_pss:
+                _, status, ru = os.wait4(p.pid, 0)
+                break
             pid, status, ru = os.wait4(p.pid, os.WNOHANG)
             if pid:
                 break
@@ -129,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
     d = str(ns.traces.resolve())
     rows: dict[str, list[dict[str, Any]]] = {}
+    pss: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="gpudiag-hta-") as tmp:
         env = dict(
             os.environ,
@@ -143,29 +155,40 @@ def main(argv: list[str] | None = None) -> int:
         ).stdout
         has_cache = "--no-cache" in help_text
         subprocess.run([sys.executable, "-m", "gpudiag", "--version"], env=env, cwd=tmp)
+        first_look = gd + (["--no-cache"] if has_cache else [])
+        hta = [str(ns.hta_python), "-c", _HTA, d] if ns.hta_python else None
+        # untimed: writes the bytecode into the scratch prefix, as an installed package has it
+        subprocess.run(first_look, env=env, cwd=tmp, capture_output=True)
         print(f"load average at start: {loadavg()}; best of {ns.repeat}", flush=True)
         for i in range(ns.repeat):
-            rows.setdefault("gpudiag, first look", []).append(
-                measure(gd + (["--no-cache"] if has_cache else []), env, tmp)
-            )
+            rows.setdefault("gpudiag, first look", []).append(measure(first_look, env, tmp))
             if has_cache:
                 env["GPUDIAG_CACHE_DIR"] = str(Path(tmp) / f"cache-{i}")
                 rows.setdefault("gpudiag, filling the cache", []).append(measure(gd, env, tmp))
                 rows.setdefault("gpudiag, second look (cached)", []).append(measure(gd, env, tmp))
-            if ns.hta_python:
+            if hta is not None:
                 rows.setdefault("HTA: load + temporal breakdown", []).append(
-                    measure([str(ns.hta_python), "-c", _HTA, d], dict(os.environ), tmp)
+                    measure(hta, dict(os.environ), tmp)
                 )
             print(f"  run {i + 1} done, load {loadavg()}", flush=True)
+        # the peak PSS of each tree, from runs of their own (sampling costs the run CPU)
+        pss["gpudiag, first look"] = measure(first_look, env, tmp, sample_pss=True)["pss"]
+        if hta is not None:
+            pss["HTA: load + temporal breakdown"] = measure(
+                hta, dict(os.environ), tmp, sample_pss=True
+            )["pss"]
     print(f"load average at end: {loadavg()}")
     files = rank_files(d)
     print(f"{'':34} {'wall s':>7} {'CPU s':>7} {'max RSS':>9} {'tree PSS':>9}  rc  ranks read")
     out = {k: best(v) for k, v in rows.items()}
+    walls = {k: [r["wall_s"] for r in v] for k, v in rows.items()}
     for name, r in out.items():
+        r["pss"] = pss.get(name, 0)
         print(
             f"{name:34} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['maxrss'] / 1e6:7.0f}MB "
             f"{r['pss'] / 1e6:7.0f}MB  {r['rc']}  {r['ranks']} of {files}"
         )
+        print(f"{'':34} wall of each run: {', '.join(f'{x:.2f}' for x in walls[name])}")
     short = [n for n, r in out.items() if r["ranks"] != files]
     if short:  # a peer that read fewer ranks did less work: no ratio is honest then
         print(f"NOT COMPARABLE: {', '.join(short)} did not read all {files} rank files")
