@@ -164,7 +164,8 @@ def test_gunzip_is_isal_and_the_standard_gzip_reads_the_same(monkeypatch, kineto
     from gpudiag.traces.kineto import whole
 
     pytest.importorskip("isal")
-    p = kineto_sets / "sampled_2rank_a2a/rank-0.json.gz"  # 1.8 MB (124 KB gzipped): two streaming blocks
+    # 1.8 MB (124 KB gzipped): two streaming blocks
+    p = kineto_sets / "sampled_2rank_a2a/rank-0.json.gz"
     assert p.stat().st_size >= whole.SMALL_GZIP_BYTES
     assert whole._gzip_for(p.stat().st_size).__name__ == "isal.igzip"
     assert whole._gzip_for(whole.SMALL_GZIP_BYTES - 1) is gzip
