@@ -38,6 +38,28 @@ _BLOCK = 1 << 20  # decompressed bytes per streaming step
 _BOUNDARY_REVERSED = re.compile(rb"\{\s*,\s*\}")
 
 
+_TAIL = 1 << 16  # the end of a block searched first for the last boundary
+
+
+def _last_boundary(block: bytes) -> tuple[int, int] | None:
+    """Just after the ``}`` that ends the block's last whole event, and its next ``{``.
+
+    The boundary is searched backwards (the reversed pattern on the reversed bytes), in the
+    block's last 64 KiB first, then in 8 times as much until the whole block: reversing a
+    whole 1 MiB block for each step cost ~1 ms, 10% of reading a trace. The last boundary
+    found in a tail is the block's last one.
+    """
+    n, width = len(block), _TAIL
+    while True:
+        start = max(0, n - width)
+        cut = _BOUNDARY_REVERSED.search(block[start:][::-1])
+        if cut is not None:  # reversed index r is the block's n - 1 - r
+            return n - cut.end() + 1, n - 1 - cut.start()
+        if not start:
+            return None
+        width *= 8
+
+
 class Fallback(Exception):
     """The streaming reader met something it does not handle; decode the whole file."""
 
@@ -82,7 +104,7 @@ def _stream_events(path: Path, f: IO[bytes], cols: Columns) -> Trace:
     text += memoryview(buf)[m.end() :]
     del buf
     while block := f.read(_BLOCK):
-        cut = _BOUNDARY_REVERSED.search(block[::-1])
+        cut = _last_boundary(block)
         if cut is None:
             text += block
             if len(text) > MAX_EVENT_BYTES:
@@ -92,9 +114,7 @@ def _stream_events(path: Path, f: IO[bytes], cols: Columns) -> Trace:
                     "the file is damaged (or not a PyTorch Profiler trace); re-capture it",
                 )
             continue
-        # In the reversed block the match is "{ , }": map it back to just after the "}" that
-        # ends the last whole event, and to the "{" that starts the next one.
-        end, nxt = len(block) - cut.end() + 1, len(block) - 1 - cut.start()
+        end, nxt = cut
         text += memoryview(block)[:end]
         text += b"]"
         evs: list[Any]

@@ -188,3 +188,30 @@ def test_without_isal_the_standard_gzip_is_used():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr
+
+
+def test_last_boundary_is_the_whole_reversed_blocks_answer():
+    """The tail-first search finds the boundary reversing the whole block finds, wherever
+    it lies: inside the first tail, across its edge, far before it, or nowhere."""
+    import random
+
+    from gpudiag.traces.kineto import stream
+
+    def whole(block: bytes):
+        cut = stream._BOUNDARY_REVERSED.search(block[::-1])
+        return None if cut is None else (len(block) - cut.end() + 1, len(block) - 1 - cut.start())
+
+    rng = random.Random(7)
+    tail = stream._TAIL
+    blocks = [b"", b"x" * 10, b'{"a": 1}, {"b"', b"}, {" + b"y" * (3 * tail)]
+    for where in (tail - 1, tail, tail + 1, tail + 2, 9 * tail, 70 * tail):
+        for sep in (b"},{", b"},\n  {", b"}   ,{"):
+            n = where + len(sep) + rng.randrange(3)
+            body = bytearray(b"z" * n)
+            body[n - where - len(sep) : n - where] = sep  # the boundary ends `where` before the end
+            blocks.append(bytes(body))
+    for _ in range(200):
+        parts = [rng.choice([b"a", b"}", b"{", b",", b" ", b"\n", b"xyz" * 50]) for _ in range(400)]
+        blocks.append(b"".join(parts))
+    for b in blocks:
+        assert stream._last_boundary(b) == whole(b)
