@@ -31,43 +31,49 @@ import numpy.typing as npt
 
 from gpudiag.analysis.model.evidence import WorkloadTag
 
-SIGNS: dict[str, re.Pattern[str]] = {
-    tag: re.compile(p)
-    for tag, p in {
-        "ddp": r"^DistributedDataParallel\.|DistributedDataParallel|^Reducer::",
-        "fsdp": r"^FSDP::|FullyShardedDataParallel|^fsdp::|DeepSpeedZero|ZeroOptimizer|"
-        r"\bzero[_ ]?stage[_ ]?3\b",
-        "torchrec": r"split_embedding_|KJTAllToAll|PooledEmbeddings(Awaitable|AllToAll)|"
-        r"KeyedJaggedTensor|EmbeddingBagCollection|sparse_data_dist|"
-        r"permute_sparse_features|all2all_global_emb|sparse_arch|\bfbgemm::|"
-        r"\btorchrec\b",
-        "moe": r"(?i)deep_?ep|fused_moe|moe_align|moe_sum|\bMoE\b|_moe_|moe_|topk_softmax|"
-        r"expert_(parallel|dispatch|combine)|\bexperts?\b|grouped_gemm|dispatch_combine",
-        "pipeline": r"^(torch\.distributed\.pipelining|PipelineStage|Schedule(1F1B|GPipe|"
-        r"Interleaved|LoopedBFS|ZBV)|forward_backward_pipelining|PipelineEngine)",
-        "inference": r"(?i)\bvllm\b|vllm::|sglang|tensorrt_llm|execute_context_|"
-        r"\bgeneration_\d|\bdecode(_step)?\b|\bprefill\b|model_executor|LLMEngine",
-        "jit": r"(?i)^nvrtc|^hiprtc|nvfuser|^nvFusion|FusionExecutor|compileFusion|"
-        r"^cuModuleLoad|^cuLinkComplete|^hipModuleLoad",
-        "compiled": r"CompiledFxGraph|Torch-Compiled Region|^CompiledFunction|"
-        r"^triton_(poi|red|per)_",
-        "graphs": r"^(cuda|hip|cu)GraphLaunch",
-        "quantised_comms": r"FloatToFP8|FP8Rowwise|FloatToFused8Bit|QuantizedCommCodec|"
-        r"fp8_all_to_all|qcomm",
-        "training": r"^Optimizer\.step#|^autograd::engine|Backward\d*$|^optimizer\.step",
-        "pytorch": r"^aten::|^ProfilerStep#|^autograd::|^c10d::|^torch|^FSDP::|^nccl:[a-z]|"
-        r"\bat::native::|\bc10::|^enumerate\(DataLoader|^(vectorized|unrolled)_elementwise_kernel|"
-        r"^(index_)?elementwise_kernel|^reduce_kernel|^CatArrayBatchedCopy|"
-        r"^distribution_elementwise_grid_stride_kernel|^fused_dropout_kernel",
-        "mpi": r"^MPI(_|$)|^MPI Rank|^PMPI_",
-    }.items()
+FOLDED = "(?i)"  # a sign written in lower case, searched in the lower-cased name
+_SIGN_TEXT = {
+    "ddp": r"^DistributedDataParallel\.|DistributedDataParallel|^Reducer::",
+    "fsdp": r"^FSDP::|FullyShardedDataParallel|^fsdp::|DeepSpeedZero|ZeroOptimizer|"
+    r"\bzero[_ ]?stage[_ ]?3\b",
+    "torchrec": r"split_embedding_|KJTAllToAll|PooledEmbeddings(Awaitable|AllToAll)|"
+    r"KeyedJaggedTensor|EmbeddingBagCollection|sparse_data_dist|"
+    r"permute_sparse_features|all2all_global_emb|sparse_arch|\bfbgemm::|"
+    r"\btorchrec\b",
+    # (?i): searched, without the flag, in the lower-cased name (half the time)
+    "moe": r"(?i)deep_?ep|fused_moe|moe_align|moe_sum|\bmoe\b|_moe_|moe_|topk_softmax|"
+    r"expert_(parallel|dispatch|combine)|\bexperts?\b|grouped_gemm|dispatch_combine",
+    "pipeline": r"^(torch\.distributed\.pipelining|PipelineStage|Schedule(1F1B|GPipe|"
+    r"Interleaved|LoopedBFS|ZBV)|forward_backward_pipelining|PipelineEngine)",
+    "inference": r"(?i)\bvllm\b|vllm::|sglang|tensorrt_llm|execute_context_|"
+    r"\bgeneration_\d|\bdecode(_step)?\b|\bprefill\b|model_executor|llmengine",
+    "jit": r"(?i)^nvrtc|^hiprtc|nvfuser|^nvfusion|fusionexecutor|compilefusion|"
+    r"^cumoduleload|^culinkcomplete|^hipmoduleload",
+    "compiled": r"CompiledFxGraph|Torch-Compiled Region|^CompiledFunction|"
+    r"^triton_(poi|red|per)_",
+    "graphs": r"^(cuda|hip|cu)GraphLaunch",
+    "quantised_comms": r"FloatToFP8|FP8Rowwise|FloatToFused8Bit|QuantizedCommCodec|"
+    r"fp8_all_to_all|qcomm",
+    "training": r"^Optimizer\.step#|^autograd::engine|Backward\d*$|^optimizer\.step",
+    "pytorch": r"^aten::|^ProfilerStep#|^autograd::|^c10d::|^torch|^FSDP::|^nccl:[a-z]|"
+    r"\bat::native::|\bc10::|^enumerate\(DataLoader|^(vectorized|unrolled)_elementwise_kernel|"
+    r"^(index_)?elementwise_kernel|^reduce_kernel|^CatArrayBatchedCopy|"
+    r"^distribution_elementwise_grid_stride_kernel|^fused_dropout_kernel",
+    "mpi": r"^MPI(_|$)|^MPI Rank|^PMPI_",
 }
+SIGNS: dict[str, re.Pattern[str]] = {
+    tag: re.compile(p.removeprefix(FOLDED)) for tag, p in _SIGN_TEXT.items()
+}
+_FOLDED_TAGS = frozenset(tag for tag, p in _SIGN_TEXT.items() if p.startswith(FOLDED))
 
 
 @functools.lru_cache(maxsize=1 << 15)
 def _tags(name: str) -> tuple[str, ...]:
     """The tags whose sign the name carries (ranks of one job share their names: cached)."""
-    return tuple(tag for tag, sign in SIGNS.items() if sign.search(name))
+    low = name.lower()
+    return tuple(
+        tag for tag, sign in SIGNS.items() if sign.search(low if tag in _FOLDED_TAGS else name)
+    )
 
 
 def recognise(counts: Iterable[tuple[str, int]]) -> dict[str, WorkloadTag]:

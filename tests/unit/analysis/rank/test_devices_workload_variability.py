@@ -494,3 +494,21 @@ def test_an_mpi_program_gets_no_pytorch_communication_advice() -> None:
         "nccl-tuning",
         "nccl-backend",
     }
+
+
+def test_folded_signs_match_as_case_insensitive_patterns_do():
+    """A sign searched in the lower-cased name matches where its (?i) pattern would."""
+    import re
+
+    from gpudiag.analysis.rank import workload
+
+    names = ["MoE_dispatch", "LLMEngine.step", "nvFusion_1", "FusionExecutor", "DeepEP::x"]
+    names += ["cuModuleLoadData", "Generation_2", "PREFILL", "vLLM::attn", "Experts", "moe"]
+    names += [n.upper() for n in names] + [n.swapcase() for n in names] + ["aten::mm", ""]
+    for name in names:
+        want = tuple(
+            tag
+            for tag, text in workload._SIGN_TEXT.items()
+            if re.search(text, name)  # (?i) where the sign has it: the engine folds case
+        )
+        assert workload._tags.__wrapped__(name) == want, name
