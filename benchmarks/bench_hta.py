@@ -184,9 +184,10 @@ def main(argv: list[str] | None = None) -> int:
     walls = {k: [r["wall_s"] for r in v] for k, v in rows.items()}
     for name, r in out.items():
         r["pss"] = pss.get(name, 0)
+        tree = f"{r['pss'] / 1e6:7.0f}MB" if r["pss"] else "-"  # sampled for first looks only
         print(
             f"{name:34} {r['wall_s']:7.2f} {r['cpu_s']:7.2f} {r['maxrss'] / 1e6:7.0f}MB "
-            f"{r['pss'] / 1e6:7.0f}MB  {r['rc']}  {r['ranks']} of {files}"
+            f"{tree:>9}  {r['rc']}  {r['ranks']} of {files}"
         )
         print(f"{'':34} wall of each run: {', '.join(f'{x:.2f}' for x in walls[name])}")
     short = [n for n, r in out.items() if r["ranks"] != files]
