@@ -101,7 +101,8 @@ def record(
     time, side by side, so that they share the host's state of that minute.
     """
     from gpudiag.api.load import analyze
-    from gpudiag.cli.gate import run_conditions
+    from gpudiag.cli.gate import steady_conditions
+    from gpudiag.config import Thresholds
 
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     runs = []
@@ -122,7 +123,9 @@ def record(
                         tail = (Path(tmp) / f"{label}.log").read_text()[-2000:]
                         raise SystemExit(f"{label}: gpudiag run exited {proc.returncode}\n{tail}")
                     d = Path(tmp) / label
-                    runs.append(run_stat(analyze(d), label, run_conditions(d)))
+                    diag = analyze(d)
+                    cond = steady_conditions(d, diag, Thresholds(), GateConfig())
+                    runs.append(run_stat(diag, label, cond))
                     print(f"{label}: recorded", file=sys.stderr)
     finally:
         hog.kill()

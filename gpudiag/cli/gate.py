@@ -33,6 +33,24 @@ def run_conditions(path: Path) -> RunConditions | None:
     return runconditions.merge(found)
 
 
+def steady_conditions(path: Path, d: Any, th: Thresholds, cfg: Any) -> RunConditions | None:
+    """:func:`run_conditions` with the CPU share others took over the steady steps compared.
+
+    From the run's contention samples over time (``conditions/<host>.jsonl``) within the
+    span of the steady steps the gate's step samples rest on; the summary alone when either
+    is missing.
+    """
+    from gpudiag.analysis.compare.baseline import steady_window
+    from gpudiag.rundir.conditions import window_share
+    from gpudiag.traces.runfiles.contention import load_contention
+
+    conditions = run_conditions(path)
+    span = steady_window(d, cfg.warmup_steps, th) if conditions is not None else None
+    if conditions is None or span is None:
+        return conditions
+    return conditions.with_steady_cpu_ratio(window_share(load_contention(path), *span))
+
+
 def _gate_runs(path: Path, th: Thresholds, cfg: Any) -> list[Any]:
     """A baseline path as RunStats: a baseline file's runs, or one analysed run."""
     import json
@@ -51,7 +69,7 @@ def _gate_runs(path: Path, th: Thresholds, cfg: Any) -> list[Any]:
                     f"{path}: {e}", "write it again with `gpudiag gate --save-baseline FILE RUN…`"
                 ) from e
     d = diagnosis(path, th)
-    return [run_stat(d, str(path), run_conditions(path), cfg.warmup_steps, th)]
+    return [run_stat(d, str(path), steady_conditions(path, d, th, cfg), cfg.warmup_steps, th)]
 
 
 Paired = Annotated[
@@ -200,7 +218,8 @@ def _gate_one(
     base = [r for p in base_paths for r in _gate_runs(p, th, cfg)] or None
     names = " ".join(str(p) for p in base_paths) or None
     more = None if paired is None else [r for p in paired for r in _gate_runs(p, th, cfg)]
-    res = evaluate(d, cfg, base, str(path), names, th, run_conditions(path), more)
+    conditions = steady_conditions(path, d, th, cfg)
+    res = evaluate(d, cfg, base, str(path), names, th, conditions, more)
     emit(res, form, None)
     ci.write_outputs(res, junit, markdown)
     if res.exit_code:
@@ -226,9 +245,10 @@ def _save_baseline(
     from gpudiag.report import ci
     from gpudiag.rundir.layout import atomic_write
 
-    runs = [
-        run_stat(diagnosis(p, th), str(p), run_conditions(p), cfg.warmup_steps, th) for p in paths
-    ]
+    runs = []
+    for p in paths:
+        d = diagnosis(p, th)
+        runs.append(run_stat(d, str(p), steady_conditions(p, d, th, cfg), cfg.warmup_steps, th))
     bad = [r for r in runs if r.outcome]
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""

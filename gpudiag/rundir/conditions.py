@@ -5,7 +5,9 @@ each node's manifest (``conditions``, docs/run-directory.md). :class:`RunConditi
 :class:`GpuConditions` are that summary, typed: the manifest's object is kept as it was
 read (so a manifest is written back, and a gate result shows it, byte for byte) and the
 fields gpudiag reads are properties. :func:`merge` makes one summary of a run's nodes;
-:func:`contention` judges it against the gate's limits, for the gate and for ``analyze``.
+:func:`contention` judges it against the gate's limits, for the gate and for ``analyze``;
+:func:`window_share` reads the samples over time for a window of steps (the steady steps the
+gate compares: a run's mean is mostly its start-up).
 
 The clocks-event (throttle) reason bits of NVML are one table here, with two masks:
 
@@ -143,6 +145,20 @@ class RunConditions:
         gpus = self.raw.get("gpus") or {}
         return {uuid: GpuConditions(gpus[uuid]) for uuid in sorted(gpus)}
 
+    @property
+    def steady_cpu_ratio(self) -> float | None:
+        """Other processes' and steal CPU share over the steady steps (the gate adds it)."""
+        return self._number(STEADY_CPU_RATIO)
+
+    def with_steady_cpu_ratio(self, value: float | None) -> RunConditions:
+        """The summary with :attr:`steady_cpu_ratio` set (unchanged when ``value`` is None)."""
+        return self if value is None else RunConditions({**self.raw, STEADY_CPU_RATIO: value})
+
+
+# the gate's addition to a run's summary (never a manifest's): other + steal CPU share over
+# the steady steps it compares, the worst node's (:func:`window_share`)
+STEADY_CPU_RATIO = "steady_cpu_contention_ratio"
+
 
 _RATIOS = ("other_cpu_ratio_mean", "steal_ratio_mean", "cpu_busy_ratio_mean")
 # kept in a merged summary too (the worst node's): the sampler's CPU time per sample, the
@@ -240,6 +256,8 @@ def describe(conditions: RunConditions | None) -> str:
         (conditions.steal_ratio_mean, "steal"),
     ):
         parts.append(f"{label} {'?' if v is None else format(v, '.0%')} of CPUs")
+    if conditions.steady_cpu_ratio is not None:
+        parts.append(f"others {conditions.steady_cpu_ratio:.0%} of CPUs over the steady steps")
     for uuid, g in conditions.gpus.items():
         parts.append(
             f"GPU {uuid} throttled {g.slowdown_ratio:.0%}, shared {g.shared_ratio:.0%} of samples"
@@ -259,6 +277,22 @@ class ContentionSample:
     start_ns: int
     end_ns: int
     ratio: float
+
+
+def window_share(samples: Sequence[ContentionSample], start_ns: int, end_ns: int) -> float | None:
+    """The CPU share others took over ``(start_ns, end_ns]``: the worst host's, time-weighted.
+
+    Each sample counts by how much of its interval lies in the window; None when no sample
+    of any host overlaps it.
+    """
+    seen: dict[str, list[float]] = {}
+    for s in samples:
+        overlap = min(s.end_ns, end_ns) - max(s.start_ns, start_ns)
+        if overlap > 0:
+            acc = seen.setdefault(s.host, [0.0, 0.0])
+            acc[0] += overlap * s.ratio
+            acc[1] += overlap
+    return max((w / t for w, t in seen.values()), default=None)
 
 
 def rank_samples(

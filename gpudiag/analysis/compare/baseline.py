@@ -42,6 +42,37 @@ def step_samples_and_basis(
     d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
 ) -> tuple[list[int], str]:
     """:func:`step_samples` and what they rest on: ``WHOLE_RUN`` or ``PROFILED``."""
+    rows, keep, basis = _steady_rows(d, warmup_steps, th)
+    per_step: dict[int, int] = {}
+    for s in rows:
+        if (s.rank, s.step) in keep and s.duration_ns > 0:
+            per_step[s.step] = max(per_step.get(s.step, 0), s.duration_ns)
+    return [per_step[k] for k in sorted(per_step)], basis
+
+
+def steady_window(
+    d: Diagnosis, warmup_steps: int | None = None, th: Thresholds | None = None
+) -> tuple[int, int] | None:
+    """The time span of the steady steps :func:`step_samples` rests on (None: no such step).
+
+    From the first such step's start to the last one's end, on the steps' clock (the
+    telemetry's ``time.time_ns``, which the run-conditions samples share).
+    """
+    rows, keep, _ = _steady_rows(d, warmup_steps, th)
+    spans = [
+        (s.start_ns, s.start_ns + s.duration_ns)
+        for s in rows
+        if (s.rank, s.step) in keep and s.duration_ns > 0
+    ]
+    if not spans:
+        return None
+    return min(a for a, _ in spans), max(b for _, b in spans)
+
+
+def _steady_rows(
+    d: Diagnosis, warmup_steps: int | None, th: Thresholds | None
+) -> tuple[list[RunStep], set[tuple[int, int]], str]:
+    """The step rows the samples come from, the steady (rank, step) pairs, and the basis."""
     th = th or Thresholds()
     window = [
         RunStep(s.rank, s.step, s.start_ns, s.duration_ns, None, None, None, False) for s in d.steps
@@ -55,11 +86,7 @@ def step_samples_and_basis(
         keep_t = steady_steps(tele, th.steady, warmup_steps)
         if len({st for _, st in keep_t}) > len({st for _, st in keep}):
             rows, keep, basis = tele, keep_t, WHOLE_RUN
-    per_step: dict[int, int] = {}
-    for s in rows:
-        if (s.rank, s.step) in keep and s.duration_ns > 0:
-            per_step[s.step] = max(per_step.get(s.step, 0), s.duration_ns)
-    return [per_step[k] for k in sorted(per_step)], basis
+    return rows, keep, basis
 
 
 def cpu_samples(

@@ -37,7 +37,7 @@ from gpudiag.analysis.compare.checks import (
 from gpudiag.analysis.compare.stats import mann_whitney_u, t_ppf, t_sf
 from gpudiag.analysis.model.words import duration
 from gpudiag.config import GateConfig
-from gpudiag.rundir.conditions import RunConditions, contention
+from gpudiag.rundir.conditions import STEADY_CPU_RATIO, RunConditions, contention
 
 WALL = "step_time_regression"
 CPU = "cpu_time_regression"
@@ -311,19 +311,29 @@ def noisy_runs(base: Sequence[RunStat], cfg: GateConfig) -> list[str]:
     ]
 
 
-def contention_levels(conditions: Mapping[str, object] | None) -> dict[str, float]:
-    """A run's recorded contention figures: CPU shares, and each GPU's throttled/shared share."""
+STEADY_LABEL = "other processes' and steal CPU share over the steady steps"
+
+
+def contention_levels(
+    conditions: Mapping[str, object] | None, steady: bool = False
+) -> dict[str, float]:
+    """A run's recorded contention figures: CPU shares, and each GPU's throttled/shared share.
+
+    ``steady``: the CPU share over the steady steps (:data:`STEADY_CPU_RATIO`) stands for the
+    run's mean other-process and steal shares, which are mostly its start-up's.
+    """
     if not conditions:
         return {}
     c = RunConditions(dict(conditions))
-    out = {
-        k: v
-        for k, v in (
+    cpu = (
+        ((STEADY_LABEL, c.steady_cpu_ratio),)
+        if steady
+        else (
             ("other processes' CPU share", c.other_cpu_ratio_mean),
             ("steal share", c.steal_ratio_mean),
         )
-        if v is not None
-    }
+    )
+    out = {k: v for k, v in cpu if v is not None}
     for uuid, g in c.gpus.items():
         out[f"GPU {uuid} throttled share"] = g.slowdown_ratio
         out[f"GPU {uuid} shared share"] = g.shared_ratio
@@ -335,14 +345,20 @@ def comparable_contention(cand: RunStat, base: Sequence[RunStat], cfg: GateConfi
 
     Comparable: every baseline run recorded its conditions, and each of the candidate's
     contention figures is at most ``comparable_contention_margin`` above the busiest
-    baseline run's (a figure no baseline run recorded is not comparable).
+    baseline run's (a figure no baseline run recorded is not comparable). The CPU figure is
+    the share over the steady steps when every run has it (the steps the test compares; a
+    run's mean is mostly its start-up), else the runs' mean shares.
     """
-    levels = contention_levels(cand.conditions)
-    if not levels or any(not b.conditions for b in base):
+    if not cand.conditions or any(not b.conditions for b in base):
+        return None
+    runs = [cand.conditions, *(b.conditions for b in base)]
+    steady = all(r is not None and r.get(STEADY_CPU_RATIO) is not None for r in runs)
+    levels = contention_levels(cand.conditions, steady)
+    if not levels:
         return None
     worst: dict[str, float] = {}
     for b in base:
-        for k, v in contention_levels(b.conditions).items():
+        for k, v in contention_levels(b.conditions, steady).items():
             worst[k] = max(worst.get(k, v), v)
     margin = cfg.comparable_contention_margin
     if any(k not in worst or v > worst[k] + margin for k, v in levels.items()):

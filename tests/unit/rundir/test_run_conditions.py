@@ -8,6 +8,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from builders import gpu_run
 
@@ -107,3 +108,31 @@ def test_a_damaged_conditions_field_is_named(tmp_path: Path, conditions, problem
     (tmp_path / rundir.MANIFEST).write_text(json.dumps(doc))
     with pytest.raises(ValueError, match=problem):
         rundir.read_manifest(tmp_path / rundir.MANIFEST)
+
+
+def test_window_share_is_the_worst_hosts_time_weighted_share_of_the_window():
+    from gpudiag.rundir.conditions import ContentionSample, window_share
+
+    rng = np.random.default_rng(3)
+    samples = []
+    for host in ("a", "b"):
+        t = int(rng.integers(0, 300))
+        for _ in range(40):
+            dt = int(rng.integers(100, 600))
+            samples.append(ContentionSample(host, t, t + dt, float(rng.uniform(0, 1))))
+            t += dt + int(rng.integers(0, 50))  # gaps: time no sample covers
+    for lo, hi in ((0, 20_000), (1234, 5678), (5000, 5001), (17_000, 40_000)):
+        want = []
+        for host in ("a", "b"):
+            # brute force: the share at every nanosecond of the window a sample covers
+            share = np.full(hi - lo, np.nan)
+            for s in samples:
+                if s.host == host:
+                    a, b = max(s.start_ns, lo), min(s.end_ns, hi)
+                    share[max(a - lo, 0) : max(b - lo, 0)] = s.ratio
+            if not np.isnan(share).all():
+                want.append(float(np.nanmean(share)))
+        got = window_share(samples, lo, hi)
+        assert got == (pytest.approx(max(want)) if want else None), (lo, hi)
+    assert window_share(samples, 10**9, 10**9 + 5) is None
+    assert window_share([], 0, 10) is None

@@ -16,7 +16,14 @@ import numpy as np
 import pytest
 import testpaths
 
-from gpudiag.analysis.compare.baseline import RunStat, cpu_samples, run_outcome, run_stat
+from gpudiag.analysis.compare.baseline import (
+    RunStat,
+    cpu_samples,
+    run_outcome,
+    run_stat,
+    steady_window,
+    step_samples,
+)
 from gpudiag.analysis.compare.gate import evaluate
 from gpudiag.analysis.compare.timing import CPU, WALL, cpu_check, host_cost
 from gpudiag.analysis.model.diagnosis import Diagnosis, RunStep, Verdict
@@ -24,7 +31,7 @@ from gpudiag.api.load import load_diagnosis
 from gpudiag.collect.rank import hook as H
 from gpudiag.config import GateConfig
 from gpudiag.rundir import layout as rundir
-from gpudiag.rundir.conditions import RunConditions
+from gpudiag.rundir.conditions import STEADY_CPU_RATIO, RunConditions
 
 DATA = testpaths.DATA / "gate_recorded_runs"
 MS = 1_000_000
@@ -162,6 +169,39 @@ def test_contention_comparable_to_the_baselines_keeps_the_wall_clock_test(baseli
     assert row(narrow, WALL).status == "inconclusive" or other != 0.85
     bare = [dataclasses.replace(b, conditions=None) for b in baseline]
     assert row(gate(d, bare, conditions=BUSY), WALL).status == "inconclusive"
+
+
+def test_contention_over_the_steady_steps_decides_comparability(baseline):
+    # GIVEN baseline runs whose steady steps saw 30% of the CPUs taken by others, and a
+    # candidate 6x slower in wall clock with the same run-mean shares (a run's mean is mostly
+    # its start-up) but 60% taken over its steady steps
+    steady = [dataclasses.replace(b, conditions={**BUSY, STEADY_CPU_RATIO: 0.30}) for b in baseline]
+    d = cpu_run(900.0, 20.0, 5)
+    busier = gate(d, steady, conditions={**BUSY, STEADY_CPU_RATIO: 0.60})
+    # THEN the steps were more contended than the baseline's: the wall clock cannot fail it
+    assert row(busier, WALL).status == "inconclusive", row(busier, WALL).message
+    # and at 35% over its steady steps it is comparable, so tested (and failed)
+    alike = gate(d, steady, conditions={**BUSY, STEADY_CPU_RATIO: 0.35})
+    wall = row(alike, WALL)
+    assert wall.status == "fail" and "over the steady steps 35%" in wall.message, wall.message
+    # a baseline run without the steady figure (an older baseline file): the run means
+    older = [steady[0], steady[1], baseline[2]]
+    res = gate(d, older, conditions={**BUSY, STEADY_CPU_RATIO: 0.60})
+    assert "other processes' CPU share 80%" in row(res, WALL).message
+
+
+def test_steady_window_spans_the_steady_steps_the_samples_rest_on():
+    d = cpu_run(100.0, 20.0, 1)
+    assert d.whole_run is not None
+    got = steady_window(d)
+    samples = step_samples(d)
+    by_step: dict[int, list[int]] = {}
+    for s in d.whole_run.steps:
+        b = by_step.setdefault(s.step, [s.start_ns, s.start_ns + s.duration_ns])
+        b[0], b[1] = min(b[0], s.start_ns), max(b[1], s.start_ns + s.duration_ns)
+    kept = sorted(by_step)[-len(samples) :]  # steady: a tail of the steps
+    assert got == (by_step[kept[0]][0], by_step[kept[-1]][1])
+    assert steady_window(dataclasses.replace(d, steps=[], whole_run=None)) is None
 
 
 def test_quiet_host_wall_clock_slowdown_still_fails(baseline):
