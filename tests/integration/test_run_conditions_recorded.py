@@ -75,10 +75,12 @@ def test_cpu_hog_beside_the_job_is_other_cpu(tmp_path: Path) -> None:
     # THEN the hog is outside the job: in other_cpu_ratio, named among the top others
     assert c["other_cpu_ratio_mean"] >= hog_share - 0.1, (c, hog_share)
     top = {t["pid"]: t for t in c["top_other"]}
-    # the three busiest others are named: the hog surely among them when it held 0.3 of a
-    # core or more (other tests' jobs beside it may outrank a starved hog); named, its share
-    # is the one measured here
-    assert hog.pid in top or hog_share < 0.15, (c["top_other"], hog_share)
+    # the three busiest others are named: a hog left out used no more than the least of them
+    # (other tests' jobs beside it may outrank or tie a starved hog: seen 0.162 against named
+    # 0.160, 0.157, 0.148, all within the two readings' different intervals); named, its
+    # share is the one measured here
+    least = min((t["cpu_ratio_mean"] for t in top.values()), default=0.0)
+    assert hog.pid in top or (len(top) == 3 and hog_share < least + 0.1), (top, hog_share)
     if hog.pid in top:
         assert abs(top[hog.pid]["cpu_ratio_mean"] - hog_share) < 0.1, (top[hog.pid], hog_share)
     # AND the job's spinning is the job's: its own CPU time over the sampled window
