@@ -46,6 +46,7 @@ JOB = [
     "--print-loss",
 ]
 WINDOW = "2:5"
+SLEEP_S = 0.4  # the killed run: rank 0 sleeps in each step, so the job outlives the kill
 
 
 @pytest.fixture(scope="module")
@@ -55,10 +56,16 @@ def direct_runs() -> dict[tuple[str, ...], subprocess.CompletedProcess[str]]:
 
 
 # Options that change neither the job's exit nor what it prints (its loss at every step):
-# the profiler window it opens itself and fork DataLoader workers (the same batches, in
-# order). The job with them prints what the job without them prints, directly as under
-# gpudiag, so their runs compare against the one direct run of the job without them.
-SAME_OUTPUT = (("--profile-from", "3"), ("--workers", "2"))
+# the profiler window it opens itself, fork DataLoader workers (the same batches, in
+# order) and a rank's sleep in each step. The job with them prints what the job without
+# them prints, directly as under gpudiag, so their runs compare against the one direct run
+# of the job without them.
+SAME_OUTPUT = (
+    ("--profile-from", "3"),
+    ("--workers", "2"),
+    ("--sleep-rank", "0"),
+    ("--sleep-s", str(SLEEP_S)),
+)
 
 
 def _direct(cache: dict[tuple[str, ...], Any], cmd: list[str]) -> subprocess.CompletedProcess[str]:
@@ -358,7 +365,8 @@ KILL_DRIVER = textwrap.dedent(
 
 
 def test_gpudiag_killed_the_job_runs_on(tmp_path: Path, direct_runs: Any) -> None:
-    cmd = [*JOB[:-1], "--print-loss", "--steps", "30", "--sleep-rank", "0", "--sleep-s", "0.1"]
+    # killed after rank 0's third step: the job has ~2 s (5 steps of SLEEP_S) left to run on
+    cmd = [*JOB, "--sleep-rank", "0", "--sleep-s", str(SLEEP_S)]
     direct = _direct(direct_runs, cmd)
     driver = tmp_path / "driver.py"
     driver.write_text(KILL_DRIVER)
@@ -383,7 +391,7 @@ def test_gpudiag_killed_the_job_runs_on(tmp_path: Path, direct_runs: Any) -> Non
     assert m.exit_code is None and m.ended_ns is None
     df = load_steps(out)
     for rank in (0, 1):
-        assert sorted(df.loc[df["rank"] == rank, "step"]) == list(range(30))
+        assert sorted(df.loc[df["rank"] == rank, "step"]) == list(range(STEPS))
     for rank in (0, 1):
         last = rundir.steps_path(out, rank).read_text().splitlines()[-1]
         assert json.loads(last)["type"] == "exit"
