@@ -3,9 +3,9 @@
 A 2-rank gloo job under ``gpudiag run`` whose rank 1 does 150 ms of extra matrix products
 every step (the injected truth), while a busy loop started by the test takes a core of
 this 2-core host. One run, shared by every assertion: the verdict names rank 1 as the
-straggler (not "busy host"), no communication remedy claims more than a tenth of the
-straggler's gain, and "all together" is not below rank 0's own work (40 ms of injected
-matrix products a step, and its median compute in the profiled window).
+straggler (not "busy host"), no communication remedy claims more than the transfer (the
+least comm-wait of any rank, a step), and "all together" is not below rank 0's own work
+(40 ms of injected matrix products a step, and its median compute in the profiled window).
 """
 
 from __future__ import annotations
@@ -92,8 +92,19 @@ def test_no_communication_remedy_claims_the_stragglers_time(doc: dict[str, Any])
     recs = {r["id"]: r["estimated_gain_ns"] or 0 for r in doc["recommendations"]}
     strag = recs["investigate-rank-1"]
     assert strag >= 0.5 * EXTRA_S * 1e9  # most of the injected 150 ms
+    # The last rank to arrive waits for the transfer alone: per profiled step, the least
+    # comm-wait of any rank, read from the steps here. Rank 0's wait holds the straggler's
+    # 150 ms; a communication remedy may claim the transfer, never that (beside the hog the
+    # transfer itself took ~16 ms a step once: a tenth of the straggler's gain is no bound)
+    by_step: dict[int, list[int]] = {}
+    for x in doc["steps"]:
+        by_step.setdefault(x["step"], []).append(x["comm_wait_ns"] or 0)
+    least = sorted(min(w) for w in by_step.values() if len(w) == 2)
+    transfer = least[len(least) // 2]
+    waits0 = sorted(x["comm_wait_ns"] or 0 for x in doc["steps"] if x["rank"] == 0)
+    assert waits0[len(waits0) // 2] >= 0.5 * EXTRA_S * 1e9  # rank 0 waits for rank 1
     for rid in COMM_REMEDIES:
-        assert recs.get(rid, 0) <= strag / 10, (rid, recs)
+        assert recs.get(rid, 0) <= max(1.25 * transfer, transfer + 2e6), (rid, recs, transfer)
 
 
 def test_the_phase_that_holds_the_others_back_is_rank_1s_pre_forward(doc: dict[str, Any]) -> None:
