@@ -64,10 +64,12 @@ def test_missing_command_exits_127(tmp_path: Path) -> None:
 def test_sigint_is_forwarded(tmp_path: Path) -> None:
     script = tmp_path / "wait.py"
     ready = tmp_path / "ready"
+    # ready only inside the try: a SIGINT sent as soon as the file exists cannot land
+    # before the handler (seen beside a hog: the job died outside it, printing nothing)
     script.write_text(
         "import pathlib, sys, time\n"
-        f"pathlib.Path({str(ready)!r}).write_text('x')\n"
         "try:\n"
+        f"    pathlib.Path({str(ready)!r}).write_text('x')\n"
         "    time.sleep(60)\n"
         "except KeyboardInterrupt:\n"
         "    print('got SIGINT')\n"

@@ -56,24 +56,48 @@ from gpudiag.rundir import layout as rundir
 FORWARDED_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 
 
+class Forwarding:
+    """The job-control signals gpudiag received, forwarded to the job's process group.
+
+    A signal that arrives before the job exists (its start takes a moment on a loaded host)
+    is kept and forwarded as soon as :meth:`attach` names the job: a Ctrl-C at any moment
+    of the run reaches the job, which runs in a session of its own.
+    """
+
+    def __init__(self) -> None:
+        self.received: list[int] = []
+        self._pid: int | None = None
+
+    def handler(self, signum: int, _frame: FrameType | None) -> None:
+        """The signal handler: remember the signal, forward it when the job exists."""
+        self.received.append(signum)
+        if self._pid is not None:
+            self._send(signum)
+
+    def attach(self, child: subprocess.Popen[bytes]) -> None:
+        """The job has started: forward what came before, and everything from now on."""
+        self._pid = child.pid
+        for signum in list(self.received):
+            self._send(signum)
+
+    def _send(self, signum: int) -> None:
+        if self._pid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._pid, signum)
+
+
 @contextlib.contextmanager
-def forward_signals(child: subprocess.Popen[bytes]) -> Iterator[list[int]]:
-    """Forward the job-control signals to the child's process group while the block runs."""
-    received: list[int] = []
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pid, signum)
-
+def forward_signals() -> Iterator[Forwarding]:
+    """Catch the job-control signals while the block runs (:class:`Forwarding`)."""
+    fw = Forwarding()
     old: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for name in FORWARDED_SIGNALS:
             sig = getattr(signal, name, None)
             if sig is not None:
-                old[sig] = signal.signal(sig, handler)
+                old[sig] = signal.signal(sig, fw.handler)
     try:
-        yield received
+        yield fw
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
@@ -105,14 +129,17 @@ def run(
         m.extra["nsys"] = {"binary": nsys_bin, "version": nsys_ver, "range": opts.nsys_range}
     sampler, nvml_mod = start_nvml(opts, run_dir, host, m)
     _safe_write_manifest(run_dir, m)
-    child = _spawn(opts, command, run_dir, node_rank, sampler)
-    m.extra["child_pid"] = child.pid
-    conditions = start_conditions(opts, run_dir, host, child.pid, nvml_mod, m)
-    _safe_write_manifest(run_dir, m)  # a gpudiag killed now leaves the child's pid behind
-    watchers = start_watchers(opts.watchers, run_dir, child.pid, m)
-    wd = watchdog.start(opts.hang, run_dir, m)
-    with forward_signals(child) as received:
+    # from before the job starts: a signal during the start-up below reaches the job too
+    with forward_signals() as fw:
+        child = _spawn(opts, command, run_dir, node_rank, sampler)
+        fw.attach(child)
+        m.extra["child_pid"] = child.pid
+        conditions = start_conditions(opts, run_dir, host, child.pid, nvml_mod, m)
+        _safe_write_manifest(run_dir, m)  # a gpudiag killed now leaves the child's pid behind
+        watchers = start_watchers(opts.watchers, run_dir, child.pid, m)
+        wd = watchdog.start(opts.hang, run_dir, m)
         rc = _wait(child, run_dir, sampler, progress, progress_interval_s, wd, m)
+    received = fw.received
     stop_watchers(watchers, m)
     code = exit_status(rc)
     m.ended_ns = time.time_ns()
