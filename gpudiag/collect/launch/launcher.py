@@ -72,18 +72,18 @@ class Forwarding:
         """The signal handler: remember the signal, forward it when the job exists."""
         self.received.append(signum)
         if self._pid is not None:
-            self._send(signum)
+            _send(self._pid, signum)
 
     def attach(self, child: subprocess.Popen[bytes]) -> None:
         """The job has started: forward what came before, and everything from now on."""
         self._pid = child.pid
         for signum in list(self.received):
-            self._send(signum)
+            _send(child.pid, signum)
 
-    def _send(self, signum: int) -> None:
-        if self._pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._pid, signum)
+
+def _send(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signum)
 
 
 @contextlib.contextmanager

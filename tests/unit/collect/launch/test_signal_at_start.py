@@ -21,7 +21,7 @@ from gpudiag.collect.launch import launcher
 from gpudiag.collect.launch.run_setup import RunOptions
 from gpudiag.rundir import layout as rundir
 
-JOB = "import time\ntime.sleep(30)\n"  # the default SIGINT: KeyboardInterrupt, exit 1
+JOB = "import time\ntime.sleep(30)\n"  # the default SIGINT: KeyboardInterrupt, then 130
 
 
 @pytest.mark.parametrize("where", ["_spawn", "start_conditions"])
